@@ -1,0 +1,30 @@
+"""Octavo: a small, fast, pluggable LLM inference and serving engine."""
+
+from octavo.core.outputs import CompletionOutput, Logprob, RequestOutput
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.version import __version__
+
+
+def __getattr__(name: str):
+    # LLM pulls in torch and transformers; import it only when asked for.
+    if name == "LLM":
+        from octavo.entrypoints.llm import LLM
+
+        return LLM
+    if name == "EngineArgs":
+        from octavo.engine_args import EngineArgs
+
+        return EngineArgs
+    raise AttributeError(f"module 'octavo' has no attribute {name!r}")
+
+
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "EngineArgs",
+    "Logprob",
+    "RequestOutput",
+    "RequestOutputKind",
+    "SamplingParams",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Hardware-agnostic core: requests, scheduler, KV-cache blocks, engine loop."""

@@ -1,0 +1,94 @@
+"""The attention-backend interface (five members) and the batch it reads.
+
+A backend owns the layout of the paged KV cache and the attention math over
+it. The model runner describes each step's batch as flat tensors
+(``AttentionBatch``); the backend turns that into whatever metadata it needs
+once per step (``build_metadata``), then every attention layer calls
+``forward``, which writes the step's keys and values into the cache and
+attends over the cached context. The plain-torch backend
+(``octavo.runtime.attention.torch_paged``) is the reference every other
+backend is tested against.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Everything about a model's attention that a backend must support."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    scale: float
+    dtype: torch.dtype
+    kv_cache_dtype: torch.dtype
+    block_size: int
+    sliding_window: int | None = None
+
+
+@dataclass
+class AttentionBatch:
+    """One step's batch. Requests are laid out one after another in ``T`` tokens.
+
+    Request ``i`` computes its tokens ``query_start_loc[i]:query_start_loc[i+1]``,
+    which are the last ones of its ``seq_lens[i]`` tokens of context; its KV
+    lives in blocks ``block_table[i]``; token ``t``'s KV goes to slot
+    ``slot_mapping[t]`` (``block_id * block_size + offset``; negative = padding,
+    not written).
+    """
+
+    query_start_loc: torch.Tensor  # [num_reqs + 1] int32, on the device
+    seq_lens: torch.Tensor  # [num_reqs] int32, on the device
+    block_table: torch.Tensor  # [num_reqs, max_blocks_per_req] int32, on the device
+    slot_mapping: torch.Tensor  # [num_tokens] int64, on the device
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    # Host copies, for backends that plan on the CPU.
+    query_start_loc_cpu: torch.Tensor | None = None
+    seq_lens_cpu: torch.Tensor | None = None
+
+
+class AttentionBackend(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        self.spec = spec
+
+    @classmethod
+    @abstractmethod
+    def supports(cls, spec: AttentionSpec) -> str | None:
+        """``None`` if this backend can run ``spec``, else the reason it cannot."""
+
+    @abstractmethod
+    def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
+        """Shape of one layer's KV cache tensor for ``num_blocks`` blocks."""
+
+    @abstractmethod
+    def build_metadata(self, batch: AttentionBatch) -> Any:
+        """Per-step metadata, shared by every layer; called once per step."""
+
+    @abstractmethod
+    def forward(
+        self,
+        query: torch.Tensor,  # [T, num_heads, head_size]
+        key: torch.Tensor,  # [T, num_kv_heads, head_size]
+        value: torch.Tensor,  # [T, num_kv_heads, head_size]
+        kv_cache: torch.Tensor,
+        metadata: Any,
+    ) -> torch.Tensor:  # [T, num_heads, head_size]
+        """Write ``key``/``value`` into ``kv_cache`` and attend over the context."""
+
+
+def kv_cache_bytes_per_block(spec: AttentionSpec, num_layers: int) -> int:
+    """Bytes one block costs across all layers (keys and values)."""
+    element_size = torch.empty((), dtype=spec.kv_cache_dtype).element_size()
+    return 2 * spec.block_size * spec.num_kv_heads * spec.head_size * element_size * num_layers

@@ -1,0 +1,181 @@
+"""The synchronous engine loop: add requests, ``step()`` until done.
+
+One step is: schedule -> execute (through the ``Executor`` protocol) ->
+update the scheduler -> detokenize and check stop strings -> outputs. Input is
+validated in ``add_request`` so that bad input raises a typed error before
+anything is scheduled.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from octavo.core.executor import Executor
+from octavo.core.output_processor import OutputProcessor, ParentRequest
+from octavo.core.outputs import RequestOutput
+from octavo.core.request import Request, RequestStatus
+from octavo.core.sampling_params import SamplingParams
+from octavo.core.scheduler import Scheduler, SchedulerStats
+from octavo.core.types import RequestId
+from octavo.errors import InvalidArgumentError, PromptTooLongError
+
+
+@dataclass
+class ModelInfo:
+    """What the front ends report about the loaded model."""
+
+    model_path: str
+    architecture: str
+    dtype: str
+    platform: str
+
+
+@dataclass
+class EngineLimits:
+    """What the engine checks every request against."""
+
+    max_model_len: int
+    vocab_size: int
+    block_size: int
+    eos_token_ids: frozenset[int]
+    max_logprobs: int = 20
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        executor: Executor,
+        scheduler: Scheduler,
+        tokenizer: Any | None,
+        limits: EngineLimits,
+        info: ModelInfo | None = None,
+    ) -> None:
+        self.executor = executor
+        self.info = info
+        self.scheduler = scheduler
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.output_processor = OutputProcessor(tokenizer)
+        self._parent_children: dict[str, list[str]] = {}
+        self._counter = itertools.count()
+
+    # ------------------------------------------------------------------ input
+
+    def tokenize_prompt(self, prompt: str | list[int] | dict) -> tuple[str | None, list[int]]:
+        """Accept a string, a list of token ids or ``{"prompt"|"prompt_token_ids": ...}``."""
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+            prompt = prompt.get("prompt")
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgumentError("this engine has no tokenizer; pass token ids", param="prompt")
+            return prompt, list(self.tokenizer.encode(prompt))
+        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return None, list(prompt)
+        raise InvalidArgumentError(
+            f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt"
+        )
+
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        limits = self.limits
+        if not prompt_token_ids:
+            raise InvalidArgumentError("the prompt is empty", param="prompt")
+        bad = [t for t in prompt_token_ids if not 0 <= t < limits.vocab_size]
+        if bad:
+            raise InvalidArgumentError(
+                f"token id {bad[0]} is out of range for a vocabulary of {limits.vocab_size}", param="prompt"
+            )
+        if len(prompt_token_ids) >= limits.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {limits.max_model_len} "
+                "(the prompt must leave room for at least one new token)",
+                param="prompt",
+            )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(params, name)
+            if value is not None and value > limits.max_logprobs:
+                raise InvalidArgumentError(
+                    f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
+                )
+
+    def add_request(
+        self,
+        request_id: str | None,
+        prompt: str | list[int] | dict,
+        params: SamplingParams,
+        cache_salt: str | None = None,
+    ) -> str:
+        """Validate and queue a request; returns its id. Raises before scheduling."""
+        if request_id is None:
+            request_id = str(next(self._counter))
+        if request_id in self._parent_children:
+            raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
+        prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
+        self.validate(prompt_token_ids, params)
+        parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
+        max_tokens = self.limits.max_model_len - len(prompt_token_ids)
+        if params.max_tokens is not None:
+            max_tokens = min(max_tokens, params.max_tokens)
+        children = []
+        for index in range(params.n):
+            child_id = request_id if params.n == 1 else f"{request_id}#{index}"
+            child_params = params
+            if params.n > 1 and params.seed is not None:
+                child_params = params.clone()
+                child_params.seed = params.seed + index
+            request = Request(
+                request_id=RequestId(child_id),
+                prompt_token_ids=prompt_token_ids,
+                sampling_params=child_params,
+                eos_token_ids=self.limits.eos_token_ids,
+                max_tokens=max_tokens,
+                block_size=self.limits.block_size,
+                cache_key=cache_salt.encode() if cache_salt else b"",
+            )
+            children.append(request)
+        # Children are identical in size, so the first one's admission check
+        # (KV capacity) decides for all of them before any is queued.
+        for index, request in enumerate(children):
+            self.scheduler.add_request(request)
+            self.output_processor.add_request(request.request_id, index, parent, request.sampling_params)
+        self._parent_children[request_id] = [r.request_id for r in children]
+        return request_id
+
+    def abort_request(self, request_ids: str | list[str]) -> None:
+        if isinstance(request_ids, str):
+            request_ids = [request_ids]
+        child_ids = []
+        for request_id in request_ids:
+            child_ids.extend(self._parent_children.pop(request_id, []))
+        self.scheduler.finish_requests(child_ids, RequestStatus.FINISHED_ABORTED)
+        self.output_processor.abort(child_ids)
+
+    # ------------------------------------------------------------------- loop
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[RequestOutput]:
+        if not self.scheduler.has_unfinished_requests():
+            return []
+        scheduler_output = self.scheduler.schedule()
+        if scheduler_output.is_empty:
+            return []
+        runner_output = self.executor.execute_model(scheduler_output)
+        core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        request_outputs, stopped = self.output_processor.process(core_outputs)
+        if stopped:
+            self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
+        for output in request_outputs:
+            if output.finished:
+                self._parent_children.pop(output.request_id, None)
+        return request_outputs
+
+    def get_stats(self) -> SchedulerStats:
+        return self.scheduler.get_stats()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

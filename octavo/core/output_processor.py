@@ -1,0 +1,206 @@
+"""Turns the scheduler's per-step token updates into ``RequestOutput``s.
+
+Owns one ``RequestState`` per (child) request: its detokenizer, logprobs and
+timings. A request with ``n > 1`` is ``n`` child requests that share a
+``ParentRequest``, which assembles their outputs into one ``RequestOutput``.
+Stop strings are found here (they need text); the engine then tells the
+scheduler to finish those requests.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from octavo.core.detokenizer import IncrementalDetokenizer
+from octavo.core.outputs import (
+    CompletionOutput,
+    Logprob,
+    PromptLogprobs,
+    RequestMetrics,
+    RequestOutput,
+    SampleLogprobs,
+)
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.scheduler_output import EngineCoreOutput, TokenLogprobs
+
+
+@dataclass
+class ParentRequest:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    child_outputs: dict[int, CompletionOutput] = field(default_factory=dict)
+    num_finished: int = 0
+    prompt_logprobs: PromptLogprobs | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.num_finished == self.params.n
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    index: int  # position among the parent's n outputs
+    parent: ParentRequest
+    params: SamplingParams
+    detokenizer: IncrementalDetokenizer | None
+    metrics: RequestMetrics
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: SampleLogprobs | None = None
+    cumulative_logprob: float | None = None
+    num_sent_tokens: int = 0
+    num_sent_logprobs: int = 0
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer: Any | None) -> None:
+        self.tokenizer = tokenizer
+        self.states: dict[str, RequestState] = {}
+
+    def add_request(self, request_id: str, index: int, parent: ParentRequest, params: SamplingParams) -> None:
+        detokenizer = None
+        if self.tokenizer is not None and params.detokenize:
+            detokenizer = IncrementalDetokenizer(self.tokenizer, parent.prompt_token_ids, params)
+        self.states[request_id] = RequestState(
+            request_id=request_id,
+            index=index,
+            parent=parent,
+            params=params,
+            detokenizer=detokenizer,
+            metrics=RequestMetrics(arrival_time=time.monotonic()),
+            logprobs=[] if params.logprobs is not None else None,
+            cumulative_logprob=0.0 if params.logprobs is not None else None,
+        )
+        if params.prompt_logprobs is not None and parent.prompt_logprobs is None:
+            parent.prompt_logprobs = [None]
+
+    def abort(self, request_ids: list[str]) -> list[str]:
+        """Drop states; return the parent ids they belonged to."""
+        parents = []
+        for request_id in request_ids:
+            state = self.states.pop(request_id, None)
+            if state is not None:
+                parents.append(state.parent.request_id)
+        return parents
+
+    def process(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
+        """Return the outputs to hand out and the ids that hit a stop string."""
+        request_outputs: list[RequestOutput] = []
+        stopped_by_string: list[str] = []
+        now = time.monotonic()
+        for core_output in core_outputs:
+            state = self.states.get(core_output.request_id)
+            if state is None:
+                continue
+            finish_reason, stop_reason = core_output.finish_reason, core_output.stop_reason
+            stop_string = self._update_state(state, core_output, now)
+            if stop_string is not None and finish_reason is None:
+                finish_reason, stop_reason = "stop", stop_string
+                stopped_by_string.append(state.request_id)
+            elif stop_string is not None:
+                finish_reason, stop_reason = "stop", stop_string
+            if finish_reason is not None:
+                state.metrics.finished_time = now
+                del self.states[state.request_id]
+            output = self._make_output(state, finish_reason, stop_reason)
+            if output is not None:
+                request_outputs.append(output)
+        return request_outputs, stopped_by_string
+
+    def _update_state(self, state: RequestState, core_output: EngineCoreOutput, now: float) -> str | None:
+        parent = state.parent
+        if core_output.new_prompt_logprobs and parent.prompt_logprobs is not None and state.index == 0:
+            parent.prompt_logprobs.extend(self._to_logprob_dicts(core_output.new_prompt_logprobs))
+        parent.num_cached_tokens = core_output.num_cached_tokens
+        new_token_ids = core_output.new_token_ids
+        if new_token_ids:
+            if state.metrics.first_token_time is None:
+                state.metrics.first_token_time = now
+            state.metrics.last_token_time = now
+            state.metrics.num_generation_tokens += len(new_token_ids)
+        state.token_ids.extend(new_token_ids)
+        if state.logprobs is not None and core_output.new_logprobs:
+            entries = self._to_logprob_dicts(core_output.new_logprobs)
+            state.logprobs.extend(entries)
+            for entry, token_logprobs in zip(entries, core_output.new_logprobs):
+                state.cumulative_logprob += token_logprobs.logprobs[0]
+        if state.detokenizer is None:
+            return None
+        check_stop = len(state.token_ids) >= state.params.min_tokens
+        stop_string = state.detokenizer.update(new_token_ids, check_stop)
+        if stop_string is not None:
+            # Tokens after the one that completed the stop string are dropped.
+            num_kept = len(state.detokenizer.token_ids)
+            del state.token_ids[num_kept:]
+            if state.logprobs is not None:
+                del state.logprobs[num_kept:]
+        return stop_string
+
+    def _to_logprob_dicts(self, entries: list[TokenLogprobs]) -> list[dict[int, Logprob]]:
+        result = []
+        for entry in entries:
+            position: dict[int, Logprob] = {}
+            for token_id, logprob, rank in zip(entry.token_ids, entry.logprobs, entry.ranks):
+                if token_id not in position:
+                    position[token_id] = Logprob(logprob, rank, self._decode_token(token_id))
+            result.append(position)
+        return result
+
+    def _decode_token(self, token_id: int) -> str | None:
+        if self.tokenizer is None:
+            return None
+        return self.tokenizer.decode([token_id])
+
+    def _make_output(self, state: RequestState, finish_reason: str | None, stop_reason) -> RequestOutput | None:
+        params, parent = state.params, state.parent
+        kind = params.output_kind
+        finished = finish_reason is not None
+        if kind == RequestOutputKind.FINAL_ONLY and not finished:
+            return None
+        delta = kind == RequestOutputKind.DELTA
+        completion = self._completion(state, finished, delta, finish_reason, stop_reason)
+        parent.child_outputs[state.index] = completion
+        if finished:
+            parent.num_finished += 1
+        if kind == RequestOutputKind.FINAL_ONLY and not parent.finished:
+            return None
+        if delta:
+            outputs = [completion]
+        else:
+            outputs = [parent.child_outputs[i] for i in sorted(parent.child_outputs)]
+        return RequestOutput(
+            request_id=parent.request_id,
+            prompt=parent.prompt,
+            prompt_token_ids=parent.prompt_token_ids,
+            outputs=outputs,
+            finished=parent.finished,
+            prompt_logprobs=parent.prompt_logprobs,
+            num_cached_tokens=parent.num_cached_tokens,
+            metrics=state.metrics,
+        )
+
+    def _completion(self, state: RequestState, finished: bool, delta: bool, finish_reason, stop_reason):
+        text = ""
+        if state.detokenizer is not None:
+            text = state.detokenizer.get_next_output_text(finished, delta)
+        token_ids = state.token_ids
+        logprobs = state.logprobs
+        if delta:
+            token_ids = token_ids[state.num_sent_tokens :]
+            if logprobs is not None:
+                logprobs = logprobs[state.num_sent_tokens :]
+            state.num_sent_tokens = len(state.token_ids)
+        return CompletionOutput(
+            index=state.index,
+            text=text,
+            token_ids=list(token_ids),
+            cumulative_logprob=state.cumulative_logprob,
+            logprobs=list(logprobs) if logprobs is not None else None,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+        )

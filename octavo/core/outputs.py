@@ -1,0 +1,56 @@
+"""What the engine returns, with vLLM's names (``RequestOutput``,
+``CompletionOutput``, ``Logprob``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# One dict per position: token id -> Logprob (the chosen token and the top-k).
+SampleLogprobs = list[dict[int, Logprob]]
+# Prompt logprobs: position 0 has no distribution, hence ``None``.
+PromptLogprobs = list[dict[int, Logprob] | None]
+
+
+@dataclass
+class RequestMetrics:
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+    num_generation_tokens: int = 0
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None = None
+    logprobs: SampleLogprobs | None = None
+    finish_reason: str | None = None
+    # The stop string or stop token id that ended the output, if any.
+    stop_reason: int | str | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    prompt_logprobs: PromptLogprobs | None = None
+    num_cached_tokens: int = 0
+    metrics: RequestMetrics | None = field(default=None, repr=False)

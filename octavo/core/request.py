@@ -1,0 +1,94 @@
+"""A request as the scheduler sees it.
+
+Invariant: ``num_computed_tokens <= num_tokens``; the scheduler closes the gap
+step by step (a whole prompt, a chunk of it, or one new token), with no
+separate prefill and decode phases. ``block_hashes`` always holds the hash of
+every full block of ``all_token_ids``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from octavo.core.prefix_hash import extend_block_hashes
+from octavo.core.sampling_params import SamplingParams
+from octavo.core.types import BlockHash, RequestId
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH_CAPPED = "length"
+    FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.value if self.is_finished else None
+
+
+_FINISHED = {
+    RequestStatus.FINISHED_STOPPED,
+    RequestStatus.FINISHED_LENGTH_CAPPED,
+    RequestStatus.FINISHED_ABORTED,
+    RequestStatus.FINISHED_ERROR,
+}
+
+
+@dataclass
+class Request:
+    request_id: RequestId
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    # Resolved by the engine: the tokens that end the request (EOS ids).
+    eos_token_ids: frozenset[int] = frozenset()
+    # Resolved by the engine: min(params.max_tokens, max_model_len - prompt).
+    max_tokens: int = 16
+    block_size: int = 16
+    # Extra prefix-cache key material (cache salt, adapter id).
+    cache_key: bytes = b""
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    num_preemptions: int = 0
+    # Prompt tokens found in the prefix cache when the request first started.
+    num_cached_tokens: int = 0
+    # What stopped the request: the stop token id or stop string, if any.
+    stop_reason: int | str | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+    all_token_ids: list[int] = field(default_factory=list)
+    block_hashes: list[BlockHash] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = list(self.prompt_token_ids)
+        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)

@@ -1,0 +1,283 @@
+"""The scheduler: each step, how many tokens each request computes.
+
+There are no prefill and decode phases. Every request has ``num_tokens``
+(prompt plus output so far) and ``num_computed_tokens`` (tokens whose KV is in
+the cache); a step assigns ``{request_id: num_new_tokens}`` under a token
+budget so that the second catches up with the first. A whole prompt, a chunk
+of one, a prompt after a prefix-cache hit, and a single decode token are all
+the same rule.
+
+Order: running requests first (oldest first), then waiting ones (FIFO).
+When blocks run out, the newest running request is preempted: its blocks are
+freed and it goes back to the head of the waiting queue, to be recomputed
+(its prefix-cache hits make that cheap).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from octavo.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from octavo.core.request import Request, RequestStatus
+from octavo.core.scheduler_output import (
+    CachedRequestData,
+    EngineCoreOutput,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+from octavo.core.types import RequestId
+from octavo.errors import RequestTooLargeError
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    max_model_len: int = 2048
+    enable_chunked_prefill: bool = True
+
+
+@dataclass
+class SchedulerStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_free_blocks: int
+    num_preemptions: int
+    prefix_cache: PrefixCacheStats
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv_cache_manager
+        self.requests: dict[RequestId, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        # Runner bookkeeping: which requests it holds state for, how many of
+        # their tokens it has been sent, and which to drop at the next step.
+        self._sent_to_runner: dict[RequestId, int] = {}
+        self._sent_blocks: dict[RequestId, int] = {}
+        self._drop_from_runner: set[str] = set()
+        self._preempted_last = False
+
+    # ------------------------------------------------------------------ input
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request; refuse one that could never fit in the KV cache."""
+        max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, self.config.max_model_len)
+        num_blocks_needed = self.kv.num_blocks_for(max_total_tokens)
+        if num_blocks_needed > self.kv.num_blocks:
+            raise RequestTooLargeError(
+                f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
+                f"KV cache holds only {self.kv.num_blocks} blocks of {self.kv.block_size} tokens",
+                param="max_tokens",
+            )
+        if not self.config.enable_chunked_prefill and request.num_prompt_tokens > self.config.max_num_batched_tokens:
+            raise RequestTooLargeError(
+                f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
+                f"({self.config.max_num_batched_tokens}) and chunked prefill is disabled",
+                param="prompt",
+            )
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def finish_requests(self, request_ids: list[str], status: RequestStatus) -> list[Request]:
+        """End requests from outside (abort, stop string, error)."""
+        finished = []
+        for request_id in request_ids:
+            request = self.requests.get(RequestId(request_id))
+            if request is None or request.is_finished:
+                continue
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove(request)
+            request.status = status
+            self._release(request)
+            finished.append(request)
+        return finished
+
+    # --------------------------------------------------------------- schedule
+
+    def schedule(self) -> SchedulerOutput:
+        output = SchedulerOutput()
+        token_budget = self.config.max_num_batched_tokens
+        preempted_this_step = False
+
+        index = 0
+        while index < len(self.running) and token_budget > 0:
+            request = self.running[index]
+            num_new_tokens = min(request.num_tokens - request.num_computed_tokens, token_budget)
+            if num_new_tokens <= 0:
+                index += 1
+                continue
+            if not self._allocate_or_preempt(request, num_new_tokens):
+                preempted_this_step = True
+                break
+            preempted_this_step |= self._preempted_last
+            output.num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            index += 1
+
+        if not preempted_this_step:
+            token_budget = self._schedule_waiting(output, token_budget)
+
+        self._describe_for_runner(output)
+        return output
+
+    def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
+        """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
+        self._preempted_last = False
+        while self.kv.allocate_slots(request, num_new_tokens) is None:
+            victim = self.running.pop()
+            self._preempt(victim)
+            self._preempted_last = True
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        self.kv.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        self._forget_in_runner(request)
+
+    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> int:
+        while self.waiting and token_budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
+            num_new_tokens = request.num_tokens - num_computed_tokens
+            if num_new_tokens > token_budget and not self.config.enable_chunked_prefill:
+                break
+            num_new_tokens = min(num_new_tokens, token_budget)
+            if self.kv.allocate_slots(request, num_new_tokens, computed_blocks) is None:
+                break
+            self.waiting.popleft()
+            request.num_computed_tokens = num_computed_tokens
+            if request.num_preemptions == 0:
+                request.num_cached_tokens = num_computed_tokens
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            output.num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+        return token_budget
+
+    def _describe_for_runner(self, output: SchedulerOutput) -> None:
+        output.finished_request_ids = self._drop_from_runner
+        self._drop_from_runner = set()
+        for request_id in output.num_scheduled_tokens:
+            request = self.requests[RequestId(request_id)]
+            block_ids = self.kv.block_ids(request.request_id)
+            num_sent = self._sent_to_runner.get(request.request_id)
+            if num_sent is None:
+                output.new_requests.append(
+                    NewRequestData(
+                        request_id=request.request_id,
+                        prompt_token_ids=list(request.prompt_token_ids),
+                        output_token_ids=list(request.output_token_ids),
+                        sampling_params=request.sampling_params,
+                        block_ids=list(block_ids),
+                        num_computed_tokens=request.num_computed_tokens,
+                    )
+                )
+                self._sent_blocks[request.request_id] = len(block_ids)
+            else:
+                num_blocks_sent = self._sent_blocks[request.request_id]
+                output.cached_requests.append(
+                    CachedRequestData(
+                        request_id=request.request_id,
+                        new_token_ids=request.all_token_ids[num_sent:],
+                        new_block_ids=list(block_ids[num_blocks_sent:]),
+                        num_computed_tokens=request.num_computed_tokens,
+                    )
+                )
+                self._sent_blocks[request.request_id] = len(block_ids)
+            self._sent_to_runner[request.request_id] = request.num_tokens
+
+    def _forget_in_runner(self, request: Request) -> None:
+        if self._sent_to_runner.pop(request.request_id, None) is not None:
+            self._drop_from_runner.add(request.request_id)
+        self._sent_blocks.pop(request.request_id, None)
+
+    # ----------------------------------------------------------------- update
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
+    ) -> list[EngineCoreOutput]:
+        """Advance computed tokens, append samples, stop and free requests."""
+        outputs = []
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests.get(RequestId(request_id))
+            if request is None or request.status != RequestStatus.RUNNING:
+                continue  # finished or preempted meanwhile
+            request.num_computed_tokens += num_tokens
+            self.kv.cache_blocks(request, request.num_computed_tokens)
+            new_token_ids = []
+            for token_id in runner_output.sampled_token_ids.get(request_id, []):
+                request.append_output_token(token_id)
+                new_token_ids.append(token_id)
+                if self._check_stop(request):
+                    break
+            new_prompt_logprobs = runner_output.prompt_logprobs.get(request_id, [])
+            if not new_token_ids and not new_prompt_logprobs:
+                continue
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=request_id,
+                    new_token_ids=new_token_ids,
+                    new_logprobs=runner_output.logprobs.get(request_id, [])[: len(new_token_ids)],
+                    new_prompt_logprobs=new_prompt_logprobs,
+                    finish_reason=request.status.finish_reason,
+                    stop_reason=request.stop_reason,
+                    num_cached_tokens=request.num_cached_tokens,
+                )
+            )
+            if request.is_finished:
+                self.running.remove(request)
+                self._release(request)
+        return outputs
+
+    def _check_stop(self, request: Request) -> bool:
+        last_token_id = request.output_token_ids[-1]
+        params = request.sampling_params
+        if request.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and last_token_id in request.eos_token_ids:
+                request.status = RequestStatus.FINISHED_STOPPED
+                return True
+            if last_token_id in params.stop_token_ids:
+                request.status = RequestStatus.FINISHED_STOPPED
+                request.stop_reason = last_token_id
+                return True
+        if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
+            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            return True
+        return False
+
+    def _release(self, request: Request) -> None:
+        self.kv.free(request)
+        self._forget_in_runner(request)
+        del self.requests[request.request_id]
+
+    # ------------------------------------------------------------------ state
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def get_stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=self.kv.usage(),
+            num_free_blocks=self.kv.num_free_blocks,
+            num_preemptions=self.num_preemptions,
+            prefix_cache=self.kv.prefix_cache_stats,
+        )

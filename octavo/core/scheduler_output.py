@@ -1,0 +1,93 @@
+"""The dataclasses that cross the scheduler / executor boundary.
+
+They hold only plain values (str, int, float, lists, dicts and
+``SamplingParams``) so that a multiprocess executor can send them as msgpack.
+The runner keeps its own per-request state: a request is described in full
+once (``NewRequestData``) and by deltas afterwards (``CachedRequestData``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from octavo.core.sampling_params import SamplingParams
+
+
+@dataclass
+class NewRequestData:
+    """A request the runner has not seen (or must forget and re-read: resumed)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    # Tokens generated before a preemption; recomputed like prompt tokens.
+    output_token_ids: list[int]
+    sampling_params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class CachedRequestData:
+    """What changed for a request the runner already holds."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    new_requests: list[NewRequestData] = field(default_factory=list)
+    cached_requests: list[CachedRequestData] = field(default_factory=list)
+    # {request_id: tokens to compute this step}; its order is the batch order.
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    # Requests whose runner state must be dropped (finished, aborted, preempted).
+    finished_request_ids: set[str] = field(default_factory=set)
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.num_scheduled_tokens
+
+
+@dataclass
+class TokenLogprobs:
+    """Logprobs at one position: the chosen token first, then the top-k.
+
+    ``ranks[i]`` is the 1-based rank of ``token_ids[i]`` in the distribution.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    ranks: list[int]
+
+
+@dataclass
+class ModelRunnerOutput:
+    # Empty list for a request whose prompt is only partly computed.
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
+    # Logprobs of the prompt positions computed this step (chunked prefill
+    # delivers them in pieces); position 0 has none and is never included.
+    prompt_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
+
+
+@dataclass
+class EngineCoreOutput:
+    """One request's progress in one step, as the scheduler reports it."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    new_prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

@@ -1,0 +1,190 @@
+"""Engine options (vLLM's names) and the one place that assembles an engine.
+
+``build_engine`` is the only code that sees the whole configuration: it
+resolves the model, selects the platform, builds the executor (which loads
+the model), sizes the KV cache, and hands each component only what it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
+from octavo.core.kv_cache_manager import KVCacheManager
+from octavo.core.scheduler import Scheduler, SchedulerConfig
+from octavo.core.tokenizer import eos_token_ids, load_tokenizer
+from octavo.errors import InvalidArgumentError, ModelLoadError
+from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
+from octavo.models.loader import resolve_model_path
+from octavo.plugins.selection import select_platform
+from octavo.runtime.config import WorkerConfig, dtype_from_name, dtype_name
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineArgs:
+    model: str | None = None
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    num_kv_blocks: int | None = None
+    kv_cache_dtype: str = "auto"
+    load_format: str = "auto"
+    quantization: str | None = None
+    seed: int = 0
+    platform: str | None = None
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
+    chat_template: str | None = None
+    max_logprobs: int = 20
+    skip_tokenizer_init: bool = False
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    def validate(self) -> None:
+        positive = ("block_size", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"{name} must be at least 1, got {getattr(self, name)}", param=name)
+        for name in ("max_model_len", "max_num_batched_tokens", "num_kv_blocks", "kv_cache_memory_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidArgumentError(f"{name} must be positive, got {value}", param=name)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise InvalidArgumentError("gpu_memory_utilization must be in (0, 1]", param="gpu_memory_utilization")
+        if self.load_format not in ("auto", "safetensors", "dummy", "gguf"):
+            raise InvalidArgumentError(
+                f"load_format must be auto, safetensors, dummy or gguf, got {self.load_format!r}", param="load_format"
+            )
+
+
+def resolve_dtype(requested: str, arch: ModelArchConfig, supported) -> str:
+    if requested != "auto":
+        try:
+            return dtype_name(dtype_from_name(requested))
+        except KeyError:
+            raise InvalidArgumentError(
+                f"unknown dtype {requested!r} (auto, float32, bfloat16, float16)", param="dtype"
+            ) from None
+    checkpoint = (arch.torch_dtype or "float32").removeprefix("torch.")
+    if checkpoint in ("bfloat16", "float16") and dtype_from_name(checkpoint) in supported:
+        return checkpoint
+    return "float32"
+
+
+def resolve_max_model_len(requested: int | None, arch: ModelArchConfig) -> int:
+    limit = arch.max_position_embeddings
+    if requested is None:
+        return limit
+    if requested > limit and not arch.rope_parameters:
+        raise InvalidArgumentError(
+            f"max_model_len={requested} exceeds the model's max_position_embeddings ({limit})", param="max_model_len"
+        )
+    return requested
+
+
+def _model_dir(args: EngineArgs) -> tuple[Path, str]:
+    if args.model is None:
+        from octavo.default_model import default_model_path
+
+        return default_model_path(), "safetensors"
+    path = resolve_model_path(args.model)
+    load_format = args.load_format
+    if load_format == "auto":
+        load_format = "gguf" if path.is_file() and path.suffix == ".gguf" else "safetensors"
+    if load_format != "gguf" and not path.is_dir():
+        raise ModelLoadError(f"{path} is not a checkpoint directory")
+    return path, load_format
+
+
+def build_engine(args: EngineArgs) -> LLMEngine:
+    args.validate()
+    model_path, load_format = _model_dir(args)
+    if load_format == "gguf":
+        from octavo.models.gguf_loader import gguf_arch_config
+
+        arch, generation_config = gguf_arch_config(model_path), {}
+    else:
+        arch, generation_config = load_arch_config(model_path), load_generation_config(model_path)
+    selection = select_platform(args.platform)
+    platform = selection.platform
+    logger.info("platform %s: %s", platform.name, selection.reason)
+    dtype = resolve_dtype(args.dtype, arch, platform.supported_dtypes)
+    max_model_len = resolve_max_model_len(args.max_model_len, arch)
+    max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
+    if not args.enable_chunked_prefill:
+        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
+    worker_config = WorkerConfig(
+        model_path=str(model_path),
+        load_format="dummy" if args.load_format == "dummy" else load_format,
+        dtype=dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        platform=platform.name,
+        quantization=args.quantization,
+        seed=args.seed,
+        enforce_eager=args.enforce_eager,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        num_kv_blocks=args.num_kv_blocks,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+    )
+    from octavo.runtime.executor import create_executor
+
+    executor = create_executor(worker_config, args.distributed_executor_backend)
+    try:
+        num_blocks = executor.determine_num_kv_blocks()
+        if num_blocks < 1:
+            raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
+        executor.initialize_kv_cache(num_blocks)
+        tokenizer = None
+        if not args.skip_tokenizer_init:
+            tokenizer = _load_tokenizer(args, model_path, load_format, arch)
+    except BaseException:
+        executor.shutdown()
+        raise
+    scheduler = Scheduler(
+        SchedulerConfig(
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=args.enable_chunked_prefill,
+        ),
+        KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
+    )
+    limits = EngineLimits(
+        max_model_len=max_model_len,
+        vocab_size=arch.vocab_size,
+        block_size=args.block_size,
+        eos_token_ids=eos_token_ids(tokenizer, arch.raw, generation_config),
+        max_logprobs=args.max_logprobs,
+    )
+    info = ModelInfo(str(model_path), arch.architecture, dtype, platform.name)
+    return LLMEngine(executor, scheduler, tokenizer, limits, info)
+
+
+def _load_tokenizer(args: EngineArgs, model_path: Path, load_format: str, arch: ModelArchConfig):
+    chat_template = Path(args.chat_template).read_text() if args.chat_template else None
+    if load_format == "gguf" and args.tokenizer is None:
+        from octavo.models.gguf_loader import gguf_tokenizer
+
+        return gguf_tokenizer(model_path, chat_template)
+    return load_tokenizer(args.tokenizer or model_path, chat_template)

@@ -1,0 +1,39 @@
+"""Engine options shared by the CLI commands (vLLM's flag names)."""
+
+from __future__ import annotations
+
+import argparse
+
+from octavo.engine_args import EngineArgs
+
+
+def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
+    if model_positional:
+        parser.add_argument("model", nargs="?", default=None, help="checkpoint directory or .gguf file (default: the built-in demo model)")
+    else:
+        parser.add_argument("--model", "-m", default=None, help="checkpoint directory or .gguf file (default: the built-in demo model)")
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--no-enable-chunked-prefill", dest="enable_chunked_prefill", action="store_false")
+    parser.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--num-kv-blocks", type=int, default=None, help="fix the KV cache size in blocks")
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--load-format", default="auto", help="auto, safetensors, dummy, gguf")
+    parser.add_argument("--quantization", "-q", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--platform", default=None, help="override platform selection (also OCTAVO_PLATFORM)")
+    parser.add_argument("--enforce-eager", action="store_true", help="never capture graphs")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    parser.add_argument("--distributed-executor-backend", default=None, help="mp or ray")
+    parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")
+
+
+def engine_args_from(args: argparse.Namespace) -> EngineArgs:
+    names = EngineArgs.field_names()
+    return EngineArgs(**{k: v for k, v in vars(args).items() if k in names})

@@ -1,0 +1,35 @@
+"""The ``octavo`` command: generate, env (serve and bench come with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="octavo", description="Octavo LLM inference engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from octavo.entrypoints.cli import env, generate
+
+    generate.add_parser(sub)
+    env.add_parser(sub)
+    for optional in ("serve", "bench", "plugins"):
+        try:
+            module = __import__(f"octavo.entrypoints.cli.{optional}", fromlist=["add_parser"])
+        except ImportError:
+            continue
+        module.add_parser(sub)
+    args = parser.parse_args(argv)
+    from octavo.errors import OctavoError
+
+    try:
+        return int(args.func(args) or 0)
+    except OctavoError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

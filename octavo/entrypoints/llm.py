@@ -1,0 +1,122 @@
+"""The offline Python API: ``LLM(model).generate(prompts, SamplingParams)``.
+
+Every prompt is validated before any is scheduled, so a bad prompt in a
+batch raises without leaving the others half-done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from octavo.core.outputs import RequestOutput
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.engine_args import EngineArgs, build_engine
+from octavo.errors import InvalidArgumentError
+
+PromptType = str | list[int] | dict[str, Any]
+
+
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value) and bool(value)
+
+
+def normalize_prompts(prompts: PromptType | Sequence[PromptType]) -> list[PromptType]:
+    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        return list(prompts)
+    raise InvalidArgumentError(f"prompts must be a string, token ids, or a list of them; got {type(prompts).__name__}")
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        unknown = set(kwargs) - EngineArgs.field_names()
+        if unknown:
+            raise InvalidArgumentError(f"unknown LLM option(s): {', '.join(sorted(unknown))}")
+        self.engine = build_engine(EngineArgs(model=model, **kwargs))
+        self._next_id = 0
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        prompt_list = normalize_prompts(prompts)
+        params_list = self._params_list(sampling_params, len(prompt_list))
+        request_ids = []
+        try:
+            for prompt, params in zip(prompt_list, params_list):
+                params = params.clone()
+                params.output_kind = RequestOutputKind.FINAL_ONLY
+                request_ids.append(self.engine.add_request(self._new_id(), prompt, params))
+        except BaseException:
+            self.engine.abort_request(request_ids)
+            raise
+        return self._run(request_ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[dict[str, str]] | list[list[dict[str, str]]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [self.render_chat(c, chat_template, add_generation_prompt) for c in conversations]
+        return self.generate(prompts, sampling_params, use_tqdm)
+
+    def render_chat(self, conversation, chat_template=None, add_generation_prompt=True) -> dict[str, Any]:
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            raise InvalidArgumentError("chat needs a tokenizer")
+        if chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise InvalidArgumentError("the tokenizer has no chat template; pass chat_template=...")
+        text = tokenizer.apply_chat_template(
+            conversation, chat_template=chat_template, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        # The template already holds any BOS it wants.
+        return {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
+
+    def _params_list(self, sampling_params, num_prompts: int) -> list[SamplingParams]:
+        if sampling_params is None:
+            return [SamplingParams()] * num_prompts
+        if isinstance(sampling_params, SamplingParams):
+            return [sampling_params] * num_prompts
+        params_list = list(sampling_params)
+        if len(params_list) != num_prompts:
+            raise InvalidArgumentError(
+                f"got {len(params_list)} SamplingParams for {num_prompts} prompts", param="sampling_params"
+            )
+        return params_list
+
+    def _new_id(self) -> str:
+        self._next_id += 1
+        return f"llm-{self._next_id}"
+
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        finished: dict[str, RequestOutput] = {}
+        progress = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=len(request_ids), desc="Processed prompts", unit="prompt")
+        try:
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+                        if progress is not None:
+                            progress.update(1)
+        except BaseException:
+            self.engine.abort_request([r for r in request_ids if r not in finished])
+            raise
+        finally:
+            if progress is not None:
+                progress.close()
+        return [finished[r] for r in request_ids]

@@ -1,0 +1,1 @@
+"""Octavo's own model implementations, their registry and weight loading."""

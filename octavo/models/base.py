@@ -1,0 +1,30 @@
+"""What every model class receives and provides.
+
+A model is built from a ``ModelInitContext`` and must offer
+``forward(input_ids, positions, ctx) -> hidden_states``,
+``compute_logits(hidden_states) -> logits`` and
+``load_weights(iterable of (name, tensor))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from octavo.core.attention import AttentionBackend, AttentionSpec
+from octavo.models.config import ModelArchConfig
+from octavo.quantization.base import QuantizationConfig
+
+
+@dataclass
+class ModelInitContext:
+    config: ModelArchConfig
+    dtype: torch.dtype
+    quant_config: QuantizationConfig | None
+    # The platform's choice of attention backend for a given spec.
+    attention_backend: Callable[[AttentionSpec], AttentionBackend]
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: torch.dtype

@@ -1,0 +1,131 @@
+"""A decoder checkpoint's shape, read from its ``config.json``.
+
+Octavo reads the JSON itself (no ``AutoConfig``, no remote code), accepting
+both the older ``rope_scaling`` + ``rope_theta`` keys and the newer
+``rope_parameters`` dict of transformers 5.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from octavo.errors import ModelLoadError
+
+
+@dataclass
+class ModelArchConfig:
+    architecture: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_parameters: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    hidden_act: str
+    # Per layer: the sliding-window size, or None for full attention.
+    sliding_windows: list[int | None]
+    torch_dtype: str | None
+    quantization_config: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.raw.get("bos_token_id")
+
+
+def _rope(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict) and params:
+        if "full_attention" in params and isinstance(params["full_attention"], dict):
+            params = params["full_attention"]
+        theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
+        return float(theta), dict(params)
+    theta = float(raw.get("rope_theta", 10000.0))
+    scaling = raw.get("rope_scaling")
+    return theta, dict(scaling) if scaling else None
+
+
+def _sliding_windows(raw: dict[str, Any], num_layers: int) -> list[int | None]:
+    window = raw.get("sliding_window")
+    if raw.get("use_sliding_window") is False or not window:
+        return [None] * num_layers
+    layer_types = raw.get("layer_types")
+    if layer_types:
+        return [window if kind == "sliding_attention" else None for kind in layer_types]
+    if "max_window_layers" in raw:  # Qwen2 convention: layers past it slide
+        return [window if i >= raw["max_window_layers"] else None for i in range(num_layers)]
+    return [window] * num_layers
+
+
+def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
+    if "text_config" in raw and "hidden_size" not in raw:
+        raw = {**raw["text_config"], "architectures": raw.get("architectures")}
+    architectures = raw.get("architectures") or []
+    if not architectures:
+        raise ModelLoadError("config.json has no 'architectures' entry")
+    try:
+        num_heads = int(raw["num_attention_heads"])
+        hidden_size = int(raw["hidden_size"])
+        num_layers = int(raw["num_hidden_layers"])
+        theta, rope_parameters = _rope(raw)
+        return ModelArchConfig(
+            architecture=architectures[0],
+            model_type=raw.get("model_type", ""),
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden_size,
+            intermediate_size=int(raw["intermediate_size"]),
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or num_heads),
+            head_dim=int(raw.get("head_dim") or hidden_size // num_heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_parameters=rope_parameters,
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            hidden_act=raw.get("hidden_act", "silu"),
+            sliding_windows=_sliding_windows(raw, num_layers),
+            torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
+            quantization_config=raw.get("quantization_config"),
+            raw=raw,
+        )
+    except KeyError as exc:
+        raise ModelLoadError(f"config.json is missing the field {exc.args[0]!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"config.json has a field of the wrong type: {exc}") from exc
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(f"{path} is missing") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path} does not hold a JSON object")
+    return data
+
+
+def load_arch_config(model_dir: Path) -> ModelArchConfig:
+    return parse_arch_config(read_json(model_dir / "config.json"))
+
+
+def load_generation_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "generation_config.json"
+    return read_json(path) if path.exists() else {}

@@ -1,0 +1,97 @@
+"""Rotary position embeddings (the GPT-NeoX "rotate half" layout HF uses).
+
+Supported ``rope_type``s: default, linear, llama3 (Llama 3.1), yarn. The
+cos/sin table is computed once in float32 and indexed by position.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from octavo.errors import UnsupportedModelError
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
+    factor = params["factor"]
+    low_freq_factor = params.get("low_freq_factor", 1.0)
+    high_freq_factor = params.get("high_freq_factor", 4.0)
+    old_context_len = params["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def _yarn_inv_freq(inv_freq: torch.Tensor, dim: int, base: float, params: dict[str, Any], max_pos: int):
+    factor = params["factor"]
+    original = params.get("original_max_position_embeddings") or max_pos
+    beta_fast, beta_slow = params.get("beta_fast", 32), params.get("beta_slow", 1)
+
+    def correction_dim(num_rotations: float) -> float:
+        return (dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation = 1 - ramp
+    inv_freq = (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation
+    attention_factor = params.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+    return inv_freq, attention_factor
+
+
+def compute_inv_freq(head_size: int, base: float, rope_params: dict[str, Any] | None, max_pos: int):
+    """Inverse frequencies and the cos/sin scaling for ``rope_params``."""
+    dim = head_size
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+    rope_type = (rope_params or {}).get("rope_type") or (rope_params or {}).get("type") or "default"
+    if rope_type == "default":
+        return inv_freq, 1.0
+    if rope_type == "linear":
+        return inv_freq / rope_params["factor"], 1.0
+    if rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, rope_params), 1.0
+    if rope_type == "yarn":
+        return _yarn_inv_freq(inv_freq, dim, base, rope_params, max_pos)
+    raise UnsupportedModelError(f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn are)")
+
+
+def apply_rotary_reference(positions, query, key, cos_sin_cache):
+    """Rotate ``query`` [T, H, D] and ``key`` [T, Hkv, D] in place of HF's math."""
+    cos_sin = cos_sin_cache[positions]  # [T, D] = cat(cos_half, sin_half)
+    half = cos_sin.shape[-1] // 2
+    cos = torch.cat([cos_sin[:, :half]] * 2, dim=-1)[:, None, :]
+    sin = torch.cat([cos_sin[:, half:]] * 2, dim=-1)[:, None, :]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        c, s = cos.to(x.dtype), sin.to(x.dtype)
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+        return x * c + torch.cat((-x2, x1), dim=-1) * s
+
+    return rotate(query), rotate(key)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_size: int, max_position: int, base: float, rope_params: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.head_size = head_size
+        inv_freq, scaling = compute_inv_freq(head_size, base, rope_params, max_position)
+        positions = torch.arange(max_position, dtype=torch.float32)
+        freqs = positions[:, None] * inv_freq[None, :]
+        cache = torch.cat([freqs.cos() * scaling, freqs.sin() * scaling], dim=-1)
+        self.register_buffer("cos_sin_cache", cache, persistent=False)
+        self.impl = None  # a platform may swap in a fused kernel
+
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        if self.impl is not None:
+            return self.impl(positions, query, key, self.cos_sin_cache)
+        return apply_rotary_reference(positions, query, key, self.cos_sin_cache)

@@ -1,0 +1,233 @@
+"""The Llama decoder, and the family that shares its shape.
+
+Llama 2/3/3.1 and Mistral are this class as is; Qwen2 adds biases on q, k
+and v (``qwen2.py``); Qwen3 adds RMSNorm on each q and k head (``qwen3.py``).
+Projections are fused (qkv, gate-up) and split across tensor-parallel ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from octavo.core.attention import AttentionSpec
+from octavo.distributed.parallel_state import get_pp_group, get_tp_group
+from octavo.errors import ModelLoadError, UnsupportedModelError
+from octavo.models.base import ModelInitContext
+from octavo.models.layers.activation import SiluAndMul
+from octavo.models.layers.attention import Attention, ForwardContext
+from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from octavo.models.layers.norm import RMSNorm
+from octavo.models.layers.rotary import RotaryEmbedding
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self, ctx: ModelInitContext, layer_index: int, prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+        super().__init__()
+        config = ctx.config
+        self.head_size = config.head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_size, config.num_attention_heads, config.num_key_value_heads,
+            bias=qkv_bias, quant_config=ctx.quant_config, prefix=f"{prefix}.qkv_proj", params_dtype=ctx.dtype,
+        )
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.num_heads * self.head_size, self.num_kv_heads * self.head_size
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_size, config.hidden_size, bias=o_bias,
+            quant_config=ctx.quant_config, prefix=f"{prefix}.o_proj", params_dtype=ctx.dtype,
+        )
+        self.q_norm = RMSNorm(self.head_size, config.rms_norm_eps, ctx.dtype) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_size, config.rms_norm_eps, ctx.dtype) if qk_norm else None
+        self.rotary_emb = RotaryEmbedding(self.head_size, ctx.max_model_len, config.rope_theta, config.rope_parameters)
+        spec = AttentionSpec(
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            scale=self.head_size**-0.5,
+            dtype=ctx.dtype,
+            kv_cache_dtype=ctx.kv_cache_dtype,
+            block_size=ctx.block_size,
+            sliding_window=config.sliding_windows[layer_index],
+        )
+        self.attn = Attention(ctx.attention_backend(spec), layer_index)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
+        num_tokens = hidden.shape[0]
+        qkv = self.qkv_proj(hidden)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(num_tokens, self.num_heads, self.head_size)
+        k = k.reshape(num_tokens, self.num_kv_heads, self.head_size)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        out = self.attn(q, k, v.reshape(num_tokens, self.num_kv_heads, self.head_size), fctx)
+        return self.o_proj(out)
+
+
+class DecoderMLP(nn.Module):
+    def __init__(self, ctx: ModelInitContext, prefix: str):
+        super().__init__()
+        config = ctx.config
+        if config.hidden_act not in ("silu", "swish"):
+            raise UnsupportedModelError(f"hidden_act {config.hidden_act!r} is not supported (silu is)")
+        self.gate_up_proj = MergedColumnParallelLinear(
+            config.hidden_size, [config.intermediate_size] * 2, bias=config.mlp_bias,
+            quant_config=ctx.quant_config, prefix=f"{prefix}.gate_up_proj", params_dtype=ctx.dtype,
+        )
+        self.down_proj = RowParallelLinear(
+            config.intermediate_size, config.hidden_size, bias=config.mlp_bias,
+            quant_config=ctx.quant_config, prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype,
+        )
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, ctx: ModelInitContext, layer_index: int, prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+        super().__init__()
+        config = ctx.config
+        self.self_attn = DecoderAttention(ctx, layer_index, f"{prefix}.self_attn", qkv_bias, o_bias, qk_norm)
+        self.mlp = DecoderMLP(ctx, f"{prefix}.mlp")
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype)
+
+    def forward(self, positions, hidden, residual, fctx: ForwardContext):
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, fctx)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+def layer_range(num_layers: int) -> tuple[int, int]:
+    """The layers this pipeline-parallel rank holds (earlier ranks take the remainder)."""
+    pp = get_pp_group()
+    base, extra = divmod(num_layers, pp.world_size)
+    start = pp.rank * base + min(pp.rank, extra)
+    return start, start + base + (1 if pp.rank < extra else 0)
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, ctx: ModelInitContext, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+        super().__init__()
+        config = ctx.config
+        self.start_layer, self.end_layer = layer_range(config.num_hidden_layers)
+        pp = get_pp_group()
+        self.embed_tokens = (
+            VocabParallelEmbedding(config.vocab_size, config.hidden_size, ctx.dtype, "model.embed_tokens")
+            if pp.is_first or config.tie_word_embeddings
+            else None
+        )
+        # Layers outside this rank's range are absent (None keeps indices stable).
+        self.layers = nn.ModuleList(
+            [
+                DecoderLayer(ctx, i, f"model.layers.{i}", qkv_bias, o_bias, qk_norm)
+                if self.start_layer <= i < self.end_layer
+                else nn.Identity()
+                for i in range(config.num_hidden_layers)
+            ]
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype) if pp.is_last else None
+
+    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
+        """First PP rank: embed ``input_ids``; other ranks continue ``intermediate``
+        (hidden, residual). Last rank returns normed hidden states."""
+        if intermediate is None:
+            hidden, residual = self.embed_tokens(input_ids), None
+        else:
+            hidden, residual = intermediate
+        for layer in self.layers[self.start_layer : self.end_layer]:
+            hidden, residual = layer(positions, hidden, residual, fctx)
+        if self.norm is None:
+            return hidden, residual
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class LlamaForCausalLM(nn.Module):
+    # How the HF checkpoint's separate projections map onto fused layers.
+    stacked_params = (
+        ("qkv_proj", "q_proj", "q"),
+        ("qkv_proj", "k_proj", "k"),
+        ("qkv_proj", "v_proj", "v"),
+        ("gate_up_proj", "gate_proj", 0),
+        ("gate_up_proj", "up_proj", 1),
+    )
+    qk_norm = False
+
+    @staticmethod
+    def has_qkv_bias(config) -> bool:
+        return config.attention_bias
+
+    @staticmethod
+    def has_o_bias(config) -> bool:
+        return config.attention_bias
+
+    def __init__(self, ctx: ModelInitContext) -> None:
+        super().__init__()
+        config = ctx.config
+        self.config = config
+        self.model = DecoderModel(ctx, self.has_qkv_bias(config), self.has_o_bias(config), self.qk_norm)
+        self.lm_head = None
+        if get_pp_group().is_last:
+            tie = self.model.embed_tokens if config.tie_word_embeddings else None
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, ctx.dtype, "lm_head", tie_to=tie)
+
+    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
+        return self.model(input_ids, positions, fctx, intermediate)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.lm_head.compute_logits(hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy checkpoint tensors into parameters; raise on missing ones."""
+        params = dict(self.named_parameters(remove_duplicate=False))
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            target, shard_id = self._param_name(name)
+            param = params.get(target)
+            if param is None:
+                continue  # another pipeline stage's layer, or an unused tensor
+            loader = getattr(param, "weight_loader", None)
+            if loader is None:
+                if param.shape != tensor.shape:
+                    raise ModelLoadError(f"{name}: shape {tuple(tensor.shape)} but expected {tuple(param.shape)}")
+                param.data.copy_(tensor)
+            elif shard_id is None:
+                loader(param, tensor)
+            else:
+                loader(param, tensor, shard_id)
+            loaded.add(target if shard_id is None else f"{target}:{shard_id}")
+        self._check_complete(params, loaded)
+        return loaded
+
+    def _param_name(self, name: str) -> tuple[str, object]:
+        for fused, original, shard_id in self.stacked_params:
+            if f".{original}." in name:
+                return name.replace(f".{original}.", f".{fused}."), shard_id
+        return name, None
+
+    def _check_complete(self, params: dict[str, torch.Tensor], loaded: set[str]) -> None:
+        fused_shards = {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)}
+        for name, param in params.items():
+            if getattr(param, "not_in_checkpoint", False):
+                continue  # made by a quantization method after loading
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            fused = next((f for f in fused_shards if f".{f}." in name), None)
+            required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
+            missing = [r for r in required if r not in loaded]
+            if missing:
+                raise ModelLoadError(f"the checkpoint has no tensor for {missing[0]}")

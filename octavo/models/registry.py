@@ -1,0 +1,48 @@
+"""Architecture name (``config.json``'s ``architectures[0]``) -> model class.
+
+In-tree models are registered through the built-in plugin's ``octavo_models``
+hook, like a third-party plugin's; classes are given as ``"module:Class"``
+strings so that nothing is imported until a model of that kind is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from torch import nn
+
+from octavo.errors import UnsupportedModelError
+
+
+class ModelRegistry:
+    def __init__(self) -> None:
+        self._models: dict[str, type[nn.Module] | str] = {}
+
+    def register(self, architecture: str, model: type[nn.Module] | str) -> None:
+        self._models[architecture] = model
+
+    def architectures(self) -> list[str]:
+        return sorted(self._models)
+
+    def resolve(self, architecture: str) -> type[nn.Module]:
+        model = self._models.get(architecture)
+        if model is None:
+            raise UnsupportedModelError(
+                f"architecture {architecture!r} is not supported; supported: {', '.join(self.architectures())}"
+            )
+        if isinstance(model, str):
+            module_name, _, class_name = model.partition(":")
+            model = getattr(importlib.import_module(module_name), class_name)
+            self._models[architecture] = model
+        return model
+
+
+def build_registry() -> ModelRegistry:
+    """A registry filled from every loaded plugin's ``octavo_models`` hook."""
+    from octavo.plugins.manager import get_plugin_manager
+
+    registry = ModelRegistry()
+    for models in get_plugin_manager().hook.octavo_models():
+        for architecture, model in (models or {}).items():
+            registry.register(architecture, model)
+    return registry

@@ -1,0 +1,30 @@
+"""Octavo's plugin system (pluggy, project name ``octavo``).
+
+A plugin is a module named by an entry point in the ``octavo.plugins`` group
+that implements any of the hooks in :mod:`octavo.plugins.hookspecs` and
+declares the plugin API version it was written against::
+
+    # my_plugin.py
+    from octavo.plugins import hookimpl
+
+    OCTAVO_PLUGIN_API_VERSION = "1.0"
+
+    @hookimpl
+    def octavo_platforms():
+        return [MyPlatform]
+
+The in-tree platforms, models and quantization methods are registered
+through exactly this mechanism (``octavo.plugins.builtin``).
+"""
+
+import pluggy
+
+PROJECT_NAME = "octavo"
+ENTRY_POINT_GROUP = "octavo.plugins"
+# Major.minor: a plugin built for another major version is refused.
+API_VERSION = "1.0"
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+__all__ = ["API_VERSION", "ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec"]

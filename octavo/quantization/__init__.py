@@ -1,0 +1,1 @@
+"""Quantization methods: an interface in ``base``, formats as plugins."""

@@ -1,0 +1,1 @@
+"""Model runner, workers and executors: the runtime behind the Executor protocol."""

@@ -1,0 +1,51 @@
+"""What a worker needs to build its model runner: plain values only, so the
+same object can be sent to worker processes as msgpack."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class WorkerConfig:
+    model_path: str
+    load_format: str  # "safetensors" | "dummy" | "gguf"
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    platform: str
+    quantization: str | None = None
+    seed: int = 0
+    enforce_eager: bool = False
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    num_kv_blocks: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)

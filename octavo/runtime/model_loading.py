@@ -1,0 +1,114 @@
+"""Build the model for a worker: architecture, quantization, backend, weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from octavo.core.attention import AttentionBackend, AttentionSpec
+from octavo.core.tokenizer import eos_token_ids
+from octavo.errors import ModelLoadError
+from octavo.models.base import ModelInitContext
+from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
+from octavo.models.layers.attention import Attention
+from octavo.models.loader import (
+    initialize_dummy_weights,
+    iterate_safetensors,
+    process_weights_after_loading,
+    safetensors_files,
+)
+from octavo.models.registry import build_registry
+from octavo.platforms.interface import Platform
+from octavo.quantization.registry import build_quant_config
+from octavo.runtime.config import WorkerConfig, dtype_from_name
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    arch: ModelArchConfig
+    # Global layer index -> that layer's backend, for the layers this rank holds.
+    layer_backends_by_index: dict[int, AttentionBackend]
+    eos_token_ids: frozenset[int]
+    weight_bytes: int
+
+    @property
+    def layer_backends(self) -> list[AttentionBackend]:
+        return [self.layer_backends_by_index[i] for i in sorted(self.layer_backends_by_index)]
+
+    @property
+    def metadata_builder(self) -> AttentionBackend:
+        return self.layer_backends[0]
+
+
+def _backend_factory(platform: Platform):
+    cache: dict[AttentionSpec, AttentionBackend] = {}
+
+    def factory(spec: AttentionSpec) -> AttentionBackend:
+        if spec not in cache:
+            cache[spec] = platform.attention_backend(spec)
+        return cache[spec]
+
+    return factory
+
+
+def weight_bytes(model: nn.Module) -> int:
+    seen, total = set(), 0
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def load_arch(config: WorkerConfig) -> tuple[ModelArchConfig, dict]:
+    path = Path(config.model_path)
+    if config.load_format == "gguf":
+        from octavo.models.gguf_loader import gguf_arch_config
+
+        return gguf_arch_config(path), {}
+    return load_arch_config(path), load_generation_config(path)
+
+
+def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -> LoadedModel:
+    arch, generation_config = load_arch(config)
+    model_class = build_registry().resolve(arch.architecture)
+    quant_config = build_quant_config(config.quantization, arch.quantization_config, platform)
+    dtype = dtype_from_name(config.dtype)
+    kv_cache_dtype = dtype if config.kv_cache_dtype == "auto" else platform.kv_cache_dtype(config.kv_cache_dtype)
+    ctx = ModelInitContext(
+        config=arch,
+        dtype=dtype,
+        quant_config=quant_config,
+        attention_backend=_backend_factory(platform),
+        max_model_len=config.max_model_len,
+        block_size=config.block_size,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    with torch.device(device):
+        model = model_class(ctx)
+    if config.load_format == "dummy":
+        initialize_dummy_weights(model, seed=config.seed)
+    elif config.load_format == "gguf":
+        from octavo.models.gguf_loader import iterate_gguf_tensors
+
+        model.load_weights(iterate_gguf_tensors(Path(config.model_path), arch))
+    elif config.load_format in ("safetensors", "auto"):
+        model.load_weights(iterate_safetensors(safetensors_files(Path(config.model_path))))
+    else:
+        raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
+    process_weights_after_loading(model)
+    platform.optimize_model(model)
+    model.eval()
+    backends = {m.layer_index: m.backend for m in model.modules() if isinstance(m, Attention)}
+    return LoadedModel(
+        model=model,
+        arch=arch,
+        layer_backends_by_index=backends,
+        eos_token_ids=eos_token_ids(None, arch.raw, generation_config),
+        weight_bytes=weight_bytes(model),
+    )
