@@ -1,5 +1,6 @@
-"""The built-in plugin: Octavo's own platforms, models and quantization
-methods, registered through the same entry point group as a vendor's."""
+"""The built-in plugin: Octavo's own platforms, models, quantization methods
+and attention backends, registered through the same entry point group as a
+vendor's (``octavo.plugins``), with no privileged path."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ OCTAVO_PLUGIN_API_VERSION = API_VERSION
 
 @hookimpl
 def octavo_platforms():
-    from octavo.platforms.cpu import CpuPlatform
+    from octavo.platforms.builtin import builtin_platforms
 
-    return [CpuPlatform]
+    return builtin_platforms()
 
 
 @hookimpl
@@ -26,7 +27,14 @@ def octavo_models():
 
 
 @hookimpl
-def octavo_attention_backends():
-    from octavo.runtime.attention.torch_paged import TorchPagedAttention
+def octavo_quantization_methods():
+    from octavo.quantization.builtin import builtin_quantization_methods
 
-    return {TorchPagedAttention.name: TorchPagedAttention}
+    return builtin_quantization_methods()
+
+
+@hookimpl
+def octavo_attention_backends():
+    from octavo.runtime.attention.builtin import builtin_attention_backends
+
+    return builtin_attention_backends()

@@ -1,0 +1,9 @@
+"""The in-tree attention backends, as the built-in plugin registers them."""
+
+from __future__ import annotations
+
+
+def builtin_attention_backends() -> dict[str, type]:
+    from octavo.runtime.attention.torch_paged import TorchPagedAttention
+
+    return {TorchPagedAttention.name: TorchPagedAttention}

@@ -1,0 +1,60 @@
+"""Shared fixtures: one tokenizer and one small checkpoint per architecture,
+built once per session; an engine factory; and a check that every engine a
+test made ends with all its KV blocks free."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.checkpoints import ARCHITECTURES, build_checkpoint, build_tokenizer
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+SHARED_LLAMA2_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama2"
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dirs(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {arch: build_checkpoint(root / arch, arch, tokenizer_dir) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def llama_dir(checkpoint_dirs) -> Path:
+    return checkpoint_dirs["llama"]
+
+
+@pytest.fixture(scope="session")
+def llama2_tokenizer_dir() -> Path:
+    if not (SHARED_LLAMA2_TOKENIZER / "tokenizer.json").exists():
+        pytest.skip(f"the Llama 2 tokenizer is not at {SHARED_LLAMA2_TOKENIZER}")
+    return SHARED_LLAMA2_TOKENIZER
+
+
+@pytest.fixture
+def make_llm():
+    """``make_llm(path, **options)`` -> LLM in float32; asserts all blocks free at teardown."""
+    from octavo import LLM
+
+    made = []
+
+    def factory(model: Path | str, **options):
+        options.setdefault("dtype", "float32")
+        options.setdefault("max_model_len", 256)
+        options.setdefault("max_num_seqs", 16)
+        llm = LLM(str(model), **options)
+        made.append(llm)
+        return llm
+
+    yield factory
+    for llm in made:
+        kv = llm.engine.scheduler.kv
+        llm.engine.shutdown()
+        assert kv.num_free_blocks == kv.num_blocks, f"{kv.num_blocks - kv.num_free_blocks} KV blocks leaked"
