@@ -90,7 +90,7 @@ def resolve_max_model_len(requested: int | None, arch: ModelArchConfig) -> int:
     limit = arch.max_position_embeddings
     if requested is None:
         return limit
-    if requested > limit and not arch.rope_parameters:
+    if requested > limit:
         raise InvalidArgumentError(
             f"max_model_len={requested} exceeds the model's max_position_embeddings ({limit})", param="max_model_len"
         )

@@ -1,0 +1,96 @@
+"""Incremental detokenization and stop strings, through the engine loop with a
+scripted model and real tokenizers."""
+
+from __future__ import annotations
+
+import pytest
+
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.tokenizer import load_tokenizer
+from tests.fakes import scripted_engine
+
+TEXT = "Grüße aus 日本 🎉! Café naïve — ok."
+
+
+def stream(engine, prompt, params) -> list:
+    engine.add_request("r", prompt, params)
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def llama2(llama2_tokenizer_dir):
+    return load_tokenizer(llama2_tokenizer_dir)
+
+
+def test_multibyte_characters_stream_intact_llama2(llama2):
+    script = llama2.encode(TEXT, add_special_tokens=False)
+    # Byte-fallback pieces: the emoji is split over several tokens.
+    assert any(llama2.convert_ids_to_tokens(t).startswith("<0x") for t in script)
+    engine = scripted_engine(llama2, script)
+    params = SamplingParams(max_tokens=len(script), ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+    chunks = [o.outputs[0].text for o in stream(engine, "Hello", params)]
+    assert all("\ufffd" not in chunk for chunk in chunks)
+    # SentencePiece's "▁" on the first piece is a real space after the prompt.
+    assert "".join(chunks) == " " + TEXT
+
+
+def test_multibyte_characters_stream_intact_byte_level(tokenizer_dir):
+    tokenizer = load_tokenizer(tokenizer_dir)
+    script = tokenizer.encode(TEXT, add_special_tokens=False)
+    engine = scripted_engine(tokenizer, script, vocab_size=tokenizer.vocab_size + 8)
+    params = SamplingParams(max_tokens=len(script), ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+    chunks = [o.outputs[0].text for o in stream(engine, "Hello", params)]
+    assert all("\ufffd" not in chunk for chunk in chunks)
+    assert "".join(chunks) == TEXT
+
+
+def test_stop_string_across_token_boundaries(llama2):
+    script = llama2.encode("The quick brown fox jumps over the lazy dog", add_special_tokens=False)
+    pieces = llama2.convert_ids_to_tokens(script)
+    # "own fox ju" spans three tokens ("▁brown", "▁fox", "▁jump"...).
+    stop = "own fox ju"
+    assert not any(stop in p.replace("▁", " ") for p in pieces)
+    engine = scripted_engine(llama2, script)
+    params = SamplingParams(max_tokens=len(script), ignore_eos=True, stop=[stop], output_kind=RequestOutputKind.DELTA)
+    outputs = stream(engine, "Hi", params)
+    text = "".join(o.outputs[0].text for o in outputs)
+    assert text == " The quick br"
+    final = outputs[-1].outputs[0]
+    assert final.finish_reason == "stop" and final.stop_reason == stop
+    # The stream never showed the start of the stop string.
+    assert all("own" not in o.outputs[0].text for o in outputs)
+    assert engine.scheduler.kv.num_free_blocks == engine.scheduler.kv.num_blocks
+
+
+def test_stop_string_kept_when_asked(llama2):
+    script = llama2.encode("one two three four five", add_special_tokens=False)
+    engine = scripted_engine(llama2, script)
+    params = SamplingParams(max_tokens=20, ignore_eos=True, stop=["three"], include_stop_str_in_output=True)
+    (final,) = [o for o in stream(engine, "Hi", params) if o.finished]
+    assert final.outputs[0].text == " one two three"
+
+
+def test_stop_token_ids_and_eos(llama2):
+    script = llama2.encode("a b c d e f", add_special_tokens=False)
+    stop_id = script[2]
+    engine = scripted_engine(llama2, script)
+    (final,) = stream(engine, "Hi", SamplingParams(max_tokens=20, stop_token_ids=[stop_id], output_kind=RequestOutputKind.FINAL_ONLY))
+    assert final.outputs[0].token_ids == script[:3] and final.outputs[0].stop_reason == stop_id
+    engine = scripted_engine(llama2, script, eos=frozenset({script[1]}))
+    (final,) = stream(engine, "Hi", SamplingParams(max_tokens=20, output_kind=RequestOutputKind.FINAL_ONLY))
+    assert final.outputs[0].token_ids == script[:2] and final.outputs[0].finish_reason == "stop"
+    engine = scripted_engine(llama2, script, eos=frozenset({script[1]}))
+    params = SamplingParams(max_tokens=4, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
+    (final,) = stream(engine, "Hi", params)
+    assert final.outputs[0].token_ids == script[:4] and final.outputs[0].finish_reason == "length"
+
+
+def test_min_tokens_defers_stop_strings(llama2):
+    script = llama2.encode("stop here then stop again", add_special_tokens=False)
+    engine = scripted_engine(llama2, script)
+    params = SamplingParams(max_tokens=30, ignore_eos=True, stop=["stop"], min_tokens=3)
+    (final,) = [o for o in stream(engine, "Hi", params) if o.finished]
+    assert final.outputs[0].text == " stop here then "
