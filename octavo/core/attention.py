@@ -59,6 +59,9 @@ class AttentionBatch:
 
 class AttentionBackend(ABC):
     name: ClassVar[str]
+    # True when ``build_metadata`` + ``forward`` can be captured in a graph:
+    # no host synchronisation and no data-dependent shapes.
+    supports_graph_capture: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionSpec) -> None:
         self.spec = spec

@@ -1,10 +1,15 @@
 """Scheduler output + runner state -> the flat tensors of one step.
 
-Requests are laid out in the scheduler's order. For each one the step
-computes tokens ``[num_computed_tokens, num_computed_tokens + n)``; it samples
-only when that range reaches the end of its tokens (a partial prompt chunk
-samples nothing), and it scores prompt positions when prompt logprobs were
-asked for.
+Requests are laid out in the scheduler's order. Request ``i`` computes its
+tokens ``[num_computed_tokens, num_computed_tokens + n)``; it samples only
+when that range reaches the end of its tokens (a partial prompt chunk samples
+nothing), and it scores prompt positions when prompt logprobs were asked for.
+Everything is computed with vectorised numpy into pinned staging buffers,
+then copied to the device asynchronously.
+
+A decode-only step may be padded to ``padded_num_reqs`` (a captured graph's
+size): padding requests have one token, slot -1 (nothing is written), a
+sequence length of 0 and position 0; their outputs are ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 
 from octavo.core.attention import AttentionBatch
 from octavo.core.scheduler_output import SchedulerOutput
+from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.request_state import RequestStates
 
 
@@ -31,71 +37,103 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     attn_batch: AttentionBatch
+    num_tokens: int  # real tokens (the tensors may be padded beyond it)
     # Rows of the hidden states to sample from, and whose they are.
     logits_indices: torch.Tensor
     sample_request_ids: list[str]
+    is_uniform_decode: bool
     prompt_logprob_spans: list[PromptLogprobSpan] = field(default_factory=list)
 
 
-def prepare_batch(
-    states: RequestStates, scheduler_output: SchedulerOutput, block_size: int, device: torch.device
-) -> PreparedBatch:
-    num_reqs = len(scheduler_output.num_scheduled_tokens)
-    num_tokens = scheduler_output.total_num_scheduled_tokens
-    input_ids = np.empty(num_tokens, dtype=np.int64)
-    positions = np.empty(num_tokens, dtype=np.int64)
-    slot_mapping = np.empty(num_tokens, dtype=np.int64)
-    query_start_loc = np.zeros(num_reqs + 1, dtype=np.int32)
-    seq_lens = np.empty(num_reqs, dtype=np.int32)
-    max_blocks = max(len(states[r].block_ids) for r in scheduler_output.num_scheduled_tokens)
-    block_table = np.zeros((num_reqs, max(max_blocks, 1)), dtype=np.int32)
-    logits_indices: list[int] = []
-    sample_request_ids: list[str] = []
-    spans: list[PromptLogprobSpan] = []
+class InputPreparer:
+    def __init__(self, states: RequestStates, buffers: InputBuffers, block_size: int, device: torch.device) -> None:
+        self.states = states
+        self.buffers = buffers
+        self.block_size = block_size
+        self.device = device
 
-    offset = 0
-    for i, (request_id, num_new) in enumerate(scheduler_output.num_scheduled_tokens.items()):
-        state = states[request_id]
-        start = state.num_computed_tokens
-        end = start + num_new
-        token_positions = np.arange(start, end)
-        blocks = np.asarray(state.block_ids, dtype=np.int64)
-        input_ids[offset : offset + num_new] = state.token_ids[start:end]
-        positions[offset : offset + num_new] = token_positions
-        slot_mapping[offset : offset + num_new] = blocks[token_positions // block_size] * block_size + token_positions % block_size
-        block_table[i, : len(blocks)] = blocks
-        seq_lens[i] = end
-        query_start_loc[i + 1] = offset + num_new
-        if end == len(state.token_ids):
-            logits_indices.append(offset + num_new - 1)
-            sample_request_ids.append(request_id)
-        if state.sampling_params.prompt_logprobs is not None and start < state.num_prompt_tokens - 1:
+    def prepare(self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None) -> PreparedBatch:
+        buffers, block_size = self.buffers, self.block_size
+        order = list(scheduler_output.num_scheduled_tokens)
+        states = [self.states[r] for r in order]
+        num_reqs = len(order)
+        num_scheduled = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, num_reqs)
+        starts = np.fromiter((s.num_computed_tokens for s in states), np.int64, num_reqs)
+        rows = np.fromiter((s.row for s in states), np.int64, num_reqs)
+        ends = starts + num_scheduled
+        num_tokens = int(num_scheduled.sum())
+        is_uniform_decode = num_tokens == num_reqs
+
+        query_start_loc = buffers.query_start_loc.np
+        query_start_loc[0] = 0
+        np.cumsum(num_scheduled, out=query_start_loc[1 : num_reqs + 1])
+        buffers.seq_lens.np[:num_reqs] = ends
+        if is_uniform_decode:
+            positions = starts
+            token_rows = rows
+            buffers.input_ids.np[:num_tokens] = [s.token_ids[p] for s, p in zip(states, positions.tolist())]
+        else:
+            token_request = np.repeat(np.arange(num_reqs), num_scheduled)
+            positions = starts[token_request] + np.arange(num_tokens) - np.repeat(query_start_loc[:num_reqs], num_scheduled)
+            token_rows = rows[token_request]
+            buffers.input_ids.np[:num_tokens] = np.concatenate(
+                [np.asarray(s.token_ids[b:e], dtype=np.int64) for s, b, e in zip(states, starts.tolist(), ends.tolist())]
+            )
+        buffers.positions.np[:num_tokens] = positions
+        block_ids = self.states.block_table[token_rows, positions // block_size]
+        buffers.slot_mapping.np[:num_tokens] = block_ids.astype(np.int64) * block_size + positions % block_size
+
+        total_reqs, total_tokens = num_reqs, num_tokens
+        if padded_num_reqs is not None and padded_num_reqs > num_reqs:
+            total_reqs = total_tokens = padded_num_reqs
+            self._pad_decode(num_reqs, padded_num_reqs)
+        width = buffers.max_blocks_per_req if padded_num_reqs is not None else max(1, -(-int(ends.max()) // block_size))
+        table = buffers.block_table.np[: total_reqs * width].reshape(total_reqs, width)
+        table[:num_reqs] = self.states.block_table[rows, :width]
+
+        attn_batch = AttentionBatch(
+            query_start_loc=buffers.query_start_loc.upload(total_reqs + 1),
+            seq_lens=buffers.seq_lens.upload(total_reqs),
+            block_table=buffers.block_table.upload(total_reqs * width).view(total_reqs, width),
+            slot_mapping=buffers.slot_mapping.upload(total_tokens),
+            num_reqs=num_reqs,
+            num_actual_tokens=num_tokens,
+            max_query_len=int(num_scheduled.max()),
+            max_seq_len=int(ends.max()),
+            query_start_loc_cpu=buffers.query_start_loc.host[: total_reqs + 1],
+            seq_lens_cpu=buffers.seq_lens.host[:total_reqs],
+        )
+        sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
+        logits_indices = query_start_loc[1 : num_reqs + 1][sample_mask] - 1
+        return PreparedBatch(
+            input_ids=buffers.input_ids.upload(total_tokens),
+            positions=buffers.positions.upload(total_tokens),
+            attn_batch=attn_batch,
+            num_tokens=num_tokens,
+            logits_indices=torch.from_numpy(logits_indices.astype(np.int64)).to(self.device, non_blocking=True),
+            sample_request_ids=[r for r, sample in zip(order, sample_mask.tolist()) if sample],
+            is_uniform_decode=is_uniform_decode,
+            prompt_logprob_spans=self._prompt_logprob_spans(states, starts, ends, query_start_loc),
+        )
+
+    def _pad_decode(self, num_reqs: int, padded: int) -> None:
+        buffers = self.buffers
+        buffers.query_start_loc.np[num_reqs + 1 : padded + 1] = np.arange(num_reqs + 1, padded + 1)
+        buffers.seq_lens.np[num_reqs:padded] = 0
+        buffers.input_ids.np[num_reqs:padded] = 0
+        buffers.positions.np[num_reqs:padded] = 0
+        buffers.slot_mapping.np[num_reqs:padded] = -1
+
+    @staticmethod
+    def _prompt_logprob_spans(states, starts, ends, query_start_loc) -> list[PromptLogprobSpan]:
+        spans = []
+        for i, state in enumerate(states):
+            if state.sampling_params.prompt_logprobs is None:
+                continue
+            start, end = int(starts[i]), int(ends[i])
+            if start >= state.num_prompt_tokens - 1:
+                continue
             last = min(end, state.num_prompt_tokens - 1)
-            spans.append(PromptLogprobSpan(request_id, offset, state.prompt_token_ids[start + 1 : last + 1]))
-        offset += num_new
-
-    def to_device(array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(device, non_blocking=True)
-
-    query_start_loc_t = torch.from_numpy(query_start_loc)
-    seq_lens_t = torch.from_numpy(seq_lens)
-    attn_batch = AttentionBatch(
-        query_start_loc=query_start_loc_t.to(device),
-        seq_lens=seq_lens_t.to(device),
-        block_table=to_device(block_table),
-        slot_mapping=to_device(slot_mapping),
-        num_reqs=num_reqs,
-        num_actual_tokens=num_tokens,
-        max_query_len=int(np.diff(query_start_loc).max()) if num_reqs else 0,
-        max_seq_len=int(seq_lens.max()) if num_reqs else 0,
-        query_start_loc_cpu=query_start_loc_t,
-        seq_lens_cpu=seq_lens_t,
-    )
-    return PreparedBatch(
-        input_ids=to_device(input_ids),
-        positions=to_device(positions),
-        attn_batch=attn_batch,
-        logits_indices=torch.tensor(logits_indices, dtype=torch.long, device=device),
-        sample_request_ids=sample_request_ids,
-        prompt_logprob_spans=spans,
-    )
+            targets = state.prompt_token_ids[start + 1 : last + 1]
+            spans.append(PromptLogprobSpan(state.request_id, int(query_start_loc[i]), targets))
+        return spans

@@ -15,7 +15,8 @@ from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, Tok
 from octavo.models.layers.attention import ForwardContext
 from octavo.platforms.interface import Platform
 from octavo.runtime.config import WorkerConfig
-from octavo.runtime.input_batch import PreparedBatch, prepare_batch
+from octavo.runtime.input_batch import InputPreparer, PreparedBatch
+from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.model_loading import LoadedModel, load_model
 from octavo.runtime.request_state import RequestStates
 from octavo.runtime.sampler import Sampler, SamplingRow, gather_logprobs
@@ -31,11 +32,17 @@ class ModelRunner:
         self.config = config
         self.platform = platform
         self.device = device
-        self.states = RequestStates()
+        max_blocks_per_req = -(-config.max_model_len // config.block_size)
+        self.states = RequestStates(config.max_num_seqs, max_blocks_per_req)
+        buffers = InputBuffers(
+            max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs, max_blocks_per_req, device
+        )
+        self.inputs = InputPreparer(self.states, buffers, config.block_size, device)
         self.sampler = Sampler(seed=config.seed)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
+        self.graphs = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -85,6 +92,21 @@ class ModelRunner:
                 backend.kv_cache_shape(num_blocks), dtype=backend.spec.kv_cache_dtype, device=self.device
             )
         self.num_kv_blocks = num_blocks
+        self._maybe_capture_graphs()
+
+    def _maybe_capture_graphs(self) -> None:
+        self.graphs = None
+        factory = self.platform.graph_runner()
+        if factory is None or self.config.enforce_eager:
+            return
+        backends = self.loaded.layer_backends
+        if not all(getattr(b, "supports_graph_capture", False) for b in backends):
+            logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
+            return
+        from octavo.runtime.cuda_graphs import graph_batch_sizes
+
+        self.graphs = factory(self, graph_batch_sizes(self.config.max_num_seqs))
+        self.graphs.capture()
 
     # ------------------------------------------------------------------ step
 
@@ -93,15 +115,32 @@ class ModelRunner:
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
-        batch = prepare_batch(self.states, scheduler_output, self.config.block_size, self.device)
-        hidden = self.run_model(batch)
         output = ModelRunnerOutput()
+        graph_size = self._graph_size(scheduler_output)
+        if graph_size is not None:
+            batch = self.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
+            logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
+            self._sample(logits, batch, output)
+            return output
+        batch = self.inputs.prepare(scheduler_output)
+        hidden = self.run_model(batch)
         if batch.sample_request_ids:
             logits = self.model.compute_logits(hidden[batch.logits_indices])
             self._sample(logits, batch, output)
         if batch.prompt_logprob_spans:
             self._prompt_logprobs(hidden, batch, output)
         return output
+
+    def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
+        """The graph to replay for this step, if it is a plain decode step."""
+        if self.graphs is None:
+            return None
+        num_reqs = len(scheduler_output.num_scheduled_tokens)
+        if scheduler_output.total_num_scheduled_tokens != num_reqs:
+            return None  # some request computes more than one token
+        if any(self.states[r].sampling_params.prompt_logprobs is not None for r in scheduler_output.num_scheduled_tokens):
+            return None
+        return self.graphs.padded_size(num_reqs)
 
     def run_model(self, batch: PreparedBatch) -> torch.Tensor:
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)

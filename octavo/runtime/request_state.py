@@ -1,13 +1,17 @@
-"""The runner's copy of each request: token ids, block table, progress.
+"""The runner's copy of each request: token ids, block table row, progress.
 
 Filled from ``NewRequestData`` the first time a request is scheduled (or
 after it was preempted), then kept up to date from ``CachedRequestData``
-deltas. Dropped when the scheduler lists the id in ``finished_request_ids``.
+deltas; dropped when the scheduler lists the id in ``finished_request_ids``.
+Each live request owns one row of ``block_table`` (a numpy array) so that a
+step's block table and slot mapping are gathered with vectorised indexing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -19,8 +23,9 @@ class RunnerRequestState:
     prompt_token_ids: list[int]
     token_ids: list[int]  # prompt + output so far
     sampling_params: SamplingParams
-    block_ids: list[int]
+    num_blocks: int
     num_computed_tokens: int
+    row: int
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -32,27 +37,49 @@ class RunnerRequestState:
 
 
 class RequestStates(dict[str, RunnerRequestState]):
+    def __init__(self, max_num_reqs: int = 256, max_blocks_per_req: int = 1024) -> None:
+        super().__init__()
+        self.block_table = np.zeros((max_num_reqs, max_blocks_per_req), dtype=np.int32)
+        self._free_rows = list(range(max_num_reqs - 1, -1, -1))
+
     def apply(self, scheduler_output: SchedulerOutput) -> None:
         for request_id in scheduler_output.finished_request_ids:
-            self.pop(request_id, None)
+            state = self.pop(request_id, None)
+            if state is not None:
+                self._free_rows.append(state.row)
         for new in scheduler_output.new_requests:
             self[new.request_id] = self._from_new(new)
         for cached in scheduler_output.cached_requests:
             self._update(self[cached.request_id], cached)
 
-    @staticmethod
-    def _from_new(new: NewRequestData) -> RunnerRequestState:
-        return RunnerRequestState(
+    def block_ids(self, request_id: str) -> list[int]:
+        state = self[request_id]
+        return self.block_table[state.row, : state.num_blocks].tolist()
+
+    def _set_blocks(self, state: RunnerRequestState, block_ids: list[int]) -> None:
+        end = state.num_blocks + len(block_ids)
+        if end > self.block_table.shape[1]:
+            raise ValueError(f"request {state.request_id} needs {end} blocks, more than max_model_len allows")
+        self.block_table[state.row, state.num_blocks : end] = block_ids
+        state.num_blocks = end
+
+    def _from_new(self, new: NewRequestData) -> RunnerRequestState:
+        if not self._free_rows:
+            raise RuntimeError("more live requests than max_num_seqs")
+        state = RunnerRequestState(
             request_id=new.request_id,
             prompt_token_ids=list(new.prompt_token_ids),
             token_ids=list(new.prompt_token_ids) + list(new.output_token_ids),
             sampling_params=new.sampling_params,
-            block_ids=list(new.block_ids),
+            num_blocks=0,
             num_computed_tokens=new.num_computed_tokens,
+            row=self._free_rows.pop(),
         )
+        self._set_blocks(state, new.block_ids)
+        return state
 
-    @staticmethod
-    def _update(state: RunnerRequestState, cached: CachedRequestData) -> None:
+    def _update(self, state: RunnerRequestState, cached: CachedRequestData) -> None:
         state.token_ids.extend(cached.new_token_ids)
-        state.block_ids.extend(cached.new_block_ids)
+        if cached.new_block_ids:
+            self._set_blocks(state, cached.new_block_ids)
         state.num_computed_tokens = cached.num_computed_tokens

@@ -1,0 +1,101 @@
+"""Decode steps captured as CUDA (or HIP) graphs, one per batch size.
+
+A decode-only step with ``n`` requests replays the graph of the smallest
+captured size ``B >= n``: the step's inputs are written into the runner's
+persistent buffers (padding rows get slot -1 and length 0), the graph
+replays the attention metadata build, the whole model and the LM head, and
+the first ``n`` rows of its logits are sampled. Capturing the metadata
+build inside the graph means device-side derived tensors are recomputed on
+every replay; host-side choices the backend makes are frozen at capture, so
+the capture batch claims the longest context (``max_model_len``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+
+import numpy as np
+import torch
+
+from octavo.core.attention import AttentionBatch
+from octavo.models.layers.attention import ForwardContext
+
+logger = logging.getLogger(__name__)
+
+
+def graph_batch_sizes(max_num_seqs: int) -> list[int]:
+    """1, 2, 4, 8, then steps of 8 to 64, then powers of two and their 1.5x."""
+    sizes = {1, 2, 4}
+    sizes.update(range(8, 65, 8))
+    size = 64
+    while size < max_num_seqs:
+        sizes.update((size + size // 2, size * 2))
+        size *= 2
+    return sorted(s for s in sizes if s <= max_num_seqs) or [1]
+
+
+class DecodeGraphs:
+    def __init__(self, runner, sizes: list[int]) -> None:
+        self.runner = runner
+        self.sizes = sorted(sizes)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = None
+
+    def padded_size(self, num_reqs: int) -> int | None:
+        index = bisect.bisect_left(self.sizes, num_reqs)
+        return self.sizes[index] if index < len(self.sizes) else None
+
+    def _static_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
+        buffers = self.runner.inputs.buffers
+        width = buffers.max_blocks_per_req
+        buffers.query_start_loc.np[: size + 1] = np.arange(size + 1)
+        buffers.seq_lens.np[:size] = 1
+        buffers.input_ids.np[:size] = 0
+        buffers.positions.np[:size] = 0
+        buffers.slot_mapping.np[:size] = -1
+        buffers.block_table.np[: size * width] = 0
+        batch = AttentionBatch(
+            query_start_loc=buffers.query_start_loc.upload(size + 1),
+            seq_lens=buffers.seq_lens.upload(size),
+            block_table=buffers.block_table.upload(size * width).view(size, width),
+            slot_mapping=buffers.slot_mapping.upload(size),
+            num_reqs=size,
+            num_actual_tokens=size,
+            max_query_len=1,
+            max_seq_len=self.runner.config.max_model_len,
+            query_start_loc_cpu=buffers.query_start_loc.host[: size + 1],
+            seq_lens_cpu=buffers.seq_lens.host[:size],
+        )
+        return buffers.input_ids.upload(size), buffers.positions.upload(size), batch
+
+    def _step(self, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
+        runner = self.runner
+        metadata = runner.loaded.metadata_builder.build_metadata(batch)
+        hidden = runner.model(input_ids, positions, ForwardContext(metadata, runner.kv_caches))
+        return runner.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        started = time.perf_counter()
+        self.pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        for size in reversed(self.sizes):  # largest first: later ones reuse its pool
+            input_ids, positions, batch = self._static_batch(size)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up (Triton autotuning, cuBLAS handles)
+                    self._step(input_ids, positions, batch)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                logits = self._step(input_ids, positions, batch)
+            self.graphs[size] = (graph, logits)
+        torch.cuda.synchronize()
+        logger.info("captured %d decode graphs (%s) in %.1fs", len(self.sizes), self.sizes, time.perf_counter() - started)
+
+    def replay(self, size: int, num_reqs: int) -> torch.Tensor:
+        graph, logits = self.graphs[size]
+        graph.replay()
+        return logits[:num_reqs]
