@@ -1,0 +1,51 @@
+"""Timing Octavo itself: a batch of token-id prompts through the engine loop."""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+
+import torch
+
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.engine_args import EngineArgs, build_engine
+
+
+def random_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(10, vocab_size - 10) for _ in range(input_len)] for _ in range(num_prompts)]
+
+
+class OctavoRunner:
+    def __init__(self, args: EngineArgs) -> None:
+        args.skip_tokenizer_init = True
+        self.engine = build_engine(args)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.engine.limits.vocab_size
+
+    def run(self, prompts: list[list[int]], max_tokens: int, progress=None) -> float:
+        """Seconds to finish every prompt (greedy, exactly ``max_tokens`` each)."""
+        params = SamplingParams(
+            temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        started = time.perf_counter()
+        for index, prompt in enumerate(prompts):
+            self.engine.add_request(f"bench-{index}-{started}", {"prompt_token_ids": prompt}, params)
+        num_done = 0
+        while self.engine.has_unfinished_requests():
+            finished = sum(1 for output in self.engine.step() if output.finished)
+            num_done += finished
+            if progress is not None and finished:
+                progress.update(finished)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.engine.shutdown()
+        self.engine = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,70 @@
+"""The ``octavo`` command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from octavo import LLM, SamplingParams
+
+
+def octavo(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "octavo.entrypoints.cli.main", *args],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
+    )
+
+
+def test_generate_streams_the_same_text_as_the_api(llama_dir):
+    result = octavo("generate", "--model", str(llama_dir), "--dtype", "float32", "--max-tokens", "12", "Once upon a time")
+    assert result.returncode == 0, result.stderr
+    expected = LLM(str(llama_dir), dtype="float32").generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12))
+    assert result.stdout == "Once upon a time" + expected[0].outputs[0].text + "\n"
+    assert "Loading model" in result.stderr
+
+
+def test_generate_default_model_works_offline(tmp_path):
+    env = {"OCTAVO_CACHE_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    result = octavo("generate", "--max-tokens", "8", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Once upon a time")
+
+
+def test_generate_reports_bad_input_cleanly(tmp_path):
+    result = octavo("generate", "--model", str(tmp_path / "missing"), "hi")
+    assert result.returncode == 2
+    assert "error: model" in result.stderr and "not found" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_env_explains_the_platform_choice():
+    result = octavo("env")
+    assert result.returncode == 0, result.stderr
+    assert "* cpu" in result.stdout and "selected: cpu" in result.stdout
+    missing = octavo("env", env={"OCTAVO_PLATFORM": "nonexistent"})
+    assert "platform 'nonexistent' is not installed (installed: " in missing.stdout
+
+
+def test_bench_latency_and_throughput(llama_dir, tmp_path):
+    out = tmp_path / "latency.json"
+    result = octavo("bench", "latency", "--model", str(llama_dir), "--dtype", "float32", "--batch-size", "2",
+                    "--input-len", "8", "--output-len", "4", "--num-iters", "1", "--num-iters-warmup", "0",
+                    "--compare-hf", "--output-json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "TTFT (batch 2 x 8 tokens)" in result.stdout and "decode per token" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["octavo"]["decode_s_per_token"] > 0 and data["hf"]["ttft_s"] > 0 and data["floor"]["ttft_s"] > 0
+    result = octavo("bench", "throughput", "--model", str(llama_dir), "--dtype", "float32", "--num-prompts", "4",
+                    "--input-len", "8", "--output-len", "4")
+    assert result.returncode == 0, result.stderr
+    assert "output tokens/s (4 x 8 in / 4 out)" in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--dtype=float8", "--max-num-seqs=0"])
+def test_bad_engine_flags(llama_dir, flag):
+    result = octavo("generate", "--model", str(llama_dir), flag, "hi")
+    assert result.returncode == 2 and "error:" in result.stderr
