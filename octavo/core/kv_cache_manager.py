@@ -87,8 +87,10 @@ class KVCacheManager:
         request that is starting (or resuming). Returns the newly allocated
         blocks, or ``None`` (and changes nothing) when there are not enough.
         """
-        computed = new_computed_blocks or []
         blocks = self.req_to_blocks.get(request.request_id, [])
+        if not new_computed_blocks and request.num_computed_tokens + num_new_tokens <= len(blocks) * self.block_size:
+            return []  # the common decode step: the last block still has room
+        computed = new_computed_blocks or []
         num_computed_tokens = request.num_computed_tokens + len(computed) * self.block_size
         num_required = self.num_blocks_for(num_computed_tokens + num_new_tokens)
         num_new_blocks = num_required - len(blocks) - len(computed)
@@ -109,9 +111,11 @@ class KVCacheManager:
         """Enter the request's newly computed full blocks into the prefix cache."""
         if not self.enable_prefix_caching:
             return
+        start = self._num_cached_blocks.get(request.request_id, 0)
+        if num_computed_tokens // self.block_size <= start:
+            return  # no block became full since the last call
         blocks = self.req_to_blocks.get(request.request_id, [])
         num_full = min(num_computed_tokens // self.block_size, len(request.block_hashes), len(blocks))
-        start = self._num_cached_blocks.get(request.request_id, 0)
         for index in range(start, num_full):
             self.pool.cache_block(blocks[index], request.block_hashes[index])
         self._num_cached_blocks[request.request_id] = max(start, num_full)
@@ -121,8 +125,12 @@ class KVCacheManager:
         self._num_cached_blocks.pop(request.request_id, None)
         self.pool.free_blocks(reversed(blocks))
 
-    def block_ids(self, request_id: RequestId) -> list[BlockId]:
-        return [block.block_id for block in self.req_to_blocks.get(request_id, [])]
+    def block_ids(self, request_id: RequestId, start: int = 0) -> list[BlockId]:
+        """The request's block ids from index ``start`` on."""
+        return [block.block_id for block in self.req_to_blocks.get(request_id, [])[start:]]
+
+    def num_request_blocks(self, request_id: RequestId) -> int:
+        return len(self.req_to_blocks.get(request_id, ()))
 
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()

@@ -176,31 +176,32 @@ class Scheduler:
         self._drop_from_runner = set()
         for request_id in output.num_scheduled_tokens:
             request = self.requests[RequestId(request_id)]
-            block_ids = self.kv.block_ids(request.request_id)
             num_sent = self._sent_to_runner.get(request.request_id)
             if num_sent is None:
+                block_ids = self.kv.block_ids(request.request_id)
                 output.new_requests.append(
                     NewRequestData(
                         request_id=request.request_id,
                         prompt_token_ids=list(request.prompt_token_ids),
                         output_token_ids=list(request.output_token_ids),
                         sampling_params=request.sampling_params,
-                        block_ids=list(block_ids),
+                        block_ids=block_ids,
                         num_computed_tokens=request.num_computed_tokens,
                     )
                 )
                 self._sent_blocks[request.request_id] = len(block_ids)
             else:
                 num_blocks_sent = self._sent_blocks[request.request_id]
+                num_blocks = self.kv.num_request_blocks(request.request_id)
                 output.cached_requests.append(
                     CachedRequestData(
                         request_id=request.request_id,
                         new_token_ids=request.all_token_ids[num_sent:],
-                        new_block_ids=list(block_ids[num_blocks_sent:]),
+                        new_block_ids=self.kv.block_ids(request.request_id, num_blocks_sent) if num_blocks > num_blocks_sent else [],
                         num_computed_tokens=request.num_computed_tokens,
                     )
                 )
-                self._sent_blocks[request.request_id] = len(block_ids)
+                self._sent_blocks[request.request_id] = num_blocks
             self._sent_to_runner[request.request_id] = request.num_tokens
 
     def _forget_in_runner(self, request: Request) -> None:
