@@ -102,3 +102,37 @@ def test_prefix_cache_hits_match_hf(arch, checkpoint_dirs, make_llm):
     assert stats.num_hits >= 2 * 48
     assert all(o.num_cached_tokens == 48 for o in rest)
     check_against_hf(first + rest, refs)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_tracks_hf(dtype, llama_dir, make_llm):
+    import torch
+
+    from tests.hf_reference import hf_greedy
+
+    from octavo.models.config import load_arch_config
+
+    torch_dtype = getattr(torch, dtype)
+    prompts = make_prompts(load_arch_config(llama_dir).vocab_size)[:4]
+    llm = make_llm(llama_dir, dtype=dtype)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy())
+    for prompt, output in zip(prompts, outputs):
+        ref = hf_greedy(llama_dir, prompt, NUM_NEW_TOKENS, dtype=torch_dtype)
+        completion = output.outputs[0]
+        top5 = [sorted(d, key=lambda t: d[t].rank)[:5] for d in completion.logprobs]
+        # Half precision: the first divergence must be a near-tie.
+        assert_tokens_match(completion.token_ids, ref, top5)
+
+
+def test_sliding_window_matches_hf(tmp_path, tokenizer_dir, make_llm):
+    from tests.checkpoints import build_checkpoint
+
+    from octavo.models.config import load_arch_config
+
+    path = build_checkpoint(tmp_path / "mistral-sw", "mistral", tokenizer_dir, sliding_window=8)
+    prompts = make_prompts(load_arch_config(path).vocab_size)[2:6]
+    refs = [hf_greedy(path, p, 16) for p in prompts]
+    llm = make_llm(path)
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=5)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    check_against_hf(outputs, refs)
