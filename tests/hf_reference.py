@@ -17,18 +17,20 @@ class HFGreedy:
 
 
 @lru_cache(maxsize=8)
-def _hf_model(path: str, dtype: torch.dtype):
+def _hf_model(path: str, dtype: torch.dtype, device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     model.eval()
     return model
 
 
-def hf_greedy(path: Path | str, prompt_token_ids: list[int], max_new_tokens: int, dtype=torch.float32) -> HFGreedy:
+def hf_greedy(
+    path: Path | str, prompt_token_ids: list[int], max_new_tokens: int, dtype=torch.float32, device: str = "cpu"
+) -> HFGreedy:
     """Greedy generation with HF, one prompt at a time (no padding effects)."""
-    model = _hf_model(str(path), dtype)
-    input_ids = torch.tensor([prompt_token_ids])
+    model = _hf_model(str(path), dtype, device)
+    input_ids = torch.tensor([prompt_token_ids], device=device)
     with torch.no_grad():
         out = model.generate(
             input_ids,

@@ -1,0 +1,68 @@
+"""On a CUDA GPU: the fast path (Triton backend, CUDA graphs) against the
+CPU reference path and against Hugging Face. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from octavo import SamplingParams
+from tests.checkpoints import ARCHITECTURES
+from tests.hf_reference import assert_tokens_match, hf_greedy
+from tests.models.test_hf_parity import make_prompts
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def greedy(max_tokens: int = 32) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=5)
+
+
+def top5(completion) -> list[list[int]]:
+    return [sorted(d, key=lambda t: d[t].rank)[:5] for d in completion.logprobs]
+
+
+def vocab(path) -> int:
+    from octavo.models.config import load_arch_config
+
+    return load_arch_config(path).vocab_size
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_float32_gpu_matches_cpu_reference(arch, checkpoint_dirs, make_llm):
+    path = checkpoint_dirs[arch]
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(path))]
+    cpu = make_llm(path, platform="cpu").generate(prompts, greedy())
+    gpu_llm = make_llm(path, platform="cuda")
+    assert gpu_llm.engine.info.platform == "cuda"
+    gpu = gpu_llm.generate(prompts, greedy())
+    for ours, ref in zip(gpu, cpu):
+        assert ours.outputs[0].token_ids == ref.outputs[0].token_ids
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_bfloat16_gpu_tracks_hf(arch, checkpoint_dirs, make_llm):
+    path = checkpoint_dirs[arch]
+    prompts = make_prompts(vocab(path))
+    llm = make_llm(path, platform="cuda", dtype="bfloat16")
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy())
+    hf_model_dtype = torch.bfloat16
+    for prompt, output in zip(prompts, outputs):
+        ref = hf_greedy(path, prompt, 32, dtype=hf_model_dtype, device="cuda")
+        assert_tokens_match(output.outputs[0].token_ids, ref, top5(output.outputs[0]))
+
+
+def test_graphs_and_eager_agree(llama_dir, make_llm):
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))]
+    graphs = make_llm(llama_dir, platform="cuda", dtype="bfloat16")
+    assert graphs.engine.executor.worker.runner.graphs is not None
+    eager = make_llm(llama_dir, platform="cuda", dtype="bfloat16", enforce_eager=True)
+    for a, b in zip(graphs.generate(prompts, greedy()), eager.generate(prompts, greedy())):
+        assert_tokens_match(a.outputs[0].token_ids, _as_ref(b.outputs[0]), top5(a.outputs[0]))
+
+
+def _as_ref(completion):
+    from tests.hf_reference import HFGreedy
+
+    ids = completion.token_ids
+    return HFGreedy(ids, [completion.logprobs[i][t].logprob for i, t in enumerate(ids)], top5(completion))
