@@ -48,7 +48,7 @@ class BackendChoice:
 
     backend_class: type[AttentionBackend]
     reason: str
-    skipped: list[str] = field(default_factory=list)  # "name: why not"
+    skipped: list[str] = field(default_factory=list)  # "name (why not)"
 
 
 def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> BackendChoice:
@@ -72,7 +72,7 @@ def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> Backend
         if refusal is None:
             reason = f"preferred by {platform.name}" if not skipped else f"fallback on {platform.name}"
             return BackendChoice(backend_class, reason, skipped)
-        skipped.append(f"{name}: {refusal}")
+        skipped.append(f"{name} ({refusal})")
     raise PlatformError(f"no attention backend on {platform.name} can run this model ({'; '.join(skipped)})")
 
 
@@ -84,6 +84,6 @@ def resolve_attention_backend(platform: Platform, spec: AttentionSpec) -> Attent
     """An instance of the chosen backend; skipped preferences are logged."""
     choice = choose_attention_backend(platform, spec)
     for skipped in choice.skipped:
-        logger.warning("%s: attention backend %s skipped", platform.name, skipped)
+        logger.warning("%s: not using attention backend %s", platform.name, skipped)
     logger.info("%s: attention backend %s (%s)", platform.name, choice.backend_class.name, choice.reason)
     return choice.backend_class(spec)

@@ -113,7 +113,7 @@ def check_kv_cache(ctx: ConformanceContext) -> str:
 
 
 def check_attention(ctx: ConformanceContext) -> str:
-    checked, skipped = [], []
+    checked, skipped, worst = [], [], 0.0
     for dtype in ctx.dtypes:
         for shape in ATTENTION_SHAPES:
             spec = _spec(shape, dtype)
@@ -128,8 +128,10 @@ def check_attention(ctx: ConformanceContext) -> str:
             error = _attention_error(ctx, backend, spec)
             atol = ATTENTION_ATOL[dtype]
             _require(error <= atol, f"{backend.name} {label}: max abs error {error:.2e} vs torch_paged (tolerance {atol})")
-            checked.append(f"{label}: {error:.1e}")
-    summary = f"{len(checked)} configurations match torch_paged"
+            checked.append(backend.name)
+            worst = max(worst, error)
+    counts = ", ".join(f"{name} x{checked.count(name)}" for name in dict.fromkeys(checked))
+    summary = f"{len(checked)} configurations match torch_paged (max abs error {worst:.1e}; backends used: {counts})"
     return summary + (f"; skipped: {', '.join(skipped)}" if skipped else "")
 
 
