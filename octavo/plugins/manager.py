@@ -149,6 +149,8 @@ def _import_and_register(manager: pluggy.PluginManager, name: str, load) -> None
     except Exception as exc:
         record_broken(name, f"import failed: {type(exc).__name__}: {exc}")
         return
+    if manager.is_registered(module):
+        return  # named in OCTAVO_PLUGINS by module, and already loaded through its entry point
     register_plugin(manager, name, module)
 
 
@@ -240,7 +242,9 @@ def require_requested_plugins() -> None:
         broken = [b for b in _broken if b.name == name]
         if broken:
             raise PluginError(f"plugin {name!r} (requested in OCTAVO_PLUGINS) is broken: {broken[0].error}")
-        if name not in manager.plugin_names():
+        # A plugin may be named by entry point or by module.
+        loaded = set(manager.plugin_names()) | {manager.plugin_module(n).__name__ for n in manager.plugin_names()}
+        if name not in loaded:
             raise PluginError(f"plugin {name!r} (requested in OCTAVO_PLUGINS) is not installed")
 
 
