@@ -159,7 +159,8 @@ def _load_plugins(manager: pluggy.PluginManager) -> None:
     builtin = found.pop(BUILTIN_PLUGIN, None)
     # From a source tree that was never installed there is no entry point:
     # import the built-in plugin directly so that the cpu platform exists.
-    _import_and_register(manager, BUILTIN_PLUGIN, builtin.load if builtin else lambda: importlib.import_module(BUILTIN_MODULE))
+    load_builtin = builtin.load if builtin else lambda: importlib.import_module(BUILTIN_MODULE)
+    _import_and_register(manager, BUILTIN_PLUGIN, load_builtin)
     requested = requested_plugin_names()
     for name in sorted(found):
         if autoload_disabled() and name not in requested:

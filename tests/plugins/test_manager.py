@@ -184,3 +184,11 @@ def test_octavo_plugins_can_name_a_module_without_entry_point(sandbox, monkeypat
     reset_plugin_manager()
     monkeypatch.setenv("OCTAVO_PLUGINS", "dev_plugin")
     assert installed_platforms()["dev"][1] == "dev_plugin"
+
+
+def test_builtin_plugin_loads_from_an_uninstalled_source_tree(fresh_plugins, monkeypatch):
+    from octavo.plugins import manager
+
+    monkeypatch.setattr(manager, "entry_points", lambda group: [])
+    assert get_plugin_manager().plugin_names() == ["octavo_builtin"]
+    assert select_platform().platform.name == "cpu"

@@ -69,7 +69,9 @@ def _describe_selected(platform) -> list[str]:
     from octavo.platforms.attention_selection import OVERRIDE_ENV, installed_attention_backends
 
     backends = installed_attention_backends()
-    preference = ", ".join(f"{n} ({'installed' if n in backends else 'not installed'})" for n in platform.attention_backends)
+    preference = ", ".join(
+        f"{name} ({'installed' if name in backends else 'not installed'})" for name in platform.attention_backends
+    )
     quantization = platform.supported_quantization
     lines = [
         f"  device type: {platform.device_type}, distributed backend: {platform.dist_backend}",

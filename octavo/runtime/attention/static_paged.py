@@ -56,7 +56,8 @@ def _pad_rows(tensor: torch.Tensor, num_rows: int, fill_last: bool) -> torch.Ten
     missing = num_rows - tensor.shape[0]
     if missing <= 0:
         return tensor
-    filler = tensor[-1:].expand(missing, *tensor.shape[1:]) if fill_last else tensor.new_zeros(missing, *tensor.shape[1:])
+    rest = tensor.shape[1:]
+    filler = tensor[-1:].expand(missing, *rest) if fill_last else tensor.new_zeros(missing, *rest)
     return torch.cat([tensor, filler])
 
 
@@ -107,7 +108,9 @@ def build_static_paged_metadata(batch: AttentionBatch, block_size: int) -> Stati
     return StaticPagedMetadata(padded, write_slots, write_sources, any_write, token_rows, token_valid)
 
 
-def write_kv_cache_static(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, meta: StaticPagedMetadata) -> None:
+def write_kv_cache_static(
+    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, meta: StaticPagedMetadata
+) -> None:
     num_kv_heads, head_size = key.shape[1], key.shape[2]
     for cache, new in ((kv_cache[0], key), (kv_cache[1], value)):
         flat = cache.view(-1, num_kv_heads, head_size)

@@ -37,7 +37,9 @@ def load_platform(name: str | None) -> Platform:
     return select_platform(name).platform
 
 
-def run_conformance(name: str | None, checks: list[str] | None = None, workdir: Path | None = None) -> list[CheckResult]:
+def run_conformance(
+    name: str | None, checks: list[str] | None = None, workdir: Path | None = None
+) -> list[CheckResult]:
     """Run the named checks (default: all) against platform ``name``."""
     from octavo.testing.conformance.checks import CHECKS, ConformanceSkip, make_context
 

@@ -83,7 +83,8 @@ def check_interface(ctx: ConformanceContext) -> str:
     a = torch.randn(16, 16)
     on_device = (a.to(ctx.device) @ a.to(ctx.device)).cpu()
     platform.synchronize()
-    _require(torch.allclose(on_device, a @ a, atol=1e-3, rtol=1e-3), "a float32 matmul on the device differs from the CPU's")
+    matches = torch.allclose(on_device, a @ a, atol=1e-3, rtol=1e-3)
+    _require(matches, "a float32 matmul on the device differs from the CPU's")
     memory = platform.memory_info(0)
     _require(0 < memory.free_bytes <= memory.total_bytes, f"memory_info() is not sane: {memory}")
     return (
@@ -127,7 +128,8 @@ def check_attention(ctx: ConformanceContext) -> str:
                 continue
             error = _attention_error(ctx, backend, spec)
             atol = ATTENTION_ATOL[dtype]
-            _require(error <= atol, f"{backend.name} {label}: max abs error {error:.2e} vs torch_paged (tolerance {atol})")
+            message = f"{backend.name} {label}: max abs error {error:.2e} vs torch_paged (tolerance {atol})"
+            _require(error <= atol, message)
             checked.append(backend.name)
             worst = max(worst, error)
     counts = ", ".join(f"{name} x{checked.count(name)}" for name in dict.fromkeys(checked))
@@ -143,7 +145,8 @@ def _attention_error(ctx: ConformanceContext, backend, spec: AttentionSpec) -> f
     reference = run_scenario(scenario, TorchPagedAttention(reference_spec), torch.device("cpu"), input_dtype=spec.dtype)
     error = 0.0
     for step, (ours, ref) in enumerate(zip(outputs, reference)):
-        _require(ours.shape == ref.shape, f"{backend.name}: step {step} output shape {tuple(ours.shape)}, expected {tuple(ref.shape)}")
+        shapes = f"output shape {tuple(ours.shape)}, expected {tuple(ref.shape)}"
+        _require(ours.shape == ref.shape, f"{backend.name}: step {step} {shapes}")
         _require(bool(torch.isfinite(ours).all()), f"{backend.name}: step {step} output is not finite")
         if scenario.steps[step].write_kv:  # outputs of a no-write step are not defined
             error = max(error, float((ours - ref).abs().max()))

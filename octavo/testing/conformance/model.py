@@ -133,7 +133,9 @@ def compare(ours: Greedy, ref: Greedy, tolerance: float, label: str) -> float:
             break
         worst = max(worst, abs(ours.logprobs[step] - ref.logprobs[step]))
     if worst > tolerance:
-        raise ConformanceFailure(f"{label}: chosen-token logprobs differ from HF's by {worst:.2e} (tolerance {tolerance})")
+        raise ConformanceFailure(
+            f"{label}: chosen-token logprobs differ from HF's by {worst:.2e} (tolerance {tolerance})"
+        )
     return worst
 
 
@@ -155,7 +157,10 @@ def compare_with_hf(platform: Platform, workdir: Path, dtype: torch.dtype) -> st
         skip_tokenizer_init=True,
     )
     try:
-        ours = [_octavo_greedy(llm.generate([{"prompt_token_ids": p} for p in prompts], params)) for prompts in (first, second)]
+        ours = [
+            _octavo_greedy(llm.generate([{"prompt_token_ids": p} for p in prompts], params))
+            for prompts in (first, second)
+        ]
         kv = llm.engine.scheduler.kv
         hits = kv.prefix_cache_stats.num_hits
         free, total = kv.num_free_blocks, kv.num_blocks
@@ -173,4 +178,7 @@ def compare_with_hf(platform: Platform, workdir: Path, dtype: torch.dtype) -> st
     if free != total:
         raise ConformanceFailure(f"{name}: {total - free} of {total} KV blocks still in use after generation")
     exact = sum(a.token_ids == b.token_ids for r_ours, r_refs in zip(ours, refs) for a, b in zip(r_ours, r_refs))
-    return f"{name}: {exact}/{len(first) + len(second)} prompts token-identical to HF, max logprob diff {worst:.1e}, {hits} prefix-hit tokens"
+    return (
+        f"{name}: {exact}/{len(first) + len(second)} prompts token-identical to HF, "
+        f"max logprob diff {worst:.1e}, {hits} prefix-hit tokens"
+    )
