@@ -147,6 +147,7 @@ def build_engine(args: EngineArgs) -> LLMEngine:
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
     )
+    platform.check_config(worker_config)
     from octavo.runtime.executor import create_executor
 
     executor = create_executor(worker_config, args.distributed_executor_backend)

@@ -18,6 +18,7 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     dist_backend = "gloo"
     priority = 0
+    supported_quantization = None  # every method has a plain-torch path
 
     @classmethod
     def is_available(cls) -> bool:
@@ -37,16 +38,6 @@ class CpuPlatform(Platform):
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
         available = os.sysconf("SC_AVPHYS_PAGES")
         return MemoryInfo(free_bytes=available * page_size, total_bytes=pages * page_size)
-
-    def attention_backend(self, spec):
-        from octavo.runtime.attention.torch_paged import TorchPagedAttention
-
-        reason = TorchPagedAttention.supports(spec)
-        if reason is not None:
-            from octavo.errors import PlatformError
-
-            raise PlatformError(f"the cpu attention backend cannot run this model: {reason}")
-        return TorchPagedAttention(spec)
 
     def kv_cache_budget(self, runner, memory_utilization: float) -> int | None:
         # OCTAVO_CPU_KVCACHE_SPACE (GiB) is the CPU's analogue of

@@ -2,8 +2,19 @@
 
 The core never asks "is this CUDA?": it asks the selected platform for an
 object (attention backend, graph runner) or a capability (dtypes,
-quantization methods). ``is_available`` must be cheap and import nothing
-heavy: it runs for every installed platform at startup.
+quantization methods). Invariants every platform keeps:
+
+* ``is_available`` is cheap and imports no vendor package: it runs for every
+  installed platform in every process that selects one. A platform module may
+  import torch at module level, never its vendor package (torch_xla,
+  torch_npu, habana_frameworks, intel_extension_for_pytorch); those are
+  imported on first use by instance methods.
+* Instances are created only for the platform that was selected, in the
+  process that runs on it; class attributes are read for every candidate.
+* ``priority`` orders the available platforms (higher wins, cpu is 0); a
+  negative priority means "only when asked for by name".
+
+Plugin API version 1.0: see docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -26,19 +37,32 @@ class MemoryInfo:
 
 class Platform(ABC):
     name: ClassVar[str]
-    device_type: ClassVar[str]  # torch device type: "cpu", "cuda", "xpu", ...
-    dist_backend: ClassVar[str]  # torch.distributed backend: gloo, nccl, ...
-    # Higher wins when several platforms are available; cpu is the floor.
+    # torch device type: "cpu", "cuda" (also ROCm), "xpu", "xla", "hpu", "npu".
+    device_type: ClassVar[str]
+    # torch.distributed backend: gloo, nccl (also RCCL on ROCm), xccl, xla, hccl.
+    dist_backend: ClassVar[str]
+    # Higher wins among available platforms; cpu is 0; negative: only by name.
     priority: ClassVar[int] = 0
+    # Model dtypes this platform runs (``--dtype auto`` picks the checkpoint's
+    # dtype when it is listed here, else float32).
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16, torch.float16)
-    supported_quantization: ClassVar[tuple[str, ...]] = ()
+    # Quantization method names that may run here; None: every installed
+    # method (all of them have a plain-torch path on this device).
+    supported_quantization: ClassVar[tuple[str, ...] | None] = ()
     # True when decode steps can be captured and replayed as graphs.
     supports_graphs: ClassVar[bool] = False
+    # Attention backends by name, most preferred first. Resolved through the
+    # ``octavo_attention_backends`` hook, so a plugin may add one and a
+    # platform may name it; torch_paged (the reference) is the last resort.
+    attention_backends: ClassVar[tuple[str, ...]] = ("torch_paged",)
 
     @classmethod
     @abstractmethod
     def is_available(cls) -> bool:
-        """Cheap probe: is this hardware (and its Python package) here?"""
+        """Cheap probe: is this hardware (and its Python package) here?
+
+        Must not import the vendor package, create a device context, or
+        anything else that would make a later ``fork`` unsafe."""
 
     @classmethod
     def availability_detail(cls) -> str:
@@ -50,6 +74,7 @@ class Platform(ABC):
         """Number of devices of this kind visible to this process."""
 
     def device(self, index: int = 0) -> torch.device:
+        """The torch device for local device ``index``."""
         return torch.device(self.device_type, index)
 
     def set_device(self, index: int) -> None:
@@ -57,27 +82,37 @@ class Platform(ABC):
 
     @abstractmethod
     def memory_info(self, index: int = 0) -> MemoryInfo:
-        """Free and total memory of device ``index``."""
+        """Free and total memory of device ``index``, in bytes."""
 
     def synchronize(self) -> None:
-        """Wait for queued work on the current device."""
+        """Wait until the work queued on the current device is done."""
 
-    @abstractmethod
     def attention_backend(self, spec: "AttentionSpec") -> "AttentionBackend":
-        """The attention backend to use for a model with this spec."""
+        """The attention backend for a model with this spec.
+
+        Default: the first of ``attention_backends`` that is installed and
+        supports ``spec`` (``OCTAVO_ATTENTION_BACKEND`` overrides), see
+        ``octavo.platforms.attention_selection``."""
+        from octavo.platforms.attention_selection import resolve_attention_backend
+
+        return resolve_attention_backend(self, spec)
 
     def graph_runner(self) -> Any | None:
-        """A factory for step graphs (CUDA/HIP graphs), or None."""
+        """A factory for step graphs (CUDA/HIP graphs), or None: run eagerly."""
         return None
 
     def check_config(self, config: Any) -> None:
-        """Raise ``PlatformError`` (or adjust) if ``config`` cannot run here."""
-        dtype = getattr(config, "torch_dtype", None)
-        if dtype is not None and dtype not in self.supported_dtypes:
+        """Raise ``PlatformError`` if ``config`` (a ``WorkerConfig``) cannot run here.
+
+        Called once in the engine process, before any worker starts."""
+        from octavo.runtime.config import dtype_from_name
+
+        dtype = dtype_from_name(config.dtype) if isinstance(config.dtype, str) else config.dtype
+        if dtype not in self.supported_dtypes:
             from octavo.errors import PlatformError
 
             supported = ", ".join(str(d).removeprefix("torch.") for d in self.supported_dtypes)
-            raise PlatformError(f"dtype {dtype} is not supported on {self.name} (supported: {supported})")
+            raise PlatformError(f"dtype {config.dtype} is not supported on {self.name} (supported: {supported})")
 
     def kv_cache_dtype(self, name: str) -> torch.dtype:
         """The torch dtype for a ``kv_cache_dtype`` option other than ``auto``."""
@@ -86,15 +121,20 @@ class Platform(ABC):
         raise InvalidArgumentError(f"kv_cache_dtype {name!r} is not supported on {self.name}", param="kv_cache_dtype")
 
     def kv_cache_budget(self, runner: Any, memory_utilization: float) -> int | None:
-        """Bytes for the KV cache after the model is loaded; None: use the default."""
+        """Bytes for the KV cache once ``runner`` has loaded its model; None: default.
+
+        Called in each worker process after loading, before the KV cache
+        exists. ``runner`` is the ``ModelRunner``; see
+        ``octavo.platforms.profiling`` for a dummy-step profile."""
         return None
 
     def optimize_model(self, model: torch.nn.Module) -> None:
-        """Swap in fused kernels after loading; default: keep the torch code."""
+        """Swap in fused kernels after weights are loaded; default: keep torch code."""
 
     def default_max_num_batched_tokens(self) -> int:
+        """Token budget of one step when the user sets none."""
         return 2048
 
     def versions(self) -> dict[str, str]:
-        """Versions of the vendor packages, for ``octavo env``."""
+        """Versions of the vendor packages and devices, for ``octavo env``."""
         return {}

@@ -35,6 +35,7 @@ def octavo_quantization_methods():
 
 @hookimpl
 def octavo_attention_backends():
+    from octavo.platforms.builtin import platform_attention_backends
     from octavo.runtime.attention.builtin import builtin_attention_backends
 
-    return builtin_attention_backends()
+    return {**builtin_attention_backends(), **platform_attention_backends()}

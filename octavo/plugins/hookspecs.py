@@ -1,9 +1,22 @@
-"""The hooks a plugin may implement. Plugin API version: see ``API_VERSION``.
+"""The hooks a plugin may implement (plugin API ``octavo.plugins.API_VERSION``).
 
-Every hook is called with no arguments and returns a collection (or ``None``,
-meaning "nothing from this plugin"). Results from all plugins are merged; on
-a name clash the plugin registered last wins, and built-in entries are
-registered first so that a vendor can replace them.
+Every hook takes no arguments and returns a collection, or ``None`` meaning
+"nothing from this plugin". Hooks are called:
+
+* once per plugin when the plugin manager loads it, in every process that
+  loads plugins (to catch a broken plugin early: a hook that raises or
+  returns the wrong type makes the whole plugin broken and skipped);
+* again, on every plugin, each time Octavo needs the merged result (see each
+  hook), so results must not depend on call order and must be cheap: return
+  classes or ``"module:Class"`` strings, and import heavy packages lazily.
+
+Results from all plugins are merged in load order (built-in first, then the
+others sorted by entry-point name); on a name clash the later plugin wins, so
+a vendor can replace an in-tree entry.
+
+Processes: the *engine process* builds the engine (``LLM``, ``octavo serve``,
+``octavo generate``); a *worker process* owns one device (with one device the
+worker lives in the engine process). Both load plugins independently.
 """
 
 from __future__ import annotations
@@ -22,12 +35,12 @@ if TYPE_CHECKING:
 
 @hookspec
 def octavo_platforms() -> "list[type[Platform]] | None":
-    """Return the ``Platform`` classes this plugin provides.
+    """Return the ``Platform`` subclasses this plugin provides (classes, not instances).
 
-    Called once per process that selects a platform (the engine process and
-    every worker process), before any model is loaded. The classes'
-    ``is_available()`` probes then decide which platform runs. ``None``: the
-    plugin adds no platform.
+    Called in the engine process when it selects a platform, in every worker
+    process when it selects the platform the engine chose, and by
+    ``octavo env`` / ``octavo plugins``. Each class's cheap ``is_available()``
+    then runs; the selected one is instantiated. ``None``: no platform.
     """
 
 
@@ -35,9 +48,10 @@ def octavo_platforms() -> "list[type[Platform]] | None":
 def octavo_models() -> "dict[str, type[nn.Module] | str] | None":
     """Return ``{architecture name: model class or "module:Class"}``.
 
-    Called in each worker process when it builds a model (and by
-    ``octavo env``). Names match ``config.json``'s ``architectures[0]``.
-    ``None``: the plugin adds no model.
+    Called in each worker process when it builds a model, and by ``octavo
+    plugins``. Names match ``config.json``'s ``architectures[0]``; a string
+    is imported only when a model of that architecture is loaded.
+    ``None``: no model.
     """
 
 
@@ -45,10 +59,12 @@ def octavo_models() -> "dict[str, type[nn.Module] | str] | None":
 def octavo_quantization_methods() -> "dict[str, type[QuantizationConfig]] | None":
     """Return ``{method name: QuantizationConfig subclass}``.
 
-    Called in each worker process when it builds a model, and in the engine
-    process to validate ``--quantization``. Names match ``--quantization``
-    and the checkpoint's ``quantization_config.quant_method``. ``None``: the
-    plugin adds no method.
+    Called in each worker process when it builds a model (and wherever
+    ``--quantization`` is validated), and by ``octavo plugins``. Names
+    match ``--quantization`` and the checkpoint's
+    ``quantization_config.quant_method``. A platform runs a method only if
+    its ``supported_quantization`` is None or lists the name. ``None``: no
+    method.
     """
 
 
@@ -56,7 +72,8 @@ def octavo_quantization_methods() -> "dict[str, type[QuantizationConfig]] | None
 def octavo_attention_backends() -> "dict[str, type[AttentionBackend]] | None":
     """Return ``{backend name: AttentionBackend subclass}``.
 
-    Called in each worker process when a platform looks up a backend by name
-    (``OCTAVO_ATTENTION_BACKEND``) and by the conformance suite. ``None``:
-    the plugin adds no backend.
+    Called in each worker process when the platform picks the backend for a
+    model (by name, from ``Platform.attention_backends`` or
+    ``OCTAVO_ATTENTION_BACKEND``), and by the conformance suite and
+    ``octavo plugins``. ``None``: no backend.
     """

@@ -1,10 +1,29 @@
 """Loading plugins from entry points, with broken ones reported and skipped.
 
-A plugin that fails to import, declares an incompatible API version, or whose
-hook raises is recorded in ``broken_plugins()`` with its name and the error,
-and skipped; startup fails only if that plugin's platform was explicitly
-requested (see ``selection``). ``OCTAVO_DISABLE_PLUGIN_AUTOLOAD=1`` loads
-only the built-in plugin (plus any named in ``OCTAVO_PLUGINS``, comma-separated).
+Order: the built-in plugin first, then every other entry point of the
+``octavo.plugins`` group sorted by name, then modules named in
+``OCTAVO_PLUGINS`` that have no entry point. A later plugin's entries
+replace an earlier one's on a name clash.
+
+A plugin is *broken*, recorded in ``broken_plugins()`` with its name and
+the error, and unregistered (none of its hooks run again) when:
+
+* its module fails to import;
+* it declares no ``OCTAVO_PLUGIN_API_VERSION`` or an incompatible one
+  (another major version, or a newer minor version than Octavo's);
+* it implements a hook that does not exist (a typo) or with wrong arguments;
+* one of its hooks raises or returns the wrong kind of value when the
+  plugin is loaded (every hook is called once then, to find out).
+
+A hook that raises later, or a platform whose probe raises, is recorded the
+same way and its result skipped. Loading never fails because of a broken
+plugin: ``require_requested_plugins`` fails startup only for plugins the user
+asked for by name (``OCTAVO_PLUGINS``), and selection fails only when the
+platform asked for is missing (see ``selection``).
+
+``OCTAVO_DISABLE_PLUGIN_AUTOLOAD=1`` loads only the built-in plugin plus the
+plugins named in ``OCTAVO_PLUGINS`` (entry-point names or module names,
+comma-separated).
 """
 
 from __future__ import annotations
@@ -24,94 +43,155 @@ from octavo.plugins import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME, hookspe
 logger = logging.getLogger(__name__)
 
 BUILTIN_PLUGIN = "octavo_builtin"
+BUILTIN_MODULE = "octavo.plugins.builtin"
+# What each hook must return (besides None).
+HOOK_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "octavo_platforms": (list, tuple),
+    "octavo_models": (dict,),
+    "octavo_quantization_methods": (dict,),
+    "octavo_attention_backends": (dict,),
+}
 
 
-@dataclass
+@dataclass(frozen=True)
 class BrokenPlugin:
     name: str
     error: str
 
 
 _manager: pluggy.PluginManager | None = None
+_wrapped: OctavoPluginManager | None = None
 _broken: list[BrokenPlugin] = []
 
 
-def _compatible(version: Any) -> bool:
+def record_broken(name: str, error: str) -> None:
+    """Record (once) that plugin ``name`` is broken, and log it."""
+    entry = BrokenPlugin(name, error)
+    if entry not in _broken:
+        _broken.append(entry)
+        logger.warning("plugin %s is broken and skipped: %s", name, error)
+
+
+def version_problem(version: Any) -> str | None:
+    """Why a plugin declaring API ``version`` cannot load, or None if it can."""
+    if version is None:
+        return f"it declares no OCTAVO_PLUGIN_API_VERSION (Octavo's plugin API is {API_VERSION})"
     try:
-        return str(version).split(".")[0] == API_VERSION.split(".")[0]
-    except Exception:
-        return False
+        major, minor = (int(part) for part in str(version).split("."))
+    except ValueError:
+        return f"OCTAVO_PLUGIN_API_VERSION {version!r} is not of the form 'MAJOR.MINOR'"
+    our_major, our_minor = (int(part) for part in API_VERSION.split("."))
+    if major != our_major or minor > our_minor:
+        return f"it was written for plugin API {version}, Octavo's is {API_VERSION}"
+    return None
 
 
-def _autoload_allowed(name: str) -> bool:
-    if name == BUILTIN_PLUGIN:
-        return True
-    if os.environ.get("OCTAVO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
-        allowed = {n.strip() for n in os.environ.get("OCTAVO_PLUGINS", "").split(",") if n.strip()}
-        return name in allowed
-    return True
+def requested_plugin_names() -> list[str]:
+    """Plugins the user asked for by name (``OCTAVO_PLUGINS``)."""
+    return [name.strip() for name in os.environ.get("OCTAVO_PLUGINS", "").split(",") if name.strip()]
+
+
+def autoload_disabled() -> bool:
+    return os.environ.get("OCTAVO_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
+
+
+def _check_hooks(manager: pluggy.PluginManager, name: str, module: ModuleType) -> str | None:
+    for impl_name in dir(module):
+        if not impl_name.startswith("octavo_"):
+            continue
+        hook = getattr(manager.hook, impl_name, None)
+        if hook is None or not hook.has_spec():
+            if manager.parse_hookimpl_opts(module, impl_name) is not None:
+                return f"it implements unknown hook {impl_name!r} (known: {', '.join(sorted(HOOK_RESULT_TYPES))})"
+    for hook_name in HOOK_RESULT_TYPES:
+        for impl in getattr(manager.hook, hook_name).get_hookimpls():
+            if impl.plugin_name == name:
+                problem = call_hookimpl(impl, hook_name)[1]
+                if problem is not None:
+                    return problem
+    return None
+
+
+def call_hookimpl(impl: Any, hook_name: str) -> tuple[Any, str | None]:
+    """``(result, None)``, or ``(None, problem)`` when the hook raised or returned the wrong type."""
+    try:
+        result = impl.function()
+    except Exception as exc:
+        return None, f"hook {hook_name} raised {type(exc).__name__}: {exc}"
+    expected = HOOK_RESULT_TYPES.get(hook_name)
+    if result is not None and expected is not None and not isinstance(result, expected):
+        kinds = " or ".join(t.__name__ for t in expected)
+        return None, f"hook {hook_name} returned {type(result).__name__}, expected {kinds} or None"
+    return result, None
 
 
 def register_plugin(manager: pluggy.PluginManager, name: str, module: ModuleType) -> bool:
-    """Check a plugin module's API version and register it; False if refused."""
-    version = getattr(module, "OCTAVO_PLUGIN_API_VERSION", None)
-    if version is None or not _compatible(version):
-        _broken.append(
-            BrokenPlugin(name, f"plugin API version {version!r} is not compatible with Octavo's {API_VERSION}")
-        )
-        logger.warning("skipping plugin %s: API version %r, Octavo has %s", name, version, API_VERSION)
-        return False
-    try:
-        manager.register(module, name=name)
-    except Exception as exc:  # pluggy validates hook names and signatures
-        _broken.append(BrokenPlugin(name, f"could not register: {exc}"))
-        logger.warning("skipping plugin %s: %s", name, exc)
+    """Check a plugin module and register it under ``name``; False (and recorded) if refused."""
+    problem = version_problem(getattr(module, "OCTAVO_PLUGIN_API_VERSION", None))
+    if problem is None:
+        try:
+            manager.register(module, name=name)
+        except Exception as exc:  # pluggy checks hook arguments against the specs
+            problem = f"could not register: {exc}"
+        else:
+            problem = _check_hooks(manager, name, module)
+            if problem is not None:
+                manager.unregister(name=name)
+    if problem is not None:
+        record_broken(name, problem)
         return False
     return True
 
 
-def _load_entry_points(manager: pluggy.PluginManager) -> None:
-    seen_builtin = False
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        if entry_point.name == BUILTIN_PLUGIN:
-            seen_builtin = True
-        if not _autoload_allowed(entry_point.name) or manager.has_plugin(entry_point.name):
+def _import_and_register(manager: pluggy.PluginManager, name: str, load) -> None:
+    try:
+        module = load()
+    except Exception as exc:
+        record_broken(name, f"import failed: {type(exc).__name__}: {exc}")
+        return
+    if manager.is_registered(module):
+        return  # named in OCTAVO_PLUGINS by module, and already loaded through its entry point
+    register_plugin(manager, name, module)
+
+
+def _load_plugins(manager: pluggy.PluginManager) -> None:
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    builtin = found.pop(BUILTIN_PLUGIN, None)
+    # From a source tree that was never installed there is no entry point:
+    # import the built-in plugin directly so that the cpu platform exists.
+    load_builtin = builtin.load if builtin else lambda: importlib.import_module(BUILTIN_MODULE)
+    _import_and_register(manager, BUILTIN_PLUGIN, load_builtin)
+    requested = requested_plugin_names()
+    for name in sorted(found):
+        if autoload_disabled() and name not in requested:
             continue
-        try:
-            module = entry_point.load()
-        except Exception as exc:
-            _broken.append(BrokenPlugin(entry_point.name, f"import failed: {type(exc).__name__}: {exc}"))
-            logger.warning("skipping plugin %s: import failed: %s", entry_point.name, exc)
-            continue
-        register_plugin(manager, entry_point.name, module)
-    if not seen_builtin:
-        # Running from a source tree that was never installed: register the
-        # built-in plugin directly so that the CPU platform still exists.
-        register_plugin(manager, BUILTIN_PLUGIN, importlib.import_module("octavo.plugins.builtin"))
+        _import_and_register(manager, name, found[name].load)
+    for name in requested:
+        if name not in found and not manager.has_plugin(name):
+            _import_and_register(manager, name, lambda name=name: importlib.import_module(name))
 
 
 class _SafeHookCaller:
-    """Calls one hook on every plugin, isolating plugins whose hook raises."""
+    """Calls one hook on every plugin, in load order, skipping (and recording) failures."""
 
     def __init__(self, manager: pluggy.PluginManager, name: str) -> None:
         self._manager, self._name = manager, name
 
-    def __call__(self) -> list[Any]:
+    def with_plugin_names(self) -> list[tuple[str, Any]]:
+        """``[(plugin name, result)]`` for every plugin whose hook worked."""
+        order = {name: index for index, (name, _) in enumerate(self._manager.list_name_plugin())}
+        impls = sorted(getattr(self._manager.hook, self._name).get_hookimpls(), key=lambda i: order[i.plugin_name])
         results = []
-        # Built-in first, so that later plugins may override its entries.
-        impls = sorted(
-            getattr(self._manager.hook, self._name).get_hookimpls(),
-            key=lambda impl: impl.plugin_name != BUILTIN_PLUGIN,
-        )
         for impl in impls:
-            try:
-                results.append(impl.function())
-            except Exception as exc:
-                message = f"hook {self._name} raised {type(exc).__name__}: {exc}"
-                if not any(b.name == impl.plugin_name and b.error == message for b in _broken):
-                    _broken.append(BrokenPlugin(impl.plugin_name, message))
-                    logger.warning("plugin %s: %s", impl.plugin_name, message)
+            result, problem = call_hookimpl(impl, self._name)
+            if problem is not None:
+                record_broken(impl.plugin_name, problem)
+                continue
+            results.append((impl.plugin_name, result))
         return results
+
+    def __call__(self) -> list[Any]:
+        return [result for _, result in self.with_plugin_names()]
 
 
 class _SafeHooks:
@@ -119,6 +199,8 @@ class _SafeHooks:
         self._manager = manager
 
     def __getattr__(self, name: str) -> _SafeHookCaller:
+        if name not in HOOK_RESULT_TYPES:
+            raise AttributeError(f"no hook named {name!r}")
         return _SafeHookCaller(self._manager, name)
 
 
@@ -132,26 +214,17 @@ class OctavoPluginManager:
     def plugin_names(self) -> list[str]:
         return [name for name, _ in self.pluggy.list_name_plugin()]
 
-    def plugin_of(self, hook_name: str, predicate) -> str | None:
-        """The name of the first plugin whose ``hook_name`` result satisfies ``predicate``."""
-        for impl in getattr(self.pluggy.hook, hook_name).get_hookimpls():
-            try:
-                if predicate(impl.function()):
-                    return impl.plugin_name
-            except Exception:
-                continue
-        return None
-
-
-_wrapped: OctavoPluginManager | None = None
+    def plugin_module(self, name: str) -> ModuleType | None:
+        return self.pluggy.get_plugin(name)
 
 
 def get_plugin_manager() -> OctavoPluginManager:
+    """The process-wide manager; plugins are loaded on the first call."""
     global _manager, _wrapped
     if _wrapped is None:
         _manager = pluggy.PluginManager(PROJECT_NAME)
         _manager.add_hookspecs(hookspecs)
-        _load_entry_points(_manager)
+        _load_plugins(_manager)
         _wrapped = OctavoPluginManager(_manager)
     return _wrapped
 
@@ -159,6 +232,29 @@ def get_plugin_manager() -> OctavoPluginManager:
 def broken_plugins() -> list[BrokenPlugin]:
     get_plugin_manager()
     return list(_broken)
+
+
+def require_requested_plugins() -> None:
+    """Fail startup if a plugin named in ``OCTAVO_PLUGINS`` is broken or missing."""
+    from octavo.errors import PluginError
+
+    manager = get_plugin_manager()
+    for name in requested_plugin_names():
+        broken = [b for b in _broken if b.name == name]
+        if broken:
+            raise PluginError(f"plugin {name!r} (requested in OCTAVO_PLUGINS) is broken: {broken[0].error}")
+        # A plugin may be named by entry point or by module.
+        loaded = set(manager.plugin_names()) | {manager.plugin_module(n).__name__ for n in manager.plugin_names()}
+        if name not in loaded:
+            raise PluginError(f"plugin {name!r} (requested in OCTAVO_PLUGINS) is not installed")
+
+
+def broken_plugins_hint() -> str:
+    """``"; broken plugins: a (why), b (why)"`` or ``""``: for "X not found" errors."""
+    broken = broken_plugins()
+    if not broken:
+        return ""
+    return "; broken plugins that may have provided it: " + ", ".join(f"{b.name} ({b.error})" for b in broken)
 
 
 def reset_plugin_manager() -> None:

@@ -1,48 +1,95 @@
-"""``octavo env``: platforms found, the one selected and why, plugins, versions."""
+"""``octavo env``: platforms found, the one selected and why, plugins, versions.
+
+Runs every installed platform's cheap probe (and nothing heavier) except for
+the selected platform, whose ``versions()`` may name its devices.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform as host
+
+ENV_VARIABLES = ("OCTAVO_PLATFORM", "OCTAVO_PLUGINS", "OCTAVO_DISABLE_PLUGIN_AUTOLOAD", "OCTAVO_ATTENTION_BACKEND")
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("env", help="show platforms, plugins and versions")
+    parser = sub.add_parser("env", help="show platforms, plugins and versions, and why a platform is selected")
     parser.add_argument("--platform", default=None, help="explain selecting this platform")
     parser.set_defaults(func=run)
 
 
 def describe(requested: str | None = None) -> str:
-    from octavo.errors import PlatformError
     from octavo.plugins import API_VERSION
     from octavo.plugins.manager import broken_plugins, get_plugin_manager
-    from octavo.plugins.selection import installed_platforms, select_platform
     from octavo.version import __version__
 
     lines = [f"octavo {__version__} (plugin API {API_VERSION})", f"python {host.python_version()} on {host.platform()}"]
     for package in ("torch", "transformers", "tokenizers", "triton", "pluggy", "safetensors"):
         lines.append(f"  {package}: {_version(package)}")
+    overrides = [f"{name}={os.environ[name]}" for name in ENV_VARIABLES if os.environ.get(name)]
+    lines.append("environment: " + (", ".join(overrides) if overrides else "no OCTAVO_* overrides"))
     lines.append("plugins: " + ", ".join(get_plugin_manager().plugin_names()))
     for broken in broken_plugins():
-        lines.append(f"  broken plugin {broken.name}: {broken.error}")
-    lines.append("platforms:")
+        lines.append(f"  broken plugin {broken.name} (skipped): {broken.error}")
+    lines.extend(_describe_platforms(requested))
+    return "\n".join(lines)
+
+
+def _describe_platforms(requested: str | None) -> list[str]:
+    from octavo.errors import OctavoError
+    from octavo.plugins.selection import installed_platform_entries, probe_candidates, select_platform
+
+    lines = [
+        "platforms (rule: --platform or OCTAVO_PLATFORM if set; else the highest priority among "
+        "available platforms with priority >= 0; a tie at the top is an error):"
+    ]
     try:
         selection = select_platform(requested)
-        for candidate in selection.candidates:
-            mark = "*" if candidate.name == selection.platform.name else " "
-            state = "available" if candidate.available else "unavailable"
-            lines.append(
-                f" {mark} {candidate.name:<6} priority {candidate.priority:>3}  {state:<11} "
-                f"[{candidate.plugin}] {candidate.detail}"
-            )
-        lines.append(f"selected: {selection.platform.name} ({selection.reason})")
-        for key, value in selection.platform.versions().items():
-            lines.append(f"  {key}: {value}")
-    except PlatformError as exc:
-        for name, (cls, plugin) in installed_platforms().items():
-            lines.append(f"   {name:<6} priority {cls.priority:>3}  [{plugin}]")
+    except OctavoError as exc:
+        for candidate in probe_candidates(installed_platform_entries()):
+            lines.append(_candidate_line(candidate, selected=False))
         lines.append(f"selected: none ({exc.message})")
-    return "\n".join(lines)
+        return lines
+    for candidate in selection.candidates:
+        lines.append(_candidate_line(candidate, candidate.name == selection.platform.name))
+    lines.append(f"selected: {selection.platform.name} ({selection.reason})")
+    lines.extend(_describe_selected(selection.platform))
+    return lines
+
+
+def _candidate_line(candidate, selected: bool) -> str:
+    mark = "*" if selected else " "
+    state = "available" if candidate.available else "unavailable"
+    plugin = candidate.plugin + (f", replaces {', '.join(candidate.replaced)}'s" if candidate.replaced else "")
+    return f" {mark} {candidate.name:<8} priority {candidate.priority:>4}  {state:<11} [{plugin}] {candidate.detail}"
+
+
+def _describe_selected(platform) -> list[str]:
+    from octavo.platforms.attention_selection import OVERRIDE_ENV, installed_attention_backends
+
+    backends = installed_attention_backends()
+    preference = ", ".join(
+        f"{name} ({'installed' if name in backends else 'not installed'})" for name in platform.attention_backends
+    )
+    quantization = platform.supported_quantization
+    lines = [
+        f"  device type: {platform.device_type}, distributed backend: {platform.dist_backend}",
+        "  dtypes: " + ", ".join(str(d).removeprefix("torch.") for d in platform.supported_dtypes),
+        "  quantization: " + ("any installed method" if quantization is None else ", ".join(quantization) or "none"),
+        f"  graphs: {'yes' if platform.supports_graphs else 'no'}",
+        f"  attention backends, preferred first: {preference}",
+    ]
+    if "torch_paged" not in platform.attention_backends:
+        lines[-1] += "; then torch_paged (the reference) as a fallback"
+    if os.environ.get(OVERRIDE_ENV):
+        lines.append(f"  attention backend forced by {OVERRIDE_ENV}={os.environ[OVERRIDE_ENV]}")
+    try:
+        for key, value in platform.versions().items():
+            lines.append(f"  {key}: {value}")
+    except Exception as exc:  # a vendor package failing here must not hide the rest
+        lines.append(f"  versions: unavailable ({type(exc).__name__}: {exc})")
+    return lines
 
 
 def _version(package: str) -> str:

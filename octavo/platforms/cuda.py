@@ -1,0 +1,74 @@
+"""NVIDIA GPUs through ``torch.cuda``.
+
+Detection: a CUDA build of torch (``torch.version.cuda``) and
+``torch.cuda.device_count() > 0``. ``device_count`` asks NVML first, which
+creates no CUDA context, so probing does not poison a later ``fork``; only
+when NVML is missing does torch fall back to ``cudaGetDeviceCount`` (which
+runs ``cuInit``). ``torch.cuda.is_available()`` is avoided on purpose: unless
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` it always goes through ``cuInit``.
+Nothing that creates a context (device names, capabilities) runs before the
+platform is selected.
+
+The KV cache budget comes from a profiled dummy step
+(``octavo.platforms.profiling``). Attention: the backends named in
+``attention_backends``, resolved through the ``octavo_attention_backends``
+hook (a Triton backend goes first in that list once it is registered).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from octavo.platforms.torch_device import TorchDevicePlatform
+
+FP8_KV_DTYPES = {
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+
+
+class CudaPlatform(TorchDevicePlatform):
+    name = "cuda"
+    device_type = "cuda"
+    dist_backend = "nccl"
+    priority = 100
+    supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    supported_quantization = None  # every installed method has a torch path on CUDA
+    supports_graphs = True
+    attention_backends = ("torch_paged",)
+
+    @classmethod
+    def _torch_build_ok(cls) -> bool:
+        return torch.version.cuda is not None
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return cls._torch_build_ok() and torch.cuda.device_count() > 0
+
+    @classmethod
+    def availability_detail(cls) -> str:
+        if not cls._torch_build_ok():
+            return f"torch {torch.__version__} is not a CUDA build"
+        count = torch.cuda.device_count()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+        if count == 0:
+            return f"no CUDA device visible{where}"
+        return f"{count} device(s){where}, CUDA {torch.version.cuda}"
+
+    def kv_cache_dtype(self, name: str) -> torch.dtype:
+        if name in FP8_KV_DTYPES:
+            return FP8_KV_DTYPES[name]
+        return super().kv_cache_dtype(name)
+
+    def versions(self) -> dict[str, str]:
+        # Selected platform only: naming the device creates a CUDA context.
+        cuda = self.torch_namespace()
+        versions = {"torch": torch.__version__, "cuda": str(torch.version.cuda)}
+        for index in range(cuda.device_count()):
+            major, minor = cuda.get_device_capability(index)
+            versions[f"device {index}"] = f"{cuda.get_device_name(index)} (sm_{major}{minor})"
+        return versions

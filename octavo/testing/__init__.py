@@ -1,0 +1,1 @@
+"""Test kits that ship with Octavo (the platform conformance suite)."""

@@ -1,0 +1,171 @@
+"""The conformance checks: each takes a ``ConformanceContext`` and returns a
+one-line summary, or raises ``ConformanceFailure`` saying what is wrong (or
+``ConformanceSkip`` when the platform legitimately cannot run it).
+
+1. ``check_interface``: the class attributes are well-formed, the probe says
+   available, a device computes a matmul equal to the CPU's, memory info is
+   sane, ``synchronize`` returns.
+2. ``check_kv_cache``: the attention backend's KV cache is allocated on the
+   device, and its size is linear in the number of blocks (the runner sizes
+   the cache from the size of one block).
+3. ``check_attention``: for every dtype the platform supports and a few
+   attention shapes (MHA, GQA, MQA with a sliding window), the platform's
+   backend runs the mixed-batch scenario of ``batches`` (prefill and decode
+   together, chunked prefill, prefix-cache hits, a step that writes no KV)
+   and matches ``torch_paged`` run on the CPU in float32.
+4. ``check_model``: a tiny random Llama checkpoint (built with transformers)
+   runs end to end through ``LLM`` on this platform (KV cache sized by the
+   platform's ``kv_cache_budget``), with chunked prefill and prefix-cache
+   hits, and its greedy tokens match Hugging Face's on the same device.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from octavo.core.attention import AttentionSpec
+from octavo.platforms.interface import Platform
+from octavo.runtime.attention.torch_paged import TorchPagedAttention
+from octavo.testing.conformance.batches import mixed_scenario, run_scenario
+
+# Attention output tolerance (absolute, outputs are O(1)) per dtype.
+ATTENTION_ATOL = {torch.float32: 2e-3, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+# (num_heads, num_kv_heads, head_size, sliding_window)
+ATTENTION_SHAPES = ((4, 4, 32, None), (8, 2, 64, None), (4, 1, 128, 24))
+BLOCK_SIZE = 16
+
+
+class ConformanceFailure(AssertionError):
+    """The platform does not conform; the message says how."""
+
+
+class ConformanceSkip(Exception):
+    """The check does not apply to this platform; the message says why."""
+
+
+@dataclass
+class ConformanceContext:
+    platform: Platform
+    workdir: Path
+    dtypes: list[torch.dtype] = field(default_factory=list)
+
+    @property
+    def device(self) -> torch.device:
+        return self.platform.device(0)
+
+
+def make_context(platform: Platform, workdir: Path) -> ConformanceContext:
+    dtypes = [d for d in (torch.float32, torch.bfloat16, torch.float16) if d in platform.supported_dtypes]
+    return ConformanceContext(platform, workdir, dtypes)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConformanceFailure(message)
+
+
+def check_interface(ctx: ConformanceContext) -> str:
+    platform = ctx.platform
+    cls = type(platform)
+    for attribute in ("name", "device_type", "dist_backend"):
+        _require(isinstance(getattr(cls, attribute, None), str), f"{attribute} must be a string")
+    _require(bool(cls.supported_dtypes), "supported_dtypes is empty")
+    _require(bool(cls.attention_backends), "attention_backends is empty")
+    _require(cls.is_available() is True, f"is_available() is not True here: {cls.availability_detail()}")
+    _require(isinstance(cls.availability_detail(), str), "availability_detail() must return a string")
+    platform.set_device(0)
+    num_devices = platform.device_count()
+    _require(num_devices >= 1, f"device_count() is {num_devices}")
+    a = torch.randn(16, 16)
+    on_device = (a.to(ctx.device) @ a.to(ctx.device)).cpu()
+    platform.synchronize()
+    matches = torch.allclose(on_device, a @ a, atol=1e-3, rtol=1e-3)
+    _require(matches, "a float32 matmul on the device differs from the CPU's")
+    memory = platform.memory_info(0)
+    _require(0 < memory.free_bytes <= memory.total_bytes, f"memory_info() is not sane: {memory}")
+    return (
+        f"{num_devices} device(s) of type {cls.device_type}, {memory.free_bytes / 2**30:.1f} of "
+        f"{memory.total_bytes / 2**30:.1f} GiB free, dist backend {cls.dist_backend}"
+    )
+
+
+def _spec(shape: tuple, dtype: torch.dtype) -> AttentionSpec:
+    num_heads, num_kv_heads, head_size, window = shape
+    return AttentionSpec(num_heads, num_kv_heads, head_size, head_size**-0.5, dtype, dtype, BLOCK_SIZE, window)
+
+
+def check_kv_cache(ctx: ConformanceContext) -> str:
+    spec = _spec(ATTENTION_SHAPES[1], ctx.dtypes[0])
+    backend = ctx.platform.attention_backend(spec)
+    one, eight = (torch.Size(backend.kv_cache_shape(n)).numel() for n in (1, 8))
+    _require(eight == 8 * one, f"{backend.name}: kv_cache_shape is not linear in blocks ({one} vs {eight} for 1 vs 8)")
+    expected = 2 * spec.block_size * spec.num_kv_heads * spec.head_size
+    _require(one >= expected, f"{backend.name}: one block holds {one} elements, fewer than K and V need ({expected})")
+    cache = torch.zeros(backend.kv_cache_shape(8), dtype=spec.kv_cache_dtype, device=ctx.device)
+    ctx.platform.synchronize()
+    _require(cache.device.type == ctx.device.type, f"KV cache landed on {cache.device}, not {ctx.device}")
+    nbytes = cache.numel() * cache.element_size()
+    del cache
+    return f"{backend.name}: 8 blocks, shape {tuple(backend.kv_cache_shape(8))}, {nbytes} bytes on {ctx.device.type}"
+
+
+def check_attention(ctx: ConformanceContext) -> str:
+    checked, skipped, worst = [], [], 0.0
+    for dtype in ctx.dtypes:
+        for shape in ATTENTION_SHAPES:
+            spec = _spec(shape, dtype)
+            label = f"{str(dtype).removeprefix('torch.')} heads={shape[0]}/{shape[1]} d={shape[2]} window={shape[3]}"
+            try:
+                backend = ctx.platform.attention_backend(spec)
+            except Exception as exc:
+                if shape[3] is None:
+                    raise ConformanceFailure(f"{label}: no attention backend: {exc}") from exc
+                skipped.append(f"{label} ({exc})")
+                continue
+            error = _attention_error(ctx, backend, spec)
+            atol = ATTENTION_ATOL[dtype]
+            message = f"{backend.name} {label}: max abs error {error:.2e} vs torch_paged (tolerance {atol})"
+            _require(error <= atol, message)
+            checked.append(backend.name)
+            worst = max(worst, error)
+    counts = ", ".join(f"{name} x{checked.count(name)}" for name in dict.fromkeys(checked))
+    summary = f"{len(checked)} configurations match torch_paged (max abs error {worst:.1e}; backends used: {counts})"
+    return summary + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+
+
+def _attention_error(ctx: ConformanceContext, backend, spec: AttentionSpec) -> float:
+    scenario = mixed_scenario(spec, seed=len(ctx.dtypes))
+    outputs = run_scenario(scenario, backend, ctx.device)
+    ctx.platform.synchronize()
+    reference_spec = _spec((spec.num_heads, spec.num_kv_heads, spec.head_size, spec.sliding_window), torch.float32)
+    reference = run_scenario(scenario, TorchPagedAttention(reference_spec), torch.device("cpu"), input_dtype=spec.dtype)
+    error = 0.0
+    for step, (ours, ref) in enumerate(zip(outputs, reference)):
+        shapes = f"output shape {tuple(ours.shape)}, expected {tuple(ref.shape)}"
+        _require(ours.shape == ref.shape, f"{backend.name}: step {step} {shapes}")
+        _require(bool(torch.isfinite(ours).all()), f"{backend.name}: step {step} output is not finite")
+        if scenario.steps[step].write_kv:  # outputs of a no-write step are not defined
+            error = max(error, float((ours - ref).abs().max()))
+    return error
+
+
+def check_model(ctx: ConformanceContext) -> str:
+    from octavo.testing.conformance.model import compare_with_hf
+
+    summaries = []
+    for dtype in ctx.dtypes[:2]:
+        summaries.append(compare_with_hf(ctx.platform, ctx.workdir, dtype))
+        gc.collect()
+    return "; ".join(summaries)
+
+
+CHECKS = {
+    "interface": check_interface,
+    "kv_cache": check_kv_cache,
+    "attention": check_attention,
+    "model": check_model,
+}

@@ -1,0 +1,1 @@
+from tests.plugins.fake_plugins import fresh_plugins, sandbox  # noqa: F401
