@@ -64,6 +64,12 @@ class CudaPlatform(TorchDevicePlatform):
             return FP8_KV_DTYPES[name]
         return super().kv_cache_dtype(name)
 
+    def graph_runner(self):
+        """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""
+        from octavo.runtime.cuda_graphs import DecodeGraphs
+
+        return DecodeGraphs
+
     def versions(self) -> dict[str, str]:
         # Selected platform only: naming the device creates a CUDA context.
         cuda = self.torch_namespace()
