@@ -12,6 +12,7 @@ import time
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, TokenLogprobs
+from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.layers.attention import ForwardContext
 from octavo.platforms.interface import Platform
 from octavo.runtime.config import WorkerConfig
@@ -89,12 +90,19 @@ class ModelRunner:
     # ------------------------------------------------------------------ step
 
     @torch.inference_mode()
-    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(
+        self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
+        """One step. A pipeline stage other than the first continues from
+        ``intermediate`` (hidden, residual); one other than the last returns
+        its (hidden, residual) for the next stage instead of sampling."""
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
         batch = prepare_batch(self.states, scheduler_output, self.config.block_size, self.device)
-        hidden = self.run_model(batch)
+        hidden = self.run_model(batch, intermediate)
+        if not get_pp_group().is_last:
+            return hidden
         output = ModelRunnerOutput()
         if batch.sample_request_ids:
             logits = self.model.compute_logits(hidden[batch.logits_indices])
@@ -103,10 +111,12 @@ class ModelRunner:
             self._prompt_logprobs(hidden, batch, output)
         return output
 
-    def run_model(self, batch: PreparedBatch) -> torch.Tensor:
+    def run_model(self, batch: PreparedBatch, intermediate=None):
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)
         ctx = ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches)
-        return self.model(batch.input_ids, batch.positions, ctx)
+        if intermediate is None:
+            return self.model(batch.input_ids, batch.positions, ctx)
+        return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
     def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         rows = []
