@@ -46,7 +46,7 @@ from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import EngineDeadError, InvalidArgumentError
-from octavo.runtime.executors.multiproc import START_TIMEOUT_S, _kill
+from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
 from octavo.runtime.executors.worker_host import unpack_reply
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class DataParallelEngine(RequestValidator):
         self._outputs: deque[RequestOutput] = deque()
         self._counter = itertools.count()
         self._replicas = self._spawn(args)
-        self._finalizer = weakref.finalize(self, _kill, [r.process for r in self._replicas])
+        self._finalizer = weakref.finalize(self, kill_processes, [r.process for r in self._replicas])
         try:
             ready = [unpack_reply(self._recv_raw(r, START_TIMEOUT_S), r.index) for r in self._replicas]
             self.tokenizer = load_engine_tokenizer(args)
@@ -201,7 +201,7 @@ class DataParallelEngine(RequestValidator):
         deadline = time.monotonic() + 15.0
         for replica in self._replicas:
             replica.process.join(max(0.0, deadline - time.monotonic()))
-        _kill([r.process for r in self._replicas])
+        kill_processes([r.process for r in self._replicas])
         for replica in self._replicas:
             replica.conn.close()
         self._finalizer.detach()

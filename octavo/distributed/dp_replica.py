@@ -29,6 +29,7 @@ import os
 
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import OctavoError
+from octavo.runtime.executors.worker_host import exit_process
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class ReplicaServer:
                     logger.error("replica engine failed", exc_info=True)
                     conn.send_bytes(encode(["dead", f"{type(exc).__name__}: {exc}"]))
                     engine.shutdown()
-                    raise SystemExit(1) from None
+                    exit_process(1)
                 if outputs:
                     conn.send_bytes(encode(["outputs", outputs]))
 
@@ -100,8 +101,9 @@ def run_replica_process(conn, engine_args: bytes) -> None:
         engine = build_single_engine(EngineArgs(**decode(engine_args)))
     except BaseException as exc:  # noqa: BLE001 - reported to the front
         conn.send_bytes(encode_error(exc))
-        raise SystemExit(1) from None
+        exit_process(1)
     scheduler = engine.scheduler
     conn.send_bytes(encode(["ok", [engine.limits, engine.info, scheduler.config, scheduler.kv.num_blocks]]))
     ReplicaServer(engine, conn).serve()
     conn.close()
+    exit_process(0)

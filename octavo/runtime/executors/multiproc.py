@@ -74,7 +74,8 @@ class PendingOutput:
         return self.value
 
 
-def _kill(processes: list) -> None:
+def kill_processes(processes: list) -> None:
+    """Terminate, then kill what is still alive after a short grace period."""
     for process in processes:
         if process.is_alive():
             process.terminate()
@@ -97,8 +98,10 @@ class MultiprocExecutor:
         self._started = False
         self._closed = False
         self._pending: deque[PendingOutput] = deque()
+        # The most batches ever in flight at once (evidence that stages overlap).
+        self.max_batches_in_flight = 0
         self._workers = self._spawn(config)
-        self._finalizer = weakref.finalize(self, _kill, [w.process for w in self._workers])
+        self._finalizer = weakref.finalize(self, kill_processes, [w.process for w in self._workers])
         try:
             for worker in self._workers:  # each worker says it joined the group
                 unpack_reply(self._recv(worker, START_TIMEOUT_S), worker.rank)
@@ -140,6 +143,7 @@ class MultiprocExecutor:
         self._send_all(encode_call("execute_model", scheduler_output))
         pending = PendingOutput(self)
         self._pending.append(pending)
+        self.max_batches_in_flight = max(self.max_batches_in_flight, len(self._pending))
         return pending if non_block else pending.result()
 
     def check_health(self) -> None:
@@ -161,7 +165,7 @@ class MultiprocExecutor:
         deadline = time.monotonic() + 5.0
         for worker in self._workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
-        _kill([w.process for w in self._workers])
+        kill_processes([w.process for w in self._workers])
         for worker in self._workers:
             worker.conn.close()
         self._finalizer.detach()
@@ -245,7 +249,7 @@ class MultiprocExecutor:
         if self._dead is None:
             logger.error("distributed executor failed: %s", dead)
             self._dead = dead
-            _kill([w.process for w in self._workers])
+            kill_processes([w.process for w in self._workers])
         self._fail_pending(self._dead)
         # While starting, a worker's typed error (e.g. ModelLoadError) says more.
         return error if not self._started and isinstance(error, OctavoError) else self._dead

@@ -104,6 +104,17 @@ class WorkerHost:
         return encode(["ok", result])
 
 
+def exit_process(code: int) -> None:
+    """End a spawned worker at once: a normal interpreter exit would tear
+    down torch and its process groups, which takes seconds and helps no one."""
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def run_worker_process(conn, setup: bytes, num_local_workers: int) -> None:
     """Entry point of a multiprocess worker (spawned; ``conn`` is its pipe end).
 
@@ -115,7 +126,7 @@ def run_worker_process(conn, setup: bytes, num_local_workers: int) -> None:
         host = WorkerHost(setup)
     except BaseException as exc:  # noqa: BLE001
         conn.send_bytes(encode_error(exc))
-        raise SystemExit(1) from None
+        exit_process(1)
     conn.send_bytes(encode(["ok", None]))
     while True:
         try:
@@ -126,7 +137,8 @@ def run_worker_process(conn, setup: bytes, num_local_workers: int) -> None:
         if reply is not None:
             conn.send_bytes(reply)
         if host.failed:
-            raise SystemExit(1)
+            exit_process(1)
         if host.stopped:
             break
     conn.close()
+    exit_process(0)
