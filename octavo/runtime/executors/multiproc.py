@@ -228,6 +228,23 @@ class MultiprocExecutor:
                 if ready is not worker.conn and not worker.conn.poll(0):
                     raise self._fail(self._death_error(sentinels[ready]))
 
+    def _root_cause(self, error: BaseException) -> BaseException:
+        """A worker's reported error, or the death of a peer that caused it.
+
+        When a rank is killed, its peers' collectives fail ("connection
+        reset") and their error replies can arrive before its death is seen;
+        the death is the cause to report. A worker that reported an error
+        exits with code 1; one that was killed or crashed has another code."""
+        reporter = getattr(error, "worker_rank", None)
+        others = [w for w in self._workers if w.rank != reporter]
+        if reporter is None or not others:
+            return error
+        wait([w.process.sentinel for w in others], timeout=1.0)
+        for worker in others:
+            if not worker.process.is_alive() and worker.process.exitcode != 1:
+                return EngineDeadError(f"{self._death_error(worker)} (then worker rank {reporter} failed: {error})")
+        return error
+
     def _death_error(self, worker: _WorkerProcess) -> BaseException:
         """Why ``worker`` is gone: its last error reply, else its exit code."""
         try:
@@ -245,6 +262,8 @@ class MultiprocExecutor:
 
     def _fail(self, error: BaseException) -> BaseException:
         """Mark the executor dead, kill the workers; the error to raise."""
+        if self._dead is None and self._started:
+            error = self._root_cause(error)
         dead = error if isinstance(error, EngineDeadError) else EngineDeadError(str(error))
         if self._dead is None:
             logger.error("distributed executor failed: %s", dead)

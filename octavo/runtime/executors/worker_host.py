@@ -55,9 +55,12 @@ def unpack_reply(data: bytes, rank: int) -> Any:
     _, name, message, param, text = reply
     cls = getattr(octavo.errors, name, None)
     if isinstance(cls, type) and issubclass(cls, octavo.errors.OctavoError):
-        raise cls(message, param=param)
-    logger.error("worker rank %d failed:\n%s", rank, text)
-    raise octavo.errors.EngineDeadError(f"worker rank {rank} failed: {name}: {message}")
+        error = cls(message, param=param)
+    else:
+        logger.error("worker rank %d failed:\n%s", rank, text)
+        error = octavo.errors.EngineDeadError(f"worker rank {rank} failed: {name}: {message}")
+    error.worker_rank = rank
+    raise error
 
 
 def encode_setup(config: WorkerConfig, rank_info: RankInfo) -> bytes:
