@@ -14,8 +14,9 @@ produced any, ``["stats", SchedulerStats]``, ``["health", error or None]``,
 
 Invariants:
 - The replica steps on its own whenever it has work: replicas never wait
-  for each other or for the front. Messages are read between steps, so a
-  request added while a step runs joins the next step.
+  for each other or for the front. Commands are read on a thread (``Inbox``)
+  and handled between steps, so a request added while a step runs joins the
+  next step, and the front's sends never wait for a step to end.
 - The front has validated every request it sends; ``add_failed`` is a
   safety net, not the way bad input is reported.
 - When the front's end of the pipe closes, the replica shuts its engine
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 
+from octavo.distributed.inbox import Inbox
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import OctavoError
 from octavo.runtime.executors.worker_host import exit_process
@@ -38,19 +40,21 @@ class ReplicaServer:
     def __init__(self, engine, conn) -> None:
         self.engine = engine
         self.conn = conn
+        self.inbox = Inbox(conn)
 
     def serve(self) -> None:
         engine, conn = self.engine, self.conn
         while True:
-            busy = engine.has_unfinished_requests()
-            try:
-                if conn.poll(0 if busy else None):
-                    while conn.poll(0):
-                        if not self.handle(decode(conn.recv_bytes())):
-                            return
-            except (EOFError, OSError):
-                engine.shutdown()
-                return
+            # Idle: wait for a command. Busy: take what is there, then step.
+            block = not engine.has_unfinished_requests()
+            while block or not self.inbox.empty():
+                message = self.inbox.get()
+                if message is None:  # the front is gone
+                    engine.shutdown()
+                    return
+                if not self.handle(decode(message)):
+                    return
+                block = False
             if engine.has_unfinished_requests():
                 try:
                     outputs = engine.step()

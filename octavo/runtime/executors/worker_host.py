@@ -24,6 +24,7 @@ from dataclasses import asdict
 from typing import Any
 
 import octavo.errors
+from octavo.distributed.inbox import Inbox
 from octavo.distributed.parallel_state import output_rank
 from octavo.distributed.serialization import decode, encode
 from octavo.runtime.config import WorkerConfig
@@ -131,11 +132,11 @@ def run_worker_process(conn, setup: bytes, num_local_workers: int) -> None:
         conn.send_bytes(encode_error(exc))
         exit_process(1)
     conn.send_bytes(encode(["ok", None]))
+    inbox = Inbox(conn)
     while True:
-        try:
-            message = conn.recv_bytes()
-        except (EOFError, OSError):
-            break
+        message = inbox.get()
+        if message is None:
+            break  # the engine is gone
         reply = host.handle(message)
         if reply is not None:
             conn.send_bytes(reply)
