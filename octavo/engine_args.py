@@ -143,12 +143,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     logger.info("platform %s: %s", platform.name, selection.reason)
     dtype = resolve_dtype(args.dtype, arch, platform.supported_dtypes)
     max_model_len = resolve_max_model_len(args.max_model_len, arch)
-    from octavo.distributed.checks import check_parallel_config
-
-    check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
-    from octavo.runtime.executor import resolve_backend
-
-    resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+    _check_parallel_layout(args, arch)
     max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
     if not args.enable_chunked_prefill:
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
@@ -192,7 +187,6 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             max_num_seqs=args.max_num_seqs,
             max_model_len=max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
-            max_concurrent_batches=getattr(executor, "max_concurrent_batches", 1),
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )
@@ -205,6 +199,15 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     )
     info = ModelInfo(str(model_path), arch.architecture, dtype, platform.name)
     return LLMEngine(executor, scheduler, tokenizer, limits, info)
+
+
+def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
+    """Refuse a TP/PP layout or backend that cannot work, before any worker starts."""
+    from octavo.distributed.checks import check_parallel_config
+    from octavo.runtime.executor import resolve_backend
+
+    check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
+    resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
 
 
 def load_engine_tokenizer(args: EngineArgs):

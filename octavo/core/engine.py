@@ -125,6 +125,9 @@ class LLMEngine(RequestValidator):
         self._parent_children: dict[str, list[str]] = {}
         self._counter = itertools.count()
         self.max_concurrent_batches = max(1, getattr(executor, "max_concurrent_batches", 1))
+        # The scheduler must know how many batches can be in flight (it skips
+        # their requests); the executor decides.
+        scheduler.config.max_concurrent_batches = self.max_concurrent_batches
         # Batches handed to the executor and not yet collected, oldest first.
         self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._dead: EngineDeadError | None = None

@@ -220,13 +220,14 @@ class RayExecutor:
             ready, remaining = self.ray.wait(remaining, num_returns=1, timeout=EXECUTE_TIMEOUT_S)
             if not ready:
                 raise self._fail(EngineDeadError(f"a step did not finish within {EXECUTE_TIMEOUT_S:.0f} s"))
+            rank = refs.index(ready[0])
             try:
                 data = self.ray.get(ready[0])
-                value = unpack_reply(data, refs.index(ready[0])) if data is not None else None
+                value = unpack_reply(data, rank) if data is not None else None
             except OctavoError as exc:
                 raise self._fail(exc) from None
             except Exception as exc:  # noqa: BLE001 - RayActorError: the actor's process died
-                raise self._fail(EngineDeadError(f"a Ray worker died: {type(exc).__name__}: {exc}")) from None
+                raise self._fail(EngineDeadError(f"Ray worker rank {rank} died: {type(exc).__name__}: {exc}")) from None
             if ready[0] == output_ref:
                 output = value
         return output
