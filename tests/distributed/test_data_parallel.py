@@ -50,11 +50,9 @@ def test_same_tokens_as_one_engine_and_both_replicas_serve(dp_llm, llama_dir):
     assert all(load.num_requests == 0 and load.num_tokens == 0 for load in engine.router.loads)
 
 
-def test_shared_prefix_goes_to_the_replica_that_cached_it(dp_llm, llama_dir):
+def test_shared_prefix_goes_to_the_replica_that_cached_it(dp_llm):
     engine = dp_llm.engine
-    vocab = vocab_size(llama_dir)
-    shared = make_prompts(vocab, seed=4)[2][:32] * 2  # 64 tokens: four full blocks... minus the tail
-    shared = shared[:48]  # three full blocks
+    shared = list(range(10, 58))  # three full blocks
     params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     first = engine.add_request(None, shared + [5, 6, 7], params)
     owner = engine.router.replica_of(first)
@@ -89,6 +87,19 @@ def test_bad_input_and_abort(dp_llm):
     assert "long" not in finished and finished["keep"].outputs[0].finish_reason == "length"
     stats = engine.get_stats()
     assert stats.num_running == 0 and stats.num_waiting == 0
+
+
+def test_a_burst_of_requests_all_complete(dp_llm):
+    # Adds keep coming while replicas stream outputs back: neither side's
+    # sends may wait on the other (replicas read their pipe on a thread).
+    engine = dp_llm.engine
+    before = [load.num_routed for load in engine.router.loads]
+    params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, logprobs=5)
+    ids = [engine.add_request(None, [5 + i % 200] * (1 + i % 40), params) for i in range(100)]
+    finished = drain(engine)
+    assert sorted(finished) == sorted(ids)
+    assert all(len(finished[i].outputs[0].token_ids) == 3 for i in ids)
+    assert all(load.num_routed - b >= 30 for load, b in zip(engine.router.loads, before))
 
 
 def test_dead_replica_fails_requests(dp_llm):
