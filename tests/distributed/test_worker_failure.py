@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from octavo.errors import EngineDeadError
 from tests.distributed.common import engine_options
 
 
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("tp,pp,victim", [(2, 1, 1), (1, 2, 0)], ids=["tp2-kill-rank1", "pp2-kill-stage0"])
 def test_killed_worker_fails_requests_and_health(llama_dir, tp, pp, victim):
     llm = LLM(str(llama_dir), **engine_options(tensor_parallel_size=tp, pipeline_parallel_size=pp))
@@ -29,11 +29,11 @@ def test_killed_worker_fails_requests_and_health(llama_dir, tp, pp, victim):
     dead_rank_pid = executor.worker_pids[victim]
     os.kill(dead_rank_pid, signal.SIGKILL)
 
-    started = time.monotonic()
+    # Noticed through the process sentinel: no collective timeout is involved
+    # (gloo's would take 10 minutes, past this test's time limit).
     with pytest.raises(EngineDeadError) as info:
         while engine.has_unfinished_requests():
             engine.step()
-    assert time.monotonic() - started < 30  # noticed, not a collective timeout
     assert f"worker rank {victim} (pid {dead_rank_pid}) died unexpectedly (exit code -9)" in str(info.value)
     assert info.value.http_status == 503
     assert sorted(info.value.failed_request_ids) == ["r0", "r1", "r2"]
