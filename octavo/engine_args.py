@@ -3,6 +3,9 @@
 ``build_engine`` is the only code that sees the whole configuration: it
 resolves the model, selects the platform, builds the executor (which loads
 the model), sizes the KV cache, and hands each component only what it needs.
+With ``data_parallel_size > 1`` it returns a ``DataParallelEngine`` instead:
+that many replicas of the engine, each in its own process, behind the same
+interface.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class EngineArgs:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
+    data_parallel_size: int = 1
+    # Which replica this engine is (set by DataParallelEngine for its replicas):
+    # its workers use the devices from data_parallel_rank * tp * pp on.
+    data_parallel_rank: int = 0
     chat_template: str | None = None
     max_logprobs: int = 20
     skip_tokenizer_init: bool = False
@@ -56,7 +63,7 @@ class EngineArgs:
         return {f.name for f in fields(cls)}
 
     def validate(self) -> None:
-        positive = ("block_size", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size")
+        positive = ("block_size", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
         for name in positive:
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be at least 1, got {getattr(self, name)}", param=name)
@@ -111,7 +118,18 @@ def _model_dir(args: EngineArgs) -> tuple[Path, str]:
     return path, load_format
 
 
-def build_engine(args: EngineArgs) -> LLMEngine:
+def build_engine(args: EngineArgs):
+    """An ``LLMEngine``, or a ``DataParallelEngine`` for ``data_parallel_size > 1``."""
+    args.validate()
+    if args.data_parallel_size > 1:
+        from octavo.distributed.data_parallel import DataParallelEngine
+
+        return DataParallelEngine(args)
+    return build_single_engine(args)
+
+
+def build_single_engine(args: EngineArgs) -> LLMEngine:
+    """One engine (one replica), whatever ``data_parallel_size`` says."""
     args.validate()
     model_path, load_format = _model_dir(args)
     if load_format == "gguf":
@@ -125,6 +143,7 @@ def build_engine(args: EngineArgs) -> LLMEngine:
     logger.info("platform %s: %s", platform.name, selection.reason)
     dtype = resolve_dtype(args.dtype, arch, platform.supported_dtypes)
     max_model_len = resolve_max_model_len(args.max_model_len, arch)
+    _check_parallel_layout(args, arch)
     max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
     if not args.enable_chunked_prefill:
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
@@ -146,6 +165,7 @@ def build_engine(args: EngineArgs) -> LLMEngine:
         num_kv_blocks=args.num_kv_blocks,
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
     )
     platform.check_config(worker_config)
     from octavo.runtime.executor import create_executor
@@ -182,7 +202,24 @@ def build_engine(args: EngineArgs) -> LLMEngine:
     return LLMEngine(executor, scheduler, tokenizer, limits, info)
 
 
-def _load_tokenizer(args: EngineArgs, model_path: Path, load_format: str, arch: ModelArchConfig):
+def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
+    """Refuse a TP/PP layout or backend that cannot work, before any worker starts."""
+    from octavo.distributed.checks import check_parallel_config
+    from octavo.runtime.executor import resolve_backend
+
+    check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
+    resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+
+
+def load_engine_tokenizer(args: EngineArgs):
+    """The tokenizer ``build_engine`` loads for ``args`` (None with skip_tokenizer_init)."""
+    if args.skip_tokenizer_init:
+        return None
+    model_path, load_format = _model_dir(args)
+    return _load_tokenizer(args, model_path, load_format, None)
+
+
+def _load_tokenizer(args: EngineArgs, model_path: Path, load_format: str, arch: ModelArchConfig | None):
     chat_template = Path(args.chat_template).read_text() if args.chat_template else None
     if load_format == "gguf" and args.tokenizer is None:
         from octavo.models.gguf_loader import gguf_tokenizer

@@ -4,13 +4,22 @@ One step is: schedule -> execute (through the ``Executor`` protocol) ->
 update the scheduler -> detokenize and check stop strings -> outputs. Input is
 validated in ``add_request`` so that bad input raises a typed error before
 anything is scheduled.
+
+An executor whose ``max_concurrent_batches`` is above 1 (pipeline stages)
+gets up to that many batches before the engine waits for the oldest; each
+``step()`` then returns the outputs of one batch, oldest first.
+
+If the executor reports ``EngineDeadError`` (a worker died), every unfinished
+request is finished with status ``error``, the executor is shut down, and the
+error propagates; later calls raise it again.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
@@ -18,8 +27,9 @@ from octavo.core.outputs import RequestOutput
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats
+from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.core.types import RequestId
-from octavo.errors import InvalidArgumentError, PromptTooLongError
+from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
 
 
 @dataclass
@@ -43,25 +53,14 @@ class EngineLimits:
     max_logprobs: int = 20
 
 
-class LLMEngine:
-    def __init__(
-        self,
-        executor: Executor,
-        scheduler: Scheduler,
-        tokenizer: Any | None,
-        limits: EngineLimits,
-        info: ModelInfo | None = None,
-    ) -> None:
-        self.executor = executor
-        self.info = info
-        self.scheduler = scheduler
-        self.tokenizer = tokenizer
-        self.limits = limits
-        self.output_processor = OutputProcessor(tokenizer)
-        self._parent_children: dict[str, list[str]] = {}
-        self._counter = itertools.count()
+class RequestValidator:
+    """Prompt -> token ids, and the checks every request passes before it is
+    queued. Shared by ``LLMEngine`` and by front ends that route requests to
+    several engines (``DataParallelEngine``), so both refuse the same input
+    with the same error."""
 
-    # ------------------------------------------------------------------ input
+    tokenizer: Any | None
+    limits: EngineLimits
 
     def tokenize_prompt(self, prompt: str | list[int] | dict) -> tuple[str | None, list[int]]:
         """Accept a string, a list of token ids or ``{"prompt"|"prompt_token_ids": ...}``."""
@@ -101,6 +100,40 @@ class LLMEngine:
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
 
+    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        max_tokens = self.limits.max_model_len - len(prompt_token_ids)
+        if params.max_tokens is not None:
+            max_tokens = min(max_tokens, params.max_tokens)
+        return max_tokens
+
+
+class LLMEngine(RequestValidator):
+    def __init__(
+        self,
+        executor: Executor,
+        scheduler: Scheduler,
+        tokenizer: Any | None,
+        limits: EngineLimits,
+        info: ModelInfo | None = None,
+    ) -> None:
+        self.executor = executor
+        self.info = info
+        self.scheduler = scheduler
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.output_processor = OutputProcessor(tokenizer)
+        self._parent_children: dict[str, list[str]] = {}
+        self._counter = itertools.count()
+        self.max_concurrent_batches = max(1, getattr(executor, "max_concurrent_batches", 1))
+        # The scheduler must know how many batches can be in flight (it skips
+        # their requests); the executor decides.
+        scheduler.config.max_concurrent_batches = self.max_concurrent_batches
+        # Batches handed to the executor and not yet collected, oldest first.
+        self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
+        self._dead: EngineDeadError | None = None
+
+    # ------------------------------------------------------------------ input
+
     def add_request(
         self,
         request_id: str | None,
@@ -109,6 +142,8 @@ class LLMEngine:
         cache_salt: str | None = None,
     ) -> str:
         """Validate and queue a request; returns its id. Raises before scheduling."""
+        if self._dead is not None:
+            raise self._dead
         if request_id is None:
             request_id = str(next(self._counter))
         if request_id in self._parent_children:
@@ -116,9 +151,7 @@ class LLMEngine:
         prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
         self.validate(prompt_token_ids, params)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
-        max_tokens = self.limits.max_model_len - len(prompt_token_ids)
-        if params.max_tokens is not None:
-            max_tokens = min(max_tokens, params.max_tokens)
+        max_tokens = self.max_new_tokens(prompt_token_ids, params)
         children = []
         for index in range(params.n):
             child_id = request_id if params.n == 1 else f"{request_id}#{index}"
@@ -159,12 +192,39 @@ class LLMEngine:
         return self.scheduler.has_unfinished_requests()
 
     def step(self) -> list[RequestOutput]:
+        if self._dead is not None:
+            raise self._dead
+        if self.max_concurrent_batches > 1:
+            return self._step_pipelined()
         if not self.scheduler.has_unfinished_requests():
             return []
         scheduler_output = self.scheduler.schedule()
         if scheduler_output.is_empty:
             return []
-        runner_output = self.executor.execute_model(scheduler_output)
+        try:
+            runner_output = self.executor.execute_model(scheduler_output)
+        except EngineDeadError as exc:
+            self._fail(exc)
+        return self._process(scheduler_output, runner_output)
+
+    def _step_pipelined(self) -> list[RequestOutput]:
+        """Keep up to ``max_concurrent_batches`` in flight; finish the oldest."""
+        try:
+            while len(self._batches_in_flight) < self.max_concurrent_batches and self.scheduler.has_unfinished_requests():
+                scheduler_output = self.scheduler.schedule()
+                if scheduler_output.is_empty:
+                    break  # every schedulable request is already in flight
+                pending = self.executor.execute_model(scheduler_output, non_block=True)
+                self._batches_in_flight.append((scheduler_output, pending))
+            if not self._batches_in_flight:
+                return []
+            scheduler_output, pending = self._batches_in_flight.popleft()
+            runner_output = pending.result()
+        except EngineDeadError as exc:
+            self._fail(exc)
+        return self._process(scheduler_output, runner_output)
+
+    def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         request_outputs, stopped = self.output_processor.process(core_outputs)
         if stopped:
@@ -174,8 +234,27 @@ class LLMEngine:
                 self._parent_children.pop(output.request_id, None)
         return request_outputs
 
+    def _fail(self, error: EngineDeadError) -> NoReturn:
+        """A worker died: error out every request, release the workers, raise."""
+        self._dead = error
+        error.failed_request_ids = list(self._parent_children)
+        self._batches_in_flight.clear()
+        request_ids = [r.request_id for r in [*self.scheduler.running, *self.scheduler.waiting]]
+        self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ERROR)
+        self.output_processor.abort(request_ids)
+        self._parent_children.clear()
+        self.executor.shutdown()
+        raise error
+
+    def check_health(self) -> None:
+        """Raise ``EngineDeadError`` if the engine or one of its workers is dead."""
+        if self._dead is not None:
+            raise self._dead
+        self.executor.check_health()
+
     def get_stats(self) -> SchedulerStats:
         return self.scheduler.get_stats()
 
     def shutdown(self) -> None:
+        self._batches_in_flight.clear()
         self.executor.shutdown()

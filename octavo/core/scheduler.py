@@ -11,6 +11,14 @@ Order: running requests first (oldest first), then waiting ones (FIFO).
 When blocks run out, the newest running request is preempted: its blocks are
 freed and it goes back to the head of the waiting queue, to be recomputed
 (its prefix-cache hits make that cheap).
+
+Batches in flight (pipeline parallelism): an executor may hold up to
+``max_concurrent_batches`` scheduled batches before the first one's output
+comes back. A request belongs to at most one batch in flight: ``schedule()``
+skips it (and never preempts it) until ``update_from_output`` has seen its
+batch. To keep every stage busy, each batch then takes at most its share of
+the schedulable requests (``ceil(schedulable / free batch slots)``). With
+one batch at a time (the default) none of this changes anything.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ class SchedulerConfig:
     max_num_seqs: int = 128
     max_model_len: int = 2048
     enable_chunked_prefill: bool = True
+    # How many batches the executor runs at once (pipeline stages); 1 = none.
+    max_concurrent_batches: int = 1
 
 
 @dataclass
@@ -47,6 +57,24 @@ class SchedulerStats:
     num_free_blocks: int
     num_preemptions: int
     prefix_cache: PrefixCacheStats
+
+
+def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
+    """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
+    max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
+    num_blocks_needed = -(-max_total_tokens // block_size)
+    if num_blocks_needed > num_blocks:
+        raise RequestTooLargeError(
+            f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
+            f"KV cache holds only {num_blocks} blocks of {block_size} tokens",
+            param="max_tokens",
+        )
+    if not config.enable_chunked_prefill and request.num_prompt_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
+            f"({config.max_num_batched_tokens}) and chunked prefill is disabled",
+            param="prompt",
+        )
 
 
 class Scheduler:
@@ -63,25 +91,16 @@ class Scheduler:
         self._sent_blocks: dict[RequestId, int] = {}
         self._drop_from_runner: set[str] = set()
         self._preempted_last = False
+        # Batches whose output has not come back, oldest first, with the
+        # Request objects they hold (objects, not ids: an id can be reused
+        # after an abort while the old request's batch is still in flight).
+        self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
 
     # ------------------------------------------------------------------ input
 
     def add_request(self, request: Request) -> None:
         """Queue a request; refuse one that could never fit in the KV cache."""
-        max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, self.config.max_model_len)
-        num_blocks_needed = self.kv.num_blocks_for(max_total_tokens)
-        if num_blocks_needed > self.kv.num_blocks:
-            raise RequestTooLargeError(
-                f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
-                f"KV cache holds only {self.kv.num_blocks} blocks of {self.kv.block_size} tokens",
-                param="max_tokens",
-            )
-        if not self.config.enable_chunked_prefill and request.num_prompt_tokens > self.config.max_num_batched_tokens:
-            raise RequestTooLargeError(
-                f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
-                f"({self.config.max_num_batched_tokens}) and chunked prefill is disabled",
-                param="prompt",
-            )
+        check_admissible(request, self.config, self.kv.num_blocks, self.kv.block_size)
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         self.requests[request.request_id] = request
@@ -106,15 +125,20 @@ class Scheduler:
     # --------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
+        if self.config.max_concurrent_batches <= 1:
+            # One batch at a time: a new step retires the previous batch even
+            # if its execution raised (its requests are then simply rescheduled).
+            self._in_flight.clear()
         output = SchedulerOutput()
         token_budget = self.config.max_num_batched_tokens
         preempted_this_step = False
+        max_requests = self._batch_request_cap()
 
         index = 0
-        while index < len(self.running) and token_budget > 0:
+        while index < len(self.running) and token_budget > 0 and len(output.num_scheduled_tokens) < max_requests:
             request = self.running[index]
             num_new_tokens = min(request.num_tokens - request.num_computed_tokens, token_budget)
-            if num_new_tokens <= 0:
+            if num_new_tokens <= 0 or self._is_in_flight(request):
                 index += 1
                 continue
             if not self._allocate_or_preempt(request, num_new_tokens):
@@ -126,16 +150,33 @@ class Scheduler:
             index += 1
 
         if not preempted_this_step:
-            token_budget = self._schedule_waiting(output, token_budget)
+            token_budget = self._schedule_waiting(output, token_budget, max_requests)
 
         self._describe_for_runner(output)
+        if output.num_scheduled_tokens:
+            requests = {r: self.requests[RequestId(r)] for r in output.num_scheduled_tokens}
+            self._in_flight.append((output, requests))
         return output
+
+    def _is_in_flight(self, request: Request) -> bool:
+        return any(requests.get(request.request_id) is request for _, requests in self._in_flight)
+
+    def _batch_request_cap(self) -> int:
+        """At most this many requests in the next batch (its share when pipelining)."""
+        if self.config.max_concurrent_batches <= 1:
+            return self.config.max_num_seqs
+        num_free_slots = max(1, self.config.max_concurrent_batches - len(self._in_flight))
+        num_schedulable = len(self.waiting) + sum(1 for r in self.running if not self._is_in_flight(r))
+        return max(1, -(-num_schedulable // num_free_slots))
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
         """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
         self._preempted_last = False
         while self.kv.allocate_slots(request, num_new_tokens) is None:
-            victim = self.running.pop()
+            # Never a request in flight: its batch still writes to its blocks.
+            # ``request`` itself is not in flight, so a victim always exists.
+            victim = next(r for r in reversed(self.running) if not self._is_in_flight(r))
+            self.running.remove(victim)
             self._preempt(victim)
             self._preempted_last = True
             if victim is request:
@@ -151,8 +192,13 @@ class Scheduler:
         self.waiting.appendleft(request)
         self._forget_in_runner(request)
 
-    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> int:
-        while self.waiting and token_budget > 0 and len(self.running) < self.config.max_num_seqs:
+    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int, max_requests: int) -> int:
+        while (
+            self.waiting
+            and token_budget > 0
+            and len(self.running) < self.config.max_num_seqs
+            and len(output.num_scheduled_tokens) < max_requests
+        ):
             request = self.waiting[0]
             computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
             num_new_tokens = request.num_tokens - num_computed_tokens
@@ -172,6 +218,9 @@ class Scheduler:
         return token_budget
 
     def _describe_for_runner(self, output: SchedulerOutput) -> None:
+        if not output.num_scheduled_tokens:
+            # The engine never sends an empty output: keep the drops for the next one.
+            return
         output.finished_request_ids = self._drop_from_runner
         self._drop_from_runner = set()
         for request_id in output.num_scheduled_tokens:
@@ -216,8 +265,9 @@ class Scheduler:
     ) -> list[EngineCoreOutput]:
         """Advance computed tokens, append samples, stop and free requests."""
         outputs = []
+        batch_requests = self._retire_batch(scheduler_output)
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests.get(RequestId(request_id))
+            request = batch_requests.get(request_id)
             if request is None or request.status != RequestStatus.RUNNING:
                 continue  # finished or preempted meanwhile
             request.num_computed_tokens += num_tokens
@@ -246,6 +296,15 @@ class Scheduler:
                 self.running.remove(request)
                 self._release(request)
         return outputs
+
+    def _retire_batch(self, scheduler_output: SchedulerOutput) -> dict[str, Request]:
+        """Take ``scheduler_output``'s batch out of flight; its requests by id."""
+        for index, (output, requests) in enumerate(self._in_flight):
+            if output is scheduler_output:
+                del self._in_flight[index]
+                return requests
+        # Not scheduled here (or already retired): only requests still current count.
+        return {r: req for r in scheduler_output.num_scheduled_tokens if (req := self.requests.get(RequestId(r)))}
 
     def _check_stop(self, request: Request) -> bool:
         last_token_id = request.output_token_ids[-1]

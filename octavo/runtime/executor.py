@@ -1,20 +1,31 @@
 """Executors: how the engine reaches its workers.
 
-``UniProcExecutor`` runs the single worker in the engine's own process,
-which is what one device needs.
+``create_executor`` picks one from ``distributed_executor_backend``:
+
+- ``uni`` (default for one device): the worker runs in the engine's process.
+- ``mp`` (default for ``tensor_parallel_size * pipeline_parallel_size > 1``):
+  one spawned process per device on this host (``executors/multiproc.py``).
+- ``ray``: one Ray actor per device, across nodes (``executors/ray_executor.py``).
+- ``external_launcher``: under ``torchrun``, every process runs the engine
+  and this executor drives its own rank (``executors/external_launcher.py``).
 """
 
 from __future__ import annotations
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.errors import InvalidArgumentError
 from octavo.runtime.config import WorkerConfig
 from octavo.runtime.worker import Worker
 
+BACKENDS = ("uni", "mp", "ray", "external_launcher")
+
 
 class UniProcExecutor:
+    max_concurrent_batches = 1
+
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.worker = Worker(config)
+        self.worker = Worker(config, local_rank=config.device_index_offset)
         self.worker.load_model()
 
     def determine_num_kv_blocks(self) -> int:
@@ -23,7 +34,7 @@ class UniProcExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.worker.initialize_kv_cache(num_blocks)
 
-    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False) -> ModelRunnerOutput:
         return self.worker.execute_model(scheduler_output)
 
     def check_health(self) -> None:
@@ -33,13 +44,36 @@ class UniProcExecutor:
         return None
 
 
-def create_executor(config: WorkerConfig, backend: str | None = None):
-    """The executor for ``config``: one process unless parallelism asks for more."""
-    if config.tensor_parallel_size * config.pipeline_parallel_size == 1 and backend in (None, "uni"):
-        return UniProcExecutor(config)
-    from octavo.errors import InvalidArgumentError
+def resolve_backend(backend: str | None, world_size: int) -> str:
+    if backend is None:
+        return "uni" if world_size == 1 else "mp"
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(
+            f"unknown distributed_executor_backend {backend!r} (one of {', '.join(BACKENDS)})",
+            param="distributed_executor_backend",
+        )
+    if backend == "uni" and world_size > 1:
+        raise InvalidArgumentError(
+            f"distributed_executor_backend='uni' runs one device, but tensor_parallel_size * "
+            f"pipeline_parallel_size is {world_size}; use mp, ray or external_launcher",
+            param="distributed_executor_backend",
+        )
+    return backend
 
-    raise InvalidArgumentError(
-        "tensor/pipeline parallelism needs a multiprocess executor, which this build does not have yet",
-        param="tensor_parallel_size",
-    )
+
+def create_executor(config: WorkerConfig, backend: str | None = None):
+    """The executor for ``config``: one process unless parallelism or ``backend`` asks for more."""
+    backend = resolve_backend(backend, config.tensor_parallel_size * config.pipeline_parallel_size)
+    if backend == "uni":
+        return UniProcExecutor(config)
+    if backend == "mp":
+        from octavo.runtime.executors.multiproc import MultiprocExecutor
+
+        return MultiprocExecutor(config)
+    if backend == "ray":
+        from octavo.runtime.executors.ray_executor import RayExecutor
+
+        return RayExecutor(config)
+    from octavo.runtime.executors.external_launcher import ExternalLauncherExecutor
+
+    return ExternalLauncherExecutor(config)

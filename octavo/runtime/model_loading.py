@@ -98,7 +98,11 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
 
         model.load_weights(iterate_gguf_tensors(Path(config.model_path), arch))
     elif config.load_format in ("safetensors", "auto"):
-        model.load_weights(iterate_safetensors(safetensors_files(Path(config.model_path))))
+        reader = iterate_safetensors
+        if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
+            # Memory-mapped views: each rank reads only its slices and layers.
+            from octavo.distributed.weight_views import iterate_safetensors_views as reader
+        model.load_weights(reader(safetensors_files(Path(config.model_path))))
     else:
         raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
     process_weights_after_loading(model)

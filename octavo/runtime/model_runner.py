@@ -12,6 +12,7 @@ import time
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, TokenLogprobs
+from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.layers.attention import ForwardContext
 from octavo.platforms.interface import Platform
 from octavo.runtime.config import WorkerConfig
@@ -97,8 +98,8 @@ class ModelRunner:
     def _maybe_capture_graphs(self) -> None:
         self.graphs = None
         factory = self.platform.graph_runner()
-        if factory is None or self.config.enforce_eager:
-            return
+        if factory is None or self.config.enforce_eager or get_pp_group().world_size > 1:
+            return  # pipeline stages exchange activations between steps: eager only
         backends = self.loaded.layer_backends
         if not all(getattr(b, "supports_graph_capture", False) for b in backends):
             logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
@@ -111,7 +112,12 @@ class ModelRunner:
     # ------------------------------------------------------------------ step
 
     @torch.inference_mode()
-    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(
+        self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
+        """One step. A pipeline stage other than the first continues from
+        ``intermediate`` (hidden, residual); one other than the last returns
+        its (hidden, residual) for the next stage instead of sampling."""
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
@@ -123,7 +129,9 @@ class ModelRunner:
             self._sample(logits, batch, output)
             return output
         batch = self.inputs.prepare(scheduler_output)
-        hidden = self.run_model(batch)
+        hidden = self.run_model(batch, intermediate)
+        if not get_pp_group().is_last:
+            return hidden
         if batch.sample_request_ids:
             logits = self.model.compute_logits(hidden[batch.logits_indices])
             self._sample(logits, batch, output)
@@ -142,10 +150,12 @@ class ModelRunner:
             return None
         return self.graphs.padded_size(num_reqs)
 
-    def run_model(self, batch: PreparedBatch) -> torch.Tensor:
+    def run_model(self, batch: PreparedBatch, intermediate=None):
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)
         ctx = ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches)
-        return self.model(batch.input_ids, batch.positions, ctx)
+        if intermediate is None:
+            return self.model(batch.input_ids, batch.positions, ctx)
+        return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
     def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         rows = []

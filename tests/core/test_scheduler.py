@@ -123,4 +123,7 @@ def test_abort_frees_blocks():
     step(scheduler)
     scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
     assert scheduler.kv.num_free_blocks == scheduler.kv.num_blocks
+    # The runner hears of the drops with the next batch it is sent.
+    assert scheduler.schedule().is_empty
+    add(scheduler, "c", 3)
     assert scheduler.schedule().finished_request_ids == {"a", "b"}

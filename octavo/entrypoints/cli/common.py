@@ -30,7 +30,14 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--enforce-eager", action="store_true", help="never capture graphs")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    parser.add_argument("--distributed-executor-backend", default=None, help="mp or ray")
+    parser.add_argument(
+        "--distributed-executor-backend",
+        default=None,
+        help="uni, mp (default when tp*pp > 1), ray or external_launcher (under torchrun)",
+    )
+    parser.add_argument(
+        "--data-parallel-size", "-dp", type=int, default=1, help="engine replicas, each in its own process"
+    )
     parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")
 
 

@@ -1,0 +1,296 @@
+"""Data parallelism: N engine replicas, each in its own process, behind the
+``LLMEngine`` interface.
+
+``DataParallelEngine`` offers what front ends use of an ``LLMEngine``
+(``add_request``, ``step``, ``abort_request``, ``has_unfinished_requests``,
+``get_stats``, ``check_health``, ``shutdown``; ``tokenizer``, ``limits``,
+``info``), so ``LLM`` and the server can use either. ``build_engine`` returns
+one when ``data_parallel_size > 1``.
+
+Invariants:
+- Input is validated here, with the same code as ``LLMEngine``
+  (``RequestValidator`` plus the scheduler's admission check), so bad input
+  raises a typed error from ``add_request`` before anything is sent.
+  ``add_request`` never waits for a replica.
+- A request lives on exactly one replica, chosen by ``PrefixAwareRouter``
+  (load, with prefix-cache affinity). Replica ``r``'s workers use the devices
+  from ``r * tp * pp`` on.
+- Replicas step on their own and push their outputs; ``step()`` returns what
+  has arrived, waiting at most ``STEP_WAIT_S`` for the first output, so a
+  caller's loop never blocks long while new requests wait to be added.
+- Messages are msgpack (``dp_replica`` lists them); a replica's death, or its
+  engine's, makes this engine dead: every unfinished request fails with
+  ``EngineDeadError``, the other replicas are shut down, later calls raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import multiprocessing
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from octavo.core.engine import RequestValidator
+from octavo.core.kv_cache_manager import PrefixCacheStats
+from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.request import Request
+from octavo.core.sampling_params import SamplingParams
+from octavo.core.scheduler import SchedulerStats, check_admissible
+from octavo.core.types import RequestId
+from octavo.distributed.dp_replica import run_replica_process
+from octavo.distributed.dp_router import PrefixAwareRouter
+from octavo.distributed.serialization import decode, encode
+from octavo.errors import EngineDeadError, InvalidArgumentError
+from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
+from octavo.runtime.executors.worker_host import unpack_reply
+
+logger = logging.getLogger(__name__)
+
+STEP_WAIT_S = 0.05
+REPLY_TIMEOUT_S = 600.0
+
+
+@dataclass
+class _Replica:
+    index: int
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    replies: deque
+
+
+class DataParallelEngine(RequestValidator):
+    def __init__(self, args) -> None:
+        from octavo.engine_args import load_engine_tokenizer
+
+        self.num_replicas = args.data_parallel_size
+        self._dead: EngineDeadError | None = None
+        self._closed = False
+        self._outputs: deque[RequestOutput] = deque()
+        self._counter = itertools.count()
+        self._replicas = self._spawn(args)
+        self._finalizer = weakref.finalize(self, kill_processes, [r.process for r in self._replicas])
+        try:
+            ready = [unpack_reply(self._recv_raw(r, START_TIMEOUT_S), r.index) for r in self._replicas]
+            self.tokenizer = load_engine_tokenizer(args)
+        except BaseException:
+            self.shutdown()
+            raise
+        self.limits, self.info, self.scheduler_config, _ = ready[0]
+        self.num_kv_blocks = min(r[3] for r in ready)
+        self.router = PrefixAwareRouter(self.num_replicas, self.limits.block_size)
+
+    def _spawn(self, args) -> list[_Replica]:
+        context = multiprocessing.get_context("spawn")
+        replicas = []
+        for index in range(self.num_replicas):
+            parent_end, child_end = context.Pipe(duplex=True)
+            replica_args = dataclasses.replace(args, data_parallel_rank=index)
+            # Not a daemon: a replica may start worker processes of its own.
+            process = context.Process(
+                target=run_replica_process,
+                args=(child_end, encode(dataclasses.asdict(replica_args))),
+                name=f"octavo-dp-replica-{index}",
+            )
+            process.start()
+            child_end.close()
+            replicas.append(_Replica(index, process, parent_end, deque()))
+        return replicas
+
+    # ---------------------------------------------------------------- input
+
+    def add_request(
+        self, request_id: str | None, prompt: str | list[int] | dict, params: SamplingParams, cache_salt: str | None = None
+    ) -> str:
+        self._raise_if_dead()
+        if request_id is None:
+            request_id = f"dp-{next(self._counter)}"
+        if self.router.replica_of(request_id) is not None:
+            raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
+        prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
+        self.validate(prompt_token_ids, params)
+        max_tokens = self.max_new_tokens(prompt_token_ids, params)
+        # The same Request the replica will build: its admission check and its
+        # block hashes (salted like the replica's prefix cache) for routing.
+        probe = Request(
+            RequestId(request_id), prompt_token_ids, params, max_tokens=max_tokens,
+            block_size=self.limits.block_size, cache_key=cache_salt.encode() if cache_salt else b"",
+        )
+        check_admissible(probe, self.scheduler_config, self.num_kv_blocks, self.limits.block_size)
+        decision = self.router.choose(probe.block_hashes)
+        replica = self._replicas[decision.replica]
+        message = ["add", request_id, {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}, params, cache_salt]
+        self._send(replica, message)
+        cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
+        self.router.add(request_id, decision, probe.block_hashes, cost)
+        return request_id
+
+    def abort_request(self, request_ids: str | list[str]) -> None:
+        if isinstance(request_ids, str):
+            request_ids = [request_ids]
+        by_replica: dict[int, list[str]] = {}
+        for request_id in request_ids:
+            index = self.router.replica_of(request_id)
+            if index is not None:
+                by_replica.setdefault(index, []).append(request_id)
+                self.router.remove(request_id)
+        if self._dead is None:
+            for index, ids in by_replica.items():
+                self._send(self._replicas[index], ["abort", ids])
+
+    # ----------------------------------------------------------------- loop
+
+    def has_unfinished_requests(self) -> bool:
+        return any(load.num_requests for load in self.router.loads) or bool(self._outputs)
+
+    def step(self) -> list[RequestOutput]:
+        self._raise_if_dead()
+        if not self._outputs and self.has_unfinished_requests():
+            self._pump(STEP_WAIT_S)
+        outputs = list(self._outputs)
+        self._outputs.clear()
+        for output in outputs:
+            if output.finished:
+                self.router.remove(output.request_id)
+        return outputs
+
+    def get_stats(self) -> SchedulerStats:
+        """The replicas' stats combined (counts summed, KV usage averaged)."""
+        stats = [self._ask(replica, "stats") for replica in self._replicas]
+        prefix = PrefixCacheStats(
+            num_queries=sum(s.prefix_cache.num_queries for s in stats),
+            num_hits=sum(s.prefix_cache.num_hits for s in stats),
+            num_requests=sum(s.prefix_cache.num_requests for s in stats),
+        )
+        return SchedulerStats(
+            num_running=sum(s.num_running for s in stats),
+            num_waiting=sum(s.num_waiting for s in stats),
+            kv_cache_usage=sum(s.kv_cache_usage for s in stats) / len(stats),
+            num_free_blocks=sum(s.num_free_blocks for s in stats),
+            num_preemptions=sum(s.num_preemptions for s in stats),
+            prefix_cache=prefix,
+        )
+
+    def get_replica_stats(self) -> list[SchedulerStats]:
+        return [self._ask(replica, "stats") for replica in self._replicas]
+
+    def check_health(self) -> None:
+        self._raise_if_dead()
+        for replica in self._replicas:
+            if not replica.process.is_alive():
+                raise self._fail(f"data-parallel replica {replica.index} died (exit code {replica.process.exitcode})")
+        for replica in self._replicas:
+            problem = self._ask(replica, "health")
+            if problem is not None:
+                raise self._fail(f"data-parallel replica {replica.index}: {problem}")
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for replica in self._replicas:
+            if replica.process.is_alive():
+                try:
+                    replica.conn.send_bytes(encode(["shutdown"]))
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 15.0
+        for replica in self._replicas:
+            replica.process.join(max(0.0, deadline - time.monotonic()))
+        kill_processes([r.process for r in self._replicas])
+        for replica in self._replicas:
+            replica.conn.close()
+        self._finalizer.detach()
+        if self._dead is None:
+            self._dead = EngineDeadError("the engine was shut down")
+
+    # -------------------------------------------------------------- helpers
+
+    def _send(self, replica: _Replica, message: list) -> None:
+        try:
+            replica.conn.send_bytes(encode(message))
+        except OSError:
+            raise self._fail(f"data-parallel replica {replica.index} is gone") from None
+
+    def _ask(self, replica: _Replica, kind: str):
+        self._raise_if_dead()
+        self._send(replica, [kind])
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        while not replica.replies:
+            if time.monotonic() > deadline:
+                raise self._fail(f"data-parallel replica {replica.index} did not answer {kind!r}")
+            self._pump(1.0)
+        reply = replica.replies.popleft()
+        return reply[1]
+
+    def _pump(self, timeout: float) -> None:
+        """Read every message that arrives within ``timeout`` (at least one wait)."""
+        conns = {r.conn: r for r in self._replicas}
+        sentinels = {r.process.sentinel: r for r in self._replicas}
+        for ready in wait([*conns, *sentinels], timeout=timeout):
+            replica = conns.get(ready) or sentinels[ready]
+            self._drain(replica)
+            if ready in sentinels and not replica.process.is_alive():
+                raise self._fail(f"data-parallel replica {replica.index} died (exit code {replica.process.exitcode})")
+
+    def _drain(self, replica: _Replica) -> None:
+        try:
+            while replica.conn.poll(0):
+                self._dispatch(replica, decode(replica.conn.recv_bytes()))
+        except (EOFError, OSError):
+            replica.process.join(1.0)
+            raise self._fail(f"data-parallel replica {replica.index} died (exit code {replica.process.exitcode})") from None
+
+    def _dispatch(self, replica: _Replica, message: list) -> None:
+        kind = message[0]
+        if kind == "outputs":
+            # Drop outputs of requests aborted meanwhile (or now owned elsewhere).
+            self._outputs.extend(o for o in message[1] if self.router.replica_of(o.request_id) == replica.index)
+        elif kind == "add_failed":
+            _, request_id, error_type, text = message
+            logger.error("replica %d refused request %s: %s: %s", replica.index, request_id, error_type, text)
+            if self.router.replica_of(request_id) == replica.index:
+                self._outputs.append(_failed_output(request_id))
+        elif kind == "dead":
+            raise self._fail(f"data-parallel replica {replica.index} failed: {message[1]}")
+        else:
+            replica.replies.append(message)
+
+    def _recv_raw(self, replica: _Replica, timeout: float) -> bytes:
+        ready = wait([replica.conn, replica.process.sentinel], timeout=timeout)
+        if replica.conn.poll(0):
+            try:
+                return replica.conn.recv_bytes()
+            except (EOFError, OSError):
+                pass
+        if not ready:
+            raise EngineDeadError(f"data-parallel replica {replica.index} did not start within {timeout:.0f} s")
+        replica.process.join(1.0)
+        raise EngineDeadError(f"data-parallel replica {replica.index} died while starting (exit code {replica.process.exitcode})")
+
+    def _fail(self, reason: str) -> EngineDeadError:
+        """A replica is gone: fail every unfinished request, stop the others."""
+        if self._dead is None:
+            logger.error("data-parallel engine failed: %s", reason)
+            error = EngineDeadError(reason)
+            error.failed_request_ids = self.router.request_ids()
+            for request_id in error.failed_request_ids:
+                self.router.remove(request_id)
+            self._outputs.clear()
+            self._dead = error
+            self.shutdown()
+        return self._dead
+
+    def _raise_if_dead(self) -> None:
+        if self._dead is not None:
+            raise self._dead
+
+
+def _failed_output(request_id: str) -> RequestOutput:
+    completion = CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")
+    return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
+
