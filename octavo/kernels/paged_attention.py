@@ -59,14 +59,18 @@ class TileConfig:
 
 
 # Decode rows have one token: the smallest tile tl.dot takes. Prefill tiles
-# are FlashAttention-2's usual shape for head sizes up to 128.
+# are FlashAttention-2's usual shape for head sizes up to 128; larger heads
+# halve them to stay within registers and shared memory.
 DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
 PREFILL_TILES = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=2)
+LARGE_HEAD_PREFILL_TILES = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
 
 
-def tiles_for(max_query_len: int) -> TileConfig:
+def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
     """Tile shape for a batch whose longest query has ``max_query_len`` tokens."""
-    return DECODE_TILES if max_query_len <= 1 else PREFILL_TILES
+    if max_query_len <= 1:
+        return DECODE_TILES
+    return PREFILL_TILES if head_size <= 128 else LARGE_HEAD_PREFILL_TILES
 
 
 @triton.jit
@@ -159,6 +163,8 @@ def paged_attention(
     ``kv_cache`` is ``[2, num_blocks, block_size, num_kv_heads, head_size]``.
     Rows of tokens past ``query_start_loc[num_reqs]`` come out as zeros.
     """
+    if query.stride(-1) != 1:
+        query = query.contiguous()
     num_tokens, num_heads, head_size = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     group = num_heads // num_kv_heads

@@ -28,10 +28,11 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.attention_common import LOG2_E, find_request, kv_tile_offsets, online_softmax_step
-from octavo.kernels.paged_attention import AttentionParams, PagedBatch
+from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
-SPLIT_BLOCK_N = 64
+# block_m is unused: a program's rows are the GQA group (padded to 16).
+SPLIT_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
 
 
 @dataclass
@@ -141,9 +142,12 @@ def split_kv_decode(
     batch: PagedBatch,
     params: AttentionParams,
     workspace: SplitWorkspace,
+    tiles: TileConfig = SPLIT_TILES,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention of ``query`` [T, H, D] (one token per request); returns [T, H, D]."""
+    if query.stride(-1) != 1:
+        query = query.contiguous()
     num_tokens, num_heads, head_size = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     group = num_heads // num_kv_heads
@@ -163,10 +167,10 @@ def split_kv_decode(
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, ROWS=max(16, next_power_of_2(group)),
-        HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=SPLIT_BLOCK_N,
+        HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
         DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
-        num_warps=4, num_stages=2,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     _merge_splits_kernel[(num_tokens, num_heads)](
         out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),

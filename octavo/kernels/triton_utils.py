@@ -37,6 +37,7 @@ def dot_dtype(dtype: torch.dtype):
     return _TL_DTYPES[dtype]
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    """float32 products in full precision (no TF32), like the torch reference."""
-    return "ieee" if interpreting() or dtype == torch.float32 else "tf32"
+def dot_precision(dtype: torch.dtype) -> str | None:
+    """float32 products in full precision (no TF32), like the torch reference;
+    None (the backend's default) for half-precision inputs, where it is moot."""
+    return "ieee" if interpreting() or dtype == torch.float32 else None

@@ -86,7 +86,7 @@ class TritonPagedAttention(AttentionBackend):
             slot_mapping=batch.slot_mapping,
             num_actual_tokens=batch.num_actual_tokens,
             max_query_len=batch.max_query_len,
-            tiles=tiles_for(batch.max_query_len),
+            tiles=tiles_for(batch.max_query_len, self.spec.head_size),
             num_splits=num_splits,
         )
         if num_splits > 1:
