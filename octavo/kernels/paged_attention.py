@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.attention_common import LOG2_E, find_request, kv_tile_offsets, online_softmax_step
+from octavo.kernels.attention_common import LOG2_E, attend_keys, find_request
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
 
@@ -110,28 +110,40 @@ def _paged_attention_kernel(
     ).to(DOT_DTYPE)
     q_pos = context_len + q_idx
 
-    # Keys this tile can see: up to its last query's position.
+    # Keys the tile sees: [kv_start, kv_end), from the first row's window
+    # start to the last row's position. Keys in [lo_full, hi_full) are
+    # allowed for every row (inside the last row's window, at or before the
+    # first row's position): whole tiles of those skip masking.
     kv_end = tl.minimum(context_len + tl.minimum(q_off + BLOCK_Q, q_len), seq_len)
+    hi_full = tl.maximum(tl.minimum(context_len + q_off + 1, kv_end), 0)
     kv_start = 0
+    lo_full = 0
     if USE_WINDOW:
         kv_start = tl.maximum(context_len + q_off - sliding_window + 1, 0)
+        lo_full = tl.maximum(kv_end - sliding_window, kv_start)
+    unmasked_lo = kv_start + tl.cdiv(lo_full - kv_start, BLOCK_N) * BLOCK_N
+    unmasked_hi = unmasked_lo + tl.maximum(hi_full - unmasked_lo, 0) // BLOCK_N * BLOCK_N
+
     m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
     acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
-    for start in range(kv_start, kv_end, BLOCK_N):
-        key_pos = start + tl.arange(0, BLOCK_N)
-        key_valid = key_pos < kv_end
-        offsets = kv_tile_offsets(
-            table_row, key_pos, key_valid, kv_head, stride_block, stride_slot, stride_head, dims, BLOCK_SIZE
+    if USE_WINDOW:
+        m_i, l_i, acc = attend_keys(
+            q, q_pos, m_i, l_i, acc, kv_start, unmasked_lo, kv_end, sliding_window, qk_scale,
+            k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
         )
-        kv_mask = key_valid[:, None] & dim_valid[None, :]
-        k = tl.load(k_cache_ptr + offsets, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offsets, mask=kv_mask, other=0.0)
-        allowed = (key_pos[None, :] <= q_pos[:, None]) & key_valid[None, :]
-        if USE_WINDOW:
-            allowed &= key_pos[None, :] > q_pos[:, None] - sliding_window
-        m_i, l_i, acc = online_softmax_step(q, k, v, allowed, m_i, l_i, acc, qk_scale, DOT_DTYPE, PRECISION)
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, DOT_DTYPE, PRECISION,
+    )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_hi, kv_end, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
+    )
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.attention_common import LOG2_E, find_request, kv_tile_offsets, online_softmax_step
+from octavo.kernels.attention_common import LOG2_E, attend_keys, find_request
 from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
@@ -96,17 +96,20 @@ def _split_kv_kernel(
     l_i = tl.zeros([ROWS], tl.float32)
     acc = tl.zeros([ROWS, HEAD_PAD], tl.float32)
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
-    for start in range(kv_start, kv_end, BLOCK_N):
-        key_pos = start + tl.arange(0, BLOCK_N)
-        key_valid = key_pos < kv_end
-        offsets = kv_tile_offsets(
-            table_row, key_pos, key_valid, kv_head, stride_block, stride_slot, stride_head, dims, BLOCK_SIZE
-        )
-        kv_mask = key_valid[:, None] & dim_valid[None, :]
-        k = tl.load(k_cache_ptr + offsets, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offsets, mask=kv_mask, other=0.0)
-        allowed = tl.broadcast_to(key_valid[None, :], [ROWS, BLOCK_N])
-        m_i, l_i, acc = online_softmax_step(q, k, v, allowed, m_i, l_i, acc, qk_scale, DOT_DTYPE, PRECISION)
+    # The query is the last token: every key of the chunk is allowed, and
+    # only the chunk's last, partial tile needs a mask.
+    q_pos = tl.full([ROWS], seq_len - 1, tl.int32)
+    kv_full_end = tl.maximum(kv_start + (kv_end - kv_start) // BLOCK_N * BLOCK_N, kv_start)
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, kv_start, kv_full_end, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, False, DOT_DTYPE, PRECISION,
+    )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, kv_full_end, kv_end, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, DOT_DTYPE, PRECISION,
+    )
 
     # Partials are [T, H, NUM_SPLITS(, HEAD_PAD)], contiguous.
     slot = (token.to(tl.int64) * (tl.num_programs(1) * GROUP) + head) * NUM_SPLITS + split

@@ -94,3 +94,13 @@ def test_padded_requests_produce_finite_rows(device):
     expected = paged_attention_reference(batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.25)
     torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(out).all() and not out[2:].any()
+
+
+@pytest.mark.parametrize("head_size", [32, 48], ids=["head32", "head48-padded"])
+def test_wide_window_masks_only_the_edges(head_size, device):
+    # A window of 130 over 300 tokens: masked tiles at both edges of the
+    # window, unmasked tiles between (decode row and prefill chunk alike).
+    requests = [RequestShape(seq_len=300, query_len=1), RequestShape(seq_len=300, query_len=20)]
+    spec = BatchSpec(requests, head_size=head_size, num_padding_tokens=1)
+    run_and_compare(spec, device, sliding_window=130)
+    run_and_compare(spec, device, sliding_window=None, tiles=DECODE_TILES)
