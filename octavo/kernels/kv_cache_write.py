@@ -42,7 +42,9 @@ def _reshape_and_cache_kernel(
     tl.store(v_cache_ptr + dest_offsets, value.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
-def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def reshape_and_cache(
+    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Store ``key``/``value`` [T, Hkv, D] at ``slot_mapping[:T]``; negative slots are skipped."""
     num_tokens, num_kv_heads, head_size = key.shape
     if num_tokens == 0:

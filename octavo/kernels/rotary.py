@@ -25,7 +25,10 @@ from octavo.kernels.triton_utils import next_power_of_2
 
 
 @triton.jit
-def _rotate_heads(ptr, stride_h, cos, sin, NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr):
+def _rotate_heads(
+    ptr, stride_h, cos, sin,
+    NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+):
     heads = tl.arange(0, HEADS_PAD)
     cols = tl.arange(0, HALF_PAD)
     mask = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]

@@ -43,9 +43,13 @@ class SplitWorkspace:
     max: torch.Tensor  # [T, H, num_splits]
     sum: torch.Tensor  # [T, H, num_splits]
 
+    @staticmethod
+    def acc_shape(num_tokens: int, num_heads: int, head_size: int, num_splits: int) -> tuple[int, int, int, int]:
+        return (num_tokens, num_heads, num_splits, max(16, next_power_of_2(head_size)))
+
     @classmethod
     def allocate(cls, num_tokens: int, num_heads: int, head_size: int, num_splits: int, device) -> "SplitWorkspace":
-        head_pad = max(16, next_power_of_2(head_size))
+        head_pad = cls.acc_shape(num_tokens, num_heads, head_size, num_splits)[3]
         shape = (num_tokens, num_heads, num_splits)
         return cls(
             acc=torch.empty((*shape, head_pad), dtype=torch.float32, device=device),
@@ -127,16 +131,17 @@ def _merge_splits_kernel(
     head = tl.program_id(1)
     base = (token * tl.num_programs(1) + head) * NUM_SPLITS
     splits = tl.arange(0, NUM_SPLITS)
-    m = tl.load(max_ptr + base + splits)
-    l = tl.load(sum_ptr + base + splits)
-    m_max = tl.max(m, 0)
+    maxes = tl.load(max_ptr + base + splits)
+    sums = tl.load(sum_ptr + base + splits)
+    m_max = tl.max(maxes, 0)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
-    weight = tl.exp2(m - m_safe)
-    total = tl.sum(l * weight, 0)
+    weight = tl.exp2(maxes - m_safe)
+    total = tl.sum(sums * weight, 0)
     dims = tl.arange(0, HEAD_PAD)
     acc = tl.load(acc_ptr + (base + splits)[:, None] * HEAD_PAD + dims[None, :])
     out = tl.sum(acc * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + token * stride_ot + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_SIZE)
+    out_offsets = token * stride_ot + head * stride_oh + dims
+    tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_SIZE)
 
 
 def split_kv_decode(
@@ -155,8 +160,8 @@ def split_kv_decode(
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     group = num_heads // num_kv_heads
     num_splits = workspace.num_splits
-    if workspace.max.shape[:2] != (num_tokens, num_heads):
-        raise ValueError(f"workspace is for {tuple(workspace.max.shape[:2])} (tokens, heads), not {(num_tokens, num_heads)}")
+    if tuple(workspace.acc.shape) != SplitWorkspace.acc_shape(num_tokens, num_heads, head_size, num_splits):
+        raise ValueError(f"workspace of shape {tuple(workspace.acc.shape)} does not fit query {tuple(query.shape)}")
     if out is None:
         out = torch.empty_like(query)
     if num_tokens == 0:

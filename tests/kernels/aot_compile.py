@@ -1,6 +1,7 @@
 """Compile the kernels ahead of time for a GPU target, without a GPU.
 
-Run as a script (``python -m tests.kernels.aot_compile cuda|hip``) in a process
+Run as a script (``python -m tests.kernels.aot_compile cuda|hip
+[--attention-only]``) in a process
 where ``TRITON_INTERPRET`` is unset: Triton's interpreter never compiles, so
 this is what catches code the GPU compiler rejects. Targets: NVIDIA sm_90
 (H100/H200) and AMD gfx942 (MI300). Shapes: Llama-3.1-8B attention (32 query
@@ -48,7 +49,7 @@ def compile_one(kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4,
     return triton.compile(source, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
-def cases():
+def cases(attention_only: bool = False):
     pa, sk = paged_attention, split_kv_decode
     for group, window in ((4, False), (7, True)):
         group_pad = triton.next_power_of_2(group)
@@ -60,6 +61,8 @@ def cases():
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
                   USE_WINDOW=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    if attention_only:
+        return
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
         NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16), None
@@ -69,13 +72,13 @@ def cases():
     yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
 
 
-def main(target_name: str) -> None:
+def main(target_name: str, attention_only: bool) -> None:
     target = GPUTarget("cuda", 90, 32) if target_name == "cuda" else GPUTarget("hip", "gfx942", 64)
-    for name, kernel, consts, tiles in cases():
+    for name, kernel, consts, tiles in cases(attention_only):
         options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
         compiled = compile_one(kernel, consts, target, **options)
         print(f"{target_name} {name}: shared {compiled.metadata.shared} bytes", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], attention_only="--attention-only" in sys.argv)

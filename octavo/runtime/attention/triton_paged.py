@@ -41,7 +41,8 @@ class TritonPagedMetadata:
         from octavo.kernels.split_kv_decode import SplitWorkspace
 
         ws = self.workspace
-        if ws is None or ws.max.shape != (num_tokens, num_heads, self.num_splits) or ws.acc.shape[3] < head_size:
+        wanted = SplitWorkspace.acc_shape(num_tokens, num_heads, head_size, self.num_splits)
+        if ws is None or tuple(ws.acc.shape) != wanted:
             ws = SplitWorkspace.allocate(num_tokens, num_heads, head_size, self.num_splits, device)
             self.workspace = ws
         return ws
