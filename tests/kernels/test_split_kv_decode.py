@@ -47,3 +47,23 @@ def test_split_decode_bfloat16(device):
     spec = BatchSpec(decode_requests([150, 33]), dtype=torch.bfloat16)
     out, expected, _ = run_split(spec, 4, device)
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+
+
+def test_split_decode_padded_requests_are_zero(device):
+    # CUDA-graph padding: two extra requests with no context, slot -1, and
+    # one token past every request.
+    batch = make_batch(BatchSpec(decode_requests([90, 12])), device)
+    b = batch.attn_batch
+    reshape_and_cache_reference(batch.key, batch.value, batch.kv_cache, b.slot_mapping)
+    padded = PagedBatch(
+        torch.tensor([0, 1, 2, 3, 4], dtype=torch.int32, device=device),
+        torch.tensor([90, 12, 0, 0], dtype=torch.int32, device=device),
+        torch.cat([b.block_table, torch.zeros_like(b.block_table)]),
+        num_reqs=4,
+    )
+    query = torch.cat([batch.query, torch.full((3, *batch.query.shape[1:]), 5.0, device=device)])
+    workspace = SplitWorkspace.allocate(5, 8, 32, 4, device)
+    out = split_kv_decode(query, batch.kv_cache, padded, AttentionParams(0.3), workspace)
+    expected = paged_attention_reference(batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.3)
+    torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(out).all() and not out[2:].any()
