@@ -1,0 +1,202 @@
+"""Paged attention for mixed batches: one launch for decode rows, prefill
+rows, chunked prefill and prefix-cache hits alike.
+
+Work split: program ``(tile, kv_head)`` takes up to ``BLOCK_Q`` consecutive
+query tokens of one request and all ``num_heads // num_kv_heads`` query heads
+that share ``kv_head``, so each key/value tile it loads serves the whole GQA
+group. Rows of the query tile are (token, head-in-group) pairs. Tiles never
+straddle requests; a request of ``n`` tokens starting at flat token ``s``
+gets at most ``n // BLOCK_Q + 1`` tiles, so ``num_tokens // BLOCK_Q +
+num_reqs + 1`` programs cover any batch of ``num_tokens`` tokens. The grid
+therefore depends only on the number of tokens and requests (never on
+context lengths), which CUDA-graph replay needs; each program finds its
+request by binary search over ``query_start_loc``.
+
+Each query token at position ``p`` attends to cached keys ``[0, p]``
+(``(p - window, p]`` with a sliding window); position ``p`` of the ``j``-th
+of a request's ``q_len`` tokens is ``seq_len - q_len + j``. Math: online
+softmax in float32, products in the input dtype (float32 in full precision).
+
+Reference: ``octavo.kernels.reference.paged_attention_reference``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.attention_common import LOG2_E, attend_keys, find_request
+from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
+
+
+@dataclass(frozen=True)
+class PagedBatch:
+    """Where each request's queries and cached context are (device tensors)."""
+
+    query_start_loc: torch.Tensor  # [num_reqs + 1] int32
+    seq_lens: torch.Tensor  # [num_reqs] int32
+    block_table: torch.Tensor  # [num_reqs, max_blocks_per_req] int32
+    num_reqs: int
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    scale: float
+    sliding_window: int | None = None
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Query rows per program (tokens x padded group), keys per step, launch shape."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# Decode rows have one token: the smallest tile tl.dot takes. Prefill tiles
+# are FlashAttention-2's usual shape for head sizes up to 128; larger heads
+# halve them to stay within registers and shared memory.
+DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
+PREFILL_TILES = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=2)
+LARGE_HEAD_PREFILL_TILES = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+
+
+def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
+    """Tile shape for a batch whose longest query has ``max_query_len`` tokens."""
+    if max_query_len <= 1:
+        return DECODE_TILES
+    return PREFILL_TILES if head_size <= 128 else LARGE_HEAD_PREFILL_TILES
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+    query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
+    num_reqs, num_tokens, qk_scale, sliding_window,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_block, stride_slot, stride_head, stride_table,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    req = find_request(query_start_loc_ptr, num_reqs, tile, BLOCK_Q, True)
+    is_real = req < num_reqs
+    q_start = tl.load(query_start_loc_ptr + req)
+    q_end = tl.load(query_start_loc_ptr + req + 1, mask=is_real, other=num_tokens)
+    seq_len = tl.load(seq_lens_ptr + req, mask=is_real, other=0)
+    q_len = q_end - q_start
+    q_off = (tile - (q_start // BLOCK_Q + req)) * BLOCK_Q
+    if q_off >= q_len:
+        return
+    context_len = seq_len - q_len
+
+    rows = tl.arange(0, BLOCK_Q * GROUP_PAD)
+    q_idx = q_off + rows // GROUP_PAD
+    head = kv_head * GROUP + rows % GROUP_PAD
+    row_valid = (q_idx < q_len) & (rows % GROUP_PAD < GROUP)
+    dims = tl.arange(0, HEAD_PAD)
+    dim_valid = dims < HEAD_SIZE
+    token = (q_start + q_idx).to(tl.int64)
+    q = tl.load(
+        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+        mask=row_valid[:, None] & dim_valid[None, :], other=0.0,
+    ).to(DOT_DTYPE)
+    q_pos = context_len + q_idx
+
+    # Keys the tile sees: [kv_start, kv_end), from the first row's window
+    # start to the last row's position. Keys in [lo_full, hi_full) are
+    # allowed for every row (inside the last row's window, at or before the
+    # first row's position): whole tiles of those skip masking.
+    kv_end = tl.minimum(context_len + tl.minimum(q_off + BLOCK_Q, q_len), seq_len)
+    hi_full = tl.maximum(tl.minimum(context_len + q_off + 1, kv_end), 0)
+    kv_start = 0
+    lo_full = 0
+    if USE_WINDOW:
+        kv_start = tl.maximum(context_len + q_off - sliding_window + 1, 0)
+        lo_full = tl.maximum(kv_end - sliding_window, kv_start)
+    unmasked_lo = kv_start + tl.cdiv(lo_full - kv_start, BLOCK_N) * BLOCK_N
+    unmasked_hi = unmasked_lo + tl.maximum(hi_full - unmasked_lo, 0) // BLOCK_N * BLOCK_N
+
+    m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
+    acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)
+    table_row = block_table_ptr + req.to(tl.int64) * stride_table
+    if USE_WINDOW:
+        m_i, l_i, acc = attend_keys(
+            q, q_pos, m_i, l_i, acc, kv_start, unmasked_lo, kv_end, sliding_window, qk_scale,
+            k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
+        )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, DOT_DTYPE, PRECISION,
+    )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_hi, kv_end, kv_end, sliding_window, qk_scale,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
+    )
+
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    tl.store(
+        out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=row_valid[:, None] & dim_valid[None, :],
+    )
+
+
+def num_query_tiles(num_tokens: int, num_reqs: int, block_q: int) -> int:
+    """Programs along the token axis: enough for any split of the tokens."""
+    return num_tokens // block_q + num_reqs + 1
+
+
+def query_tokens_per_tile(tiles: TileConfig, group_size: int) -> int:
+    return max(1, tiles.block_m // next_power_of_2(group_size))
+
+
+def paged_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    batch: PagedBatch,
+    params: AttentionParams,
+    tiles: TileConfig = PREFILL_TILES,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of ``query`` [T, H, D] over the paged ``kv_cache``; returns [T, H, D].
+
+    ``kv_cache`` is ``[2, num_blocks, block_size, num_kv_heads, head_size]``.
+    Rows of tokens past ``query_start_loc[num_reqs]`` come out as zeros.
+    """
+    if query.stride(-1) != 1:
+        query = query.contiguous()
+    num_tokens, num_heads, head_size = query.shape
+    _, _, block_size, num_kv_heads, _ = kv_cache.shape
+    group = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty_like(query)
+    if num_tokens == 0:
+        return out
+    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    block_q = query_tokens_per_tile(tiles, group)
+    grid = (num_query_tiles(num_tokens, batch.num_reqs, block_q), num_kv_heads)
+    _paged_attention_kernel[grid](
+        out, query, key_cache, value_cache,
+        batch.query_start_loc, batch.seq_lens, batch.block_table,
+        batch.num_reqs, num_tokens, params.scale * LOG2_E, params.sliding_window or 0,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
+        GROUP=group, GROUP_PAD=next_power_of_2(group), HEAD_SIZE=head_size,
+        HEAD_PAD=max(16, next_power_of_2(head_size)), BLOCK_SIZE=block_size, BLOCK_Q=block_q,
+        BLOCK_N=tiles.block_n, USE_WINDOW=params.sliding_window is not None,
+        DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+    )
+    return out

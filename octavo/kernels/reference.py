@@ -1,0 +1,82 @@
+"""Plain-torch references for every kernel in ``octavo.kernels``.
+
+They favour obviousness over speed (a Python loop over requests, float32
+math) and are what the kernel tests compare against. The layer ops' references
+live with their layers (``octavo.models.layers``) and are re-exported here,
+so that kernels and model agree on one definition.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from octavo.models.layers.activation import silu_and_mul_reference
+from octavo.models.layers.norm import rms_norm_reference
+from octavo.models.layers.rotary import apply_rotary_reference
+
+__all__ = [
+    "apply_rotary_reference",
+    "fused_add_rms_norm_reference",
+    "paged_attention_reference",
+    "reshape_and_cache_reference",
+    "rms_norm_reference",
+    "silu_and_mul_reference",
+]
+
+
+def fused_add_rms_norm_reference(x, residual, weight, eps):
+    """``(norm(x + residual), x + residual)``, as ``RMSNorm.forward`` computes it."""
+    summed = x + residual
+    return rms_norm_reference(summed, weight, eps), summed
+
+
+def reshape_and_cache_reference(key, value, kv_cache, slot_mapping) -> None:
+    """Store token ``t``'s key/value at ``slot_mapping[t]``; negative slots are skipped."""
+    num_kv_heads, head_size = key.shape[1], key.shape[2]
+    key_cache = kv_cache[0].view(-1, num_kv_heads, head_size)
+    value_cache = kv_cache[1].view(-1, num_kv_heads, head_size)
+    slots = slot_mapping[: key.shape[0]]
+    valid = slots >= 0
+    key_cache[slots[valid]] = key[valid].to(key_cache.dtype)
+    value_cache[slots[valid]] = value[valid].to(value_cache.dtype)
+
+
+def paged_attention_reference(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Causal attention of each request's queries over its cached context.
+
+    Request ``i``'s ``q_len`` query tokens are the last of its ``seq_lens[i]``
+    tokens; the query at position ``p`` sees keys ``[0, p]`` (``(p - window,
+    p]`` with a sliding window). Rows outside every request are zeros.
+    """
+    num_heads, head_size = query.shape[1], query.shape[2]
+    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    out = torch.zeros_like(query)
+    starts = query_start_loc.tolist()
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        q_start, q_end = starts[i], starts[i + 1]
+        q_len = q_end - q_start
+        if q_len == 0 or seq_len == 0:
+            continue
+        blocks = block_table[i, : -(-seq_len // block_size)].long()
+        keys = kv_cache[0, blocks].reshape(-1, num_kv_heads, head_size)[:seq_len].float()
+        values = kv_cache[1, blocks].reshape(-1, num_kv_heads, head_size)[:seq_len].float()
+        keys = keys.repeat_interleave(group, dim=1)
+        values = values.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", query[q_start:q_end].float(), keys) * scale
+        query_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+        key_pos = torch.arange(seq_len, device=query.device)
+        allowed = key_pos[None, :] <= query_pos[:, None]
+        if sliding_window is not None:
+            allowed &= key_pos[None, :] > query_pos[:, None] - sliding_window
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        out[q_start:q_end] = torch.einsum("hqk,khd->qhd", probs, values).to(query.dtype)
+    return out

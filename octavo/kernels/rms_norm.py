@@ -1,0 +1,97 @@
+"""Fused RMSNorm, optionally with the residual add in the same pass.
+
+Numerics follow ``octavo.models.layers.norm`` step by step, so that results
+match the reference to the rounding of a float32 reduction:
+
+- with a residual, ``x + residual`` is formed in float32 and rounded to the
+  input dtype (what torch's add in that dtype returns), and that rounded sum
+  is both the second output and the norm's input;
+- normalise in float32, round to the input dtype, then multiply by the
+  weight in float32 and round to the output dtype (``result_type(weight, x)``).
+
+One program per row; the row (hidden size up to a few thousand) is loaded
+whole. Inputs may be 2-D or 3-D (e.g. per-head q/k norms on a strided view
+of the fused qkv output); the last dimension must be contiguous.
+
+References: ``rms_norm_reference``, ``fused_add_rms_norm_reference`` in
+``octavo.kernels.reference``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.triton_utils import next_power_of_2
+
+
+@triton.jit
+def _rms_norm_kernel(
+    out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, eps,
+    inner, stride_x0, stride_x1, stride_r0, stride_r1,
+    HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    outer_index, inner_index = row // inner, row % inner
+    cols = tl.arange(0, BLOCK)
+    mask = cols < HIDDEN
+    x = tl.load(x_ptr + outer_index * stride_x0 + inner_index * stride_x1 + cols, mask=mask, other=0.0)
+    in_dtype = x.dtype
+    if HAS_RESIDUAL:
+        residual = tl.load(
+            residual_ptr + outer_index * stride_r0 + inner_index * stride_r1 + cols, mask=mask, other=0.0
+        )
+        x = (x.to(tl.float32) + residual.to(tl.float32)).to(in_dtype)
+        tl.store(sum_ptr + row * HIDDEN + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    variance = tl.sum(x32 * x32, 0) / HIDDEN
+    normed = (x32 * tl.rsqrt(variance + eps)).to(in_dtype)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
+    out = weight.to(tl.float32) * normed.to(tl.float32)
+    tl.store(out_ptr + row * HIDDEN + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _as_rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int]:
+    """(tensor, outer count, inner count, outer stride, inner stride) over rows."""
+    if x.stride(-1) != 1 or x.dim() > 3:
+        x = x.contiguous()
+    if x.dim() == 1:
+        return x, 1, 1, 0, 0
+    if x.dim() == 2:
+        return x, x.shape[0], 1, x.stride(0), 0
+    return x, x.shape[0], x.shape[1], x.stride(0), x.stride(1)
+
+
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
+    hidden = x.shape[-1]
+    out = torch.empty(x.shape, dtype=torch.result_type(weight, x), device=x.device)
+    summed = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else out
+    x_rows, outer, inner, stride_x0, stride_x1 = _as_rows(x)
+    if residual is not None:
+        residual_rows, _, _, stride_r0, stride_r1 = _as_rows(residual)
+    else:
+        residual_rows, stride_r0, stride_r1 = x_rows, 0, 0
+    num_rows = outer * inner
+    if num_rows == 0:
+        return out, summed
+    block = next_power_of_2(hidden)
+    _rms_norm_kernel[(num_rows,)](
+        out, summed, x_rows, residual_rows, weight, eps,
+        inner, stride_x0, stride_x1, stride_r0, stride_r1,
+        HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return out, summed
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * norm(x)`` over the last dimension."""
+    return _launch(x, None, weight, eps)[0]
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """``(weight * norm(x + residual), x + residual)``."""
+    if residual.shape != x.shape:
+        raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
+    return _launch(x, residual, weight, eps)

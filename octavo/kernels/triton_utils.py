@@ -1,0 +1,43 @@
+"""Small helpers shared by the kernel launchers (host side only).
+
+Triton's interpreter (``TRITON_INTERPRET=1``) runs kernels with numpy on the
+CPU. It stores bfloat16 as raw 16-bit integers and its ``tl.dot`` multiplies
+those raw integers, so under the interpreter every matrix product upcasts its
+operands to float32 first (``dot_dtype``). On a GPU the operands stay in the
+input dtype so that tensor cores run them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton.language as tl
+
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dot_dtype(dtype: torch.dtype):
+    """The Triton dtype matrix-product operands are cast to for ``dtype`` inputs."""
+    if interpreting() or dtype == torch.float32:
+        return tl.float32
+    return _TL_DTYPES[dtype]
+
+
+def dot_precision(dtype: torch.dtype) -> str | None:
+    """float32 products in full precision (no TF32), like the torch reference;
+    None (the backend's default) for half-precision inputs, where it is moot."""
+    return "ieee" if interpreting() or dtype == torch.float32 else None

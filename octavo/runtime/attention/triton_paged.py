@@ -1,0 +1,111 @@
+"""Paged attention with Triton kernels: the GPU fast path.
+
+Same KV cache layout as the torch reference backend: ``[2, num_blocks,
+block_size, num_kv_heads, head_size]``. ``build_metadata`` plans the step on
+the host (``triton_plan``): kernel path, tile shape, split workspace.
+``forward`` then only launches kernels: the KV write (negative slots
+skipped), and either the one-launch mixed-batch kernel or split-KV decode
+plus its merge. It does no host synchronisation and its grids depend only on
+tensor shapes and the plan, so it can be captured in a CUDA graph and
+replayed after the batch tensors are refilled in place; rows of padding
+tokens come out finite (zeros) and are to be ignored.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpec
+from octavo.runtime.attention.triton_plan import SplitKvPolicy, num_compute_units
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_SIZE = 256
+
+
+@dataclass
+class TritonPagedMetadata:
+    batch: Any  # octavo.kernels.paged_attention.PagedBatch
+    slot_mapping: torch.Tensor  # [T] int64, negative = padding
+    num_actual_tokens: int
+    max_query_len: int
+    tiles: Any  # octavo.kernels.paged_attention.TileConfig
+    num_splits: int  # 1: one-launch kernel; >1: split-KV decode
+    workspace: Any = None  # SplitWorkspace when num_splits > 1
+
+    def split_workspace(self, num_tokens: int, num_heads: int, head_size: int, device: torch.device):
+        """The split workspace for this shape: made once per step, shared by layers."""
+        from octavo.kernels.split_kv_decode import SplitWorkspace
+
+        ws = self.workspace
+        wanted = SplitWorkspace.acc_shape(num_tokens, num_heads, head_size, self.num_splits)
+        if ws is None or tuple(ws.acc.shape) != wanted:
+            ws = SplitWorkspace.allocate(num_tokens, num_heads, head_size, self.num_splits, device)
+            self.workspace = ws
+        return ws
+
+
+class TritonPagedAttention(AttentionBackend):
+    name = "triton_paged"
+
+    def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
+        super().__init__(spec)
+        self.split_policy = split_policy or SplitKvPolicy()
+        from octavo.kernels.paged_attention import AttentionParams
+
+        self.params = AttentionParams(scale=spec.scale, sliding_window=spec.sliding_window)
+
+    @classmethod
+    def supports(cls, spec: AttentionSpec) -> str | None:
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed"
+        if spec.num_heads % spec.num_kv_heads:
+            return f"num_heads ({spec.num_heads}) is not a multiple of num_kv_heads ({spec.num_kv_heads})"
+        if spec.head_size > MAX_HEAD_SIZE or spec.head_size % 2:
+            return f"head_size {spec.head_size} is not supported (even sizes up to {MAX_HEAD_SIZE} are)"
+        for what, dtype in (("dtype", spec.dtype), ("kv_cache_dtype", spec.kv_cache_dtype)):
+            if dtype not in SUPPORTED_DTYPES:
+                return f"{what} {dtype} is not supported (float16, bfloat16, float32 are)"
+        return None
+
+    def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
+        spec = self.spec
+        return (2, num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size)
+
+    def build_metadata(self, batch: AttentionBatch) -> TritonPagedMetadata:
+        from octavo.kernels.paged_attention import PagedBatch, tiles_for
+
+        device = batch.block_table.device
+        num_splits = self.split_policy.num_splits(
+            batch.num_reqs, self.spec.num_kv_heads, batch.max_query_len, batch.max_seq_len, num_compute_units(device)
+        )
+        metadata = TritonPagedMetadata(
+            batch=PagedBatch(batch.query_start_loc, batch.seq_lens, batch.block_table, batch.num_reqs),
+            slot_mapping=batch.slot_mapping,
+            num_actual_tokens=batch.num_actual_tokens,
+            max_query_len=batch.max_query_len,
+            tiles=tiles_for(batch.max_query_len, self.spec.head_size),
+            num_splits=num_splits,
+        )
+        if num_splits > 1:
+            spec = self.spec
+            metadata.split_workspace(batch.slot_mapping.shape[0], spec.num_heads, spec.head_size, device)
+        return metadata
+
+    def forward(self, query, key, value, kv_cache, metadata: TritonPagedMetadata) -> torch.Tensor:
+        from octavo.kernels.kv_cache_write import reshape_and_cache
+        from octavo.kernels.paged_attention import paged_attention
+        from octavo.kernels.split_kv_decode import split_kv_decode
+
+        if metadata.slot_mapping.shape[0] < key.shape[0]:
+            raise ValueError(f"slot_mapping has {metadata.slot_mapping.shape[0]} slots for {key.shape[0]} tokens")
+        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        if query.stride(-1) != 1:
+            query = query.contiguous()
+        if metadata.num_splits > 1:
+            workspace = metadata.split_workspace(*query.shape, query.device)
+            return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace)
+        return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles)

@@ -1,0 +1,62 @@
+"""Host-side planning for the Triton paged-attention backend: which kernel
+path a step takes and with what tile shape, decided once per step from
+host values so that ``forward`` never synchronises.
+
+The heuristic (``SplitKvPolicy.num_splits``):
+
+- Mixed or prefill batches (``max_query_len > 1``) take the one-launch
+  paged-attention kernel with prefill tiles.
+- Decode batches (``max_query_len == 1``) take the split-KV path when one
+  program per (request, KV head) would leave the GPU under-filled
+  (fewer than ``programs_per_sm * num_sms``) and the longest context has at
+  least ``min_seq_len`` tokens: splits = that shortfall rounded to a power
+  of two, at most ``max_splits``. Otherwise the decode-tile kernel.
+
+Graph capture: the split count depends on the batch size and on
+``max_seq_len``, not on the contexts themselves (each split sizes its chunk
+from ``seq_lens`` on the device), so build the capture metadata with
+``max_seq_len`` set to the longest context the graph will serve (e.g.
+``max_model_len``) and the graph replays correctly for any shorter one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# What the CPU (Triton's interpreter) pretends to have, so that plans are
+# deterministic in tests.
+CPU_NUM_SMS = 8
+
+
+@dataclass(frozen=True)
+class SplitKvPolicy:
+    min_seq_len: int = 1024
+    max_splits: int = 32
+    programs_per_sm: int = 2
+
+    def num_splits(self, num_reqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, num_sms: int) -> int:
+        """1 for the one-launch kernel, else the number of context splits."""
+        if max_query_len != 1 or max_seq_len < self.min_seq_len or num_reqs == 0:
+            return 1
+        programs = num_reqs * num_kv_heads
+        wanted = -(-self.programs_per_sm * num_sms // programs)
+        splits = 1
+        while splits * 2 <= min(wanted, self.max_splits):
+            splits *= 2
+        return splits
+
+
+_NUM_SMS: dict[str, int] = {}
+
+
+def num_compute_units(device: torch.device) -> int:
+    """Streaming multiprocessors (CUs on ROCm) of ``device``; cached."""
+    key = str(device)
+    if key not in _NUM_SMS:
+        if device.type == "cuda":
+            _NUM_SMS[key] = torch.cuda.get_device_properties(device).multi_processor_count
+        else:
+            _NUM_SMS[key] = CPU_NUM_SMS
+    return _NUM_SMS[key]

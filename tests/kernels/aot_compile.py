@@ -1,0 +1,84 @@
+"""Compile the kernels ahead of time for a GPU target, without a GPU.
+
+Run as a script (``python -m tests.kernels.aot_compile cuda|hip
+[--attention-only]``) in a process
+where ``TRITON_INTERPRET`` is unset: Triton's interpreter never compiles, so
+this is what catches code the GPU compiler rejects. Targets: NVIDIA sm_90
+(H100/H200) and AMD gfx942 (MI300). Shapes: Llama-3.1-8B attention (32 query
+heads, 8 KV heads, head 128), bfloat16, plus a padded group (7 query heads per
+KV head, with a window). Prints one line per kernel: name, shared memory.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from octavo.kernels import activation, kv_cache_write, paged_attention, rms_norm, rotary, split_kv_decode
+
+INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
+                "slot_mapping_ptr": "*i64", "positions_ptr": "*i64"}
+FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr"}
+
+
+def signature(kernel, constexprs: dict) -> dict[str, str]:
+    types = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            types[name] = "constexpr"
+        elif name in INT_POINTERS:
+            types[name] = INT_POINTERS[name]
+        elif name in FP32_POINTERS:
+            types[name] = "*fp32"
+        elif name.endswith("_ptr"):
+            types[name] = "*bf16"
+        else:
+            types[name] = "fp32" if name in ("qk_scale", "eps") else "i32"
+    return types
+
+
+def compile_one(kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4, num_stages: int = 2):
+    # Pointers and strides 16-divisible, as Triton specialises them at launch.
+    aligned = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride_")]
+    attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
+    source = ASTSource(fn=kernel, signature=signature(kernel, constexprs), constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def cases(attention_only: bool = False):
+    pa, sk = paged_attention, split_kv_decode
+    for group, window in ((4, False), (7, True)):
+        group_pad = triton.next_power_of_2(group)
+        for tiles in (pa.DECODE_TILES, pa.PREFILL_TILES):
+            consts = dict(GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16,
+                          BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
+                          DOT_DTYPE=tl.bfloat16, PRECISION=None)
+            yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
+    consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
+                  USE_WINDOW=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+    yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    if attention_only:
+        return
+    yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
+    yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
+        NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16), None
+    yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True), None
+    yield "rotary", rotary._rotary_kernel, dict(
+        NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
+    yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
+
+
+def main(target_name: str, attention_only: bool) -> None:
+    target = GPUTarget("cuda", 90, 32) if target_name == "cuda" else GPUTarget("hip", "gfx942", 64)
+    for name, kernel, consts, tiles in cases(attention_only):
+        options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
+        compiled = compile_one(kernel, consts, target, **options)
+        print(f"{target_name} {name}: shared {compiled.metadata.shared} bytes", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], attention_only="--attention-only" in sys.argv)

@@ -1,0 +1,105 @@
+"""Fused RMSNorm, rotary embedding and SiLU-and-mul against the layers' references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from octavo.kernels.activation import silu_and_mul  # noqa: E402
+from octavo.kernels.fused_ops import install_triton_ops  # noqa: E402
+from octavo.kernels.reference import (  # noqa: E402
+    apply_rotary_reference,
+    fused_add_rms_norm_reference,
+    rms_norm_reference,
+    silu_and_mul_reference,
+)
+from octavo.kernels.rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
+from octavo.kernels.rotary import apply_rotary  # noqa: E402
+from octavo.models.layers.activation import SiluAndMul  # noqa: E402
+from octavo.models.layers.norm import RMSNorm  # noqa: E402
+from octavo.models.layers.rotary import RotaryEmbedding  # noqa: E402
+from tests.kernels.tolerances import assert_same_rounding  # noqa: E402
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+IDS = ["fp32", "bf16", "fp16"]
+# Half precision: the kernels round once where the reference rounds per op.
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+}
+
+
+def randn(*shape, dtype=torch.float32, device="cpu", seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_rms_norm(dtype, device):
+    x = randn(5, 96, dtype=dtype, device=device) * 3
+    weight = randn(96, dtype=dtype, device=device, seed=1)
+    torch.testing.assert_close(rms_norm(x, weight, 1e-6), rms_norm_reference(x, weight, 1e-6), **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_fused_add_rms_norm(dtype, device):
+    x = randn(4, 64, dtype=dtype, device=device)
+    residual = randn(4, 64, dtype=dtype, device=device, seed=2)
+    weight = randn(64, dtype=dtype, device=device, seed=1)
+    normed, summed = fused_add_rms_norm(x, residual, weight, 1e-5)
+    expected_normed, expected_summed = fused_add_rms_norm_reference(x, residual, weight, 1e-5)
+    assert_same_rounding(summed, expected_summed)  # one rounding of the same float32 sum
+    torch.testing.assert_close(normed, expected_normed, **TOLERANCES[dtype])
+    assert torch.equal(x, randn(4, 64, dtype=dtype, device=device))  # inputs untouched
+
+
+def test_rms_norm_on_strided_heads(device):
+    # Per-head q norm (Qwen3) on a view of a fused qkv output.
+    qkv = randn(3, 4 * 32 + 2 * 2 * 32, device=device)
+    q = qkv[:, : 4 * 32].view(3, 4, 32)
+    weight = randn(32, device=device, seed=1)
+    out = rms_norm(q, weight, 1e-6)
+    assert out.shape == (3, 4, 32)
+    torch.testing.assert_close(out, rms_norm_reference(q, weight, 1e-6), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_rotary_on_qkv_views(dtype, device):
+    num_heads, num_kv_heads, head_size, num_tokens = 4, 2, 32, 6
+    rope = RotaryEmbedding(head_size, 128, 10000.0, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 32})
+    cache = rope.cos_sin_cache.to(device)
+    qkv = randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_size, dtype=dtype, device=device)
+    q = qkv[:, : num_heads * head_size].view(num_tokens, num_heads, head_size)
+    k = qkv[:, num_heads * head_size : (num_heads + num_kv_heads) * head_size].view(num_tokens, num_kv_heads, head_size)
+    v_before = qkv[:, (num_heads + num_kv_heads) * head_size :].clone()
+    positions = torch.tensor([0, 1, 2, 50, 99, 127], device=device)
+    expected_q, expected_k = apply_rotary_reference(positions, q.clone(), k.clone(), cache)
+    out_q, out_k = apply_rotary(positions, q, k, cache)
+    assert out_q.data_ptr() == q.data_ptr()  # rotated in place
+    torch.testing.assert_close(out_q, expected_q, **TOLERANCES[dtype])
+    torch.testing.assert_close(out_k, expected_k, **TOLERANCES[dtype])
+    assert torch.equal(qkv[:, (num_heads + num_kv_heads) * head_size :], v_before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_silu_and_mul(dtype, device):
+    x = randn(3, 2 * 1500, dtype=dtype, device=device) * 4  # two column blocks, the second partial
+    torch.testing.assert_close(silu_and_mul(x), silu_and_mul_reference(x), **TOLERANCES[dtype])
+
+
+def test_install_triton_ops_routes_layers_through_kernels(device):
+    model = torch.nn.ModuleDict(
+        {"norm": RMSNorm(32, 1e-6), "rope": RotaryEmbedding(16, 64, 10000.0, None), "act": SiluAndMul()}
+    ).to(device)
+    installed = install_triton_ops(model)
+    assert (installed.num_rms_norms, installed.num_rotary_embeddings, installed.num_silu_and_muls) == (1, 1, 1)
+    x, residual = randn(2, 32, device=device), randn(2, 32, device=device, seed=3)
+    normed, summed = model["norm"](x, residual)
+    torch.testing.assert_close(normed, rms_norm_reference(x + residual, model["norm"].weight, 1e-6))
+    torch.testing.assert_close(model["act"](x), silu_and_mul_reference(x))
+    q, k = randn(2, 2, 16, device=device), randn(2, 1, 16, device=device, seed=4)
+    positions = torch.tensor([3, 9], device=device)
+    expected = apply_rotary_reference(positions, q.clone(), k.clone(), model["rope"].cos_sin_cache)
+    torch.testing.assert_close(model["rope"](positions, q, k), expected)

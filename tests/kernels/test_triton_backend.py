@@ -1,0 +1,126 @@
+"""The triton_paged backend end to end: against the torch reference backend
+on the same batches, its plan, its registration, and a whole model through
+``LLM`` with greedy tokens identical to the torch backend's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from octavo.core.attention import AttentionSpec  # noqa: E402
+from octavo.runtime.attention.torch_paged import TorchPagedAttention  # noqa: E402
+from octavo.runtime.attention.triton_paged import TritonPagedAttention  # noqa: E402
+from octavo.runtime.attention.triton_plan import SplitKvPolicy  # noqa: E402
+from tests.kernels.batches import BatchSpec, decode_requests, make_batch, mixed_requests  # noqa: E402
+
+
+def attention_spec(batch_spec: BatchSpec, sliding_window=None) -> AttentionSpec:
+    return AttentionSpec(
+        num_heads=batch_spec.num_heads,
+        num_kv_heads=batch_spec.num_kv_heads,
+        head_size=batch_spec.head_size,
+        scale=batch_spec.head_size**-0.5,
+        dtype=batch_spec.dtype,
+        kv_cache_dtype=batch_spec.dtype,
+        block_size=batch_spec.block_size,
+        sliding_window=sliding_window,
+    )
+
+
+def compare_backends(batch_spec: BatchSpec, device, sliding_window=None, split_policy=None):
+    """Run both backends' build_metadata + forward; return the triton metadata."""
+    batch = make_batch(batch_spec, device)
+    spec = attention_spec(batch_spec, sliding_window)
+    torch_backend, triton_backend = TorchPagedAttention(spec), TritonPagedAttention(spec, split_policy)
+    torch_cache, triton_cache = batch.kv_cache.clone(), batch.kv_cache.clone()
+    torch_meta = torch_backend.build_metadata(batch.attn_batch)
+    triton_meta = triton_backend.build_metadata(batch.attn_batch)
+    expected = torch_backend.forward(batch.query, batch.key, batch.value, torch_cache, torch_meta)
+    out = triton_backend.forward(batch.query, batch.key, batch.value, triton_cache, triton_meta)
+    num_actual = batch.num_actual_tokens
+    torch.testing.assert_close(out[:num_actual], expected[:num_actual], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(out).all()
+    assert torch.equal(triton_cache, torch_cache)
+    return triton_meta
+
+
+@pytest.mark.parametrize("sliding_window", [None, 12], ids=["full", "window12"])
+def test_mixed_batch_matches_torch_backend(sliding_window, device):
+    meta = compare_backends(BatchSpec(mixed_requests(), num_padding_tokens=3), device, sliding_window)
+    assert meta.num_splits == 1 and meta.tiles.block_m == 128
+
+
+def test_decode_batch_takes_split_path(device):
+    policy = SplitKvPolicy(min_seq_len=64)
+    meta = compare_backends(BatchSpec(decode_requests([130, 64, 9]), num_padding_tokens=1), device, split_policy=policy)
+    # 3 requests x 2 KV heads = 6 programs, fewer than 2 per SM (8 pretend
+    # SMs on the CPU).
+    assert meta.num_splits == (2 if device.type == "cpu" else 32)
+
+
+def test_short_decode_batch_takes_one_launch_path(device):
+    meta = compare_backends(BatchSpec(decode_requests([30, 3])), device)
+    assert meta.num_splits == 1 and meta.tiles.block_m == 16
+
+
+def test_split_policy():
+    policy = SplitKvPolicy(min_seq_len=1024, max_splits=32, programs_per_sm=2)
+    # Llama-3.1-8B (8 KV heads) on 132 SMs.
+    assert policy.num_splits(1, 8, 1, 8192, 132) == 32
+    assert policy.num_splits(8, 8, 1, 8192, 132) == 4
+    assert policy.num_splits(64, 8, 1, 8192, 132) == 1
+    assert policy.num_splits(1, 8, 1, 512, 132) == 1  # short contexts
+    assert policy.num_splits(1, 8, 7, 8192, 132) == 1  # not a decode batch
+
+
+def test_supports_reasons():
+    spec = attention_spec(BatchSpec([]))
+    assert TritonPagedAttention.supports(spec) is None
+    bad_group = AttentionSpec(6, 4, 32, 0.1, torch.float32, torch.float32, 16)
+    assert "multiple" in TritonPagedAttention.supports(bad_group)
+    fp8 = AttentionSpec(8, 2, 32, 0.1, torch.bfloat16, torch.float8_e4m3fn, 16)
+    assert TritonPagedAttention.supports(fp8) == (
+        "kv_cache_dtype torch.float8_e4m3fn is not supported (float16, bfloat16, float32 are)"
+    )
+    assert TritonPagedAttention(spec).kv_cache_shape(10) == (2, 10, 16, 2, 32)
+
+
+def test_registered_by_the_builtin_plugin():
+    from octavo.plugins.builtin import octavo_attention_backends
+
+    assert octavo_attention_backends()["triton_paged"] is TritonPagedAttention
+
+
+@pytest.mark.parametrize("min_split_seq_len", [1024, 1], ids=["one-launch", "split-decode"])
+def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, make_llm, monkeypatch):
+    from octavo import SamplingParams
+    from octavo.kernels.fused_ops import install_triton_ops
+    from octavo.platforms.cpu import CpuPlatform
+
+    prompts = [{"prompt_token_ids": [5, 9, 23, 7, 41, 3]}, {"prompt_token_ids": [12, 8, 30]}]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in make_llm(llama_dir).generate(prompts, params)]
+
+    # The lightest way to run the triton path on the CPU platform: swap its
+    # backend and let optimize_model install the fused layer ops.
+    policy = SplitKvPolicy(min_seq_len=min_split_seq_len)
+    monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec, policy))
+    monkeypatch.setattr(CpuPlatform, "optimize_model", lambda self, model: install_triton_ops(model))
+    plans = []
+    build_metadata = TritonPagedAttention.build_metadata
+
+    def recording_build_metadata(self, batch):
+        metadata = build_metadata(self, batch)
+        plans.append(metadata.num_splits)
+        return metadata
+
+    monkeypatch.setattr(TritonPagedAttention, "build_metadata", recording_build_metadata)
+    llm = make_llm(llama_dir, max_num_batched_tokens=5)  # the long prompt is chunked
+    layer = llm.engine.executor.worker.runner.model.model.layers[0]
+    assert isinstance(layer.self_attn.attn.backend, TritonPagedAttention)
+    assert layer.input_layernorm.impl is not None
+    outputs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outputs] == expected
+    assert (max(plans) > 1) == (min_split_seq_len == 1)
