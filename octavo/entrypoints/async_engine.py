@@ -46,7 +46,7 @@ class ServerShuttingDownError(OctavoError):
 class EngineObserver(Protocol):
     """Hears about requests on the engine thread (metrics); must be thread-safe."""
 
-    def on_request_added(self, request_id: str, num_prompt_tokens: int) -> None: ...
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None: ...
 
     def on_outputs(self, outputs: list[RequestOutput]) -> None: ...
 
@@ -297,7 +297,7 @@ class AsyncEngine:
             return
         self._engine_streams[command.request_id] = command.stream
         if self.observer is not None:
-            self.observer.on_request_added(command.request_id, self._num_prompt_tokens(command.prompt))
+            self.observer.on_request_added(command.request_id, self._num_prompt_tokens(command.prompt), command.params)
         self._call_in_loop(_resolve, command.added, None, None)
 
     def _num_prompt_tokens(self, prompt: Any) -> int:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from octavo.core.outputs import RequestMetrics, RequestOutput
+from octavo.core.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -25,7 +26,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass
-class _SequenceProgress:
+class _SequenceTiming:
     metrics: RequestMetrics  # held so that its id() cannot be reused while tracked
     num_seen_tokens: int = 0
     last_token_time: float | None = None
@@ -33,7 +34,10 @@ class _SequenceProgress:
 
 @dataclass
 class _RequestProgress:
-    sequences: dict[int, _SequenceProgress] = field(default_factory=dict)
+    delta: bool  # DELTA outputs carry new tokens only; the other kinds carry all so far
+    num_tokens: dict[int, int] = field(default_factory=dict)  # choice index -> tokens counted
+    timings: dict[int, _SequenceTiming] = field(default_factory=dict)  # id(RequestMetrics) -> timing
+    first_token_seen: bool = False
     finished_indices: set[int] = field(default_factory=set)
 
 
@@ -70,23 +74,22 @@ class ServerMetrics:
 
     # ------------------------------------------------- EngineObserver (engine thread)
 
-    def on_request_added(self, request_id: str, num_prompt_tokens: int) -> None:
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
-        self._requests[request_id] = _RequestProgress()
+        self._requests[request_id] = _RequestProgress(delta=params.output_kind == RequestOutputKind.DELTA)
 
     def on_outputs(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
             progress = self._requests.get(output.request_id)
-            if progress is None or output.metrics is None:
+            if progress is None:
                 continue
-            self._observe_tokens(progress, output.metrics)
             for completion in output.outputs:
-                if completion.finish_reason is not None and completion.index not in progress.finished_indices:
-                    progress.finished_indices.add(completion.index)
-                    self.request_success.labels(finished_reason=completion.finish_reason).inc()
+                self._count_tokens(progress, completion)
+            if output.metrics is not None:
+                self._observe_latency(progress, output.metrics)
             if output.finished:
                 metrics = output.metrics
-                if metrics.finished_time is not None:
+                if metrics is not None and metrics.finished_time is not None:
                     self.e2e.observe(metrics.finished_time - metrics.arrival_time)
                 del self._requests[output.request_id]
 
@@ -94,26 +97,38 @@ class ServerMetrics:
         if self._requests.pop(request_id, None) is not None:
             self.request_success.labels(finished_reason="abort").inc()
 
-    def _observe_tokens(self, progress: _RequestProgress, metrics: RequestMetrics) -> None:
-        sequence = progress.sequences.get(id(metrics))
-        if sequence is None:
-            sequence = progress.sequences[id(metrics)] = _SequenceProgress(metrics)
-        num_new = metrics.num_generation_tokens - sequence.num_seen_tokens
-        if num_new <= 0 or metrics.last_token_time is None:
-            return
-        self.generation_tokens.inc(num_new)
-        num_intervals = num_new
-        if sequence.num_seen_tokens == 0 and metrics.first_token_time is not None:
+    def _count_tokens(self, progress: _RequestProgress, completion: CompletionOutput) -> None:
+        num_counted = progress.num_tokens.get(completion.index, 0)
+        num_new = len(completion.token_ids) if progress.delta else len(completion.token_ids) - num_counted
+        if num_new > 0:
+            self.generation_tokens.inc(num_new)
+            progress.num_tokens[completion.index] = num_counted + num_new
+        if completion.finish_reason is not None and completion.index not in progress.finished_indices:
+            progress.finished_indices.add(completion.index)
+            self.request_success.labels(finished_reason=completion.finish_reason).inc()
+
+    def _observe_latency(self, progress: _RequestProgress, metrics: RequestMetrics) -> None:
+        """TTFT once per request; inter-token gaps per sequence whose timings the output carries.
+
+        (A final-only output carries the timings of the sequence that finished
+        last, so for ``n > 1`` its siblings' gaps are not observed.)
+        """
+        if not progress.first_token_seen and metrics.first_token_time is not None:
+            progress.first_token_seen = True
             self.ttft.observe(metrics.first_token_time - metrics.arrival_time)
-            sequence.last_token_time = metrics.first_token_time
-            num_intervals -= 1
-        if num_intervals > 0 and sequence.last_token_time is not None:
-            # Outputs that carry several tokens (final-only requests) spread the gap evenly.
-            gap = (metrics.last_token_time - sequence.last_token_time) / num_intervals
-            for _ in range(num_intervals):
+        timing = progress.timings.get(id(metrics))
+        if timing is None:
+            timing = progress.timings[id(metrics)] = _SequenceTiming(metrics, last_token_time=metrics.first_token_time)
+            timing.num_seen_tokens = 1 if metrics.first_token_time is not None else 0
+        num_gaps = metrics.num_generation_tokens - timing.num_seen_tokens
+        if num_gaps > 0 and metrics.last_token_time is not None and timing.last_token_time is not None:
+            # Outputs that carry several tokens spread their time evenly over them.
+            gap = (metrics.last_token_time - timing.last_token_time) / num_gaps
+            for _ in range(num_gaps):
                 self.itl.observe(gap)
-        sequence.num_seen_tokens = metrics.num_generation_tokens
-        sequence.last_token_time = metrics.last_token_time
+        if metrics.first_token_time is not None:
+            timing.num_seen_tokens = max(timing.num_seen_tokens, metrics.num_generation_tokens)
+            timing.last_token_time = metrics.last_token_time
 
     # ------------------------------------------------------------ scrape (event loop)
 

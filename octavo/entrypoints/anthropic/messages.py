@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from octavo.core.outputs import CompletionOutput
@@ -40,10 +40,8 @@ from octavo.entrypoints.openai.serving import (
 from octavo.errors import OctavoError
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
 
 
-@router.post("/v1/messages")
 async def create_message(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, MessagesRequest)
@@ -140,3 +138,7 @@ async def _stream(
     except Exception as exc:
         logger.exception("message stream %s failed", message_id)
         yield sse(anthropic_body(ApiError(500, f"internal server error: {type(exc).__name__}")), "error")
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/messages", create_message, methods=["POST"])

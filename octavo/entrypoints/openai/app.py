@@ -50,8 +50,8 @@ def build_app(engine: LLMEngine, config: ServerConfig) -> FastAPI:
     app = FastAPI(title="Octavo", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.octavo = ctx
     install_exception_handlers(app)
-    for router in (completions.router, chat.router, messages.router, routes.router):
-        app.include_router(router)
+    for module in (completions, chat, messages, routes):
+        module.add_routes(app)
     # add_middleware puts each new one outside the previous ones.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
     if config.api_key:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from octavo.core.outputs import CompletionOutput, RequestOutput
@@ -42,10 +42,8 @@ from octavo.entrypoints.openai.serving import (
 from octavo.errors import InvalidArgumentError, OctavoError
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
 
 
-@router.post("/v1/chat/completions")
 async def create_chat_completion(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, ChatCompletionRequest)
@@ -188,3 +186,7 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Ch
         logger.exception("chat stream %s failed", builder.request_id)
         yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
     yield SSE_DONE
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/chat/completions", create_chat_completion, methods=["POST"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from octavo.core.outputs import CompletionOutput, RequestOutput
@@ -43,10 +43,8 @@ from octavo.entrypoints.openai.serving import (
 from octavo.errors import InvalidArgumentError, OctavoError
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
 
 
-@router.post("/v1/completions")
 async def create_completion(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, CompletionRequest)
@@ -201,3 +199,7 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Co
         logger.exception("completion stream %s failed", builder.request_id)
         yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
     yield SSE_DONE
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/completions", create_completion, methods=["POST"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from octavo.entrypoints.metrics import CONTENT_TYPE
@@ -13,7 +13,6 @@ from octavo.entrypoints.openai.serving import ServingContext, encode_text, get_c
 from octavo.errors import EngineDeadError, InvalidArgumentError, ModelNotFoundError
 from octavo.version import __version__
 
-router = APIRouter()
 
 
 def _model_card(ctx: ServingContext, name: str) -> dict:
@@ -27,13 +26,11 @@ def _model_card(ctx: ServingContext, name: str) -> dict:
     }
 
 
-@router.get("/v1/models")
 async def list_models(request: Request):
     ctx = get_context(request)
     return {"object": "list", "data": [_model_card(ctx, name) for name in ctx.config.served_model_names]}
 
 
-@router.get("/v1/models/{model_id:path}")
 async def retrieve_model(request: Request, model_id: str):
     ctx = get_context(request)
     if model_id not in ctx.config.served_model_names:
@@ -41,7 +38,6 @@ async def retrieve_model(request: Request, model_id: str):
     return _model_card(ctx, model_id)
 
 
-@router.get("/health")
 async def health(request: Request):
     ctx = get_context(request)
     if ctx.engine.is_alive:
@@ -50,12 +46,10 @@ async def health(request: Request):
     return error_response(request.url.path, from_octavo(error))
 
 
-@router.get("/version")
 async def version():
     return {"version": __version__}
 
 
-@router.get("/metrics")
 async def metrics(request: Request):
     ctx = get_context(request)
     stats = await ctx.engine.get_stats()
@@ -63,7 +57,6 @@ async def metrics(request: Request):
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.post("/tokenize")
 async def tokenize(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, TokenizeRequest)
@@ -77,7 +70,6 @@ async def tokenize(request: Request):
     return {"count": len(token_ids), "max_model_len": ctx.limits.max_model_len, "tokens": token_ids}
 
 
-@router.post("/detokenize")
 async def detokenize(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, DetokenizeRequest)
@@ -89,3 +81,13 @@ async def detokenize(request: Request):
     if ctx.tokenizer is None:
         return error_response(request.url.path, ApiError(400, "this server has no tokenizer", param="tokens"))
     return {"prompt": ctx.tokenizer.decode(body.tokens)}
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"])
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/version", version, methods=["GET"])
+    app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.add_api_route("/tokenize", tokenize, methods=["POST"])
+    app.add_api_route("/detokenize", detokenize, methods=["POST"])

@@ -11,7 +11,9 @@ from tests.entrypoints.server.server_process import ServerProcess
 API_KEY = "test-key-123"
 MODEL_NAME = "tiny-llama"
 MODEL_ALIAS = "tiny-llama-alias"
-MAX_MODEL_LEN = 256
+MAX_MODEL_LEN = 2048
+# Long enough that a request asked for (nearly) all of it is still running when a test acts on it.
+NUM_KV_BLOCKS = 4096
 MAX_BODY_BYTES = 64 << 10
 MAX_HEADER_BYTES = 8 << 10
 
@@ -21,6 +23,7 @@ def server(llama_dir, tmp_path_factory):
     args = [
         "--max-model-len", str(MAX_MODEL_LEN),
         "--max-num-seqs", "256",
+        "--num-kv-blocks", str(NUM_KV_BLOCKS),
         "--api-key", API_KEY,
         "--served-model-name", MODEL_NAME, MODEL_ALIAS,
         "--max-request-body-bytes", str(MAX_BODY_BYTES),
@@ -70,6 +73,34 @@ def reference_llm(llama_dir):
     """The offline engine on the same checkpoint, for greedy parity."""
     from octavo import LLM
 
-    llm = LLM(str(llama_dir), dtype="float32", max_model_len=MAX_MODEL_LEN)
+    llm = LLM(str(llama_dir), dtype="float32", max_model_len=MAX_MODEL_LEN, num_kv_blocks=NUM_KV_BLOCKS)
     yield llm
     llm.engine.shutdown()
+
+
+def read_metrics(server, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """``/metrics`` as ``{"name{label=value}": value}`` (label-less samples by bare name)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{server.url}/metrics", headers=headers or {}, timeout=60).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
+    """Poll until ``predicate()`` is truthy (not a timing assertion: the deadline only avoids hanging)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

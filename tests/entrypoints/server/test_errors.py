@@ -76,12 +76,12 @@ CASES = [
     ("top-logprobs-cap", CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21}, 400,
      openai_error("logprobs=21 exceeds the maximum of 20", "logprobs")),
     # -- prompts
-    ("prompt-plus-max-tokens", COMPLETIONS, {"prompt": [5] * 200, "max_tokens": 100}, 400,
-     openai_error(f"this model's maximum context length is {MAX_MODEL_LEN} tokens, but 200 prompt tokens plus "
-                  "max_tokens=100 were requested (300)", "max_tokens", "prompt_too_long")),
-    ("prompt-alone-too-long", COMPLETIONS, {"prompt": [5] * 300, "max_tokens": 1}, 400,
-     openai_error(f"the prompt has 300 tokens but max_model_len is {MAX_MODEL_LEN} (the prompt must leave room for at "
-                  "least one new token)", "prompt", "prompt_too_long")),
+    ("prompt-plus-max-tokens", COMPLETIONS, {"prompt": [5] * (MAX_MODEL_LEN - 50), "max_tokens": 100}, 400,
+     openai_error(f"this model's maximum context length is {MAX_MODEL_LEN} tokens, but {MAX_MODEL_LEN - 50} prompt "
+                  f"tokens plus max_tokens=100 were requested ({MAX_MODEL_LEN + 50})", "max_tokens", "prompt_too_long")),
+    ("prompt-alone-too-long", COMPLETIONS, {"prompt": [5] * (MAX_MODEL_LEN + 44), "max_tokens": 1}, 400,
+     openai_error(f"the prompt has {MAX_MODEL_LEN + 44} tokens but max_model_len is {MAX_MODEL_LEN} (the prompt must "
+                  "leave room for at least one new token)", "prompt", "prompt_too_long")),
     ("token-out-of-vocab", COMPLETIONS, {"prompt": [5, 99999]}, 400,
      openai_error("token id 99999 is out of range for a vocabulary of 465", "prompt")),
     ("empty-prompt", COMPLETIONS, {"prompt": ""}, 400, openai_error("the prompt is empty", "prompt")),
@@ -119,8 +119,8 @@ CASES = [
      400, anthropic_error("messages.0.role: Input should be 'user' or 'assistant'")),
     ("messages-negative-temperature", MESSAGES, {"model": MODEL_NAME, "messages": USER, "max_tokens": 3, "temperature": -1},
      400, anthropic_error("temperature must be non-negative, got -1.0")),
-    ("messages-too-long", MESSAGES, {"model": MODEL_NAME, "messages": USER, "max_tokens": 1000}, 400,
-     anthropic_error(re.compile(r"this model's maximum context length is 256 tokens, .*"))),
+    ("messages-too-long", MESSAGES, {"model": MODEL_NAME, "messages": USER, "max_tokens": MAX_MODEL_LEN}, 400,
+     anthropic_error(re.compile(rf"this model's maximum context length is {MAX_MODEL_LEN} tokens, .*"))),
     ("messages-bad-json", MESSAGES, b"{", 400, anthropic_error(re.compile(r"the request body is not valid JSON: .*"))),
     # -- other routes
     ("tokenize-both", "/tokenize", {"prompt": "a", "messages": USER}, 400,
