@@ -150,8 +150,12 @@ class AsyncEngine:
     async def generate(self, request_id: str, prompt: Any, params: SamplingParams) -> AsyncIterator[RequestOutput]:
         """Admit a request and yield its outputs; closing the iterator early aborts it."""
         stream = await self.add_request(request_id, prompt, params)
-        async for output in self.outputs(stream):
-            yield output
+        try:
+            async for output in self.outputs(stream):
+                yield output
+        finally:
+            # An abandoned inner generator is finalized only by the garbage collector.
+            self.close(stream)
 
     async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestStream:
         """Admit a request: raises (validation, queue full, dead engine) before it is scheduled.

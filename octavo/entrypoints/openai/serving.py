@@ -170,8 +170,11 @@ async def merge_outputs(
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """Outputs of several streams as they come, tagged with the stream's position."""
     if len(streams) == 1:
-        async for output in ctx.engine.outputs(streams[0]):
-            yield 0, output
+        try:
+            async for output in ctx.engine.outputs(streams[0]):
+                yield 0, output
+        finally:
+            ctx.engine.close(streams[0])
         return
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
