@@ -69,8 +69,14 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    from octavo.errors import OctavoError
 
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise OctavoError(f"octavo serve needs the serve extra ({exc.name} is missing): pip install 'octavo[serve]'")
     from octavo.engine_args import build_engine
     from octavo.entrypoints.async_engine import ServerShuttingDownError
     from octavo.entrypoints.cli.common import engine_args_from
@@ -103,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
         h11_max_incomplete_event_size=config.max_request_header_bytes + (64 << 10),
         lifespan="on",
     )
-    DrainingServer(uvicorn_config, begin_drain).run()
+    make_draining_server(uvicorn_config, begin_drain).run()
     return 0
 
 
-def DrainingServer(config, on_sigterm):  # noqa: N802 - a class factory, so that uvicorn loads lazily
+def make_draining_server(config, on_sigterm):
+    """A uvicorn server that calls ``on_sigterm`` once on SIGTERM (defined here so uvicorn loads lazily)."""
     import uvicorn
 
     class _DrainingServer(uvicorn.Server):
@@ -119,7 +126,8 @@ def DrainingServer(config, on_sigterm):  # noqa: N802 - a class factory, so that
             if sig == signal.SIGTERM:
                 # uvicorn re-raises captured signals after shutdown (which would
                 # kill the process with SIGTERM); a drained shutdown is a clean exit.
-                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+                captured = getattr(self, "_captured_signals", [])
+                self._captured_signals = [s for s in captured if s != signal.SIGTERM]
                 if first:
                     on_sigterm()
 

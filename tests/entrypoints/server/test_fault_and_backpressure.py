@@ -24,9 +24,18 @@ def fault_file(tmp_path_factory):
     return tmp_path_factory.mktemp("fault") / "raise-now"
 
 
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}"
+)
+
+
 @pytest.fixture(scope="module")
 def small_server(llama_dir, fault_file, tmp_path_factory):
-    args = ["--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "2", "--max-queued-requests", "1", "--num-kv-blocks", "1024"]
+    template_file = tmp_path_factory.mktemp("template") / "chat.jinja"
+    template_file.write_text(CHAT_TEMPLATE)
+    args = ["--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "2", "--max-queued-requests", "1",
+            "--num-kv-blocks", "1024", "--chat-template", str(template_file)]
     process = ServerProcess(
         llama_dir, args, tmp_path_factory.mktemp("small-server") / "server.log", env={FAULT_FILE_ENV: str(fault_file)}
     )
@@ -38,6 +47,15 @@ def small_server(llama_dir, fault_file, tmp_path_factory):
 def test_served_model_name_defaults_to_the_model_path(small_server, llama_dir):
     models = httpx.get(f"{small_server.url}/v1/models").json()
     assert [m["id"] for m in models["data"]] == [str(llama_dir)]
+
+
+def test_chat_template_file_is_used(small_server, reference_llm):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    response = httpx.post(f"{small_server.url}/tokenize", json={"messages": messages})
+    assert response.status_code == 200
+    rendered = "[system] Be brief.\n[user] Hi there\n[assistant] "
+    expected = reference_llm.get_tokenizer().encode(rendered, add_special_tokens=False)
+    assert response.json()["tokens"] == expected
 
 
 async def read_sse(response: httpx.Response) -> list[str]:

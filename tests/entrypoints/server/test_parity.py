@@ -160,12 +160,17 @@ def test_async_clients_match(server, expected):
                 model=MODEL_NAME, prompt=PROMPTS[2], max_tokens=NUM_TOKENS, temperature=0, stream=True
             )
             streamed = "".join([chunk.choices[0].text async for chunk in stream if chunk.choices])
-            return completion, chat, message, streamed
+            async with anthropic_client.messages.stream(
+                model=MODEL_NAME, system=MESSAGES[0]["content"], messages=MESSAGES[1:], max_tokens=NUM_TOKENS,
+                extra_body=GREEDY_ANTHROPIC,
+            ) as message_stream:
+                streamed_message = "".join([text async for text in message_stream.text_stream])
+            return completion, chat, message, streamed, streamed_message
 
-    completion, chat, message, streamed = asyncio.run(main())
+    completion, chat, message, streamed, streamed_message = asyncio.run(main())
     assert completion.choices[0].text == expected["completions"][2].text == streamed
     assert chat.choices[0].message.content == expected["chat"].text
-    assert message.content[0].text == expected["chat"].text
+    assert message.content[0].text == expected["chat"].text == streamed_message
 
 
 def test_anthropic_message_matches(anthropic_client, expected):
