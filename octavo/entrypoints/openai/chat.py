@@ -49,6 +49,11 @@ async def create_chat_completion(request: Request):
     body = await parse_body(request, ChatCompletionRequest)
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
+    max_logprobs = ctx.limits.max_logprobs
+    if body.top_logprobs is not None and body.top_logprobs > max_logprobs:
+        raise InvalidArgumentError(
+            f"top_logprobs={body.top_logprobs} exceeds the maximum of {max_logprobs}", param="top_logprobs"
+        )
     prompt = render_messages(ctx, body.messages, body.add_generation_prompt is not False)
     uses_completion_tokens = body.max_completion_tokens is not None
     params = make_sampling_params(

@@ -1,10 +1,10 @@
-"""Start the real ``octavo serve`` process on a free loopback port, for tests."""
+"""Start the real ``octavo serve`` process on a loopback port, for tests."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,20 +15,18 @@ import httpx
 STARTUP_TIMEOUT_S = 180.0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# uvicorn logs the port it bound when asked for port 0 (no race for a "free" port).
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 
 class ServerProcess:
-    """One ``python -m octavo.entrypoints.cli.main serve ...`` subprocess and its log."""
+    """One ``python -m octavo.entrypoints.cli.main serve ...`` subprocess (on a loopback port the
+    OS picks) and its log; ``url`` is known once ``wait_healthy`` returns."""
 
     def __init__(self, model: Path | str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = ""
         self.log_path = log_path
-        command = [sys.executable, "-m", "octavo.entrypoints.cli.main", "serve", str(model), "--port", str(self.port)]
+        command = [sys.executable, "-m", "octavo.entrypoints.cli.main", "serve", str(model), "--port", "0"]
         command += ["--dtype", "float32", "--disable-uvicorn-access-log", *args]
         full_env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
         self._log = open(log_path, "wb")
@@ -43,11 +41,14 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            listening = _LISTENING.search(self.log())
+            if listening:
+                self.url = f"http://127.0.0.1:{listening.group(1)}"
+                try:
+                    if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"the server did not become healthy in {STARTUP_TIMEOUT_S}s:\n{self.log()}")
