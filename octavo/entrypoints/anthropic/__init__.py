@@ -1,0 +1,1 @@
+"""The Anthropic Messages API (``POST /v1/messages``), mounted on the same app."""

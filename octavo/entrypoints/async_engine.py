@@ -1,0 +1,377 @@
+"""The synchronous ``LLMEngine`` driven from a dedicated thread, for asyncio front ends.
+
+Invariants:
+
+* Only the engine thread touches the ``LLMEngine`` (add, abort, step, stats).
+  The event loop hands it commands through a thread-safe queue and hears back
+  through ``loop.call_soon_threadsafe``: one call per engine step, carrying all
+  of that step's outputs, so that many streams cost one wake-up, not many.
+* Every admitted request ends with exactly one terminal item in its stream: a
+  finished ``RequestOutput`` or an exception. Engine death and shutdown fail
+  every live stream and every pending command, so nothing waits forever.
+* Aborts are idempotent and run on the engine thread, which frees the
+  request's KV blocks before the next step.
+* Admission is bounded: at most ``max_inflight_seqs`` sequences (a request
+  with ``n`` choices counts ``n``) are in the engine at once; past that,
+  ``QueueFullError`` is raised at once instead of queueing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from octavo.core.engine import LLMEngine
+from octavo.core.outputs import RequestOutput
+from octavo.core.sampling_params import SamplingParams
+from octavo.core.scheduler import SchedulerStats
+from octavo.errors import EngineDeadError, OctavoError, QueueFullError
+
+logger = logging.getLogger(__name__)
+
+
+class ServerShuttingDownError(OctavoError):
+    """The server stopped (or gave up draining) before the request finished."""
+
+    http_status = 503
+    error_type = "server_shutting_down"
+
+
+class EngineObserver(Protocol):
+    """Hears about requests on the engine thread (metrics); must be thread-safe."""
+
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None: ...
+
+    def on_outputs(self, outputs: list[RequestOutput]) -> None: ...
+
+    def on_request_aborted(self, request_id: str) -> None: ...
+
+
+@dataclass
+class AsyncEngineConfig:
+    # Admission cap on sequences in the engine (running plus waiting); None: no cap.
+    max_inflight_seqs: int | None = None
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: Any
+    params: SamplingParams
+    stream: RequestStream
+    added: asyncio.Future
+
+
+@dataclass
+class _Abort:
+    request_ids: list[str]
+
+
+@dataclass
+class _Stats:
+    result: asyncio.Future
+
+
+_STOP = object()
+
+
+@dataclass
+class RequestStream:
+    """The event-loop side of one request: a queue of outputs, then an end."""
+
+    request_id: str
+    num_seqs: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    released: bool = False
+
+
+class AsyncEngine:
+    def __init__(
+        self,
+        engine: LLMEngine,
+        config: AsyncEngineConfig | None = None,
+        observer: EngineObserver | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config = config or AsyncEngineConfig()
+        self.observer = observer
+        self.last_stats: SchedulerStats = engine.get_stats()
+        self.num_inflight_seqs = 0
+        self.started_at = int(time.time())
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # orders "is the thread alive?" with enqueueing
+        self._thread_dead = False
+        self._error: OctavoError | None = None
+        self._streams: dict[str, RequestStream] = {}  # event-loop side, live requests
+        self._engine_streams: dict[str, RequestStream] = {}  # engine-thread side
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # --------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the engine thread; call from the event loop that will use the engine."""
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="octavo-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread is not None and not self._thread_dead and self._error is None
+
+    @property
+    def error(self) -> OctavoError | None:
+        return self._error
+
+    async def shutdown(self) -> None:
+        """Stop the thread (aborting what is left in the engine) and release the model."""
+        if self._error is None:
+            self._error = ServerShuttingDownError("the server is shutting down")
+        self._fail_streams(self._error)
+        with self._lock:
+            alive = not self._thread_dead
+            if alive:
+                self._commands.put(_STOP)
+        if self._thread is not None and alive:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self.engine.shutdown()
+
+    # ---------------------------------------------------------------- requests
+
+    async def generate(self, request_id: str, prompt: Any, params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """Admit a request and yield its outputs; closing the iterator early aborts it."""
+        stream = await self.add_request(request_id, prompt, params)
+        try:
+            async for output in self.outputs(stream):
+                yield output
+        finally:
+            # An abandoned inner generator is finalized only by the garbage collector.
+            self.close(stream)
+
+    async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestStream:
+        """Admit a request: raises (validation, queue full, dead engine) before it is scheduled.
+
+        The caller owns the returned stream: iterate ``outputs(stream)`` or ``close(stream)`` it.
+        """
+        if self._error is not None:
+            raise self._error
+        cap = self.config.max_inflight_seqs
+        if cap is not None and self.num_inflight_seqs + params.n > cap:
+            raise QueueFullError(
+                f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
+            )
+        stream = RequestStream(request_id, params.n)
+        added = asyncio.get_running_loop().create_future()
+        self.num_inflight_seqs += params.n
+        self._streams[request_id] = stream
+        try:
+            self._submit(_Add(request_id, prompt, params, stream, added))
+            await added
+        except BaseException:
+            # Validation failed, the engine died, or the client left while waiting.
+            self.close(stream)
+            raise
+        return stream
+
+    async def outputs(self, stream: RequestStream) -> AsyncIterator[RequestOutput]:
+        """The stream's outputs up to the finished one; an engine failure raises here."""
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    stream.finished = True
+                    return
+        finally:
+            self.close(stream)
+
+    def close(self, stream: RequestStream) -> None:
+        """Abort the request unless it finished, and stop counting it (idempotent)."""
+        if not stream.finished:
+            self.abort(stream.request_id)
+        self._release(stream)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (idempotent; unknown ids are ignored)."""
+        self._try_submit(_Abort([request_id]))
+
+    def abort_all(self, error: OctavoError) -> None:
+        """End every live request with ``error`` and abort it in the engine."""
+        request_ids = list(self._streams)
+        self._fail_streams(error)
+        if request_ids:
+            self._try_submit(_Abort(request_ids))
+
+    def abort_all_after(self, delay: float, error: OctavoError) -> None:
+        """``abort_all(error)`` in ``delay`` seconds; safe from any thread or a signal handler."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.call_later, delay, self.abort_all, error)
+
+    async def get_stats(self) -> SchedulerStats:
+        """Fresh scheduler stats from the engine thread (the last ones if it is dead)."""
+        future = asyncio.get_running_loop().create_future()
+        if not self._try_submit(_Stats(future)):
+            return self.last_stats
+        try:
+            return await future
+        except OctavoError:
+            return self.last_stats
+
+    def _release(self, stream: RequestStream) -> None:
+        if stream.released:
+            return
+        stream.released = True
+        self.num_inflight_seqs -= stream.num_seqs
+        if self._streams.get(stream.request_id) is stream:
+            del self._streams[stream.request_id]
+
+    def _fail_streams(self, error: BaseException) -> None:
+        for stream in list(self._streams.values()):
+            stream.queue.put_nowait(error)
+            self._release(stream)
+
+    def _submit(self, command: Any) -> None:
+        if not self._try_submit(command):
+            raise self._error or EngineDeadError("the engine loop is not running")
+
+    def _try_submit(self, command: Any) -> bool:
+        with self._lock:
+            if self._thread_dead or self._thread is None:
+                return False
+            self._commands.put(command)
+            return True
+
+    # ----------------------------------------------------------- engine thread
+
+    def _run(self) -> None:
+        try:
+            while True:
+                block = not self.engine.has_unfinished_requests()
+                for command in self._next_commands(block):
+                    if command is _STOP:
+                        self._stop_engine()
+                        return
+                    self._apply(command)
+                if self.engine.has_unfinished_requests():
+                    self._publish(self.engine.step())
+        except BaseException as exc:  # the engine is in an unknown state: stop
+            logger.exception("the engine loop failed; failing all requests in flight")
+            self._die(exc)
+
+    def _next_commands(self, block: bool) -> list[Any]:
+        commands = [self._commands.get()] if block else []
+        while True:
+            try:
+                commands.append(self._commands.get_nowait())
+            except queue.Empty:
+                return commands
+
+    def _apply(self, command: Any) -> None:
+        if isinstance(command, _Add):
+            self._apply_add(command)
+        elif isinstance(command, _Abort):
+            live = [r for r in command.request_ids if self._engine_streams.pop(r, None) is not None]
+            if live:
+                self.engine.abort_request(live)
+                for request_id in live:
+                    if self.observer is not None:
+                        self.observer.on_request_aborted(request_id)
+        elif isinstance(command, _Stats):
+            self.last_stats = self.engine.get_stats()
+            self._call_in_loop(_resolve, command.result, self.last_stats, None)
+
+    def _apply_add(self, command: _Add) -> None:
+        if command.added.done():  # cancelled while queued: the client is gone
+            return
+        try:
+            self.engine.add_request(command.request_id, command.prompt, command.params)
+        except OctavoError as exc:
+            self._call_in_loop(_resolve, command.added, None, exc)
+            return
+        self._engine_streams[command.request_id] = command.stream
+        if self.observer is not None:
+            self.observer.on_request_added(command.request_id, self._num_prompt_tokens(command.prompt), command.params)
+        self._call_in_loop(_resolve, command.added, None, None)
+
+    def _num_prompt_tokens(self, prompt: Any) -> int:
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return len(prompt["prompt_token_ids"])
+        return len(self.engine.tokenize_prompt(prompt)[1])
+
+    def _publish(self, outputs: list[RequestOutput]) -> None:
+        if not outputs:
+            return
+        batch = []
+        for output in outputs:
+            stream = self._engine_streams.get(output.request_id)
+            if stream is None:
+                continue
+            if output.finished:
+                del self._engine_streams[output.request_id]
+            batch.append((stream, output))
+        if self.observer is not None:
+            self.observer.on_outputs(outputs)
+        if batch:
+            self._call_in_loop(_deliver, batch)
+
+    def _stop_engine(self) -> None:
+        request_ids = list(self._engine_streams)
+        self._engine_streams.clear()
+        if request_ids:
+            self.engine.abort_request(request_ids)
+            for request_id in request_ids:
+                if self.observer is not None:
+                    self.observer.on_request_aborted(request_id)
+        with self._lock:
+            self._thread_dead = True
+
+    def _die(self, exc: BaseException) -> None:
+        with self._lock:
+            self._thread_dead = True
+            pending = self._next_commands(block=False)
+        if self.observer is not None:
+            for request_id in self._engine_streams:
+                self.observer.on_request_aborted(request_id)
+        self._engine_streams.clear()
+        self._call_in_loop(self._on_death, exc, pending)
+
+    def _on_death(self, exc: BaseException, pending: list[Any]) -> None:
+        self._error = EngineDeadError(f"the engine loop failed: {type(exc).__name__}: {exc}")
+        for command in pending:
+            if isinstance(command, _Add):
+                _resolve(command.added, None, self._error)
+            elif isinstance(command, _Stats):
+                _resolve(command.result, self.last_stats, None)
+        self._fail_streams(self._error)
+
+    def _call_in_loop(self, callback, *args) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _deliver(batch: list[tuple[RequestStream, RequestOutput]]) -> None:
+    for stream, output in batch:
+        if not stream.released:
+            stream.queue.put_nowait(output)

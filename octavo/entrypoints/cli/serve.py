@@ -1,0 +1,134 @@
+"""``octavo serve [MODEL]``: the OpenAI- and Anthropic-compatible HTTP server.
+
+Shutdown on SIGTERM: new requests get 503 and the listening socket closes;
+requests in flight may finish for ``--shutdown-timeout`` seconds; then the
+rest are aborted (their clients get an error), the engine stops and the
+process exits with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+
+from octavo.entrypoints.openai.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+
+logger = logging.getLogger("octavo.serve")
+API_KEY_ENV = "OCTAVO_API_KEY"
+# uvicorn's own cancel-everything deadline, after ours has aborted the requests.
+UVICORN_GRACE_SECONDS = 5.0
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def add_parser(sub) -> None:
+    from octavo.entrypoints.cli.common import add_engine_args
+
+    defaults = ServerConfig()
+    parser = sub.add_parser("serve", help="serve a model over HTTP (OpenAI and Anthropic APIs)")
+    add_engine_args(parser, model_positional=True)
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--api-key", default=None, help=f"require this key on every route but /health and /version (also ${API_KEY_ENV})")
+    parser.add_argument("--served-model-name", nargs="+", default=None, help="name(s) clients use for the model (default: the model path)")
+    parser.add_argument("--max-queued-requests", type=int, default=defaults.max_queued_requests, help="sequences allowed to wait beyond --max-num-seqs; past it, 503")
+    parser.add_argument("--shutdown-timeout", type=float, default=defaults.shutdown_timeout, help="seconds to drain on SIGTERM before aborting")
+    parser.add_argument("--max-request-body-bytes", type=int, default=defaults.max_request_body_bytes)
+    parser.add_argument("--max-request-header-bytes", type=int, default=defaults.max_request_header_bytes)
+    parser.add_argument("--max-n", type=int, default=defaults.max_n, help="the largest n a request may ask for")
+    parser.add_argument("--max-stop-sequences", type=int, default=defaults.max_stop_sequences)
+    parser.add_argument("--max-logprobs", type=int, default=20, help="the largest logprobs/top_logprobs a request may ask for")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--disable-uvicorn-access-log", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def server_config_from(args: argparse.Namespace) -> ServerConfig:
+    from octavo.default_model import DEFAULT_MODEL_NAME
+    from octavo.errors import InvalidArgumentError
+
+    for name in ("max_queued_requests", "shutdown_timeout"):
+        if getattr(args, name) < 0:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must not be negative", param=name)
+    for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences"):
+        if getattr(args, name) < 1:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be at least 1", param=name)
+    if not 0 <= args.port <= 65535:
+        raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
+    return ServerConfig(
+        served_model_names=args.served_model_name or [args.model or DEFAULT_MODEL_NAME],
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        max_queued_requests=args.max_queued_requests,
+        shutdown_timeout=args.shutdown_timeout,
+        max_request_body_bytes=args.max_request_body_bytes,
+        max_request_header_bytes=args.max_request_header_bytes,
+        max_n=args.max_n,
+        max_stop_sequences=args.max_stop_sequences,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from octavo.errors import OctavoError
+
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise OctavoError(f"octavo serve needs the serve extra ({exc.name} is missing): pip install 'octavo[serve]'")
+    from octavo.engine_args import build_engine
+    from octavo.entrypoints.async_engine import ServerShuttingDownError
+    from octavo.entrypoints.cli.common import engine_args_from
+    from octavo.entrypoints.fault_injection import install_from_env
+    from octavo.entrypoints.openai.app import build_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = server_config_from(args)
+    if config.api_key is None and args.host not in LOOPBACK_HOSTS:
+        logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
+    engine = build_engine(engine_args_from(args))
+    install_from_env(engine)
+    app = build_app(engine, config)
+    ctx = app.state.octavo
+
+    def begin_drain() -> None:
+        ctx.draining = True
+        logger.info("SIGTERM: draining for up to %.1fs", config.shutdown_timeout)
+        error = ServerShuttingDownError("the server shut down before this request finished")
+        ctx.engine.abort_all_after(config.shutdown_timeout, error)
+
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=not args.disable_uvicorn_access_log,
+        timeout_graceful_shutdown=config.shutdown_timeout + UVICORN_GRACE_SECONDS,
+        # Let oversized headers reach the app, which answers 431 in the API's shape.
+        h11_max_incomplete_event_size=config.max_request_header_bytes + (64 << 10),
+        lifespan="on",
+    )
+    make_draining_server(uvicorn_config, begin_drain).run()
+    return 0
+
+
+def make_draining_server(config, on_sigterm):
+    """A uvicorn server that calls ``on_sigterm`` once on SIGTERM (defined here so uvicorn loads lazily)."""
+    import uvicorn
+
+    class _DrainingServer(uvicorn.Server):
+        """uvicorn, plus our drain on SIGTERM, and a clean exit (status 0) after it."""
+
+        def handle_exit(self, sig, frame) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:
+                # uvicorn re-raises captured signals after shutdown (which would
+                # kill the process with SIGTERM); a drained shutdown is a clean exit.
+                captured = getattr(self, "_captured_signals", [])
+                self._captured_signals = [s for s in captured if s != signal.SIGTERM]
+                if first:
+                    on_sigterm()
+
+    return _DrainingServer(config)

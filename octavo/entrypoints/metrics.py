@@ -1,0 +1,151 @@
+"""Prometheus metrics for one server (one ``CollectorRegistry`` per app, never the global one).
+
+Request-level metrics (tokens, TTFT, inter-token latency, end-to-end latency,
+finish reasons) are recorded on the engine thread as outputs appear, from the
+timestamps the output processor stamps on each sequence; engine-level gauges
+(running and waiting requests, KV-cache usage and free blocks, prefix-cache
+hit rate, preemptions) are refreshed from the scheduler at scrape time.
+prometheus_client's metrics are thread-safe; the per-sequence bookkeeping
+here is touched by the engine thread only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from octavo.core.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.scheduler import SchedulerStats
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class _SequenceTiming:
+    metrics: RequestMetrics  # held so that its id() cannot be reused while tracked
+    num_seen_tokens: int = 0
+    last_token_time: float | None = None
+
+
+@dataclass
+class _RequestProgress:
+    delta: bool  # DELTA outputs carry new tokens only; the other kinds carry all so far
+    num_tokens: dict[int, int] = field(default_factory=dict)  # choice index -> tokens counted
+    timings: dict[int, _SequenceTiming] = field(default_factory=dict)  # id(RequestMetrics) -> timing
+    first_token_seen: bool = False
+    finished_indices: set[int] = field(default_factory=set)
+
+
+class ServerMetrics:
+    """Implements the async engine's ``EngineObserver`` and renders ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.num_running = Gauge("octavo:num_requests_running", "Requests running in the engine", registry=r)
+        self.num_waiting = Gauge("octavo:num_requests_waiting", "Requests waiting to be scheduled", registry=r)
+        self.num_inflight_seqs = Gauge("octavo:num_inflight_sequences", "Sequences admitted by the server", registry=r)
+        self.kv_usage = Gauge("octavo:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)", registry=r)
+        self.kv_free_blocks = Gauge("octavo:kv_cache_free_blocks", "Free KV-cache blocks", registry=r)
+        self.kv_total_blocks = Gauge("octavo:kv_cache_total_blocks", "KV-cache blocks in all", registry=r)
+        self.prefix_hit_rate = Gauge("octavo:prefix_cache_hit_rate", "Prefix-cache hits / queries (tokens)", registry=r)
+        self.prefix_queries = Counter("octavo:prefix_cache_queries", "Prompt tokens looked up in the prefix cache", registry=r)
+        self.prefix_hits = Counter("octavo:prefix_cache_hits", "Prompt tokens found in the prefix cache", registry=r)
+        self.preemptions = Counter("octavo:num_preemptions", "Requests preempted for lack of KV blocks", registry=r)
+        self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r)
+        self.prompt_tokens = Counter("octavo:prompt_tokens", "Prompt tokens of admitted requests", registry=r)
+        self.generation_tokens = Counter("octavo:generation_tokens", "Generated tokens", registry=r)
+        self.request_success = Counter(
+            "octavo:request_success", "Finished sequences by finish reason", ["finished_reason"], registry=r
+        )
+        self.requests_rejected = Counter("octavo:requests_rejected", "Requests refused at admission", ["reason"], registry=r)
+        self.ttft = Histogram("octavo:time_to_first_token_seconds", "Time to first token", buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("octavo:inter_token_latency_seconds", "Time between tokens", buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("octavo:e2e_request_latency_seconds", "Arrival to finish", buckets=E2E_BUCKETS, registry=r)
+        self._requests: dict[str, _RequestProgress] = {}
+        self._last_preemptions = 0
+        self._last_prefix_queries = 0
+        self._last_prefix_hits = 0
+
+    # ------------------------------------------------- EngineObserver (engine thread)
+
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None:
+        self.prompt_tokens.inc(num_prompt_tokens)
+        self._requests[request_id] = _RequestProgress(delta=params.output_kind == RequestOutputKind.DELTA)
+
+    def on_outputs(self, outputs: list[RequestOutput]) -> None:
+        for output in outputs:
+            progress = self._requests.get(output.request_id)
+            if progress is None:
+                continue
+            for completion in output.outputs:
+                self._count_tokens(progress, completion)
+            if output.metrics is not None:
+                self._observe_latency(progress, output.metrics)
+            if output.finished:
+                metrics = output.metrics
+                if metrics is not None and metrics.finished_time is not None:
+                    self.e2e.observe(metrics.finished_time - metrics.arrival_time)
+                del self._requests[output.request_id]
+
+    def on_request_aborted(self, request_id: str) -> None:
+        if self._requests.pop(request_id, None) is not None:
+            self.request_success.labels(finished_reason="abort").inc()
+
+    def _count_tokens(self, progress: _RequestProgress, completion: CompletionOutput) -> None:
+        num_counted = progress.num_tokens.get(completion.index, 0)
+        num_new = len(completion.token_ids) if progress.delta else len(completion.token_ids) - num_counted
+        if num_new > 0:
+            self.generation_tokens.inc(num_new)
+            progress.num_tokens[completion.index] = num_counted + num_new
+        if completion.finish_reason is not None and completion.index not in progress.finished_indices:
+            progress.finished_indices.add(completion.index)
+            self.request_success.labels(finished_reason=completion.finish_reason).inc()
+
+    def _observe_latency(self, progress: _RequestProgress, metrics: RequestMetrics) -> None:
+        """TTFT once per request; inter-token gaps per sequence whose timings the output carries.
+
+        (A final-only output carries the timings of the sequence that finished
+        last, so for ``n > 1`` its siblings' gaps are not observed.)
+        """
+        if not progress.first_token_seen and metrics.first_token_time is not None:
+            progress.first_token_seen = True
+            self.ttft.observe(metrics.first_token_time - metrics.arrival_time)
+        timing = progress.timings.get(id(metrics))
+        if timing is None:
+            timing = progress.timings[id(metrics)] = _SequenceTiming(metrics, last_token_time=metrics.first_token_time)
+            timing.num_seen_tokens = 1 if metrics.first_token_time is not None else 0
+        num_gaps = metrics.num_generation_tokens - timing.num_seen_tokens
+        if num_gaps > 0 and metrics.last_token_time is not None and timing.last_token_time is not None:
+            # Outputs that carry several tokens spread their time evenly over them.
+            gap = (metrics.last_token_time - timing.last_token_time) / num_gaps
+            for _ in range(num_gaps):
+                self.itl.observe(gap)
+        if metrics.first_token_time is not None:
+            timing.num_seen_tokens = max(timing.num_seen_tokens, metrics.num_generation_tokens)
+            timing.last_token_time = metrics.last_token_time
+
+    # ------------------------------------------------------------ scrape (event loop)
+
+    def update_engine_stats(self, stats: SchedulerStats, alive: bool, num_inflight_seqs: int) -> None:
+        self.num_running.set(stats.num_running)
+        self.num_waiting.set(stats.num_waiting)
+        self.num_inflight_seqs.set(num_inflight_seqs)
+        self.kv_usage.set(stats.kv_cache_usage)
+        self.kv_free_blocks.set(stats.num_free_blocks)
+        self.engine_alive.set(1 if alive else 0)
+        prefix = stats.prefix_cache
+        self.prefix_hit_rate.set(prefix.hit_rate)
+        self.prefix_queries.inc(max(0, prefix.num_queries - self._last_prefix_queries))
+        self.prefix_hits.inc(max(0, prefix.num_hits - self._last_prefix_hits))
+        self.preemptions.inc(max(0, stats.num_preemptions - self._last_preemptions))
+        self._last_prefix_queries, self._last_prefix_hits = prefix.num_queries, prefix.num_hits
+        self._last_preemptions = stats.num_preemptions
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server (FastAPI): ``build_app`` in ``app.py``."""

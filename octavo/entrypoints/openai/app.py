@@ -1,0 +1,61 @@
+"""The app factory: one engine, one FastAPI app with the OpenAI and Anthropic routes.
+
+Middleware, outermost first: the gate (431 for oversized headers, 503 while
+draining), authentication (deny by default), the body-size limit (413). The
+engine thread starts and stops with the app's lifespan. Each app has its own
+metrics registry, so tests can build several apps in one process.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from octavo.core.engine import LLMEngine
+from octavo.entrypoints.anthropic import messages
+from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
+from octavo.entrypoints.metrics import ServerMetrics
+from octavo.entrypoints.openai import chat, completions, routes
+from octavo.entrypoints.openai.auth import AuthMiddleware
+from octavo.entrypoints.openai.config import ServerConfig
+from octavo.entrypoints.openai.errors import install_exception_handlers
+from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
+from octavo.entrypoints.openai.serving import ServingContext
+from octavo.version import __version__
+
+
+def build_app(engine: LLMEngine, config: ServerConfig) -> FastAPI:
+    metrics = ServerMetrics()
+    metrics.kv_total_blocks.set(engine.scheduler.kv.num_blocks)
+    max_inflight_seqs = None
+    if config.max_queued_requests is not None:
+        max_inflight_seqs = engine.scheduler.config.max_num_seqs + config.max_queued_requests
+    async_engine = AsyncEngine(engine, AsyncEngineConfig(max_inflight_seqs=max_inflight_seqs), observer=metrics)
+    ctx = ServingContext(
+        engine=async_engine,
+        config=config,
+        tokenizer=copy.deepcopy(engine.tokenizer) if engine.tokenizer is not None else None,
+        limits=engine.limits,
+        metrics=metrics,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async_engine.start()
+        yield
+        await async_engine.shutdown()
+
+    app = FastAPI(title="Octavo", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.octavo = ctx
+    install_exception_handlers(app)
+    for module in (completions, chat, messages, routes):
+        module.add_routes(app)
+    # add_middleware puts each new one outside the previous ones.
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
+    if config.api_key:
+        app.add_middleware(AuthMiddleware, api_key=config.api_key)
+    app.add_middleware(GateMiddleware, max_header_bytes=config.max_request_header_bytes, is_draining=lambda: ctx.draining)
+    return app
+

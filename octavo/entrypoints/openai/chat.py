@@ -1,0 +1,197 @@
+"""``POST /v1/chat/completions``: messages rendered with the chat template, n choices.
+
+Streams open each choice with a ``{"role": "assistant", "content": ""}``
+delta, then send content deltas (with ``logprobs.content`` when asked), the
+``finish_reason`` on a choice's last chunk, an optional usage chunk, and
+``[DONE]``; an engine failure mid-stream sends an error chunk and ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.sampling_params import RequestOutputKind
+from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.openai.chat_template import content_text, normalize_role, render_chat
+from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
+from octavo.entrypoints.openai.logprobs import chat_logprobs
+from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from octavo.entrypoints.openai.serving import (
+    SSE_DONE,
+    PromptInput,
+    ServingContext,
+    SSEResponse,
+    admit_all,
+    check_prompt,
+    final_outputs,
+    get_context,
+    make_sampling_params,
+    merge_outputs,
+    new_request_id,
+    parse_body,
+    resolve_model,
+    sse,
+    unix_time,
+    unless_disconnected,
+)
+from octavo.errors import InvalidArgumentError, OctavoError
+
+logger = logging.getLogger(__name__)
+
+
+async def create_chat_completion(request: Request):
+    ctx = get_context(request)
+    body = await parse_body(request, ChatCompletionRequest)
+    model = resolve_model(ctx, body.model)
+    _reject_unsupported(body)
+    max_logprobs = ctx.limits.max_logprobs
+    if body.top_logprobs is not None and body.top_logprobs > max_logprobs:
+        raise InvalidArgumentError(
+            f"top_logprobs={body.top_logprobs} exceeds the maximum of {max_logprobs}", param="top_logprobs"
+        )
+    prompt = render_messages(ctx, body.messages, body.add_generation_prompt is not False)
+    uses_completion_tokens = body.max_completion_tokens is not None
+    params = make_sampling_params(
+        ctx,
+        **body.sampling_options(),
+        max_tokens=body.max_completion_tokens if uses_completion_tokens else body.max_tokens,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+    )
+    check_prompt(ctx, prompt, params, "max_completion_tokens" if uses_completion_tokens else "max_tokens")
+    request_id = new_request_id("chatcmpl")
+    streams = await admit_all(ctx, request_id, [prompt], params)
+    builder = ChatBuilder(ctx, request_id, model, body, prompt)
+    if body.stream:
+        return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: ctx.engine.close(streams[0]))
+    try:
+        finals = await unless_disconnected(request, final_outputs(ctx, streams))
+    finally:
+        ctx.engine.close(streams[0])
+    return JSONResponse(builder.response(finals[0]))
+
+
+def _reject_unsupported(body: ChatCompletionRequest) -> None:
+    if body.logit_bias:
+        raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
+    if body.tools:
+        raise InvalidArgumentError("tools are not supported", param="tools")
+    if body.response_format is not None and body.response_format.type != "text":
+        raise InvalidArgumentError("only response_format type 'text' is supported", param="response_format")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidArgumentError("top_logprobs needs logprobs=true", param="top_logprobs")
+
+
+def render_messages(ctx: ServingContext, messages: list[ChatMessage], add_generation_prompt: bool) -> PromptInput:
+    conversation = []
+    for position, message in enumerate(messages):
+        role = normalize_role(message.role, f"messages.{position}.role")
+        conversation.append({"role": role, "content": content_text(message.content, f"messages.{position}.content")})
+    text, token_ids = render_chat(ctx.tokenizer, conversation, add_generation_prompt)
+    return PromptInput(text, token_ids)
+
+
+class ChatBuilder:
+    """Turns engine outputs into chat completion objects and stream chunks."""
+
+    def __init__(self, ctx: ServingContext, request_id: str, model: str, body: ChatCompletionRequest, prompt) -> None:
+        self.ctx = ctx
+        self.request_id = request_id
+        self.model = model
+        self.body = body
+        self.prompt: PromptInput = prompt
+        self.created = unix_time()
+        self.num_completion_tokens = 0
+
+    def _logprobs(self, completion: CompletionOutput) -> dict | None:
+        if not self.body.logprobs:
+            return None
+        entries = completion.logprobs or []
+        return {"content": chat_logprobs(self.ctx.tokenizer, completion.token_ids, entries, self.body.top_logprobs or 0)}
+
+    def _envelope(self, object_type: str, choices: list[dict]) -> dict:
+        return {
+            "id": self.request_id,
+            "object": object_type,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "system_fingerprint": None,
+        }
+
+    def usage(self) -> dict:
+        num_prompt_tokens = len(self.prompt.token_ids)
+        return {
+            "prompt_tokens": num_prompt_tokens,
+            "completion_tokens": self.num_completion_tokens,
+            "total_tokens": num_prompt_tokens + self.num_completion_tokens,
+        }
+
+    def response(self, final: RequestOutput) -> dict:
+        choices = []
+        for completion in sorted(final.outputs, key=lambda c: c.index):
+            self.num_completion_tokens += len(completion.token_ids)
+            choices.append(
+                {
+                    "index": completion.index,
+                    "message": {"role": "assistant", "content": completion.text},
+                    "logprobs": self._logprobs(completion),
+                    "finish_reason": completion.finish_reason,
+                    "stop_reason": completion.stop_reason,
+                }
+            )
+        return {**self._envelope("chat.completion", choices), "usage": self.usage()}
+
+    def role_chunk(self) -> dict:
+        choices = [
+            {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            for index in range(self.body.n or 1)
+        ]
+        return self._envelope("chat.completion.chunk", choices)
+
+    def chunk(self, output: RequestOutput) -> dict | None:
+        choices = []
+        for completion in output.outputs:
+            if not (completion.token_ids or completion.text or completion.finish_reason):
+                continue
+            self.num_completion_tokens += len(completion.token_ids)
+            delta = {"content": completion.text} if completion.text or not completion.finish_reason else {}
+            choices.append(
+                {
+                    "index": completion.index,
+                    "delta": delta,
+                    "logprobs": self._logprobs(completion),
+                    "finish_reason": completion.finish_reason,
+                    "stop_reason": completion.stop_reason,
+                }
+            )
+        return self._envelope("chat.completion.chunk", choices) if choices else None
+
+    def usage_chunk(self) -> dict:
+        return {**self._envelope("chat.completion.chunk", []), "usage": self.usage()}
+
+
+async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: ChatBuilder) -> AsyncIterator[str]:
+    try:
+        yield sse(builder.role_chunk())
+        async for _, output in merge_outputs(ctx, streams):
+            chunk = builder.chunk(output)
+            if chunk is not None:
+                yield sse(chunk)
+        if builder.body.include_usage:
+            yield sse(builder.usage_chunk())
+    except OctavoError as exc:
+        yield sse(openai_body(from_octavo(exc)))
+    except Exception as exc:
+        logger.exception("chat stream %s failed", builder.request_id)
+        yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
+    yield SSE_DONE
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/chat/completions", create_chat_completion, methods=["POST"])

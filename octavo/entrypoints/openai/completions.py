@@ -1,0 +1,205 @@
+"""``POST /v1/completions``: one or many prompts (text or token ids), n choices each.
+
+Choice ``index`` is ``prompt_position * n + choice``, as OpenAI numbers them.
+Streams send one chunk per new piece of text (with its logprobs), a final
+chunk per choice carrying ``finish_reason``, an optional usage chunk
+(``stream_options.include_usage``), then ``[DONE]``; an engine failure mid-stream
+sends an error chunk and then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.sampling_params import RequestOutputKind
+from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
+from octavo.entrypoints.openai.logprobs import LegacyLogprobs
+from octavo.entrypoints.openai.protocol import CompletionRequest
+from octavo.entrypoints.openai.serving import (
+    SSE_DONE,
+    PromptInput,
+    ServingContext,
+    SSEResponse,
+    admit_all,
+    check_prompt,
+    encode_text,
+    final_outputs,
+    get_context,
+    make_sampling_params,
+    merge_outputs,
+    new_request_id,
+    parse_body,
+    resolve_model,
+    sse,
+    unix_time,
+    unless_disconnected,
+)
+from octavo.errors import InvalidArgumentError, OctavoError
+
+logger = logging.getLogger(__name__)
+
+
+async def create_completion(request: Request):
+    ctx = get_context(request)
+    body = await parse_body(request, CompletionRequest)
+    model = resolve_model(ctx, body.model)
+    _reject_unsupported(body)
+    prompts = prompt_inputs(ctx, body.prompt)
+    want_prompt_logprobs = bool(body.echo) and body.logprobs is not None
+    params = make_sampling_params(
+        ctx,
+        **body.sampling_options(),
+        max_tokens=body.max_tokens,
+        logprobs=body.logprobs,
+        prompt_logprobs=body.logprobs if want_prompt_logprobs else None,
+        output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+    )
+    for prompt in prompts:
+        check_prompt(ctx, prompt, params)
+    request_id = new_request_id("cmpl")
+    streams = await admit_all(ctx, request_id, prompts, params)
+    builder = CompletionBuilder(ctx, request_id, model, body, prompts)
+    if body.stream:
+        return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: _close(ctx, streams))
+    try:
+        finals = await unless_disconnected(request, final_outputs(ctx, streams))
+    finally:
+        _close(ctx, streams)
+    return JSONResponse(builder.response(finals))
+
+
+def _close(ctx: ServingContext, streams: list[RequestStream]) -> None:
+    for stream in streams:
+        ctx.engine.close(stream)
+
+
+def _reject_unsupported(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise InvalidArgumentError("suffix is not supported", param="suffix")
+    if body.best_of is not None and body.best_of != (body.n or 1):
+        raise InvalidArgumentError("best_of is not supported (it must equal n)", param="best_of")
+    if body.logit_bias:
+        raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
+
+
+def prompt_inputs(ctx: ServingContext, prompt) -> list[PromptInput]:
+    if isinstance(prompt, str):
+        return [encode_text(ctx, prompt)]
+    if not prompt:
+        raise InvalidArgumentError("the prompt is empty", param="prompt")
+    if all(isinstance(item, int) for item in prompt):
+        return [PromptInput(None, list(prompt))]
+    if all(isinstance(item, str) for item in prompt):
+        return [encode_text(ctx, item) for item in prompt]
+    return [PromptInput(None, list(item)) for item in prompt]
+
+
+class CompletionBuilder:
+    """Turns engine outputs into OpenAI completion objects and stream chunks."""
+
+    def __init__(self, ctx: ServingContext, request_id: str, model: str, body: CompletionRequest, prompts) -> None:
+        self.ctx = ctx
+        self.request_id = request_id
+        self.model = model
+        self.body = body
+        self.prompts: list[PromptInput] = prompts
+        self.n = body.n or 1
+        self.created = unix_time()
+        self.num_completion_tokens = 0
+        self._logprobs: dict[int, LegacyLogprobs] = {}
+
+    def _prompt_text(self, position: int) -> str:
+        prompt = self.prompts[position]
+        if prompt.text is not None:
+            return prompt.text
+        return self.ctx.tokenizer.decode(prompt.token_ids) if self.ctx.tokenizer is not None else ""
+
+    def _choice(self, position: int, output: RequestOutput, completion: CompletionOutput, first: bool) -> dict:
+        index = position * self.n + completion.index
+        text = completion.text
+        logprobs = None
+        if self.body.logprobs is not None:
+            accumulator = self._logprobs.get(index)
+            if accumulator is None:
+                accumulator = self._logprobs[index] = LegacyLogprobs(self.ctx.tokenizer, self.body.logprobs)
+            if first and self.body.echo:
+                prompt_ids = self.prompts[position].token_ids
+                accumulator.extend(prompt_ids, output.prompt_logprobs or [None] * len(prompt_ids))
+            accumulator.extend(completion.token_ids, completion.logprobs or [])
+            logprobs = accumulator.take()
+        if first and self.body.echo:
+            text = self._prompt_text(position) + text
+        self.num_completion_tokens += len(completion.token_ids)
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": completion.finish_reason,
+            "stop_reason": completion.stop_reason,
+        }
+
+    def _envelope(self, choices: list[dict]) -> dict:
+        return {
+            "id": self.request_id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "system_fingerprint": None,
+        }
+
+    def usage(self) -> dict:
+        num_prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
+        return {
+            "prompt_tokens": num_prompt_tokens,
+            "completion_tokens": self.num_completion_tokens,
+            "total_tokens": num_prompt_tokens + self.num_completion_tokens,
+        }
+
+    def response(self, finals: list[RequestOutput]) -> dict:
+        choices = []
+        for position, output in enumerate(finals):
+            for completion in output.outputs:
+                choices.append(self._choice(position, output, completion, first=True))
+        choices.sort(key=lambda choice: choice["index"])
+        return {**self._envelope(choices), "usage": self.usage()}
+
+    def chunk(self, position: int, output: RequestOutput, started: set[int]) -> dict | None:
+        choices = []
+        for completion in output.outputs:
+            index = position * self.n + completion.index
+            if not (completion.token_ids or completion.text or completion.finish_reason):
+                continue  # e.g. prompt logprobs of a prompt chunk, or text held back for a stop string
+            choices.append(self._choice(position, output, completion, first=index not in started))
+            started.add(index)
+        return self._envelope(choices) if choices else None
+
+    def usage_chunk(self) -> dict:
+        return {**self._envelope([]), "usage": self.usage()}
+
+
+async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: CompletionBuilder) -> AsyncIterator[str]:
+    started: set[int] = set()
+    try:
+        async for position, output in merge_outputs(ctx, streams):
+            chunk = builder.chunk(position, output, started)
+            if chunk is not None:
+                yield sse(chunk)
+        if builder.body.include_usage:
+            yield sse(builder.usage_chunk())
+    except OctavoError as exc:
+        yield sse(openai_body(from_octavo(exc)))
+    except Exception as exc:
+        logger.exception("completion stream %s failed", builder.request_id)
+        yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
+    yield SSE_DONE
+
+
+def add_routes(app: FastAPI) -> None:
+    app.add_api_route("/v1/completions", create_completion, methods=["POST"])

@@ -1,0 +1,31 @@
+"""What the server (not the engine) is configured with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+# Routes that answer without an API key. Every other route, including any
+# added later, requires one (deny by default).
+PUBLIC_PATHS = frozenset({"/health", "/version"})
+
+
+@dataclass
+class ServerConfig:
+    # The names clients may use in "model"; the first is the one reported.
+    served_model_names: list[str] = field(default_factory=lambda: ["octavo"])
+    api_key: str | None = None
+    # Requests (sequences) allowed to wait beyond max_num_seqs before a 503.
+    max_queued_requests: int | None = 1024
+    # Seconds to let requests finish after SIGTERM before aborting them.
+    shutdown_timeout: float = 30.0
+    max_request_body_bytes: int = 16 << 20
+    max_request_header_bytes: int = 16 << 10
+    max_n: int = 128
+    max_stop_sequences: int = 16
+    max_stop_sequence_chars: int = 1024
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_names[0]

@@ -1,0 +1,274 @@
+"""What every generation route shares: the serving context, body parsing,
+validation before admission, admission of a batch of prompts, SSE framing and
+client-disconnect handling.
+
+Invariants: every check a request can fail (schema, model name, sampling
+values, prompt length plus ``max_tokens``, caps) runs before any of its
+prompts is admitted, so a bad request schedules nothing; and every admitted
+stream is closed (aborted unless finished) on every path out of a route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.responses import StreamingResponse
+
+from octavo.core.engine import EngineLimits
+from octavo.core.outputs import RequestOutput
+from octavo.core.sampling_params import SamplingParams
+from octavo.entrypoints.async_engine import AsyncEngine, RequestStream
+from octavo.entrypoints.metrics import ServerMetrics
+from octavo.entrypoints.openai.config import ServerConfig
+from octavo.entrypoints.openai.errors import InvalidRequestBodyError
+from octavo.errors import (
+    InvalidArgumentError,
+    ModelNotFoundError,
+    PromptTooLongError,
+    QueueFullError,
+    RequestAbortedError,
+)
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+SSE_DONE = "data: [DONE]\n\n"
+
+
+@dataclass
+class ServingContext:
+    engine: AsyncEngine
+    config: ServerConfig
+    # The event loop's own tokenizer: the engine thread detokenizes with the
+    # engine's, and Rust tokenizers must not be borrowed from two threads.
+    tokenizer: Any
+    limits: EngineLimits
+    metrics: ServerMetrics
+    draining: bool = False
+
+
+@dataclass
+class PromptInput:
+    """One prompt, tokenized on the event loop; ``text`` is None for token-id prompts."""
+
+    text: str | None
+    token_ids: list[int]
+
+    def as_engine_prompt(self) -> dict:
+        return {"prompt": self.text, "prompt_token_ids": self.token_ids}
+
+
+def get_context(request: Request) -> ServingContext:
+    return request.app.state.octavo
+
+
+async def parse_body(request: Request, model: type[ModelT]) -> ModelT:
+    body = await request.body()
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise _body_error(exc) from None
+
+
+def _body_error(exc: ValidationError) -> InvalidRequestBodyError:
+    first = exc.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return InvalidRequestBodyError(f"the request body is not valid JSON: {first['msg']}")
+    param = ".".join(str(part) for part in first["loc"]) or None
+    message = f"{param}: {first['msg']}" if param else f"the request body: {first['msg']}"
+    return InvalidRequestBodyError(message, param=param)
+
+
+def resolve_model(ctx: ServingContext, requested: str | None) -> str:
+    if requested is None:
+        return ctx.config.model_name
+    if requested not in ctx.config.served_model_names:
+        raise ModelNotFoundError(f"the model `{requested}` does not exist", param="model")
+    return requested
+
+
+def encode_text(ctx: ServingContext, text: str, add_special_tokens: bool = True) -> PromptInput:
+    if ctx.tokenizer is None:
+        raise InvalidArgumentError("this server has no tokenizer; send token ids", param="prompt")
+    return PromptInput(text, list(ctx.tokenizer.encode(text, add_special_tokens=add_special_tokens)))
+
+
+def make_sampling_params(ctx: ServingContext, **options: Any) -> SamplingParams:
+    """SamplingParams with the server's caps; raises the typed errors (400) on bad values."""
+    options = {key: value for key, value in options.items() if value is not None}
+    n = options.get("n", 1)
+    if isinstance(n, int) and n > ctx.config.max_n:
+        raise InvalidArgumentError(f"n={n} exceeds the maximum of {ctx.config.max_n}", param="n")
+    stop = options.get("stop")
+    if isinstance(stop, str):
+        stop = options["stop"] = [stop]
+    if stop:
+        if len(stop) > ctx.config.max_stop_sequences:
+            raise InvalidArgumentError(
+                f"{len(stop)} stop sequences exceed the maximum of {ctx.config.max_stop_sequences}", param="stop"
+            )
+        if any(len(s) > ctx.config.max_stop_sequence_chars for s in stop):
+            raise InvalidArgumentError(
+                f"a stop sequence is longer than {ctx.config.max_stop_sequence_chars} characters", param="stop"
+            )
+    return SamplingParams(**options)
+
+
+def check_prompt(ctx: ServingContext, prompt: PromptInput, params: SamplingParams, param: str = "max_tokens") -> None:
+    """The engine's own checks plus the one it does not make: prompt + max_tokens must fit.
+
+    (The offline engine caps ``max_tokens`` silently; a server refuses instead.)
+    """
+    ctx.engine.engine.validate(prompt.token_ids, params)
+    max_model_len = ctx.limits.max_model_len
+    num_prompt_tokens = len(prompt.token_ids)
+    if params.max_tokens is not None and num_prompt_tokens + params.max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"this model's maximum context length is {max_model_len} tokens, but {num_prompt_tokens} prompt "
+            f"tokens plus {param}={params.max_tokens} were requested ({num_prompt_tokens + params.max_tokens})",
+            param=param,
+        )
+
+
+def new_request_id(prefix: str) -> str:
+    """``cmpl-<hex>``; Anthropic's ids use an underscore (``msg_<hex>``), pass ``"msg_"``."""
+    separator = "" if prefix.endswith("_") else "-"
+    return f"{prefix}{separator}{uuid.uuid4().hex}"
+
+
+def unix_time() -> int:
+    return int(time.time())
+
+
+async def admit_all(
+    ctx: ServingContext, request_id: str, prompts: list[PromptInput], params: SamplingParams
+) -> list[RequestStream]:
+    """Admit every prompt or none: on any failure the ones already admitted are aborted."""
+    streams: list[RequestStream] = []
+    try:
+        for index, prompt in enumerate(prompts):
+            engine_id = request_id if len(prompts) == 1 else f"{request_id}-{index}"
+            streams.append(await ctx.engine.add_request(engine_id, prompt.as_engine_prompt(), params))
+    except BaseException as exc:
+        for stream in streams:
+            ctx.engine.close(stream)
+        if isinstance(exc, QueueFullError):
+            ctx.metrics.requests_rejected.labels(reason="queue_full").inc()
+        raise
+    return streams
+
+
+async def merge_outputs(
+    ctx: ServingContext, streams: list[RequestStream]
+) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Outputs of several streams as they come, tagged with the stream's position."""
+    if len(streams) == 1:
+        try:
+            async for output in ctx.engine.outputs(streams[0]):
+                yield 0, output
+        finally:
+            ctx.engine.close(streams[0])
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(position: int, stream: RequestStream) -> None:
+        try:
+            async for output in ctx.engine.outputs(stream):
+                queue.put_nowait((position, output))
+        except Exception as exc:
+            queue.put_nowait((position, exc))
+        finally:
+            queue.put_nowait((position, done))
+
+    tasks = [asyncio.create_task(pump(i, stream)) for i, stream in enumerate(streams)]
+    try:
+        num_open = len(tasks)
+        while num_open:
+            position, item = await queue.get()
+            if item is done:
+                num_open -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield position, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for stream in streams:
+            ctx.engine.close(stream)
+
+
+async def final_outputs(ctx: ServingContext, streams: list[RequestStream]) -> list[RequestOutput]:
+    """The finished output of each stream (final-only requests send just that one)."""
+    finals: list[RequestOutput | None] = [None] * len(streams)
+    async for position, output in merge_outputs(ctx, streams):
+        if output.finished:
+            finals[position] = output
+    return finals  # type: ignore[return-value]
+
+
+def sse(payload: dict, event: str | None = None) -> str:
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event}\ndata: {data}\n\n" if event else f"data: {data}\n\n"
+
+
+class SSEResponse(StreamingResponse):
+    """A server-sent-event stream that stops as soon as the client disconnects.
+
+    Starlette only notices a disconnect when a write fails; this listens for
+    it, so a request still waiting in the queue is aborted at once too.
+    ``on_close`` runs on every way out (finished, disconnected, failed).
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream_then_stop() -> None:
+                    await self.stream_response(send)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream_then_stop)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        except OSError:  # the client went away mid-write
+            pass
+        finally:
+            self.on_close()
+
+
+async def unless_disconnected(request: Request, work: Any) -> Any:
+    """Await ``work``; if the client disconnects first, cancel it (which aborts its requests)."""
+    work_task = asyncio.ensure_future(work)
+    watch_task = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        if work_task in done:
+            return work_task.result()
+        raise RequestAbortedError("the client disconnected")
+    finally:
+        for task in (work_task, watch_task):
+            task.cancel()
+        await asyncio.gather(work_task, watch_task, return_exceptions=True)
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

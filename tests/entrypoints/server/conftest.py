@@ -1,0 +1,106 @@
+"""One shared ``octavo serve`` process for the server tests (the tiny Llama
+checkpoint, float32), plus clients for it. Modules that need a differently
+configured server (faults, shutdown) start their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.entrypoints.server.server_process import ServerProcess
+
+API_KEY = "test-key-123"
+MODEL_NAME = "tiny-llama"
+MODEL_ALIAS = "tiny-llama-alias"
+MAX_MODEL_LEN = 2048
+# Long enough that a request asked for (nearly) all of it is still running when a test acts on it.
+NUM_KV_BLOCKS = 4096
+MAX_BODY_BYTES = 64 << 10
+MAX_HEADER_BYTES = 8 << 10
+
+
+@pytest.fixture(scope="session")
+def server(llama_dir, tmp_path_factory):
+    args = [
+        "--max-model-len", str(MAX_MODEL_LEN),
+        "--max-num-seqs", "256",
+        "--num-kv-blocks", str(NUM_KV_BLOCKS),
+        "--api-key", API_KEY,
+        "--served-model-name", MODEL_NAME, MODEL_ALIAS,
+        "--max-request-body-bytes", str(MAX_BODY_BYTES),
+        "--max-request-header-bytes", str(MAX_HEADER_BYTES),
+    ]
+    process = ServerProcess(llama_dir, args, tmp_path_factory.mktemp("server") / "server.log")
+    process.wait_healthy()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {API_KEY}"}
+
+
+@pytest.fixture
+def openai_client(server):
+    import openai
+
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def anthropic_client(server):
+    import anthropic
+
+    with anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=120) as client:
+        yield client
+
+
+def async_openai(server):
+    import openai
+
+    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def async_anthropic(server):
+    import anthropic
+
+    return anthropic.AsyncAnthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def reference_llm(llama_dir):
+    """The offline engine on the same checkpoint, for greedy parity."""
+    from octavo import LLM
+
+    llm = LLM(str(llama_dir), dtype="float32", max_model_len=MAX_MODEL_LEN, num_kv_blocks=NUM_KV_BLOCKS)
+    yield llm
+    llm.engine.shutdown()
+
+
+def read_metrics(server, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """``/metrics`` as ``{"name{label=value}": value}`` (label-less samples by bare name)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{server.url}/metrics", headers=headers or {}, timeout=60).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
+    """Poll until ``predicate()`` is truthy (not a timing assertion: the deadline only avoids hanging)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

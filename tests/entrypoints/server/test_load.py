@@ -1,0 +1,69 @@
+"""Many clients at once: 200 concurrent streaming requests (completions and chat, through the
+async OpenAI client) all finish with exactly the tokens they asked for, while /health stays 200."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tests.entrypoints.server.conftest import MODEL_NAME, async_openai, read_metrics, wait_for
+
+NUM_REQUESTS = 200
+
+
+async def one_completion(client, index: int) -> tuple[int, int, str]:
+    max_tokens = 1 + index % 4
+    stream = await client.completions.create(
+        model=MODEL_NAME, prompt=f"request {index}: once upon a time", max_tokens=max_tokens, temperature=0.7,
+        seed=index, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    )
+    finish_reasons, usage = [], None
+    async for chunk in stream:
+        finish_reasons += [c.finish_reason for c in chunk.choices if c.finish_reason]
+        usage = chunk.usage or usage
+    assert finish_reasons == ["length"]
+    return max_tokens, usage.completion_tokens, "completion"
+
+
+async def one_chat(client, index: int) -> tuple[int, int, str]:
+    max_tokens = 1 + index % 4
+    stream = await client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": f"hello {index}"}], max_tokens=max_tokens,
+        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    )
+    finish_reasons, usage = [], None
+    async for chunk in stream:
+        finish_reasons += [c.finish_reason for c in chunk.choices if c.finish_reason]
+        usage = chunk.usage or usage
+    assert finish_reasons == ["length"]
+    return max_tokens, usage.completion_tokens, "chat"
+
+
+def test_200_concurrent_streams(server, auth_headers):
+    async def main():
+        done = asyncio.Event()
+        health_codes: list[int] = []
+
+        async def watch_health():
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                while not done.is_set():
+                    health_codes.append((await client.get("/health")).status_code)
+                    await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch_health())
+        async with async_openai(server) as client:
+            jobs = [(one_chat if i % 2 else one_completion)(client, i) for i in range(NUM_REQUESTS)]
+            results = await asyncio.gather(*jobs)
+        done.set()
+        await watcher
+        return results, health_codes
+
+    results, health_codes = asyncio.run(main())
+    assert len(results) == NUM_REQUESTS
+    for requested, received, kind in results:
+        assert received == requested, kind
+    assert health_codes and set(health_codes) == {200}
+    wait_for(lambda: read_metrics(server, auth_headers)["octavo:num_inflight_sequences"] == 0)
+    metrics = read_metrics(server, auth_headers)
+    assert metrics["octavo:kv_cache_free_blocks"] == metrics["octavo:kv_cache_total_blocks"]

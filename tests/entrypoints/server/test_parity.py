@@ -1,0 +1,202 @@
+"""Greedy responses from the server equal ``LLM.generate`` / ``LLM.chat`` on the same checkpoint,
+through the official clients: sync and async, streaming and not, OpenAI and Anthropic."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from octavo import SamplingParams
+from tests.entrypoints.server.conftest import MODEL_ALIAS, MODEL_NAME, async_anthropic, async_openai
+
+PROMPTS = ["Once upon a time", "The fox walked to the river", "Octavo is"]
+MESSAGES = [{"role": "system", "content": "You are a fox."}, {"role": "user", "content": "Where is the river?"}]
+NUM_TOKENS = 12
+# The anthropic client no longer types the sampling fields; the API (and this server) still takes them.
+GREEDY_ANTHROPIC = {"temperature": 0.0, "top_k": 1}
+
+
+def greedy(**overrides) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=NUM_TOKENS, **overrides)
+
+
+@pytest.fixture(scope="module")
+def expected(reference_llm):
+    outputs = reference_llm.generate(PROMPTS, greedy(logprobs=2))
+    chat = reference_llm.chat(MESSAGES, greedy())[0].outputs[0]
+    return {"completions": [o.outputs[0] for o in outputs], "chat": chat}
+
+
+def test_completion_matches_llm_generate(openai_client, expected):
+    response = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS, max_tokens=NUM_TOKENS, temperature=0, logprobs=2
+    )
+    assert [c.index for c in response.choices] == [0, 1, 2]
+    num_tokens = 0
+    for choice, reference in zip(response.choices, expected["completions"]):
+        assert choice.text == reference.text
+        assert choice.finish_reason == reference.finish_reason
+        logprobs = choice.logprobs
+        assert len(logprobs.tokens) == len(reference.token_ids)
+        for got, entry, token_id in zip(logprobs.token_logprobs, reference.logprobs, reference.token_ids):
+            assert got == pytest.approx(entry[token_id].logprob, abs=1e-4)
+        assert all(len(top) >= 1 for top in logprobs.top_logprobs)
+        assert logprobs.text_offset[0] == 0
+        num_tokens += len(reference.token_ids)
+    assert response.usage.completion_tokens == num_tokens
+    assert response.model == MODEL_NAME
+
+
+def test_token_id_prompt_and_alias(openai_client, reference_llm, expected):
+    token_ids = reference_llm.get_tokenizer().encode(PROMPTS[0])
+    response = openai_client.completions.create(model=MODEL_ALIAS, prompt=token_ids, max_tokens=NUM_TOKENS, temperature=0)
+    assert response.choices[0].text == expected["completions"][0].text
+    assert response.model == MODEL_ALIAS
+    assert response.usage.prompt_tokens == len(token_ids)
+
+
+def test_streamed_completion_matches(openai_client, expected):
+    stream = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=NUM_TOKENS, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == expected["completions"][1].text
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [expected["completions"][1].finish_reason]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == len(expected["completions"][1].token_ids)
+
+
+def test_stream_with_n_and_several_prompts(openai_client, expected):
+    stream = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[:2], n=2, max_tokens=NUM_TOKENS, temperature=0, stream=True
+    )
+    texts: dict[int, str] = {}
+    finished = set()
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+            if choice.finish_reason:
+                finished.add(choice.index)
+    assert finished == {0, 1, 2, 3}
+    # index = prompt * n + choice; greedy choices are all the same.
+    assert texts == {i: expected["completions"][i // 2].text for i in range(4)}
+
+
+def test_echo_prepends_prompt_and_its_logprobs(openai_client, reference_llm, expected):
+    response = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, echo=True, logprobs=1
+    )
+    choice = response.choices[0]
+    assert choice.text == PROMPTS[0] + expected["completions"][0].text
+    num_prompt_tokens = len(reference_llm.get_tokenizer().encode(PROMPTS[0]))
+    assert len(choice.logprobs.tokens) == num_prompt_tokens + len(expected["completions"][0].token_ids)
+    assert choice.logprobs.token_logprobs[0] is None and choice.logprobs.top_logprobs[0] is None
+    assert all(lp is not None for lp in choice.logprobs.token_logprobs[1:])
+    assert choice.logprobs.text_offset == sorted(choice.logprobs.text_offset)
+
+
+def test_stop_string_ends_the_completion(openai_client, reference_llm, expected):
+    reference = expected["completions"][0].text
+    stop = reference[3:6]
+    if not stop.strip():
+        pytest.skip("the reference text has no usable stop string")
+    want = reference_llm.generate(PROMPTS[0], greedy(stop=[stop]))[0].outputs[0]
+    response = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, stop=[stop]
+    )
+    assert response.choices[0].text == want.text
+    assert response.choices[0].finish_reason == "stop"
+
+
+def test_chat_matches_llm_chat(openai_client, expected):
+    response = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_completion_tokens=NUM_TOKENS, temperature=0,
+        logprobs=True, top_logprobs=3,
+    )
+    choice = response.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content == expected["chat"].text
+    content = choice.logprobs.content
+    assert len(content) == len(expected["chat"].token_ids)
+    assert all(len(entry.top_logprobs) == 3 for entry in content)
+    for entry in content:
+        ranked = [top.logprob for top in entry.top_logprobs]
+        assert ranked == sorted(ranked, reverse=True)
+        assert entry.logprob <= ranked[0] + 1e-6
+    assert response.usage.completion_tokens == len(expected["chat"].token_ids)
+
+
+def test_chat_stream_with_usage(openai_client, expected):
+    stream = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, stream=True,
+        stream_options={"include_usage": True}, n=2,
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == {0: expected["chat"].text, 1: expected["chat"].text}
+    assert chunks[-1].usage.completion_tokens == 2 * len(expected["chat"].token_ids)
+
+
+def test_async_clients_match(server, expected):
+    async def main():
+        async with async_openai(server) as client, async_anthropic(server) as anthropic_client:
+            completion, chat, message = await asyncio.gather(
+                client.completions.create(model=MODEL_NAME, prompt=PROMPTS[2], max_tokens=NUM_TOKENS, temperature=0),
+                client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0),
+                anthropic_client.messages.create(
+                    model=MODEL_NAME, system=MESSAGES[0]["content"], messages=MESSAGES[1:], max_tokens=NUM_TOKENS,
+                    extra_body=GREEDY_ANTHROPIC,
+                ),
+            )
+            stream = await client.completions.create(
+                model=MODEL_NAME, prompt=PROMPTS[2], max_tokens=NUM_TOKENS, temperature=0, stream=True
+            )
+            streamed = "".join([chunk.choices[0].text async for chunk in stream if chunk.choices])
+            async with anthropic_client.messages.stream(
+                model=MODEL_NAME, system=MESSAGES[0]["content"], messages=MESSAGES[1:], max_tokens=NUM_TOKENS,
+                extra_body=GREEDY_ANTHROPIC,
+            ) as message_stream:
+                streamed_message = "".join([text async for text in message_stream.text_stream])
+            return completion, chat, message, streamed, streamed_message
+
+    completion, chat, message, streamed, streamed_message = asyncio.run(main())
+    assert completion.choices[0].text == expected["completions"][2].text == streamed
+    assert chat.choices[0].message.content == expected["chat"].text
+    assert message.content[0].text == expected["chat"].text == streamed_message
+
+
+def test_anthropic_message_matches(anthropic_client, expected):
+    message = anthropic_client.messages.create(
+        model=MODEL_NAME, system=MESSAGES[0]["content"], messages=MESSAGES[1:], max_tokens=NUM_TOKENS,
+        extra_body=GREEDY_ANTHROPIC,
+    )
+    assert message.type == "message" and message.role == "assistant"
+    assert message.content[0].type == "text"
+    assert message.content[0].text == expected["chat"].text
+    reference = expected["chat"]
+    assert message.stop_reason == ("max_tokens" if reference.finish_reason == "length" else "end_turn")
+    assert message.usage.output_tokens == len(reference.token_ids)
+
+
+def test_anthropic_stream_event_sequence(anthropic_client, expected):
+    with anthropic_client.messages.stream(
+        model=MODEL_NAME, system=MESSAGES[0]["content"], messages=MESSAGES[1:], max_tokens=NUM_TOKENS,
+        extra_body=GREEDY_ANTHROPIC,
+    ) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_message()
+    raw = [e for e in events if e in {"message_start", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}]
+    assert raw[:2] == ["message_start", "content_block_start"]
+    assert raw[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(raw[2:-3]) <= {"content_block_delta"}
+    assert final.content[0].text == expected["chat"].text
+    assert final.usage.output_tokens == len(expected["chat"].token_ids)
