@@ -18,6 +18,7 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     dist_backend = "gloo"
     priority = 0
+    supported_quantization = ("fp8", "compressed-tensors", "int8", "int8_weight_only", "int4", "gptq", "awq", "gguf")
 
     @classmethod
     def is_available(cls) -> bool:

@@ -9,6 +9,9 @@ import platform as host
 def add_parser(sub) -> None:
     parser = sub.add_parser("env", help="show platforms, plugins and versions")
     parser.add_argument("--platform", default=None, help="explain selecting this platform")
+    parser.add_argument("--model", "-m", default=None, help="also report this model's weight memory")
+    parser.add_argument("--quantization", "-q", default=None, help="with --model: quantize as when serving")
+    parser.add_argument("--dtype", default="bfloat16", help="with --model: the model dtype (default bfloat16)")
     parser.set_defaults(func=run)
 
 
@@ -56,4 +59,9 @@ def _version(package: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     print(describe(args.platform))
+    if args.model is not None:
+        from octavo.quantization.memory import measure_weight_memory
+
+        memory = measure_weight_memory(args.model, args.quantization, args.dtype)
+        print(f"model {args.model}: {memory.describe(args.quantization)}")
     return 0
