@@ -62,7 +62,8 @@ def weight_memory_of(model: nn.Module) -> WeightMemory:
     seen: set[int] = set()
     total = linear = linear_bf16 = 0
     for module in model.modules():
-        own = [t for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)) if id(t) not in seen]
+        # Parameters only: buffers hold caches (rotary tables), not weights.
+        own = [t for t in module.parameters(recurse=False) if id(t) not in seen]
         seen.update(id(t) for t in own)
         size = _tensor_bytes(own)
         total += size

@@ -157,16 +157,29 @@ def _write_tokenizer(writer, tokenizer_dir: Path) -> None:
     writer.add_chat_template(config["chat_template"])
 
 
-def write_gguf(checkpoint_dir: Path, out_path: Path, arch: str, types: dict[str, str], default_type: str = "F32") -> Path:
+def write_gguf(
+    checkpoint_dir: Path,
+    out_path: Path,
+    arch: str,
+    types: dict[str, str],
+    default_type: str = "F32",
+    config_overrides: dict | None = None,
+    skip: tuple[str, ...] = (),
+    extra_tensors: dict[str, tuple[np.ndarray, str]] | None = None,
+) -> Path:
     """Write ``checkpoint_dir`` (an HF checkpoint + tokenizer) as a GGUF file.
 
     ``types`` maps a GGUF tensor-name suffix (e.g. ``"attn_v.weight"``) or a
     full name to its ggml type; 1-D tensors are always F32 (as llama.cpp).
+    For bad-input tests: ``config_overrides`` changes the metadata written,
+    ``skip`` leaves tensors out, ``extra_tensors`` adds ``{name: (raw data,
+    ggml type)}``.
     """
     import gguf
     from safetensors.numpy import load_file
 
     config = json.loads((checkpoint_dir / "config.json").read_text())
+    config.update(config_overrides or {})
     tensors = load_file(str(checkpoint_dir / "model.safetensors"))
     key = ARCH_KEYS[arch]
     writer = gguf.GGUFWriter(str(out_path), key)
@@ -191,12 +204,16 @@ def write_gguf(checkpoint_dir: Path, out_path: Path, arch: str, types: dict[str,
         if hf_name == "lm_head.weight" and config.get("tie_word_embeddings"):
             continue
         name = gguf_tensor_name(hf_name)
+        if name in skip:
+            continue
         value = value.astype(np.float32)
         if arch in ("llama", "mistral") and (".attn_q." in name or ".attn_k." in name):
             value = permute_rows(value, heads if ".attn_q." in name else kv_heads)
         suffix = ".".join(name.split(".")[-2:])
         type_name = "F32" if value.ndim == 1 else types.get(name, types.get(suffix, default_type))
         data = quantize(value, type_name)
+        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
+    for name, (data, type_name) in (extra_tensors or {}).items():
         writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -80,11 +80,11 @@ def fused_reference(tensors: dict[str, torch.Tensor], prefix: str, suffix: str =
 
 
 def linear_weight_bytes(model: nn.Module) -> int:
-    """Bytes of the linear layers' parameters and buffers (embeddings, norms
-    and the LM head excluded)."""
+    """Bytes of the linear layers' parameters (embeddings, norms and the LM
+    head excluded)."""
     total = 0
     for layer in linear_layers(model).values():
-        for tensor in list(layer.parameters(recurse=False)) + list(layer.buffers(recurse=False)):
+        for tensor in layer.parameters(recurse=False):
             total += tensor.numel() * tensor.element_size()
     return total
 

@@ -43,7 +43,7 @@ def _int4_matmul_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < N
     num_k_tiles = K // BLOCK_K
-    tiles_per_split = tl.cdiv(num_k_tiles, SPLIT_K)
+    tiles_per_split = (num_k_tiles + SPLIT_K - 1) // SPLIT_K
     first_tile = pid_k * tiles_per_split
     last_tile = tl.minimum(first_tile + tiles_per_split, num_k_tiles)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -85,7 +85,7 @@ def _config(num_tokens: int, out_features: int, in_features: int, group_size: in
     num_k_tiles = in_features // block_k
     split_k = 1
     # Aim for a few hundred programs on small batches, each with >= 4 K tiles.
-    while num_tiles * split_k < 256 and num_k_tiles // (split_k * 2) >= 4:
+    while num_tokens <= 64 and num_tiles * split_k < 256 and num_k_tiles // (split_k * 2) >= 4:
         split_k *= 2
     return block_m, block_n, block_k, split_k
 
