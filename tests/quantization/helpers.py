@@ -79,16 +79,6 @@ def fused_reference(tensors: dict[str, torch.Tensor], prefix: str, suffix: str =
     return torch.cat([tensors[f"{name}.{suffix}"].to(torch.float32) for name in checkpoint_names(prefix)])
 
 
-def linear_weight_bytes(model: nn.Module) -> int:
-    """Bytes of the linear layers' parameters (embeddings, norms and the LM
-    head excluded)."""
-    total = 0
-    for layer in linear_layers(model).values():
-        for tensor in layer.parameters(recurse=False):
-            total += tensor.numel() * tensor.element_size()
-    return total
-
-
 def write_config(checkpoint_dir: Path, **updates) -> None:
     path = checkpoint_dir / "config.json"
     config = json.loads(path.read_text())

@@ -41,7 +41,7 @@ TYPE_MIX = {
     },
 }
 PROMPTS = ["Once upon a time", "The fox carried the bird", "Octavo is an engine that", "green grass 123"]
-NUM_NEW_TOKENS = 24
+NUM_NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")

@@ -105,3 +105,23 @@ def test_env_refuses_bad_quantization(quant_llama_dir, capsys):
     assert "quantization_config" not in config
     assert main(["env", "--model", str(quant_llama_dir), "--quantization", "awq"]) == 2
     assert "awq needs an AWQ checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("quantization", ["fp8", "int8", "int4", "gptq"])
+def test_dummy_weights_with_quantization(quantization, quant_llama_dir, tmp_path, make_llm):
+    """What `octavo bench --load-format dummy` does at real shapes: random
+    weights, then the method's post-load processing (a GPTQ config.json
+    without weights for "gptq")."""
+    import shutil
+
+    from octavo import SamplingParams
+
+    path = tmp_path / "model"
+    shutil.copytree(quant_llama_dir, path)
+    requested = quantization
+    if quantization == "gptq":
+        helpers.write_config(path, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})
+        requested = None
+    llm = make_llm(path, load_format="dummy", quantization=requested)
+    output = llm.generate([{"prompt_token_ids": [5, 6, 7]}], SamplingParams(max_tokens=4, ignore_eos=True))[0]
+    assert len(output.outputs[0].token_ids) == 4

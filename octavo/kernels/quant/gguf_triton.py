@@ -47,6 +47,17 @@ def _k_scale_min(scales_ptr, sub, mask):
 
 
 @triton.jit
+def _k_quant(base, j, mask, QS_OFFSET: tl.constexpr, HIGH_BITS: tl.constexpr):
+    """Q4_K (``HIGH_BITS`` False) / Q5_K value ``j`` of the block at ``base``."""
+    sub = j // 32
+    q = (_byte(base + QS_OFFSET + (j // 64) * 32 + j % 32, mask) >> ((sub % 2) * 4)) & 0xF
+    if HIGH_BITS:
+        q = q | (((_byte(base + 16 + j % 32, mask) >> sub) & 1) << 4)
+    sc, mn = _k_scale_min(base + 4, sub, mask)
+    return _f16(base, mask) * sc * q.to(tl.float32) - _f16(base + 2, mask) * mn
+
+
+@triton.jit
 def _dequant_tile(w_ptr, offs_k, offs_n, row_bytes, mask, TYPE: tl.constexpr):
     """float32 ``W[n, k]`` for the broadcast index tensors ``offs_k``, ``offs_n``."""
     if TYPE == 0:  # Q8_0
@@ -58,17 +69,10 @@ def _dequant_tile(w_ptr, offs_k, offs_n, row_bytes, mask, TYPE: tl.constexpr):
         j = offs_k % 32
         q = (_byte(base + 2 + j % 16, mask) >> ((j // 16) * 4)) & 0xF
         w = _f16(base, mask) * (q - 8).to(tl.float32)
-    elif TYPE == 2 or TYPE == 3:  # Q4_K, Q5_K
-        block_bytes = 144 if TYPE == 2 else 176
-        qs_offset = 16 if TYPE == 2 else 48
-        base = w_ptr + offs_n * row_bytes + (offs_k // 256) * block_bytes
-        j = offs_k % 256
-        sub = j // 32
-        q = (_byte(base + qs_offset + (j // 64) * 32 + j % 32, mask) >> ((sub % 2) * 4)) & 0xF
-        if TYPE == 3:
-            q = q | (((_byte(base + 16 + j % 32, mask) >> sub) & 1) << 4)
-        sc, mn = _k_scale_min(base + 4, sub, mask)
-        w = _f16(base, mask) * sc * q.to(tl.float32) - _f16(base + 2, mask) * mn
+    elif TYPE == 2:  # Q4_K
+        w = _k_quant(w_ptr + offs_n * row_bytes + (offs_k // 256) * 144, offs_k % 256, mask, 16, False)
+    elif TYPE == 3:  # Q5_K
+        w = _k_quant(w_ptr + offs_n * row_bytes + (offs_k // 256) * 176, offs_k % 256, mask, 48, True)
     else:  # Q6_K
         base = w_ptr + offs_n * row_bytes + (offs_k // 256) * 210
         j = offs_k % 256
