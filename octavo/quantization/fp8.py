@@ -55,7 +55,7 @@ class Fp8LinearMethod(LinearMethod):
             weight, scale = scaled_mm.quantize_fp8_per_channel(layer.weight.data)
         replace_param(layer, "weight", weight)
         replace_param(layer, "weight_scale", scale.contiguous())
-        layer.use_w8a8 = scaled_mm.fp8_w8a8_supported(weight.device)
+        layer.use_w8a8 = scaled_mm.fp8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 16)
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if layer.use_w8a8:

@@ -60,9 +60,8 @@ class Int4LinearMethod(LinearMethod):
     """The compute side shared by every int4 format."""
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return int4_kernels.int4_linear(
-            x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.input_perm, layer.bias
-        )
+        weight = int4_kernels.Int4Weight(layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.input_perm)
+        return int4_kernels.int4_linear(x, weight, layer.bias)
 
 
 class RtnInt4LinearMethod(Int4LinearMethod):

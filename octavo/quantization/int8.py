@@ -61,7 +61,7 @@ class Int8LinearMethod(LinearMethod):
         replace_param(layer, "weight_scale", scale.contiguous())
         if not self.w8a8:
             layer.int8_kernel = scaled_mm.weight_only_linear
-        elif scaled_mm.int8_w8a8_supported(weight.device):
+        elif scaled_mm.int8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 8):
             layer.int8_kernel = scaled_mm.int8_w8a8_linear
         else:
             layer.int8_kernel = _emulated_w8a8

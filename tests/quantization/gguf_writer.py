@@ -10,6 +10,7 @@ llama/mistral q and k rows are permuted the way llama.cpp's converter does.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -157,29 +158,31 @@ def _write_tokenizer(writer, tokenizer_dir: Path) -> None:
     writer.add_chat_template(config["chat_template"])
 
 
-def write_gguf(
-    checkpoint_dir: Path,
-    out_path: Path,
-    arch: str,
-    types: dict[str, str],
-    default_type: str = "F32",
-    config_overrides: dict | None = None,
-    skip: tuple[str, ...] = (),
-    extra_tensors: dict[str, tuple[np.ndarray, str]] | None = None,
-) -> Path:
+@dataclass
+class GGUFVariant:
+    """Deviations from a faithful export, for bad-input tests: ``default_type``
+    for tensors ``types`` does not name, ``config_overrides`` for the
+    metadata written, ``skip`` tensors left out, ``extra_tensors`` added as
+    ``{name: (raw data, ggml type)}``."""
+
+    default_type: str = "F32"
+    config_overrides: dict = field(default_factory=dict)
+    skip: tuple[str, ...] = ()
+    extra_tensors: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
+
+
+def write_gguf(checkpoint_dir: Path, out_path: Path, arch: str, types: dict[str, str], variant: GGUFVariant | None = None) -> Path:
     """Write ``checkpoint_dir`` (an HF checkpoint + tokenizer) as a GGUF file.
 
     ``types`` maps a GGUF tensor-name suffix (e.g. ``"attn_v.weight"``) or a
     full name to its ggml type; 1-D tensors are always F32 (as llama.cpp).
-    For bad-input tests: ``config_overrides`` changes the metadata written,
-    ``skip`` leaves tensors out, ``extra_tensors`` adds ``{name: (raw data,
-    ggml type)}``.
     """
+    variant = variant or GGUFVariant()
     import gguf
     from safetensors.numpy import load_file
 
     config = json.loads((checkpoint_dir / "config.json").read_text())
-    config.update(config_overrides or {})
+    config.update(variant.config_overrides)
     tensors = load_file(str(checkpoint_dir / "model.safetensors"))
     key = ARCH_KEYS[arch]
     writer = gguf.GGUFWriter(str(out_path), key)
@@ -204,16 +207,16 @@ def write_gguf(
         if hf_name == "lm_head.weight" and config.get("tie_word_embeddings"):
             continue
         name = gguf_tensor_name(hf_name)
-        if name in skip:
+        if name in variant.skip:
             continue
         value = value.astype(np.float32)
         if arch in ("llama", "mistral") and (".attn_q." in name or ".attn_k." in name):
             value = permute_rows(value, heads if ".attn_q." in name else kv_heads)
         suffix = ".".join(name.split(".")[-2:])
-        type_name = "F32" if value.ndim == 1 else types.get(name, types.get(suffix, default_type))
+        type_name = "F32" if value.ndim == 1 else types.get(name, types.get(suffix, variant.default_type))
         data = quantize(value, type_name)
         writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
-    for name, (data, type_name) in (extra_tensors or {}).items():
+    for name, (data, type_name) in variant.extra_tensors.items():
         writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -21,7 +21,7 @@ from octavo import SamplingParams
 from octavo.quantization.naming import checkpoint_names
 from tests.checkpoints import ARCHITECTURES
 from tests.quantization import helpers
-from tests.quantization.gguf_writer import gguf_tensor_name, quantize, write_gguf
+from tests.quantization.gguf_writer import GGUFVariant, gguf_tensor_name, quantize, write_gguf
 
 TYPE_MIX = {
     "llama": {
@@ -57,6 +57,7 @@ def gguf_files(gguf_checkpoint_dirs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def hf_reference(gguf_files):
     """transformers' model and tokenizer read from each file; greedy ids per prompt."""
+    pytest.importorskip("accelerate", reason="transformers needs accelerate to load GGUF files")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cache = {}
@@ -167,7 +168,7 @@ def test_q4_weight_memory(gguf_checkpoint_dirs, tmp_path):
     """All linear layers Q4_K: 144 bytes per 256 weights = 0.28 x bf16."""
     from octavo.quantization.memory import measure_weight_memory, weight_memory_of
 
-    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "q4.gguf", "llama", {}, default_type="Q4_K")
+    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "q4.gguf", "llama", {}, GGUFVariant(default_type="Q4_K"))
     loaded = helpers.load(path, dtype="bfloat16")
     memory = weight_memory_of(loaded.model)
     assert memory.linear_ratio == pytest.approx(144 / 256 / 2)
@@ -176,7 +177,7 @@ def test_q4_weight_memory(gguf_checkpoint_dirs, tmp_path):
 
 
 def test_float_file_loads_unquantized(gguf_checkpoint_dirs, tmp_path):
-    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "f16.gguf", "qwen2", {}, default_type="F16")
+    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "f16.gguf", "qwen2", {}, GGUFVariant(default_type="F16"))
     loaded = helpers.load(path)
     assert loaded.arch.quantization_config is None
     assert all(layer.weight.dtype == torch.float32 for layer in helpers.linear_layers(loaded.model).values())
@@ -192,11 +193,11 @@ def test_llama3_rope_freqs(gguf_checkpoint_dirs, tmp_path):
     base, _ = compute_inv_freq(64, 10000.0, None, 8192)
     scaled, _ = compute_inv_freq(64, 10000.0, params, 8192)
     factors = (base / scaled).numpy().astype(np.float32)
-    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "a.gguf", "llama", {}, extra_tensors={"rope_freqs.weight": (factors, "F32")})
+    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "a.gguf", "llama", {}, GGUFVariant(extra_tensors={"rope_freqs.weight": (factors, "F32")}))
     assert gguf_arch_config(path).rope_parameters == params
     wrong = factors.copy()
     wrong[3] = 5.0
-    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "b.gguf", "llama", {}, extra_tensors={"rope_freqs.weight": (wrong, "F32")})
+    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "b.gguf", "llama", {}, GGUFVariant(extra_tensors={"rope_freqs.weight": (wrong, "F32")}))
     with pytest.raises(UnsupportedModelError, match="rope_freqs.weight"):
         gguf_arch_config(path)
 

@@ -16,7 +16,7 @@ import pytest
 
 from octavo.errors import ModelLoadError, UnsupportedModelError
 from octavo.models.gguf_loader import gguf_arch_config
-from tests.quantization.gguf_writer import write_gguf
+from tests.quantization.gguf_writer import GGUFVariant, write_gguf
 
 
 def _string(text: str) -> bytes:
@@ -123,34 +123,34 @@ def test_unsupported_tensor_type(gguf_checkpoint_dirs, tmp_path):
     # Q2_K is a real ggml type (256 values in 84 bytes) that Octavo does not dequantize.
     q2k = np.zeros((256, 512 // 256 * 84), dtype=np.uint8)
     path = write_gguf(
-        gguf_checkpoint_dirs["llama"], tmp_path / "q2k.gguf", "llama", {}, skip=("blk.0.ffn_down.weight",),
-        extra_tensors={"blk.0.ffn_down.weight": (q2k, "Q2_K")},
+        gguf_checkpoint_dirs["llama"], tmp_path / "q2k.gguf", "llama", {},
+        GGUFVariant(skip=("blk.0.ffn_down.weight",), extra_tensors={"blk.0.ffn_down.weight": (q2k, "Q2_K")}),
     )
     with pytest.raises(ModelLoadError, match="tensor 'blk.0.ffn_down.weight' has ggml type Q2_K, which Octavo does not support"):
         gguf_arch_config(path)
 
 
 def test_metadata_disagrees_with_tensors(gguf_checkpoint_dirs, tmp_path):
-    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "m.gguf", "llama", {}, config_overrides={"intermediate_size": 256})
+    path = write_gguf(gguf_checkpoint_dirs["llama"], tmp_path / "m.gguf", "llama", {}, GGUFVariant(config_overrides={"intermediate_size": 256}))
     with pytest.raises(ModelLoadError, match=r"tensor 'blk.0.ffn_\w+.weight' has shape \[\d+, \d+\], but the metadata implies \[256, 256\]"):
         gguf_arch_config(path)
 
 
 def test_missing_tensor(gguf_checkpoint_dirs, tmp_path):
-    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "m.gguf", "qwen2", {}, skip=("blk.1.ffn_up.weight",))
+    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "m.gguf", "qwen2", {}, GGUFVariant(skip=("blk.1.ffn_up.weight",)))
     with pytest.raises(ModelLoadError, match="tensor 'blk.1.ffn_up.weight' is missing"):
         gguf_arch_config(path)
 
 
 def test_unknown_tensor(gguf_checkpoint_dirs, tmp_path):
     extra = {"blk.0.ffn_gate_exps.weight": (np.zeros((4, 256), dtype=np.float32), "F32")}
-    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "moe.gguf", "qwen2", {}, extra_tensors=extra)
+    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "moe.gguf", "qwen2", {}, GGUFVariant(extra_tensors=extra))
     with pytest.raises(UnsupportedModelError, match="tensor 'blk.0.ffn_gate_exps.weight' is not part of a qwen2 model"):
         gguf_arch_config(path)
 
 
 def test_bad_metadata_value(gguf_checkpoint_dirs, tmp_path):
-    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "ctx.gguf", "qwen2", {}, config_overrides={"max_position_embeddings": 2**31})
+    path = write_gguf(gguf_checkpoint_dirs["qwen2"], tmp_path / "ctx.gguf", "qwen2", {}, GGUFVariant(config_overrides={"max_position_embeddings": 2**31}))
     with pytest.raises(ModelLoadError, match="'qwen2.context_length' = 2147483648 is out of range"):
         gguf_arch_config(path)
 

@@ -19,6 +19,8 @@ GPTQ and AWQ checkpoints are converted into this layout after loading.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -109,23 +111,26 @@ def quantize_int4_rtn(weight: torch.Tensor, group_size: int) -> tuple[torch.Tens
     return qweight, scale.t().contiguous().to(weight.dtype), zero.t().contiguous().to(torch.uint8)
 
 
-def int4_linear(
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    input_perm: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
+@dataclass
+class Int4Weight:
+    """One layer's weight in Octavo's int4 layout (see the module docstring)."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+    group_size: int
+    input_perm: torch.Tensor | None = None
+
+
+def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ W.T + bias`` for an int4 weight: Triton on a GPU, torch elsewhere."""
-    if input_perm is not None:
-        x = x.index_select(-1, input_perm)
+    if weight.input_perm is not None:
+        x = x.index_select(-1, weight.input_perm)
     if use_triton(x):
         from octavo.kernels.quant import int4_triton
 
-        out = int4_triton.int4_matmul(x.reshape(-1, x.shape[-1]), qweight, scales, zeros, group_size)
+        out = int4_triton.int4_matmul(x.reshape(-1, x.shape[-1]), weight.qweight, weight.scales, weight.zeros, weight.group_size)
         out = out.reshape(*x.shape[:-1], out.shape[-1])
         return out if bias is None else out + bias
-    weight = dequantize_int4(qweight, scales, zeros, group_size, dtype=x.dtype)
-    return F.linear(x, weight, bias)
+    dense = dequantize_int4(weight.qweight, weight.scales, weight.zeros, weight.group_size, dtype=x.dtype)
+    return F.linear(x, dense, bias)

@@ -7,7 +7,8 @@ activations per token, dynamically (``scale[m] = amax(|x[m]|) / QMAX``), so
 * fp8 W8A8 uses ``torch._scaled_mm`` (row-wise scales), int8 W8A8 uses
   ``torch._int_mm``; both are probed once per device with a tiny call and
   used only where the probe passes (``fp8_w8a8_supported`` /
-  ``int8_w8a8_supported``). On CUDA ``_int_mm`` needs more than 16 rows and
+  ``int8_w8a8_supported``) and the weight's dims suit them
+  (``w8a8_shape_ok``). On CUDA ``_int_mm`` needs more than 16 rows and
   ``_scaled_mm`` rows in multiples of 16, so inputs are padded with zero rows.
 * Weight-only paths multiply by the 8-bit weight cast to the activation
   dtype (exact: every e4m3 and int8 value is representable in bf16/fp16)
@@ -115,6 +116,11 @@ def w8a8_reference(
 ) -> torch.Tensor:
     """The float32 product the W8A8 kernels approximate (tests)."""
     return (xq.to(torch.float32) @ qweight.to(torch.float32).t()) * x_scale * weight_scale.reshape(1, -1)
+
+
+def w8a8_shape_ok(qweight: torch.Tensor, multiple: int) -> bool:
+    """The 8-bit GEMMs want both weight dims in multiples of 16 (fp8) / 8 (int8) on CUDA."""
+    return qweight.device.type != "cuda" or (qweight.shape[0] % multiple == 0 and qweight.shape[1] % multiple == 0)
 
 
 @functools.cache
