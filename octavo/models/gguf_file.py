@@ -192,11 +192,11 @@ def scan_gguf(path: Path) -> tuple[int, dict[str, GGUFTensorInfo]]:
 
 
 def open_gguf(path: Path) -> GGUFFile:
-    version, tensors = scan_gguf(path)
     try:
         from gguf import GGUFReader
     except ImportError as exc:
         raise ModelLoadError("loading .gguf files needs the gguf package: pip install 'octavo[gguf]'") from exc
+    version, tensors = scan_gguf(path)
     try:
         reader = GGUFReader(str(path), "r")
     except Exception as exc:  # the scan above should leave nothing for the reader to trip on
