@@ -2,7 +2,8 @@
 
 A format is chosen by ``--quantization NAME`` or by the checkpoint's
 ``quantization_config.quant_method``; the platform must list it in
-``supported_quantization`` or loading stops with a clear message.
+``supported_quantization`` or loading stops with a clear message. A
+checkpoint that is already quantized cannot be quantized again on load.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def build_quant_config(
     requested: str | None, hf_quant_config: dict[str, Any] | None, platform: Any
 ) -> QuantizationConfig | None:
     checkpoint_name = checkpoint_method_name(hf_quant_config)
+    if requested is not None:
+        requested = requested.lower()
+    if checkpoint_name is not None and requested not in (None, checkpoint_name):
+        # Quantizing on load reads 16/32-bit weights, which a quantized
+        # checkpoint does not have.
+        raise QuantizationError(
+            f"the checkpoint is already quantized with {checkpoint_name!r}; "
+            f"--quantization {requested!r} cannot be applied to it (omit --quantization)"
+        )
     name = requested or checkpoint_name
     if name is None:
         return None

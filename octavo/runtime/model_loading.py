@@ -22,6 +22,7 @@ from octavo.models.loader import (
 )
 from octavo.models.registry import build_registry
 from octavo.platforms.interface import Platform
+from octavo.quantization.memory import log_weight_memory
 from octavo.quantization.registry import build_quant_config
 from octavo.runtime.config import WorkerConfig, dtype_from_name
 
@@ -106,6 +107,7 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
     else:
         raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
     process_weights_after_loading(model)
+    log_weight_memory(model, quant_config.name if quant_config is not None else None)
     platform.optimize_model(model)
     model.eval()
     backends = {m.layer_index: m.backend for m in model.modules() if isinstance(m, Attention)}

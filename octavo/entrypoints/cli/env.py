@@ -16,6 +16,9 @@ ENV_VARIABLES = ("OCTAVO_PLATFORM", "OCTAVO_PLUGINS", "OCTAVO_DISABLE_PLUGIN_AUT
 def add_parser(sub) -> None:
     parser = sub.add_parser("env", help="show platforms, plugins and versions, and why a platform is selected")
     parser.add_argument("--platform", default=None, help="explain selecting this platform")
+    parser.add_argument("--model", "-m", default=None, help="also report this model's weight memory")
+    parser.add_argument("--quantization", "-q", default=None, help="with --model: quantize as when serving")
+    parser.add_argument("--dtype", default="bfloat16", help="with --model: the model dtype (default bfloat16)")
     parser.set_defaults(func=run)
 
 
@@ -103,4 +106,9 @@ def _version(package: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     print(describe(args.platform))
+    if args.model is not None:
+        from octavo.quantization.memory import measure_weight_memory
+
+        memory = measure_weight_memory(args.model, args.quantization, args.dtype)
+        print(f"model {args.model}: {memory.describe(args.quantization)}")
     return 0

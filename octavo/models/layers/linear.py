@@ -55,7 +55,10 @@ class LinearBase(nn.Module):
         self.output_partition_sizes = output_partition_sizes
         self.quant_method.create_weights(self, input_size, output_partition_sizes, dtype, bias)
         for param in self.parameters(recurse=False):
-            param.weight_loader = self.weight_loader
+            # A quantization method may give a parameter its own loader (which
+            # reshapes the checkpoint tensor, then usually calls this layer's).
+            if getattr(param, "weight_loader", None) is None:
+                param.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.quant_method.apply(self, x)

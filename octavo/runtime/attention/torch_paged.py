@@ -82,8 +82,14 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tenso
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         key, value, slot_mapping = key[valid], value[valid], slot_mapping[valid]
-    key_cache.index_copy_(0, slot_mapping, key.to(key_cache.dtype))
-    value_cache.index_copy_(0, slot_mapping, value.to(value_cache.dtype))
+    key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
+    if key_cache.dtype.itemsize == 1 and key_cache.dtype.is_floating_point:
+        # fp8 caches: index_copy_ has no fp8 kernel on every device; the
+        # bytes are the same, so copy them as uint8.
+        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
+        key, value = key.view(torch.uint8), value.view(torch.uint8)
+    key_cache.index_copy_(0, slot_mapping, key)
+    value_cache.index_copy_(0, slot_mapping, value)
 
 
 class TorchPagedAttention(AttentionBackend):

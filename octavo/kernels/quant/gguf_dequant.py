@@ -1,0 +1,147 @@
+"""GGUF (ggml) tensor types: their block layouts and a torch dequantizer.
+
+A ggml row of ``K`` values is ``K / block_elems`` blocks of ``block_bytes``
+bytes each; rows are independent, so a weight ``[N, K]`` is stored as uint8
+``[N, K / block_elems * block_bytes]`` and can be split by rows (output
+features) or, at block boundaries, by columns. Supported types and layouts
+(little-endian; ``f16`` = IEEE half):
+
+* F32, F16, BF16: plain values (block of 1);
+* Q8_0 (32 values, 34 bytes): ``f16 d``, 32 x int8 ``q``; ``w = d * q``;
+* Q4_0 (32, 18): ``f16 d``, 16 bytes: value ``j < 16`` is the low nibble
+  of byte ``j``, value ``j >= 16`` the high nibble of byte ``j - 16``;
+  ``w = d * (q - 8)``;
+* Q4_K (256, 144): ``f16 d, f16 dmin``, 12 bytes of eight 6-bit (scale,
+  min) pairs, 128 bytes of nibbles; value ``j``: chunk ``j // 64``, nibble
+  ``(j // 32) % 2`` of byte ``32 * (j // 64) + j % 32``; sub-block ``j // 32``;
+  ``w = d * sc * q - dmin * m``;
+* Q5_K (256, 176): Q4_K plus 32 bytes of high bits (value ``j``: bit
+  ``j // 32`` of byte ``j % 32``), 5-bit ``q``;
+* Q6_K (256, 210): 128 bytes of low nibbles, 64 bytes of 2-bit highs,
+  16 int8 scales (one per 16 values), ``f16 d``; ``w = d * sc * (q - 32)``.
+
+The Triton kernels (``gguf_triton``) implement the same formulas and are
+tested against these functions, which are in turn tested against the
+``gguf`` package's own numpy dequantizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GGMLType:
+    name: str
+    type_id: int
+    block_elems: int
+    block_bytes: int
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.block_elems > 1
+
+    def row_bytes(self, num_elems: int) -> int:
+        """Bytes of a row of ``num_elems`` values (must be whole blocks)."""
+        if num_elems % self.block_elems:
+            raise ValueError(f"a {self.name} row of {num_elems} values is not a whole number of {self.block_elems}-value blocks")
+        return num_elems // self.block_elems * self.block_bytes
+
+
+# ggml type ids, as in the GGUF spec (gguf.GGMLQuantizationType).
+GGML_TYPES: dict[int, GGMLType] = {
+    t.type_id: t
+    for t in (
+        GGMLType("F32", 0, 1, 4),
+        GGMLType("F16", 1, 1, 2),
+        GGMLType("BF16", 30, 1, 2),
+        GGMLType("Q8_0", 8, 32, 34),
+        GGMLType("Q4_0", 2, 32, 18),
+        GGMLType("Q4_K", 12, 256, 144),
+        GGMLType("Q5_K", 13, 256, 176),
+        GGMLType("Q6_K", 14, 256, 210),
+    )
+}
+GGML_TYPES_BY_NAME = {t.name: t for t in GGML_TYPES.values()}
+
+
+def _f16(blocks: torch.Tensor, offset: int) -> torch.Tensor:
+    return blocks[:, offset : offset + 2].contiguous().view(torch.float16).to(torch.float32)
+
+
+def _scale_min_k4(scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eight 6-bit (scale, min) pairs from Q4_K/Q5_K's 12 bytes: pairs 0-3 are
+    the low 6 bits of bytes 0-3 / 4-7; pairs 4-7 take 4 bits from bytes 8-11
+    and their top 2 bits from the top of bytes 0-3 / 4-7."""
+    s = scales.to(torch.int32)
+    low_sc, low_m, mixed = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = torch.cat([low_sc & 63, (mixed & 0xF) | ((low_sc >> 6) << 4)], dim=1)
+    mn = torch.cat([low_m & 63, (mixed >> 4) | ((low_m >> 6) << 4)], dim=1)
+    return sc.to(torch.float32), mn.to(torch.float32)
+
+
+def _q8_0(blocks: torch.Tensor) -> torch.Tensor:
+    return _f16(blocks, 0) * blocks[:, 2:34].contiguous().view(torch.int8).to(torch.float32)
+
+
+def _q4_0(blocks: torch.Tensor) -> torch.Tensor:
+    qs = blocks[:, 2:18].to(torch.int32)
+    values = torch.cat([qs & 0xF, qs >> 4], dim=1) - 8
+    return _f16(blocks, 0) * values.to(torch.float32)
+
+
+def _k_nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """128 bytes -> [n, 8, 32]: sub-block 2c is the low nibbles of bytes
+    32c..32c+31, sub-block 2c+1 their high nibbles."""
+    qs = qs.to(torch.int32).reshape(-1, 4, 1, 32)
+    return torch.cat([qs & 0xF, qs >> 4], dim=2).reshape(-1, 8, 32)
+
+
+def _q4_k(blocks: torch.Tensor) -> torch.Tensor:
+    sc, mn = _scale_min_k4(blocks[:, 4:16])
+    q = _k_nibbles(blocks[:, 16:144]).to(torch.float32)
+    w = (_f16(blocks, 0) * sc)[:, :, None] * q - (_f16(blocks, 2) * mn)[:, :, None]
+    return w.reshape(-1, 256)
+
+
+def _q5_k(blocks: torch.Tensor) -> torch.Tensor:
+    sc, mn = _scale_min_k4(blocks[:, 4:16])
+    qh = blocks[:, 16:48].to(torch.int32)
+    bits = torch.arange(8, dtype=torch.int32, device=blocks.device)
+    high = (qh[:, None, :] >> bits[None, :, None]) & 1  # [n, 8 sub-blocks, 32]
+    q = (_k_nibbles(blocks[:, 48:176]) | (high << 4)).to(torch.float32)
+    w = (_f16(blocks, 0) * sc)[:, :, None] * q - (_f16(blocks, 2) * mn)[:, :, None]
+    return w.reshape(-1, 256)
+
+
+def _q6_k(blocks: torch.Tensor) -> torch.Tensor:
+    ql = blocks[:, 0:128].to(torch.int32).reshape(-1, 2, 1, 64)
+    low = torch.cat([ql & 0xF, ql >> 4], dim=2).reshape(-1, 256)  # index 128a + 64s + l
+    qh = blocks[:, 128:192].to(torch.int32).reshape(-1, 2, 1, 32)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.int32, device=blocks.device).reshape(1, 1, 4, 1)
+    high = ((qh >> shifts) & 3).reshape(-1, 256)  # index 128a + 32t + l
+    q = ((low | (high << 4)) - 32).to(torch.float32).reshape(-1, 16, 16)
+    scales = blocks[:, 192:208].contiguous().view(torch.int8).to(torch.float32)
+    return (_f16(blocks, 208) * scales)[:, :, None].mul(q).reshape(-1, 256)
+
+
+_DEQUANTIZERS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+_PLAIN = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def dequantize_gguf(raw: torch.Tensor, ggml_type: GGMLType, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 ``[..., row_bytes]`` of ``ggml_type`` rows -> ``dtype`` ``[..., K]``."""
+    if raw.dtype != torch.uint8:
+        raise TypeError(f"GGUF data must be uint8 bytes, got {raw.dtype}")
+    row_bytes = raw.shape[-1]
+    if row_bytes % ggml_type.block_bytes:
+        raise ValueError(f"{row_bytes} bytes per row is not a whole number of {ggml_type.name} blocks")
+    num_elems = row_bytes // ggml_type.block_bytes * ggml_type.block_elems
+    if ggml_type.name in _PLAIN:
+        values = raw.contiguous().view(_PLAIN[ggml_type.name])
+        return values.to(dtype)
+    blocks = raw.reshape(-1, ggml_type.block_bytes)
+    values = _DEQUANTIZERS[ggml_type.name](blocks)
+    return values.reshape(*raw.shape[:-1], num_elems).to(dtype)

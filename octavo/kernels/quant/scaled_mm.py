@@ -1,0 +1,155 @@
+"""8-bit matmuls: fp8 (e4m3) and int8, W8A8 and weight-only, in torch.
+
+Weights are quantized per output channel (``scale[n] = amax(|W[n]|) / QMAX``),
+activations per token, dynamically (``scale[m] = amax(|x[m]|) / QMAX``), so
+``x @ W.T ~= (xq @ Wq.T) * sx[m] * sw[n]``.
+
+* fp8 W8A8 uses ``torch._scaled_mm`` (row-wise scales), int8 W8A8 uses
+  ``torch._int_mm``; both are probed once per device with a tiny call and
+  used only where the probe passes (``fp8_w8a8_supported`` /
+  ``int8_w8a8_supported``) and the weight's dims suit them
+  (``w8a8_shape_ok``). On CUDA ``_int_mm`` needs more than 16 rows and
+  ``_scaled_mm`` rows in multiples of 16, so inputs are padded with zero rows.
+* Weight-only paths multiply by the 8-bit weight cast to the activation
+  dtype (exact: every e4m3 and int8 value is representable in bf16/fp16)
+  and apply the per-channel scale to the output, which is the same product.
+
+Error bounds (per element of the dequantized weight): fp8 e4m3
+``|W - dq| <= 2**-4 * |W| + 2**-10 * scale`` (3 mantissa bits, subnormals
+below ``2**-6``); int8 ``|W - dq| <= scale / 2``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
+INT8_MAX = 127.0
+_MIN_SCALE = 1e-12
+
+
+def quantize_fp8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, K]`` -> (fp8 ``[N, K]``, float32 scale ``[N]``)."""
+    w = weight.to(torch.float32)
+    scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=_MIN_SCALE)
+    return (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+
+
+def quantize_fp8_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[M, K]`` -> (fp8 ``[M, K]``, float32 scale ``[M, 1]``)."""
+    xf = x.to(torch.float32)
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=_MIN_SCALE)
+    return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+
+
+def quantize_int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, K]`` -> (int8 ``[N, K]``, float32 scale ``[N]``), symmetric."""
+    w = weight.to(torch.float32)
+    scale = (w.abs().amax(dim=1) / INT8_MAX).clamp(min=_MIN_SCALE)
+    return torch.round(w / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale
+
+
+def quantize_int8_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[M, K]`` -> (int8 ``[M, K]``, float32 scale ``[M, 1]``), symmetric."""
+    xf = x.to(torch.float32)
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / INT8_MAX).clamp(min=_MIN_SCALE)
+    return torch.round(xf / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale
+
+
+def weight_only_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ (Wq * s).T + b`` for an 8-bit (fp8 or int8) per-channel weight."""
+    out = F.linear(x, qweight.to(x.dtype)) * weight_scale.to(x.dtype)
+    return out if bias is None else out + bias
+
+
+def _pad_rows(x: torch.Tensor, multiple: int, minimum: int) -> torch.Tensor:
+    rows = max(minimum, -(-x.shape[0] // multiple) * multiple)
+    if rows == x.shape[0]:
+        return x
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
+
+
+def fp8_w8a8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Dynamic per-token fp8 activations times a per-channel fp8 weight."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    num_tokens = x2.shape[0]
+    xq, x_scale = quantize_fp8_per_token(x2)
+    if x.device.type == "cuda":
+        xq, x_scale = _pad_rows(xq, 16, 16), _pad_rows(x_scale, 16, 16)
+    # Row-wise scaling wants a bfloat16 output; other dtypes are cast after.
+    out = torch._scaled_mm(
+        xq, qweight.t(), scale_a=x_scale, scale_b=weight_scale.reshape(1, -1), out_dtype=torch.bfloat16
+    )
+    out = out[:num_tokens].to(x.dtype).reshape(*shape[:-1], -1)
+    return out if bias is None else out + bias
+
+
+def int8_w8a8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Dynamic per-token int8 activations times a per-channel int8 weight."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    num_tokens = x2.shape[0]
+    xq, x_scale = quantize_int8_per_token(x2)
+    if x.device.type == "cuda":
+        xq = _pad_rows(xq, 8, 24)
+    acc = torch._int_mm(xq, qweight.t())[:num_tokens]
+    out = (acc.to(torch.float32) * x_scale * weight_scale.reshape(1, -1)).to(x.dtype).reshape(*shape[:-1], -1)
+    return out if bias is None else out + bias
+
+
+def w8a8_reference(
+    xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor
+) -> torch.Tensor:
+    """The float32 product the W8A8 kernels approximate (tests)."""
+    return (xq.to(torch.float32) @ qweight.to(torch.float32).t()) * x_scale * weight_scale.reshape(1, -1)
+
+
+def w8a8_shape_ok(qweight: torch.Tensor, multiple: int) -> bool:
+    """The 8-bit GEMMs want both weight dims in multiples of 16 (fp8) / 8 (int8) on CUDA."""
+    return qweight.device.type != "cuda" or (qweight.shape[0] % multiple == 0 and qweight.shape[1] % multiple == 0)
+
+
+@functools.cache
+def fp8_w8a8_supported(device: torch.device) -> bool:
+    """Whether ``torch._scaled_mm`` runs on ``device`` (CUDA with compute
+    capability >= 8.9). The CPU gets the weight-only path, like any platform
+    without an fp8 matmul."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        return False
+    return _probe(fp8_w8a8_linear, quantize_fp8_per_channel, device)
+
+
+@functools.cache
+def int8_w8a8_supported(device: torch.device) -> bool:
+    """Whether ``torch._int_mm`` runs on ``device``."""
+    return _probe(int8_w8a8_linear, quantize_int8_per_channel, device)
+
+
+def _probe(linear, quantize, device: torch.device) -> bool:
+    try:
+        weight = torch.randn(32, 64, device=device)
+        x = torch.randn(3, 64, device=device, dtype=torch.bfloat16)
+        qweight, scale = quantize(weight)
+        out = linear(x, qweight, scale)
+        expected = x.float() @ weight.t()
+        ok = bool((out.float() - expected).norm() <= 0.1 * expected.norm())
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        logger.info("%s is not available on %s: %s", linear.__name__, device, exc)
+        return False
+    if not ok:
+        logger.warning("%s gives wrong results on %s; using the weight-only path", linear.__name__, device)
+    return ok

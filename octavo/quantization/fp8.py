@@ -1,0 +1,97 @@
+"""FP8 (e4m3) linear layers: checkpoints in the ``fp8`` layout, and
+``--quantization fp8`` to quantize 16/32-bit checkpoints while loading.
+
+Checkpoint layout (``quantization_config.quant_method == "fp8"``, as written
+by AutoFP8 / llm-compressor / vLLM): ``weight`` float8_e4m3fn ``[N, K]``,
+``weight_scale`` float32, per tensor (one value) or per channel (``[N]`` or
+``[N, 1]``), and an optional static ``input_scale``, which Octavo does not
+need: activations are always scaled per token, dynamically, which is at
+least as accurate. Block-wise scales (``weight_block_size``) are refused.
+
+After loading every layer holds a per-channel ``weight_scale [N]``: a fused
+layer whose shards came with different per-tensor scales keeps each shard's
+scale on its rows, so no weight is requantized. ``apply`` runs W8A8 through
+``torch._scaled_mm`` where the device has an fp8 matmul (CUDA compute
+capability >= 8.9), otherwise the weight-only path (fp8 weight cast to the
+activation dtype, per-channel scale on the output) -- the CPU's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from octavo.errors import QuantizationError
+from octavo.kernels.quant import scaled_mm
+from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
+from octavo.quantization.naming import is_ignored
+from octavo.quantization.params import channel_scale_loader, new_param, replace_param
+
+
+class Fp8LinearMethod(LinearMethod):
+    """fp8 weights with per-channel scales; ``serialized``: read from the
+    checkpoint, else quantized from the loaded 16/32-bit weight."""
+
+    def __init__(self, serialized: bool) -> None:
+        self.serialized = serialized
+
+    def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
+        num_out = sum(output_partition_sizes)
+        dtype = scaled_mm.FP8_DTYPE if self.serialized else params_dtype
+        layer.register_parameter("weight", new_param((num_out, input_size), dtype, output_dim=0, input_dim=1))
+        if self.serialized:
+            scale = new_param((num_out,), torch.float32, output_dim=0)
+            scale.weight_loader = channel_scale_loader(layer)
+            layer.register_parameter("weight_scale", scale)
+        layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
+
+    def process_weights_after_loading(self, layer: nn.Module) -> None:
+        if self.serialized:
+            layer.weight_scale.not_in_checkpoint = True
+            weight, scale = layer.weight.data, layer.weight_scale.data
+        else:
+            weight, scale = scaled_mm.quantize_fp8_per_channel(layer.weight.data)
+        replace_param(layer, "weight", weight)
+        replace_param(layer, "weight_scale", scale.contiguous())
+        layer.use_w8a8 = scaled_mm.fp8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 16)
+
+    def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if layer.use_w8a8:
+            return scaled_mm.fp8_w8a8_linear(x, layer.weight, layer.weight_scale, layer.bias)
+        return scaled_mm.weight_only_linear(x, layer.weight, layer.weight_scale, layer.bias)
+
+
+class Fp8Config(QuantizationConfig):
+    name = "fp8"
+
+    def __init__(self, serialized: bool, ignored_layers: list[str] | None = None) -> None:
+        self.serialized = serialized
+        self.ignored_layers = list(ignored_layers or [])
+
+    @classmethod
+    def from_hf_config(cls, quant_config: dict[str, Any] | None) -> "Fp8Config":
+        if quant_config is None:
+            return cls(serialized=False)
+        if quant_config.get("weight_block_size"):
+            raise QuantizationError(
+                f"fp8 checkpoints with block-wise scales (weight_block_size={quant_config['weight_block_size']}) "
+                "are not supported; per-tensor and per-channel scales are"
+            )
+        scheme = quant_config.get("activation_scheme", "dynamic")
+        if scheme not in ("dynamic", "static"):
+            raise QuantizationError(f"fp8 activation_scheme {scheme!r} is not supported (dynamic, static)")
+        ignored = quant_config.get("ignored_layers") or quant_config.get("modules_to_not_convert") or []
+        return cls(serialized=True, ignored_layers=ignored)
+
+    def get_linear_method(self, layer: nn.Module, prefix: str) -> LinearMethod:
+        if is_ignored(prefix, self.ignored_layers):
+            return UnquantizedLinearMethod()
+        return Fp8LinearMethod(self.serialized)
+
+    def quantizes_on_load(self) -> bool:
+        return not self.serialized
+
+    def checkpoint_weight_names(self) -> list[str]:
+        return ["weight_scale", "input_scale"] if self.serialized else []

@@ -1,0 +1,99 @@
+"""INT8 linear layers, quantized while loading (or read from compressed-tensors).
+
+Two methods, chosen by name:
+
+* ``int8`` -- W8A8: per-channel symmetric int8 weights and dynamic
+  per-token symmetric int8 activations, multiplied by ``torch._int_mm``
+  (int32 accumulation) where the probe says it runs (CPU, CUDA); elsewhere
+  the same integer product is emulated in the activation dtype;
+* ``int8_weight_only`` -- per-channel int8 weights, activations untouched
+  (the int8 weight is cast to the activation dtype, the scale applied to
+  the output).
+
+Weight error bound: ``|W - dq| <= scale / 2`` per element, with
+``scale = amax(|W[n]|) / 127``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from octavo.kernels.quant import scaled_mm
+from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
+from octavo.quantization.naming import is_ignored
+from octavo.quantization.params import channel_scale_loader, new_param, replace_param
+
+
+def _emulated_w8a8(x, qweight, weight_scale, bias):
+    """The W8A8 product without an int8 matmul: int8 values are exact in
+    bf16/fp16/fp32, so only the accumulation differs from ``_int_mm``."""
+    shape = x.shape
+    xq, x_scale = scaled_mm.quantize_int8_per_token(x.reshape(-1, shape[-1]))
+    acc = torch.matmul(xq.to(x.dtype), qweight.to(x.dtype).t()).to(torch.float32)
+    out = (acc * x_scale * weight_scale.reshape(1, -1)).to(x.dtype).reshape(*shape[:-1], -1)
+    return out if bias is None else out + bias
+
+
+class Int8LinearMethod(LinearMethod):
+    def __init__(self, serialized: bool, w8a8: bool) -> None:
+        self.serialized = serialized
+        self.w8a8 = w8a8
+
+    def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
+        num_out = sum(output_partition_sizes)
+        dtype = torch.int8 if self.serialized else params_dtype
+        layer.register_parameter("weight", new_param((num_out, input_size), dtype, output_dim=0, input_dim=1))
+        if self.serialized:
+            scale = new_param((num_out,), torch.float32, output_dim=0)
+            scale.weight_loader = channel_scale_loader(layer)
+            layer.register_parameter("weight_scale", scale)
+        layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
+
+    def process_weights_after_loading(self, layer: nn.Module) -> None:
+        if self.serialized:
+            weight, scale = layer.weight.data, layer.weight_scale.data
+        else:
+            weight, scale = scaled_mm.quantize_int8_per_channel(layer.weight.data)
+        replace_param(layer, "weight", weight)
+        replace_param(layer, "weight_scale", scale.contiguous())
+        if not self.w8a8:
+            layer.int8_kernel = scaled_mm.weight_only_linear
+        elif scaled_mm.int8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 8):
+            layer.int8_kernel = scaled_mm.int8_w8a8_linear
+        else:
+            layer.int8_kernel = _emulated_w8a8
+
+    def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return layer.int8_kernel(x, layer.weight, layer.weight_scale, layer.bias)
+
+
+class Int8Config(QuantizationConfig):
+    """``--quantization int8``: W8A8, quantized while loading."""
+
+    name = "int8"
+    w8a8 = True
+
+    def __init__(self, ignored_layers: list[str] | None = None) -> None:
+        self.ignored_layers = list(ignored_layers or [])
+
+    @classmethod
+    def from_hf_config(cls, quant_config: dict[str, Any] | None) -> "Int8Config":
+        return cls((quant_config or {}).get("ignored_layers"))
+
+    def get_linear_method(self, layer: nn.Module, prefix: str) -> LinearMethod:
+        if is_ignored(prefix, self.ignored_layers):
+            return UnquantizedLinearMethod()
+        return Int8LinearMethod(serialized=False, w8a8=self.w8a8)
+
+    def quantizes_on_load(self) -> bool:
+        return True
+
+
+class Int8WeightOnlyConfig(Int8Config):
+    """``--quantization int8_weight_only``: int8 weights, 16/32-bit activations."""
+
+    name = "int8_weight_only"
+    w8a8 = False

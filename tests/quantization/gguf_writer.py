@@ -1,0 +1,225 @@
+"""Writing test GGUF files from small HF checkpoints, with the ``gguf`` package.
+
+Tensors are quantized with ``gguf.quants`` where it has a quantizer (Q8_0,
+Q4_0, BF16) and with the packers below for the K-quants (the ``gguf`` package
+only dequantizes those). The packers are written from the block layouts in
+the ggml spec; they are checked against ``gguf.quants.dequantize``.
+llama/mistral q and k rows are permuted the way llama.cpp's converter does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ARCH_KEYS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+HF_TO_GGUF = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+HF_BLOCK = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def _f16_bytes(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.float16).reshape(-1, 1).view(np.uint8)
+
+
+def _k_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    """Eight 6-bit (scale, min) pairs -> Q4_K/Q5_K's 12 bytes."""
+    sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+    out = np.zeros((sc.shape[0], 12), dtype=np.uint8)
+    out[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = (mn[:, 0:4] & 63) | ((mn[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (sc[:, 4:8] & 0xF) | ((mn[:, 4:8] & 0xF) << 4)
+    return out
+
+
+def _k_affine(blocks: np.ndarray, levels: int):
+    """Per 32-value sub-block: value = d*sc*q - dmin*m, sc and m 6-bit."""
+    sub = blocks.reshape(-1, 8, 32)
+    low = np.minimum(sub.min(axis=-1), 0.0)
+    high = np.maximum(sub.max(axis=-1), 0.0)
+    scale, minimum = (high - low) / levels, -low
+    d = (scale.max(axis=-1) / 63).astype(np.float16).astype(np.float32)
+    dmin = (minimum.max(axis=-1) / 63).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(scale / np.where(d == 0, 1, d)[:, None]), 0, 63)
+    mn = np.clip(np.round(minimum / np.where(dmin == 0, 1, dmin)[:, None]), 0, 63)
+    step = d[:, None] * sc
+    q = np.round((sub + (dmin[:, None] * mn)[..., None]) / np.where(step == 0, 1, step)[..., None])
+    q = np.clip(q, 0, levels).astype(np.uint8).reshape(-1, 256)
+    return d, dmin, sc, mn, q
+
+
+def _nibbles_k(q: np.ndarray) -> np.ndarray:
+    """256 values (low 4 bits) -> 128 bytes: byte 32c+l = q[64c+l] | q[64c+32+l] << 4."""
+    q = (q & 0xF).reshape(-1, 4, 2, 32)
+    return (q[:, :, 0, :] | (q[:, :, 1, :] << 4)).reshape(-1, 128)
+
+
+def quantize_q4_k(blocks: np.ndarray) -> np.ndarray:
+    d, dmin, sc, mn, q = _k_affine(blocks, 15)
+    return np.concatenate([_f16_bytes(d), _f16_bytes(dmin), _k_scales(sc, mn), _nibbles_k(q)], axis=1)
+
+
+def quantize_q5_k(blocks: np.ndarray) -> np.ndarray:
+    d, dmin, sc, mn, q = _k_affine(blocks, 31)
+    high = (q >> 4).reshape(-1, 8, 32)  # bit i of byte l: value 32i + l
+    qh = np.zeros((q.shape[0], 32), dtype=np.uint8)
+    for bit in range(8):
+        qh |= (high[:, bit, :] << bit).astype(np.uint8)
+    return np.concatenate([_f16_bytes(d), _f16_bytes(dmin), _k_scales(sc, mn), qh, _nibbles_k(q)], axis=1)
+
+
+def quantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+    sub = blocks.reshape(-1, 16, 16)
+    scale = np.abs(sub).max(axis=-1) / 31
+    d = (scale.max(axis=-1) / 127).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(scale / np.where(d == 0, 1, d)[:, None]), -128, 127)
+    step = d[:, None] * sc
+    q = np.clip(np.round(sub / np.where(step == 0, 1, step)[..., None]), -32, 31).astype(np.int16) + 32
+    q = q.reshape(-1, 256).astype(np.uint8)
+    low, high = (q & 0xF).reshape(-1, 2, 2, 64), (q >> 4).reshape(-1, 2, 4, 32)
+    ql = (low[:, :, 0, :] | (low[:, :, 1, :] << 4)).reshape(-1, 128)
+    qh = np.zeros((q.shape[0], 2, 32), dtype=np.uint8)
+    for t in range(4):
+        qh |= (high[:, :, t, :] << (2 * t)).astype(np.uint8)
+    return np.concatenate([ql, qh.reshape(-1, 64), sc.astype(np.int8).view(np.uint8), _f16_bytes(d)], axis=1)
+
+
+_K_PACKERS = {"Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}
+
+
+def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
+    """float32 ``[rows, K]`` -> the tensor as the GGUF writer takes it."""
+    import gguf
+
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if type_name == "F32":
+        return values
+    if type_name == "F16":
+        return values.astype(np.float16)
+    if type_name in _K_PACKERS:
+        rows = values.reshape(-1, values.shape[-1])
+        packed = _K_PACKERS[type_name](rows.reshape(-1, 256))
+        return packed.reshape(*values.shape[:-1], -1)
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType[type_name])
+
+
+def permute_rows(weights: np.ndarray, num_heads: int) -> np.ndarray:
+    """llama.cpp's q/k permutation (HF "rotate half" rows -> interleaved pairs)."""
+    shape = weights.shape
+    return weights.reshape(num_heads, 2, shape[0] // num_heads // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+
+
+def gguf_tensor_name(hf_name: str) -> str:
+    if hf_name in HF_TO_GGUF:
+        return HF_TO_GGUF[hf_name]
+    parts = hf_name.split(".")
+    return f"blk.{parts[2]}.{HF_BLOCK['.'.join(parts[3:])]}"
+
+
+def _write_tokenizer(writer, tokenizer_dir: Path) -> None:
+    data = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for token, index in vocab.items():
+        tokens[index] = token
+    special = {t["id"] for t in data.get("added_tokens", []) if t.get("special")}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(vocab[config["bos_token"]])
+    writer.add_eos_token_id(vocab[config["eos_token"]])
+    writer.add_pad_token_id(vocab[config["pad_token"]])
+    writer.add_add_bos_token(bool(config.get("add_bos_token", False)))
+    writer.add_chat_template(config["chat_template"])
+
+
+@dataclass
+class GGUFVariant:
+    """Deviations from a faithful export, for bad-input tests: ``default_type``
+    for tensors ``types`` does not name, ``config_overrides`` for the
+    metadata written, ``skip`` tensors left out, ``extra_tensors`` added as
+    ``{name: (raw data, ggml type)}``."""
+
+    default_type: str = "F32"
+    config_overrides: dict = field(default_factory=dict)
+    skip: tuple[str, ...] = ()
+    extra_tensors: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
+
+
+def write_gguf(checkpoint_dir: Path, out_path: Path, arch: str, types: dict[str, str], variant: GGUFVariant | None = None) -> Path:
+    """Write ``checkpoint_dir`` (an HF checkpoint + tokenizer) as a GGUF file.
+
+    ``types`` maps a GGUF tensor-name suffix (e.g. ``"attn_v.weight"``) or a
+    full name to its ggml type; 1-D tensors are always F32 (as llama.cpp).
+    """
+    variant = variant or GGUFVariant()
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((checkpoint_dir / "config.json").read_text())
+    config.update(variant.config_overrides)
+    tensors = load_file(str(checkpoint_dir / "model.safetensors"))
+    key = ARCH_KEYS[arch]
+    writer = gguf.GGUFWriter(str(out_path), key)
+    writer.add_name(f"test-{arch}")
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(float(config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)))
+    writer.add_rope_dimension_count(head_dim)
+    if arch == "qwen3":
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    _write_tokenizer(writer, checkpoint_dir)
+    for hf_name, value in tensors.items():
+        if hf_name == "lm_head.weight" and config.get("tie_word_embeddings"):
+            continue
+        name = gguf_tensor_name(hf_name)
+        if name in variant.skip:
+            continue
+        value = value.astype(np.float32)
+        if arch in ("llama", "mistral") and (".attn_q." in name or ".attn_k." in name):
+            value = permute_rows(value, heads if ".attn_q." in name else kv_heads)
+        suffix = ".".join(name.split(".")[-2:])
+        type_name = "F32" if value.ndim == 1 else types.get(name, types.get(suffix, variant.default_type))
+        data = quantize(value, type_name)
+        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
+    for name, (data, type_name) in variant.extra_tensors.items():
+        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path

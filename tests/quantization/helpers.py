@@ -1,0 +1,86 @@
+"""Test helpers: load an Octavo model directly, run one prefill, read weights back.
+
+``effective_weight`` recovers the dense weight a linear layer really uses by
+applying the layer (its quantization method's real ``apply``) to the
+identity matrix, so every format is checked through its compute path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from octavo.core.attention import AttentionBatch
+from octavo.models.layers.attention import ForwardContext
+from octavo.models.layers.linear import LinearBase
+from octavo.platforms.cpu import CpuPlatform
+from octavo.quantization.naming import checkpoint_names
+from octavo.runtime.config import WorkerConfig
+from octavo.runtime.model_loading import LoadedModel, load_model
+
+
+def load(path: Path, quantization: str | None = None, dtype: str = "float32", load_format: str = "auto") -> LoadedModel:
+    if load_format == "auto":
+        load_format = "gguf" if str(path).endswith(".gguf") else "safetensors"
+    config = WorkerConfig(
+        model_path=str(path), load_format=load_format, dtype=dtype, kv_cache_dtype="auto", block_size=16,
+        max_model_len=256, max_num_batched_tokens=256, max_num_seqs=4, platform="cpu", quantization=quantization,
+    )
+    return load_model(config, CpuPlatform(), torch.device("cpu"))
+
+
+@torch.inference_mode()
+def prefill_logits(loaded: LoadedModel, token_ids: list[int]) -> torch.Tensor:
+    """float32 logits ``[T, V]`` of one prompt, through the paged attention path."""
+    num_tokens, block_size = len(token_ids), 16
+    num_blocks = -(-num_tokens // block_size)
+    batch = AttentionBatch(
+        query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32),
+        seq_lens=torch.tensor([num_tokens], dtype=torch.int32),
+        block_table=torch.arange(num_blocks, dtype=torch.int32)[None],
+        slot_mapping=torch.arange(num_tokens, dtype=torch.int64),
+        num_reqs=1, num_actual_tokens=num_tokens, max_query_len=num_tokens, max_seq_len=num_tokens,
+    )
+    kv_caches = [
+        torch.zeros(backend.kv_cache_shape(num_blocks), dtype=backend.spec.kv_cache_dtype)
+        for backend in loaded.layer_backends
+    ]
+    ctx = ForwardContext(attn_metadata=loaded.metadata_builder.build_metadata(batch), kv_caches=kv_caches)
+    positions = torch.arange(num_tokens)
+    hidden = loaded.model(torch.tensor(token_ids), positions, ctx)
+    return loaded.model.compute_logits(hidden).to(torch.float32)
+
+
+def linear_layers(model: nn.Module) -> dict[str, LinearBase]:
+    return {m.prefix: m for m in model.modules() if isinstance(m, LinearBase)}
+
+
+@torch.inference_mode()
+def effective_weight(layer: LinearBase, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[N, K]``: the layer applied to the identity, bias removed."""
+    eye = torch.eye(layer.input_size, dtype=dtype)
+    out = layer.quant_method.apply(layer, eye)
+    if getattr(layer, "bias", None) is not None:
+        out = out - layer.bias.to(dtype)
+    return out.t().to(torch.float32)
+
+
+def checkpoint_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(checkpoint_dir / "model.safetensors"))
+
+
+def fused_reference(tensors: dict[str, torch.Tensor], prefix: str, suffix: str = "weight") -> torch.Tensor:
+    """The checkpoint weight of an Octavo (possibly fused) layer."""
+    return torch.cat([tensors[f"{name}.{suffix}"].to(torch.float32) for name in checkpoint_names(prefix)])
+
+
+def write_config(checkpoint_dir: Path, **updates) -> None:
+    path = checkpoint_dir / "config.json"
+    config = json.loads(path.read_text())
+    config.update(updates)
+    path.write_text(json.dumps(config, indent=2))
