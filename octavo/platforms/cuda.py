@@ -38,7 +38,7 @@ class CudaPlatform(TorchDevicePlatform):
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
     supported_quantization = None  # every installed method has a torch path on CUDA
     supports_graphs = True
-    attention_backends = ("torch_paged",)
+    attention_backends = ("triton_paged", "torch_paged")
 
     @classmethod
     def _torch_build_ok(cls) -> bool:
@@ -63,6 +63,16 @@ class CudaPlatform(TorchDevicePlatform):
         if name in FP8_KV_DTYPES:
             return FP8_KV_DTYPES[name]
         return super().kv_cache_dtype(name)
+
+    def optimize_model(self, model) -> None:
+        """Fused Triton kernels for RMSNorm (+residual), rotary and SiLU-and-mul."""
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            return
+        from octavo.kernels.fused_ops import install_triton_ops
+
+        install_triton_ops(model)
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

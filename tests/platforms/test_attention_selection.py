@@ -40,7 +40,9 @@ def octavo_attention_backends():
 
 def test_builtin_platforms_resolve_their_backends(fresh_plugins):
     assert type(CpuPlatform().attention_backend(SPEC)) is TorchPagedAttention
-    assert type(CudaPlatform().attention_backend(SPEC)) is TorchPagedAttention
+    from octavo.runtime.attention.triton_paged import TritonPagedAttention
+
+    assert type(CudaPlatform().attention_backend(SPEC)) is TritonPagedAttention
     assert type(TpuPlatform().attention_backend(SPEC)) is StaticPagedAttention
 
 
@@ -63,11 +65,11 @@ def test_refusal_falls_back_to_torch_paged_with_a_logged_reason(sandbox, monkeyp
 
 
 def test_a_missing_preferred_backend_falls_back(fresh_plugins, monkeypatch, caplog):
-    monkeypatch.setattr(CudaPlatform, "attention_backends", ("triton_paged",))
+    monkeypatch.setattr(CudaPlatform, "attention_backends", ("flash_attn",))
     with caplog.at_level(logging.WARNING):
         choice = choose_attention_backend(CudaPlatform(), SPEC)
     assert choice.backend_class is TorchPagedAttention
-    assert choice.reason == "fallback on cuda" and choice.skipped == ["triton_paged (not installed)"]
+    assert choice.reason == "fallback on cuda" and choice.skipped == ["flash_attn (not installed)"]
 
 
 def test_override_by_environment(fresh_plugins, monkeypatch):
@@ -82,7 +84,7 @@ def test_override_with_an_unknown_backend_fails(fresh_plugins, monkeypatch):
     with pytest.raises(PlatformError) as excinfo:
         CpuPlatform().attention_backend(SPEC)
     assert excinfo.value.message == (
-        "OCTAVO_ATTENTION_BACKEND='flash': no such attention backend (installed: static_paged, torch_paged)"
+        "OCTAVO_ATTENTION_BACKEND='flash': no such attention backend (installed: static_paged, torch_paged, triton_paged)"
     )
 
 

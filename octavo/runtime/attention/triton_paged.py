@@ -50,6 +50,7 @@ class TritonPagedMetadata:
 
 class TritonPagedAttention(AttentionBackend):
     name = "triton_paged"
+    supports_graph_capture = True
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
