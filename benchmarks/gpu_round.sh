@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One round of GPU checks and timings on the H200 (through the device tool).
+# Usage: bash benchmarks/gpu_round.sh STEP...   (steps below; logs in $OUT)
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+O=${OUT:-/tmp/octavo-gpu}; mkdir -p "$O"
+CLI="python -m octavo.entrypoints.cli.main"
+M8B="--model benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat16"
+run_step() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name"; local start=$SECONDS
+  timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
+  echo "rc=$rc $((SECONDS - start))s"; grep -v -E "it/s\]|run/s\]|prompt/s\]|request/s\]|s/it\]" "$O/$name.log" | tail -n "${TAIL:-14}"
+}
+for step in "$@"; do
+  case $step in
+    info) nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)";;
+    env) run_step env 60 $CLI env;;
+    conformance) run_step conformance 300 $CLI plugins check cuda;;
+    parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu;;
+    kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu;;
+    kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
+    lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
+    ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
+    ttft2048) run_step ttft_2048 300 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;
+    tput) run_step throughput 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput.json";;
+    tput_hf) run_step throughput_hf 580 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --compare-hf --output-json "$O/throughput_hf.json";;
+    *) echo "unknown step $step";;
+  esac
+done
