@@ -27,6 +27,8 @@ for step in "$@"; do
     tput_hf) run_step throughput_hf 580 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --compare-hf --output-json "$O/throughput_hf.json";;
     profile) TAIL=40 run_step profile_graphs 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 32;;
     profile_eager) TAIL=80 run_step profile_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 8 --enforce-eager --kernels;;
+    profile512) TAIL=40 run_step profile_b512 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16;;
+    profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
     quant) run_step quant_gpu 400 python benchmarks/quant_gpu.py --quick;;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
     *) echo "unknown step $step";;

@@ -161,7 +161,7 @@ class ModelRunner:
         rows = []
         for request_id in batch.sample_request_ids:
             state = self.states[request_id]
-            rows.append(SamplingRow(state.sampling_params, state.prompt_token_ids, state.output_token_ids, self.eos_token_ids))
+            rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
         token_ids, logprobs = self.sampler(logits, rows)
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]

@@ -20,10 +20,25 @@ from octavo.core.scheduler_output import TokenLogprobs
 
 @dataclass
 class SamplingRow:
+    """One request's sampling inputs; ``token_ids`` is shared with the runner's
+    state (prompt then output), so building a row copies nothing."""
+
     params: SamplingParams
-    prompt_token_ids: list[int]
-    output_token_ids: list[int]
+    token_ids: list[int]
+    num_prompt_tokens: int
     eos_token_ids: frozenset[int]
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
 
 
 def _seed_for(seed: int, output_index: int) -> int:
@@ -59,7 +74,7 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
 def apply_min_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
     for i, row in enumerate(rows):
         params = row.params
-        if len(row.output_token_ids) < params.min_tokens:
+        if row.num_output_tokens < params.min_tokens:
             banned = set(params.stop_token_ids)
             if not params.ignore_eos:
                 banned |= row.eos_token_ids
@@ -101,6 +116,9 @@ class Sampler:
         return self._generators[device]
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> tuple[list[int], list[TokenLogprobs | None]]:
+        if all(_is_plain_greedy(row) for row in rows):
+            # The common serving case: one argmax, one device-to-host copy.
+            return logits.argmax(dim=-1).tolist(), [None] * len(rows)
         logits = logits.to(torch.float32)
         want_logprobs = any(row.params.logprobs is not None for row in rows)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
@@ -135,10 +153,20 @@ class Sampler:
         for j, i in enumerate(random_rows):
             seed = rows[i].params.seed
             if seed is not None:
-                row_generator = torch.Generator(device=device).manual_seed(_seed_for(seed, len(rows[i].output_token_ids)))
+                row_generator = torch.Generator(device=device).manual_seed(_seed_for(seed, rows[i].num_output_tokens))
                 race[j] = torch.empty(probs.shape[-1], device=device).exponential_(generator=row_generator)
         choice = (probs / race).argmax(dim=-1)
         return greedy.index_copy(0, index, choice)
+
+
+def _is_plain_greedy(row: SamplingRow) -> bool:
+    params = row.params
+    return (
+        params.is_greedy
+        and params.logprobs is None
+        and not params.needs_penalties
+        and row.num_output_tokens >= params.min_tokens
+    )
 
 
 def gather_logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogprobs:

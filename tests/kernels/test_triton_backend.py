@@ -56,8 +56,8 @@ def test_decode_batch_takes_split_path(device):
     policy = SplitKvPolicy(min_seq_len=64)
     meta = compare_backends(BatchSpec(decode_requests([130, 64, 9]), num_padding_tokens=1), device, split_policy=policy)
     # 3 requests x 2 KV heads = 6 programs, fewer than 2 per SM (8 pretend
-    # SMs on the CPU).
-    assert meta.num_splits == (2 if device.type == "cpu" else 32)
+    # SMs on the CPU); 130 tokens allow two splits of at least 64.
+    assert meta.num_splits == 2
 
 
 def test_short_decode_batch_takes_one_launch_path(device):
@@ -72,6 +72,9 @@ def test_split_policy():
     assert policy.num_splits(8, 8, 1, 8192, 132) == 4
     assert policy.num_splits(64, 8, 1, 8192, 132) == 1
     assert policy.num_splits(1, 8, 1, 512, 132) == 1  # short contexts
+    default = SplitKvPolicy()
+    assert default.num_splits(1, 8, 1, 512, 132) == 8  # at least 64 tokens a split
+    assert default.num_splits(1, 8, 1, 200, 132) == 1
     assert policy.num_splits(1, 8, 7, 8192, 132) == 1  # not a decode batch
 
 
@@ -105,7 +108,7 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
 
     # The lightest way to run the triton path on the CPU platform: swap its
     # backend and let optimize_model install the fused layer ops.
-    policy = SplitKvPolicy(min_seq_len=min_split_seq_len)
+    policy = SplitKvPolicy(min_seq_len=min_split_seq_len, min_tokens_per_split=1)
     monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec, policy))
     monkeypatch.setattr(CpuPlatform, "optimize_model", lambda self, model: install_triton_ops(model))
     plans = []

@@ -9,8 +9,9 @@ The heuristic (``SplitKvPolicy.num_splits``):
 - Decode batches (``max_query_len == 1``) take the split-KV path when one
   program per (request, KV head) would leave the GPU under-filled
   (fewer than ``programs_per_sm * num_sms``) and the longest context has at
-  least ``min_seq_len`` tokens: splits = that shortfall rounded to a power
-  of two, at most ``max_splits``. Otherwise the decode-tile kernel.
+  least ``min_seq_len`` tokens: splits = that shortfall rounded down to a
+  power of two, at most ``max_splits`` and at most one per
+  ``min_tokens_per_split`` tokens. Otherwise the decode-tile kernel.
 
 Graph capture: the split count depends on the batch size and on
 ``max_seq_len``, not on the contexts themselves (each split sizes its chunk
@@ -32,9 +33,13 @@ CPU_NUM_SMS = 8
 
 @dataclass(frozen=True)
 class SplitKvPolicy:
-    min_seq_len: int = 1024
+    # Measured on the H200 (batch 1, 8 KV heads): 512 tokens take 18.9 us in
+    # one launch and 11.8 us split; shorter contexts gain little.
+    min_seq_len: int = 256
     max_splits: int = 32
     programs_per_sm: int = 2
+    # A split smaller than this costs more in merging than it saves.
+    min_tokens_per_split: int = 64
 
     def num_splits(self, num_reqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, num_sms: int) -> int:
         """1 for the one-launch kernel, else the number of context splits."""
@@ -42,8 +47,9 @@ class SplitKvPolicy:
             return 1
         programs = num_reqs * num_kv_heads
         wanted = -(-self.programs_per_sm * num_sms // programs)
+        limit = min(wanted, self.max_splits, max(1, max_seq_len // self.min_tokens_per_split))
         splits = 1
-        while splits * 2 <= min(wanted, self.max_splits):
+        while splits * 2 <= limit:
             splits *= 2
         return splits
 
