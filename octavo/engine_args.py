@@ -47,6 +47,9 @@ class EngineArgs:
     seed: int = 0
     platform: str | None = None
     enforce_eager: bool = False
+    # Launch each greedy decode step before the previous one's tokens reach
+    # the host; None: on where the platform captures graphs (one device).
+    overlap_decode: bool | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
@@ -147,6 +150,10 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
     if not args.enable_chunked_prefill:
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
+    overlap_decode = args.overlap_decode
+    if overlap_decode is None:
+        single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
+        overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
     worker_config = WorkerConfig(
         model_path=str(model_path),
         load_format="dummy" if args.load_format == "dummy" else load_format,
@@ -165,6 +172,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         num_kv_blocks=args.num_kv_blocks,
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
     )
     platform.check_config(worker_config)
@@ -188,6 +196,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             max_num_seqs=args.max_num_seqs,
             max_model_len=max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
+            num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )

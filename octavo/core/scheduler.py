@@ -47,6 +47,9 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     # How many batches the executor runs at once (pipeline stages); 1 = none.
     max_concurrent_batches: int = 1
+    # KV slots reserved past each step's tokens, so that a runner may compute
+    # the next decode step before this one returns (decode overlap).
+    num_lookahead_tokens: int = 0
 
 
 @dataclass
@@ -172,7 +175,7 @@ class Scheduler:
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
         """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
         self._preempted_last = False
-        while self.kv.allocate_slots(request, num_new_tokens) is None:
+        while self.kv.allocate_slots(request, self._with_lookahead(request, num_new_tokens)) is None:
             # Never a request in flight: its batch still writes to its blocks.
             # ``request`` itself is not in flight, so a victim always exists.
             victim = next(r for r in reversed(self.running) if not self._is_in_flight(r))
@@ -182,6 +185,15 @@ class Scheduler:
             if victim is request:
                 return False
         return True
+
+    def _with_lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
+        """Slots to allocate: the step's tokens plus the lookahead, never past
+        the request's last possible token (so admission stays exact)."""
+        if num_computed_tokens is None:
+            num_computed_tokens = request.num_computed_tokens
+        last = min(self.config.max_model_len, request.num_prompt_tokens + request.max_tokens)
+        lookahead = min(self.config.num_lookahead_tokens, max(0, last - num_computed_tokens - num_new_tokens))
+        return num_new_tokens + lookahead
 
     def _preempt(self, request: Request) -> None:
         self.kv.free(request)
@@ -205,7 +217,8 @@ class Scheduler:
             if num_new_tokens > token_budget and not self.config.enable_chunked_prefill:
                 break
             num_new_tokens = min(num_new_tokens, token_budget)
-            if self.kv.allocate_slots(request, num_new_tokens, computed_blocks) is None:
+            num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
+            if self.kv.allocate_slots(request, num_slots, computed_blocks) is None:
                 break
             self.waiting.popleft()
             request.num_computed_tokens = num_computed_tokens

@@ -46,6 +46,9 @@ class WorkerConfig:
     num_kv_blocks: int | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    # Launch the next greedy decode step before this one's tokens reach the
+    # host (runtime/decode_overlap.py); needs one token of KV lookahead.
+    overlap_decode: bool = False
     # The first device this engine's workers use (data-parallel replica r
     # starts at r * tensor_parallel_size * pipeline_parallel_size).
     device_index_offset: int = 0

@@ -39,7 +39,7 @@ class PreparedBatch:
     attn_batch: AttentionBatch
     num_tokens: int  # real tokens (the tensors may be padded beyond it)
     # Rows of the hidden states to sample from, and whose they are.
-    logits_indices: torch.Tensor
+    logits_indices: torch.Tensor | None
     sample_request_ids: list[str]
     is_uniform_decode: bool
     prompt_logprob_spans: list[PromptLogprobSpan] = field(default_factory=list)
@@ -51,6 +51,9 @@ class InputPreparer:
         self.buffers = buffers
         self.block_size = block_size
         self.device = device
+        # Recorded after each step's uploads: the pinned staging buffers may
+        # be rewritten only once the copies out of them have run.
+        self._staging_event = None
 
     def prepare(self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None) -> PreparedBatch:
         buffers, block_size = self.buffers, self.block_size
@@ -63,11 +66,11 @@ class InputPreparer:
         ends = starts + num_scheduled
         num_tokens = int(num_scheduled.sum())
         is_uniform_decode = num_tokens == num_reqs
+        self.wait_for_staging()
 
         query_start_loc = buffers.query_start_loc.np
         query_start_loc[0] = 0
         np.cumsum(num_scheduled, out=query_start_loc[1 : num_reqs + 1])
-        buffers.seq_lens.np[:num_reqs] = ends
         if is_uniform_decode:
             positions = starts
             token_rows = rows
@@ -79,10 +82,40 @@ class InputPreparer:
             buffers.input_ids.np[:num_tokens] = np.concatenate(
                 [np.asarray(s.token_ids[b:e], dtype=np.int64) for s, b, e in zip(states, starts.tolist(), ends.tolist())]
             )
+        sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
+        batch = self._assemble(rows, token_rows, positions, ends, int(num_scheduled.max()), padded_num_reqs)
+        batch.logits_indices = torch.from_numpy(query_start_loc[1 : num_reqs + 1][sample_mask] - 1).to(
+            self.device, non_blocking=True
+        )
+        batch.sample_request_ids = [r for r, sample in zip(order, sample_mask.tolist()) if sample]
+        batch.is_uniform_decode = is_uniform_decode
+        batch.prompt_logprob_spans = self._prompt_logprob_spans(states, starts, ends, query_start_loc)
+        return batch
+
+    def prepare_decode_from_device(
+        self, request_ids: list[str], positions: np.ndarray, token_ids: torch.Tensor, padded_num_reqs: int | None
+    ) -> PreparedBatch:
+        """A one-token step for each request at ``positions``, whose input tokens
+        are still on the device (``token_ids``, one per request, in order): the
+        step after one whose samples have not reached the host yet."""
+        num_reqs = len(request_ids)
+        rows = np.fromiter((self.states[r].row for r in request_ids), np.int64, num_reqs)
+        self.wait_for_staging()
+        self.buffers.query_start_loc.np[: num_reqs + 1] = np.arange(num_reqs + 1)
+        batch = self._assemble(rows, rows, positions, positions + 1, 1, padded_num_reqs)
+        batch.input_ids[:num_reqs].copy_(token_ids)  # device to device, in stream order
+        batch.sample_request_ids = list(request_ids)
+        batch.is_uniform_decode = True
+        return batch
+
+    def _assemble(self, rows, token_rows, positions, ends, max_query_len: int, padded_num_reqs: int | None) -> PreparedBatch:
+        """Fill positions, slots, lengths and block tables (host), then upload."""
+        buffers, block_size = self.buffers, self.block_size
+        num_reqs, num_tokens = len(rows), len(positions)
+        buffers.seq_lens.np[:num_reqs] = ends
         buffers.positions.np[:num_tokens] = positions
         block_ids = self.states.block_table[token_rows, positions // block_size]
         buffers.slot_mapping.np[:num_tokens] = block_ids.astype(np.int64) * block_size + positions % block_size
-
         total_reqs, total_tokens = num_reqs, num_tokens
         if padded_num_reqs is not None and padded_num_reqs > num_reqs:
             total_reqs = total_tokens = padded_num_reqs
@@ -90,7 +123,6 @@ class InputPreparer:
         width = buffers.max_blocks_per_req if padded_num_reqs is not None else max(1, -(-int(ends.max()) // block_size))
         table = buffers.block_table.np[: total_reqs * width].reshape(total_reqs, width)
         table[:num_reqs] = self.states.block_table[rows, :width]
-
         attn_batch = AttentionBatch(
             query_start_loc=buffers.query_start_loc.upload(total_reqs + 1),
             seq_lens=buffers.seq_lens.upload(total_reqs),
@@ -98,23 +130,32 @@ class InputPreparer:
             slot_mapping=buffers.slot_mapping.upload(total_tokens),
             num_reqs=num_reqs,
             num_actual_tokens=num_tokens,
-            max_query_len=int(num_scheduled.max()),
+            max_query_len=max_query_len,
             max_seq_len=int(ends.max()),
             query_start_loc_cpu=buffers.query_start_loc.host[: total_reqs + 1],
             seq_lens_cpu=buffers.seq_lens.host[:total_reqs],
         )
-        sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
-        logits_indices = query_start_loc[1 : num_reqs + 1][sample_mask] - 1
-        return PreparedBatch(
+        batch = PreparedBatch(
             input_ids=buffers.input_ids.upload(total_tokens),
             positions=buffers.positions.upload(total_tokens),
             attn_batch=attn_batch,
             num_tokens=num_tokens,
-            logits_indices=torch.from_numpy(logits_indices.astype(np.int64)).to(self.device, non_blocking=True),
-            sample_request_ids=[r for r, sample in zip(order, sample_mask.tolist()) if sample],
-            is_uniform_decode=is_uniform_decode,
-            prompt_logprob_spans=self._prompt_logprob_spans(states, starts, ends, query_start_loc),
+            logits_indices=None,
+            sample_request_ids=[],
+            is_uniform_decode=True,
         )
+        self._record_staging()
+        return batch
+
+    def wait_for_staging(self) -> None:
+        """Before overwriting the pinned host buffers: the last uploads from them are done."""
+        if self._staging_event is not None:
+            self._staging_event.synchronize()
+
+    def _record_staging(self) -> None:
+        if self.device.type == "cuda":
+            self._staging_event = torch.cuda.Event()
+            self._staging_event.record()
 
     def _pad_decode(self, num_reqs: int, padded: int) -> None:
         buffers = self.buffers

@@ -44,6 +44,11 @@ class ModelRunner:
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
+        self.overlap = None
+        if config.overlap_decode and config.pipeline_parallel_size == 1:
+            from octavo.runtime.decode_overlap import DecodeOverlap
+
+            self.overlap = DecodeOverlap(self)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -121,6 +126,10 @@ class ModelRunner:
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
+        if self.overlap is not None:
+            if self.overlap.eligible(scheduler_output):
+                return self.overlap.execute(scheduler_output)
+            self.overlap.drop()
         output = ModelRunnerOutput()
         graph_size = self._graph_size(scheduler_output)
         if graph_size is not None:

@@ -1,0 +1,158 @@
+"""Overlapping the host's work with the device's: the next decode step is
+launched before this one's tokens reach the host.
+
+In a run of plain greedy decode steps, step N+1's inputs are step N's
+outputs, which already sit on the device. So when step N is launched (or
+found already computed), the runner immediately launches a speculative step
+N+1 for the same requests, one position further, feeding it step N's sampled
+tokens on the device, and only then waits for step N's tokens. While the
+device computes N+1, the host returns N's tokens, updates the scheduler,
+detokenizes and schedules N+1. When the scheduler's real step N+1 arrives it
+is usually the speculated one (same requests, each one token further): its
+tokens are already being computed. A request that finished meanwhile is
+simply not taken from the speculated batch.
+
+Why it is safe: the speculated step only writes the KV of each request's
+next position, into a block the scheduler already gave it (it allocates one
+token of lookahead), never into a prefix-cache block (those hold computed
+tokens only); when the real step differs, it is computed afresh and the
+speculation is dropped (its work wasted, its writes harmless: stream order
+puts them before any later write or read). The tokens are the ones the plain
+path would sample: the same graph, the same greedy argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.runtime.input_batch import PreparedBatch
+
+
+@dataclass
+class LaunchedStep:
+    """A decode step on its way: its requests, their positions, its samples."""
+
+    request_ids: list[str]
+    positions: dict[str, int]  # the position each request computes
+    device_tokens: torch.Tensor  # [num_reqs] sampled token ids, on the device
+    host_tokens: torch.Tensor  # pinned copy, valid once ``done`` has fired
+    done: object | None  # a device event, None where copies are synchronous
+
+    def tokens(self) -> list[int]:
+        if self.done is not None:
+            self.done.synchronize()
+        return self.host_tokens.tolist()
+
+
+class DecodeOverlap:
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.pending: LaunchedStep | None = None
+        self.num_reused = 0
+        self.num_dropped = 0
+
+    # ------------------------------------------------------------- decision
+
+    def eligible(self, scheduler_output: SchedulerOutput) -> bool:
+        """A plain greedy decode step: one token each, no logprobs or penalties."""
+        if scheduler_output.total_num_scheduled_tokens != len(scheduler_output.num_scheduled_tokens):
+            return False
+        states = self.runner.states
+        for request_id in scheduler_output.num_scheduled_tokens:
+            state = states[request_id]
+            params = state.sampling_params
+            if (
+                not params.is_greedy
+                or params.logprobs is not None
+                or params.prompt_logprobs is not None
+                or params.needs_penalties
+                or len(state.token_ids) - state.num_prompt_tokens < params.min_tokens
+                or state.num_computed_tokens + 1 != len(state.token_ids)
+            ):
+                return False
+        return True
+
+    def _covers(self, scheduler_output: SchedulerOutput) -> bool:
+        pending = self.pending
+        if pending is None or scheduler_output.new_requests:
+            return False
+        states = self.runner.states
+        return all(
+            pending.positions.get(r) == states[r].num_computed_tokens for r in scheduler_output.num_scheduled_tokens
+        )
+
+    def _can_speculate(self, request_ids: list[str]) -> bool:
+        runner = self.runner
+        block_size, max_len = runner.config.block_size, runner.config.max_model_len
+        for request_id in request_ids:
+            state = runner.states[request_id]
+            next_position = state.num_computed_tokens + 1
+            if next_position >= max_len or next_position // block_size >= state.num_blocks:
+                return False
+        return True
+
+    # -------------------------------------------------------------- running
+
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        request_ids = list(scheduler_output.num_scheduled_tokens)
+        if self._covers(scheduler_output):
+            step = self.pending
+            self.num_reused += 1
+        else:
+            if self.pending is not None:
+                self.num_dropped += 1
+            step = self._launch_planned(scheduler_output)
+        self.pending = self._launch_next(request_ids, step) if self._can_speculate(request_ids) else None
+        tokens = step.tokens()
+        row = {request_id: index for index, request_id in enumerate(step.request_ids)}
+        return ModelRunnerOutput(sampled_token_ids={r: [tokens[row[r]]] for r in request_ids})
+
+    def drop(self) -> None:
+        """Forget the speculation (the next step is not a plain decode step)."""
+        if self.pending is not None:
+            self.num_dropped += 1
+        self.pending = None
+
+    def _launch_planned(self, scheduler_output: SchedulerOutput) -> LaunchedStep:
+        runner = self.runner
+        graph_size = runner.graphs.padded_size(len(scheduler_output.num_scheduled_tokens)) if runner.graphs else None
+        batch = runner.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
+        states = runner.states
+        positions = {r: states[r].num_computed_tokens for r in batch.sample_request_ids}
+        return self._run(batch, graph_size, positions)
+
+    def _launch_next(self, request_ids: list[str], step: LaunchedStep) -> LaunchedStep:
+        runner = self.runner
+        states = runner.states
+        positions = np.fromiter((states[r].num_computed_tokens + 1 for r in request_ids), np.int64, len(request_ids))
+        if request_ids == step.request_ids:
+            tokens = step.device_tokens
+        else:
+            index = {r: i for i, r in enumerate(step.request_ids)}
+            gather = torch.tensor([index[r] for r in request_ids], device=step.device_tokens.device)
+            tokens = step.device_tokens.index_select(0, gather)
+        graph_size = runner.graphs.padded_size(len(request_ids)) if runner.graphs else None
+        batch = runner.inputs.prepare_decode_from_device(request_ids, positions, tokens, graph_size)
+        return self._run(batch, graph_size, dict(zip(request_ids, positions.tolist())))
+
+    def _run(self, batch: PreparedBatch, graph_size: int | None, positions: dict[str, int]) -> LaunchedStep:
+        runner = self.runner
+        num_reqs = batch.attn_batch.num_reqs
+        if graph_size is not None:
+            logits = runner.graphs.replay(graph_size, num_reqs)
+        else:
+            hidden = runner.run_model(batch)
+            logits = runner.model.compute_logits(hidden[:num_reqs])
+        device_tokens = logits.argmax(dim=-1)
+        on_device = device_tokens.device.type != "cpu"
+        host_tokens = torch.empty(num_reqs, dtype=torch.int64, pin_memory=on_device)
+        host_tokens.copy_(device_tokens, non_blocking=on_device)
+        done = None
+        if on_device:
+            done = torch.cuda.Event()
+            done.record()
+        return LaunchedStep(list(batch.sample_request_ids), positions, device_tokens, host_tokens, done)

@@ -1,0 +1,53 @@
+"""Decode overlap (the next greedy decode step launched before this one's
+tokens reach the host) gives exactly the tokens of the plain path."""
+
+from __future__ import annotations
+
+from octavo import SamplingParams
+from tests.models.test_hf_parity import make_prompts
+
+
+def vocab(path) -> int:
+    from octavo.models.config import load_arch_config
+
+    return load_arch_config(path).vocab_size
+
+
+def run(llm, prompts, lengths, **extra):
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, **extra) for n in lengths]
+    return [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+def test_overlap_matches_plain_decoding(llama_dir, make_llm):
+    prompts = make_prompts(vocab(llama_dir))
+    lengths = [5, 40, 17, 33, 1, 24, 40, 9]  # requests finish at different steps
+    plain = run(make_llm(llama_dir, overlap_decode=False), prompts, lengths)
+    llm = make_llm(llama_dir, overlap_decode=True)
+    overlap = llm.engine.executor.worker.runner.overlap
+    assert run(llm, prompts, lengths) == plain
+    # 39 decode steps: all but the first few (prompts still prefilling) were
+    # already computed when the scheduler asked for them, finishing requests
+    # notwithstanding.
+    assert overlap.num_reused >= 30
+
+
+def test_overlap_with_chunked_prefill_preemption_and_arrivals(llama_dir, make_llm):
+    prompts = make_prompts(vocab(llama_dir), seed=3)
+    lengths = [30] * len(prompts)
+    plain = run(make_llm(llama_dir, overlap_decode=False), prompts, lengths)
+    tight = make_llm(llama_dir, overlap_decode=True, num_kv_blocks=14, max_num_batched_tokens=24,
+                     enable_prefix_caching=False)
+    assert run(tight, prompts, lengths) == plain
+    assert tight.engine.get_stats().num_preemptions > 0
+
+
+def test_non_greedy_steps_take_the_plain_path(llama_dir, make_llm):
+    prompts = make_prompts(vocab(llama_dir))[:3]
+    llm = make_llm(llama_dir, overlap_decode=True)
+    seeded = SamplingParams(temperature=1.0, seed=11, max_tokens=12, ignore_eos=True)
+    reference = make_llm(llama_dir, overlap_decode=False).generate([{"prompt_token_ids": p} for p in prompts], seeded)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], seeded)
+    assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in reference]
+    assert llm.engine.executor.worker.runner.overlap.num_reused == 0
+    with_logprobs = run(llm, prompts, [8, 8, 8], logprobs=2)
+    assert with_logprobs == run(make_llm(llama_dir, overlap_decode=False), prompts, [8, 8, 8])
