@@ -1,20 +1,29 @@
-"""The offline default model: built on first use into the user's cache.
+"""The offline default model: the demo checkpoint that ships with the package.
 
-A small Llama checkpoint (seeded random weights) with a byte-level BPE
-tokenizer trained on a built-in text, so that ``octavo generate`` works on a
-fresh machine with no network. Its output is fluent-looking noise; a trained
-demo model replaces it where one ships with the package.
+``LLM()``, ``octavo generate`` and ``octavo serve`` use it when no model is
+given. It is a small Llama (about 1.75M parameters, float32, about 7 MB)
+trained by ``scripts/train_demo_model.py`` on generated children's stories and
+simple question-and-answer chat turns, so that a first command on a machine
+with no network writes real text; docs/demo_model.md says how it was made.
+
+It lives in ``octavo/assets/demo-model/`` as package data. A missing copy is a
+broken install and raises ``ModelNotFoundError``; nothing is built or fetched
+in its place.
+
+This module also holds ``build_byte_bpe_tokenizer``, the tiny tokenizer that
+test fixtures pair with random-weight checkpoints, and ``CHAT_TEMPLATE``, the
+chat format of both.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-DEFAULT_MODEL_NAME = "octavo-tiny-random-v1"
+from octavo.errors import ModelNotFoundError
+
+DEFAULT_MODEL_NAME = "octavo-demo"
+DEMO_MODEL_DIR = Path(__file__).parent / "assets" / "demo-model"
 
 _CORPUS = """Once upon a time there was a little fox who lived in a quiet forest.
 Every morning the fox walked to the river to drink and to watch the fish.
@@ -30,13 +39,6 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("OCTAVO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "octavo"
-    )
-    return Path(root)
 
 
 def build_byte_bpe_tokenizer(out_dir: Path, corpus: str = _CORPUS, vocab_size: int = 512) -> None:
@@ -70,53 +72,11 @@ def build_byte_bpe_tokenizer(out_dir: Path, corpus: str = _CORPUS, vocab_size: i
     )
 
 
-def build_random_llama(out_dir: Path, vocab_size: int, seed: int = 0, **overrides) -> None:
-    """Save a small random-weight LlamaForCausalLM (transformers' own class)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    settings = dict(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=2,
-        tie_word_embeddings=False,
-    )
-    settings.update(overrides)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**settings))
-    model.save_pretrained(str(out_dir))
-
-
 def default_model_path() -> Path:
-    """The packaged demo model if there is one, else the cached random model."""
-    packaged = Path(__file__).parent / "assets" / "demo-model"
-    if (packaged / "config.json").exists():
-        return packaged
-    target = cache_dir() / DEFAULT_MODEL_NAME
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        build_byte_bpe_tokenizer(staging)
-        from tokenizers import Tokenizer
-
-        vocab_size = Tokenizer.from_file(str(staging / "tokenizer.json")).get_vocab_size()
-        build_random_llama(staging, vocab_size=vocab_size)
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished first
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    """The packaged demo model's directory."""
+    if not (DEMO_MODEL_DIR / "config.json").exists():
+        raise ModelNotFoundError(
+            f"the built-in demo model is missing from {DEMO_MODEL_DIR} (a broken install?); "
+            "reinstall octavo or pass a model"
+        )
+    return DEMO_MODEL_DIR

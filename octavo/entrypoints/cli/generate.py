@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
     parser.add_argument("prompt", nargs="?", default="Once upon a time", help="the prompt (default: 'Once upon a time')")
     add_engine_args(parser)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    # Long enough for the demo model to finish a story (about 100-150 tokens).
+    parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
