@@ -66,3 +66,13 @@ def _as_ref(completion):
 
     ids = completion.token_ids
     return HFGreedy(ids, [completion.logprobs[i][t].logprob for i, t in enumerate(ids)], top5(completion))
+
+
+def test_decode_overlap_on_gpu_matches_plain(llama_dir, make_llm):
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (5, 40, 17, 33, 1, 24, 40, 9)]
+    plain = make_llm(llama_dir, platform="cuda", overlap_decode=False).generate(prompts, params)
+    overlapped = make_llm(llama_dir, platform="cuda", overlap_decode=True)
+    outputs = overlapped.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in plain]
+    assert overlapped.engine.executor.worker.runner.overlap.num_reused >= 30
