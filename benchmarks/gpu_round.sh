@@ -29,6 +29,11 @@ for step in "$@"; do
     profile_eager) TAIL=80 run_step profile_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 8 --enforce-eager --kernels;;
     profile512) TAIL=40 run_step profile_b512 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16;;
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
+    tput16k) run_step throughput_16k 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/throughput_16k.json";;
+    fp8) run_step fp8_latency 300 $CLI bench latency $M8B --quantization fp8 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/fp8_latency.json"
+         run_step fp8_throughput 400 $CLI bench throughput $M8B --quantization fp8 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/fp8_throughput.json";;
+    int4) run_step int4_latency 300 $CLI bench latency $M8B --quantization int4 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/int4_latency.json"
+          run_step int4_throughput 400 $CLI bench throughput $M8B --quantization int4 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/int4_throughput.json";;
     quant) run_step quant_gpu 400 python benchmarks/quant_gpu.py --quick;;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
     *) echo "unknown step $step";;
