@@ -5,6 +5,7 @@
 #
 #   OUT=/tmp/out bash benchmarks/serve_load_gpu.sh [CONFIG_JSON] [TOKENIZER_DIR]
 #
+# SERVE_ARGS adds server options, e.g. SERVE_ARGS="--data-parallel-size 2" on two GPUs.
 # CONFIG_JSON defaults to benchmarks/configs/llama-3.1-8b.json. Without TOKENIZER_DIR a
 # small byte-level tokenizer is built (the weights are random, so the text is noise anyway;
 # only shapes and token counts matter here).
@@ -24,7 +25,7 @@ else
   "$PY" -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$MODEL_DIR'))"
 fi
 "$PY" -m octavo.entrypoints.cli.main serve "$MODEL_DIR" --load-format dummy --dtype bfloat16 \
-  --max-model-len 4096 --port "$PORT" --served-model-name bench --disable-uvicorn-access-log \
+  --max-model-len 4096 --port "$PORT" --served-model-name bench --disable-uvicorn-access-log ${SERVE_ARGS:-} \
   > "$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null || true' EXIT INT TERM

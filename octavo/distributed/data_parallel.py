@@ -17,7 +17,9 @@ Invariants:
   from ``r * tp * pp`` on.
 - Replicas step on their own and push their outputs; ``step()`` returns what
   has arrived, waiting at most ``STEP_WAIT_S`` for the first output, so a
-  caller's loop never blocks long while new requests wait to be added.
+  caller's loop never blocks long while new requests wait to be added; a
+  caller on another thread that has new work calls ``wake()`` (the only
+  method safe from another thread) to end that wait at once.
 - Messages are msgpack (``dp_replica`` lists them); a replica's death, or its
   engine's, makes this engine dead: every unfinished request fails with
   ``EngineDeadError``, the other replicas are shut down, later calls raise.
@@ -29,6 +31,7 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing
+import socket
 import time
 import weakref
 from collections import deque
@@ -56,6 +59,17 @@ REPLY_TIMEOUT_S = 600.0
 
 
 @dataclass
+class ReplicaStats:
+    """One replica's scheduler stats, plus what the front routed to it."""
+
+    replica: int
+    scheduler: SchedulerStats
+    num_kv_blocks: int
+    num_requests_routed: int  # ever sent to this replica
+    num_requests_finished: int  # ever finished there (stop, length or error; aborts are not counted)
+
+
+@dataclass
 class _Replica:
     index: int
     process: multiprocessing.process.BaseProcess
@@ -72,6 +86,12 @@ class DataParallelEngine(RequestValidator):
         self._closed = False
         self._outputs: deque[RequestOutput] = deque()
         self._counter = itertools.count()
+        # wake() may run on another thread at any time, so these are never
+        # closed explicitly (a file descriptor closed under it could be
+        # reused); they close with this object.
+        self._wake_recv, self._wake_send = socket.socketpair()
+        self._wake_recv.setblocking(False)
+        self._wake_send.setblocking(False)
         self._replicas = self._spawn(args)
         self._finalizer = weakref.finalize(self, kill_processes, [r.process for r in self._replicas])
         try:
@@ -81,7 +101,10 @@ class DataParallelEngine(RequestValidator):
             self.shutdown()
             raise
         self.limits, self.info, self.scheduler_config, _ = ready[0]
-        self.num_kv_blocks = min(r[3] for r in ready)
+        # A request must fit on whichever replica it is routed to.
+        self.replica_num_kv_blocks = [r[3] for r in ready]
+        self.num_kv_blocks = min(self.replica_num_kv_blocks)
+        self._num_finished = [0] * self.num_replicas
         self.router = PrefixAwareRouter(self.num_replicas, self.limits.block_size)
 
     def _spawn(self, args) -> list[_Replica]:
@@ -98,6 +121,7 @@ class DataParallelEngine(RequestValidator):
             )
             process.start()
             child_end.close()
+            logger.info("data-parallel replica %d started (pid %d)", index, process.pid)
             replicas.append(_Replica(index, process, parent_end, deque()))
         return replicas
 
@@ -159,24 +183,24 @@ class DataParallelEngine(RequestValidator):
         return outputs
 
     def get_stats(self) -> SchedulerStats:
-        """The replicas' stats combined (counts summed, KV usage averaged)."""
-        stats = [self._ask(replica, "stats") for replica in self._replicas]
-        prefix = PrefixCacheStats(
-            num_queries=sum(s.prefix_cache.num_queries for s in stats),
-            num_hits=sum(s.prefix_cache.num_hits for s in stats),
-            num_requests=sum(s.prefix_cache.num_requests for s in stats),
-        )
-        return SchedulerStats(
-            num_running=sum(s.num_running for s in stats),
-            num_waiting=sum(s.num_waiting for s in stats),
-            kv_cache_usage=sum(s.kv_cache_usage for s in stats) / len(stats),
-            num_free_blocks=sum(s.num_free_blocks for s in stats),
-            num_preemptions=sum(s.num_preemptions for s in stats),
-            prefix_cache=prefix,
-        )
+        """The replicas' stats combined (see ``combine_replica_stats``)."""
+        return combine_replica_stats(self.get_replica_report())
 
     def get_replica_stats(self) -> list[SchedulerStats]:
         return [self._ask(replica, "stats") for replica in self._replicas]
+
+    def get_replica_report(self) -> list[ReplicaStats]:
+        """Each replica's stats (one question to each) and routing counters."""
+        return [
+            ReplicaStats(
+                replica=replica.index,
+                scheduler=self._ask(replica, "stats"),
+                num_kv_blocks=self.replica_num_kv_blocks[replica.index],
+                num_requests_routed=self.router.loads[replica.index].num_routed,
+                num_requests_finished=self._num_finished[replica.index],
+            )
+            for replica in self._replicas
+        ]
 
     def check_health(self) -> None:
         self._raise_if_dead()
@@ -187,6 +211,13 @@ class DataParallelEngine(RequestValidator):
             problem = self._ask(replica, "health")
             if problem is not None:
                 raise self._fail(f"data-parallel replica {replica.index}: {problem}")
+
+    def wake(self) -> None:
+        """End a ``step()`` that is waiting for outputs (thread-safe)."""
+        try:
+            self._wake_send.send(b"\0")
+        except OSError:  # the buffer is full: a wake-up is pending already
+            pass
 
     def shutdown(self) -> None:
         if self._closed:
@@ -231,11 +262,21 @@ class DataParallelEngine(RequestValidator):
         """Read every message that arrives within ``timeout`` (at least one wait)."""
         conns = {r.conn: r for r in self._replicas}
         sentinels = {r.process.sentinel: r for r in self._replicas}
-        for ready in wait([*conns, *sentinels], timeout=timeout):
+        for ready in wait([*conns, *sentinels, self._wake_recv], timeout=timeout):
+            if ready is self._wake_recv:
+                self._clear_wake()
+                continue
             replica = conns.get(ready) or sentinels[ready]
             self._drain(replica)
             if ready in sentinels and not replica.process.is_alive():
                 raise self._fail(f"data-parallel replica {replica.index} died (exit code {replica.process.exitcode})")
+
+    def _clear_wake(self) -> None:
+        try:
+            while self._wake_recv.recv(4096):
+                pass
+        except OSError:  # nothing left to read
+            pass
 
     def _drain(self, replica: _Replica) -> None:
         try:
@@ -249,11 +290,14 @@ class DataParallelEngine(RequestValidator):
         kind = message[0]
         if kind == "outputs":
             # Drop outputs of requests aborted meanwhile (or now owned elsewhere).
-            self._outputs.extend(o for o in message[1] if self.router.replica_of(o.request_id) == replica.index)
+            owned = [o for o in message[1] if self.router.replica_of(o.request_id) == replica.index]
+            self._num_finished[replica.index] += sum(o.finished for o in owned)
+            self._outputs.extend(owned)
         elif kind == "add_failed":
             _, request_id, error_type, text = message
             logger.error("replica %d refused request %s: %s: %s", replica.index, request_id, error_type, text)
             if self.router.replica_of(request_id) == replica.index:
+                self._num_finished[replica.index] += 1
                 self._outputs.append(_failed_output(request_id))
         elif kind == "dead":
             raise self._fail(f"data-parallel replica {replica.index} failed: {message[1]}")
@@ -288,6 +332,27 @@ class DataParallelEngine(RequestValidator):
     def _raise_if_dead(self) -> None:
         if self._dead is not None:
             raise self._dead
+
+
+def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
+    """The whole engine's stats: counts (requests, free blocks, preemptions,
+    prefix-cache tokens) summed; KV usage is used blocks over all blocks."""
+    stats = [r.scheduler for r in replicas]
+    num_blocks = sum(r.num_kv_blocks for r in replicas)
+    num_used_blocks = sum(s.kv_cache_usage * r.num_kv_blocks for s, r in zip(stats, replicas))
+    prefix = PrefixCacheStats(
+        num_queries=sum(s.prefix_cache.num_queries for s in stats),
+        num_hits=sum(s.prefix_cache.num_hits for s in stats),
+        num_requests=sum(s.prefix_cache.num_requests for s in stats),
+    )
+    return SchedulerStats(
+        num_running=sum(s.num_running for s in stats),
+        num_waiting=sum(s.num_waiting for s in stats),
+        kv_cache_usage=num_used_blocks / num_blocks if num_blocks else 0.0,
+        num_free_blocks=sum(s.num_free_blocks for s in stats),
+        num_preemptions=sum(s.num_preemptions for s in stats),
+        prefix_cache=prefix,
+    )
 
 
 def _failed_output(request_id: str) -> RequestOutput:

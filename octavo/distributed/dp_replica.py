@@ -20,13 +20,15 @@ Invariants:
 - The front has validated every request it sends; ``add_failed`` is a
   safety net, not the way bad input is reported.
 - When the front's end of the pipe closes, the replica shuts its engine
-  down and exits.
+  down and exits. It ignores SIGINT: a terminal's Ctrl-C goes to the whole
+  process group, and the front decides how to stop.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 
 from octavo.distributed.inbox import Inbox
 from octavo.distributed.serialization import decode, encode
@@ -97,6 +99,9 @@ class ReplicaServer:
 
 def run_replica_process(conn, engine_args: bytes) -> None:
     """Entry point of a spawned replica: build the engine, report, serve."""
+    # A terminal's Ctrl-C reaches the whole process group; the front decides
+    # how to stop (a server drains first) and closes the pipe, which ends us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=os.environ.get("OCTAVO_LOG_LEVEL", "WARNING"))
     from octavo.engine_args import EngineArgs, build_single_engine
     from octavo.runtime.executors.worker_host import encode_error

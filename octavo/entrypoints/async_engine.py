@@ -1,8 +1,11 @@
-"""The synchronous ``LLMEngine`` driven from a dedicated thread, for asyncio front ends.
+"""The synchronous engine (an ``LLMEngine`` or a ``DataParallelEngine``, same
+interface) driven from a dedicated thread, for asyncio front ends.
 
 Invariants:
 
-* Only the engine thread touches the ``LLMEngine`` (add, abort, step, stats).
+* Only the engine thread touches the engine (add, abort, step, stats), but
+  for a data-parallel engine's thread-safe ``wake()``: the event loop calls
+  it after each command, so a ``step()`` waiting for replica outputs returns.
   The event loop hands it commands through a thread-safe queue and hears back
   through ``loop.call_soon_threadsafe``: one call per engine step, carrying all
   of that step's outputs, so that many streams cost one wake-up, not many.
@@ -10,7 +13,11 @@ Invariants:
   finished ``RequestOutput`` or an exception. Engine death and shutdown fail
   every live stream and every pending command, so nothing waits forever.
 * Aborts are idempotent and run on the engine thread, which frees the
-  request's KV blocks before the next step.
+  request's KV blocks before the next step (a data-parallel engine forwards
+  the abort to the replica that holds the request).
+* An idle engine is asked ``check_health()`` every ``IDLE_HEALTH_CHECK_S``:
+  a worker or replica that dies while no request runs still stops the loop
+  (and turns ``/health`` to 503); while requests run, ``step()`` notices.
 * Admission is bounded: at most ``max_inflight_seqs`` sequences (a request
   with ``n`` choices counts ``n``) are in the engine at once; past that,
   ``QueueFullError`` is raised at once instead of queueing without bound.
@@ -25,15 +32,21 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from octavo.core.engine import LLMEngine
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats
+from octavo.entrypoints.engine_stats import EngineSnapshot, take_snapshot
 from octavo.errors import EngineDeadError, OctavoError, QueueFullError
 
+if TYPE_CHECKING:
+    from octavo.distributed.data_parallel import DataParallelEngine
+
 logger = logging.getLogger(__name__)
+
+IDLE_HEALTH_CHECK_S = 1.0
 
 
 class ServerShuttingDownError(OctavoError):
@@ -95,17 +108,18 @@ class RequestStream:
 class AsyncEngine:
     def __init__(
         self,
-        engine: LLMEngine,
+        engine: LLMEngine | DataParallelEngine,
         config: AsyncEngineConfig | None = None,
         observer: EngineObserver | None = None,
     ) -> None:
         self.engine = engine
         self.config = config or AsyncEngineConfig()
         self.observer = observer
-        self.last_stats: SchedulerStats = engine.get_stats()
+        self.last_snapshot: EngineSnapshot = take_snapshot(engine)
         self.num_inflight_seqs = 0
         self.started_at = int(time.time())
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_engine = getattr(engine, "wake", None)
         self._lock = threading.Lock()  # orders "is the thread alive?" with enqueueing
         self._thread_dead = False
         self._error: OctavoError | None = None
@@ -141,6 +155,8 @@ class AsyncEngine:
             alive = not self._thread_dead
             if alive:
                 self._commands.put(_STOP)
+        if alive and self._wake_engine is not None:
+            self._wake_engine()
         if self._thread is not None and alive:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self.engine.shutdown()
@@ -218,15 +234,23 @@ class AsyncEngine:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.call_later, delay, self.abort_all, error)
 
+    @property
+    def last_stats(self) -> SchedulerStats:
+        return self.last_snapshot.stats
+
     async def get_stats(self) -> SchedulerStats:
         """Fresh scheduler stats from the engine thread (the last ones if it is dead)."""
+        return (await self.get_snapshot()).stats
+
+    async def get_snapshot(self) -> EngineSnapshot:
+        """Fresh stats (per replica too, if data parallel); the last ones if the engine is dead."""
         future = asyncio.get_running_loop().create_future()
         if not self._try_submit(_Stats(future)):
-            return self.last_stats
+            return self.last_snapshot
         try:
             return await future
         except OctavoError:
-            return self.last_stats
+            return self.last_snapshot
 
     def _release(self, stream: RequestStream) -> None:
         if stream.released:
@@ -250,7 +274,9 @@ class AsyncEngine:
             if self._thread_dead or self._thread is None:
                 return False
             self._commands.put(command)
-            return True
+        if self._wake_engine is not None:
+            self._wake_engine()
+        return True
 
     # ----------------------------------------------------------- engine thread
 
@@ -270,7 +296,13 @@ class AsyncEngine:
             self._die(exc)
 
     def _next_commands(self, block: bool) -> list[Any]:
-        commands = [self._commands.get()] if block else []
+        commands = []
+        while block:
+            try:
+                commands.append(self._commands.get(timeout=IDLE_HEALTH_CHECK_S))
+                break
+            except queue.Empty:
+                self.engine.check_health()  # raises once a worker or replica is gone
         while True:
             try:
                 commands.append(self._commands.get_nowait())
@@ -288,8 +320,10 @@ class AsyncEngine:
                     if self.observer is not None:
                         self.observer.on_request_aborted(request_id)
         elif isinstance(command, _Stats):
-            self.last_stats = self.engine.get_stats()
-            self._call_in_loop(_resolve, command.result, self.last_stats, None)
+            try:
+                self.last_snapshot = take_snapshot(self.engine)
+            finally:  # a replica that died while answering still leaves the scrape an answer
+                self._call_in_loop(_resolve, command.result, self.last_snapshot, None)
 
     def _apply_add(self, command: _Add) -> None:
         if command.added.done():  # cancelled while queued: the client is gone
@@ -352,7 +386,7 @@ class AsyncEngine:
             if isinstance(command, _Add):
                 _resolve(command.added, None, self._error)
             elif isinstance(command, _Stats):
-                _resolve(command.result, self.last_stats, None)
+                _resolve(command.result, self.last_snapshot, None)
         self._fail_streams(self._error)
 
     def _call_in_loop(self, callback, *args) -> None:

@@ -29,6 +29,11 @@ def install_from_env(engine) -> bool:
     after_steps_text = os.environ.get(FAULT_AFTER_STEPS_ENV) or None
     if fault_file is None and after_steps_text is None:
         return False
+    if not hasattr(engine, "executor"):
+        from octavo.errors import InvalidArgumentError
+
+        # A data-parallel engine's models run in its replicas' processes, out of this hook's reach.
+        raise InvalidArgumentError(f"{FAULT_FILE_ENV} / {FAULT_AFTER_STEPS_ENV} need a single engine (data_parallel_size=1)")
     after_steps = int(after_steps_text) if after_steps_text is not None else None
     logger.warning(
         "TEST HOOK ACTIVE: the model step will raise (%s=%s, %s=%s)",

@@ -4,7 +4,9 @@ Request-level metrics (tokens, TTFT, inter-token latency, end-to-end latency,
 finish reasons) are recorded on the engine thread as outputs appear, from the
 timestamps the output processor stamps on each sequence; engine-level gauges
 (running and waiting requests, KV-cache usage and free blocks, prefix-cache
-hit rate, preemptions) are refreshed from the scheduler at scrape time.
+hit rate, preemptions) are refreshed from the scheduler at scrape time. For a
+data-parallel engine they are the replicas combined (``engine_stats``), and
+``replica_metrics`` adds each replica's own, labelled ``replica``.
 prometheus_client's metrics are thread-safe; the per-sequence bookkeeping
 here is touched by the engine thread only.
 """
@@ -17,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from octavo.core.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
-from octavo.core.scheduler import SchedulerStats
+from octavo.entrypoints.engine_stats import EngineSnapshot
+from octavo.entrypoints.replica_metrics import ReplicaCollector
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 1.0, 2.5)
@@ -44,9 +47,13 @@ class _RequestProgress:
 class ServerMetrics:
     """Implements the async engine's ``EngineObserver`` and renders ``/metrics``."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_replicas: int = 1) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.replicas: ReplicaCollector | None = None
+        if num_replicas > 1:
+            self.replicas = ReplicaCollector()
+            r.register(self.replicas)
         self.num_running = Gauge("octavo:num_requests_running", "Requests running in the engine", registry=r)
         self.num_waiting = Gauge("octavo:num_requests_waiting", "Requests waiting to be scheduled", registry=r)
         self.num_inflight_seqs = Gauge("octavo:num_inflight_sequences", "Sequences admitted by the server", registry=r)
@@ -132,7 +139,8 @@ class ServerMetrics:
 
     # ------------------------------------------------------------ scrape (event loop)
 
-    def update_engine_stats(self, stats: SchedulerStats, alive: bool, num_inflight_seqs: int) -> None:
+    def update_engine_stats(self, snapshot: EngineSnapshot, alive: bool, num_inflight_seqs: int) -> None:
+        stats = snapshot.stats
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
         self.num_inflight_seqs.set(num_inflight_seqs)
@@ -146,6 +154,8 @@ class ServerMetrics:
         self.preemptions.inc(max(0, stats.num_preemptions - self._last_preemptions))
         self._last_prefix_queries, self._last_prefix_hits = prefix.num_queries, prefix.num_hits
         self._last_preemptions = stats.num_preemptions
+        if self.replicas is not None and snapshot.replicas:
+            self.replicas.update(snapshot.replicas)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

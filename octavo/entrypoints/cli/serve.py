@@ -88,7 +88,11 @@ def run(args: argparse.Namespace) -> int:
     if config.api_key is None and args.host not in LOOPBACK_HOSTS:
         logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
     engine = build_engine(engine_args_from(args))
-    install_from_env(engine)
+    try:
+        install_from_env(engine)
+    except BaseException:
+        engine.shutdown()
+        raise
     app = build_app(engine, config)
     ctx = app.state.octavo
 

@@ -1,4 +1,5 @@
-"""The app factory: one engine, one FastAPI app with the OpenAI and Anthropic routes.
+"""The app factory: one engine (an ``LLMEngine``, or a ``DataParallelEngine``
+over several replicas), one FastAPI app with the OpenAI and Anthropic routes.
 
 Middleware, outermost first: the gate (431 for oversized headers, 503 while
 draining), authentication (deny by default), the body-size limit (413). The
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import copy
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
 from octavo.core.engine import LLMEngine
 from octavo.entrypoints.anthropic import messages
 from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
+from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai import chat, completions, routes
 from octavo.entrypoints.openai.auth import AuthMiddleware
@@ -25,13 +28,17 @@ from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
 from octavo.entrypoints.openai.serving import ServingContext
 from octavo.version import __version__
 
+if TYPE_CHECKING:
+    from octavo.distributed.data_parallel import DataParallelEngine
 
-def build_app(engine: LLMEngine, config: ServerConfig) -> FastAPI:
-    metrics = ServerMetrics()
-    metrics.kv_total_blocks.set(engine.scheduler.kv.num_blocks)
+
+def build_app(engine: LLMEngine | DataParallelEngine, config: ServerConfig) -> FastAPI:
+    capacity = engine_capacity(engine)
+    metrics = ServerMetrics(capacity.num_replicas)
+    metrics.kv_total_blocks.set(capacity.num_kv_blocks)
     max_inflight_seqs = None
     if config.max_queued_requests is not None:
-        max_inflight_seqs = engine.scheduler.config.max_num_seqs + config.max_queued_requests
+        max_inflight_seqs = capacity.max_num_seqs + config.max_queued_requests
     async_engine = AsyncEngine(engine, AsyncEngineConfig(max_inflight_seqs=max_inflight_seqs), observer=metrics)
     ctx = ServingContext(
         engine=async_engine,

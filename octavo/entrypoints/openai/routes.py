@@ -52,8 +52,8 @@ async def version():
 
 async def metrics(request: Request):
     ctx = get_context(request)
-    stats = await ctx.engine.get_stats()
-    ctx.metrics.update_engine_stats(stats, ctx.engine.is_alive, ctx.engine.num_inflight_seqs)
+    snapshot = await ctx.engine.get_snapshot()
+    ctx.metrics.update_engine_stats(snapshot, ctx.engine.is_alive, ctx.engine.num_inflight_seqs)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE)
 
 
