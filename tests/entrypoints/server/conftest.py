@@ -19,14 +19,6 @@ MAX_HEADER_BYTES = 8 << 10
 
 
 @pytest.fixture(scope="session")
-def llama_dir(tokenizer_dir, tmp_path_factory):
-    """The tiny Llama (same weights as the session one) with room for the long requests these tests send."""
-    from tests.checkpoints import build_checkpoint
-
-    return build_checkpoint(tmp_path_factory.mktemp("server-llama"), "llama", tokenizer_dir, max_position_embeddings=8192)
-
-
-@pytest.fixture(scope="session")
 def server(llama_dir, tmp_path_factory):
     args = [
         "--max-model-len", str(MAX_MODEL_LEN),
