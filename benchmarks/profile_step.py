@@ -83,7 +83,7 @@ def main() -> None:
     def run(seed: int, profile_kernels: bool = False):
         for i, prompt in enumerate(random_prompts(args.batch_size, args.input_len, vocab, seed)):
             engine.add_request(f"{seed}-{i}", {"prompt_token_ids": prompt}, params)
-        steps, started = 0, time.perf_counter()
+        steps = 0
         step_times = []
         while engine.has_unfinished_requests():
             PHASE[0] = "prefill" if steps == 0 else "decode"

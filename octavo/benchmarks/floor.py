@@ -33,13 +33,16 @@ def _timed(fn, device: torch.device, iters: int) -> float:
     return (time.perf_counter() - started) / iters
 
 
+def _time_copy(num_bytes: int, device: torch.device) -> float:
+    src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return _timed(lambda: dst.copy_(src), device, iters=20)
+
+
 def measure_ceilings(device: torch.device, copy_bytes: int = 1 << 31, matmul_size: int = 8192) -> DeviceCeilings:
     if device.type == "cpu":
         copy_bytes, matmul_size = 1 << 26, 1024
-    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    copy_time = _timed(lambda: dst.copy_(src), device, iters=20)
-    del src, dst
+    copy_time = _time_copy(copy_bytes, device)
     dtype = torch.bfloat16 if device.type != "cpu" else torch.float32
     a = torch.randn(matmul_size, matmul_size, dtype=dtype, device=device)
     b = torch.randn(matmul_size, matmul_size, dtype=dtype, device=device)

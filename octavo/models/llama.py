@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from octavo.core.attention import AttentionSpec
-from octavo.distributed.parallel_state import get_pp_group, get_tp_group
+from octavo.distributed.parallel_state import get_pp_group
 from octavo.errors import ModelLoadError, UnsupportedModelError
 from octavo.models.base import ModelInitContext
 from octavo.models.layers.activation import SiluAndMul

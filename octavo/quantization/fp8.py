@@ -27,7 +27,7 @@ from octavo.errors import QuantizationError
 from octavo.kernels.quant import scaled_mm
 from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
 from octavo.quantization.naming import is_ignored
-from octavo.quantization.params import channel_scale_loader, new_param, replace_param
+from octavo.quantization.params import create_channel_scaled_weights, replace_param
 
 
 class Fp8LinearMethod(LinearMethod):
@@ -38,14 +38,8 @@ class Fp8LinearMethod(LinearMethod):
         self.serialized = serialized
 
     def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
-        num_out = sum(output_partition_sizes)
-        dtype = scaled_mm.FP8_DTYPE if self.serialized else params_dtype
-        layer.register_parameter("weight", new_param((num_out, input_size), dtype, output_dim=0, input_dim=1))
-        if self.serialized:
-            scale = new_param((num_out,), torch.float32, output_dim=0)
-            scale.weight_loader = channel_scale_loader(layer)
-            layer.register_parameter("weight_scale", scale)
-        layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
+        serialized_dtype = scaled_mm.FP8_DTYPE if self.serialized else None
+        create_channel_scaled_weights(layer, input_size, output_partition_sizes, params_dtype, bias, serialized_dtype)
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         if self.serialized:

@@ -24,7 +24,7 @@ from torch import nn
 from octavo.kernels.quant import scaled_mm
 from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
 from octavo.quantization.naming import is_ignored
-from octavo.quantization.params import channel_scale_loader, new_param, replace_param
+from octavo.quantization.params import create_channel_scaled_weights, replace_param
 
 
 def _emulated_w8a8(x, qweight, weight_scale, bias):
@@ -43,14 +43,8 @@ class Int8LinearMethod(LinearMethod):
         self.w8a8 = w8a8
 
     def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
-        num_out = sum(output_partition_sizes)
-        dtype = torch.int8 if self.serialized else params_dtype
-        layer.register_parameter("weight", new_param((num_out, input_size), dtype, output_dim=0, input_dim=1))
-        if self.serialized:
-            scale = new_param((num_out,), torch.float32, output_dim=0)
-            scale.weight_loader = channel_scale_loader(layer)
-            layer.register_parameter("weight_scale", scale)
-        layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
+        serialized_dtype = torch.int8 if self.serialized else None
+        create_channel_scaled_weights(layer, input_size, output_partition_sizes, params_dtype, bias, serialized_dtype)
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         if self.serialized:

@@ -26,6 +26,27 @@ def new_param(shape: tuple[int, ...] | list[int], dtype: torch.dtype, **attrs: A
     return param
 
 
+def create_channel_scaled_weights(
+    layer: nn.Module,
+    input_size: int,
+    output_partition_sizes: list[int],
+    params_dtype: torch.dtype,
+    bias: bool,
+    serialized_dtype: torch.dtype | None,
+) -> None:
+    """``weight`` (+ ``bias``) for an 8-bit method: in ``serialized_dtype`` with a
+    per-channel ``weight_scale`` when the checkpoint is already quantized
+    (``serialized_dtype`` given), else in the model dtype, quantized after loading."""
+    num_out = sum(output_partition_sizes)
+    dtype = serialized_dtype or params_dtype
+    layer.register_parameter("weight", new_param((num_out, input_size), dtype, output_dim=0, input_dim=1))
+    if serialized_dtype is not None:
+        scale = new_param((num_out,), torch.float32, output_dim=0)
+        scale.weight_loader = channel_scale_loader(layer)
+        layer.register_parameter("weight_scale", scale)
+    layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
+
+
 def replace_param(layer: nn.Module, name: str, value: torch.Tensor | None) -> None:
     """Swap a parameter for a new tensor (freeing the old one); None removes it."""
     if name in layer._parameters:

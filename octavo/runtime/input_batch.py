@@ -56,7 +56,7 @@ class InputPreparer:
         self._staging_event = None
 
     def prepare(self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None) -> PreparedBatch:
-        buffers, block_size = self.buffers, self.block_size
+        buffers = self.buffers
         order = list(scheduler_output.num_scheduled_tokens)
         states = [self.states[r] for r in order]
         num_reqs = len(order)

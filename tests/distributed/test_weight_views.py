@@ -72,7 +72,7 @@ def test_rank_holds_exactly_its_slices(wide_llama, tp_rank, tp_size, pp_rank, pp
     full = full_tensors(wide_llama)
     params = dict(model.named_parameters())
     layer = 1 if pp_size == 2 else 0
-    assert (f"model.layers.0.mlp.down_proj.weight" in params) == (pp_rank == 0)
+    assert ("model.layers.0.mlp.down_proj.weight" in params) == (pp_rank == 0)
     q = params[f"model.layers.{layer}.self_attn.qkv_proj.weight"][:128 // tp_size]
     assert torch.equal(q, full[f"model.layers.{layer}.self_attn.q_proj.weight"].chunk(tp_size)[tp_rank][: 128 // tp_size])
     down = params[f"model.layers.{layer}.mlp.down_proj.weight"]

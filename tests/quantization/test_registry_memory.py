@@ -91,7 +91,7 @@ def test_env_reports_model_memory(quant_llama_dir, capsys):
     assert main(["env", "--model", str(quant_llama_dir), "--quantization", "int4"]) == 0
     out = capsys.readouterr().out
     ratio = measure_weight_memory(str(quant_llama_dir), "int4").linear_ratio
-    assert f"(int4): linear layers" in out and f"= {ratio:.3f} x bf16" in out
+    assert "(int4): linear layers" in out and f"= {ratio:.3f} x bf16" in out
     assert 0.25 <= ratio <= 0.27
 
 

@@ -54,7 +54,6 @@ def _ratio(ours: float | None, theirs: float | None, lower_is_better: bool) -> s
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from octavo.benchmarks import latency, throughput
     from octavo.benchmarks.floor import measure_ceilings
