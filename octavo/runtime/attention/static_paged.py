@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpec
-from octavo.runtime.attention.torch_paged import TorchPagedAttention, TorchPagedMetadata
+from octavo.runtime.attention.torch_paged import TorchPagedAttention, TorchPagedMetadata, attend_padded
 
 
 def bucket(n: int, multiple: int = 1) -> int:
@@ -122,17 +122,9 @@ def static_paged_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: StaticPagedMetadata, spec: AttentionSpec
 ) -> torch.Tensor:
     padded = meta.padded
-    key_cache = kv_cache[0].view(-1, spec.num_kv_heads, spec.head_size)
-    value_cache = kv_cache[1].view(-1, spec.num_kv_heads, spec.head_size)
-    q = query[padded.query_index].transpose(1, 2)  # [B, H, max_q, D]
-    k = key_cache[padded.key_slots].to(query.dtype).transpose(1, 2)  # [B, Hkv, max_s, D]
-    v = value_cache[padded.key_slots].to(query.dtype).transpose(1, 2)
-    group = spec.num_heads // spec.num_kv_heads
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=padded.mask(spec.sliding_window), scale=spec.scale)
-    flat = out.transpose(1, 2).reshape(-1, spec.num_heads, spec.head_size)  # [B * max_q, H, D]
+    mask = padded.mask(spec.sliding_window)
+    out = attend_padded(query, kv_cache, padded.query_index, padded.key_slots, mask, spec)
+    flat = out.reshape(-1, spec.num_heads, spec.head_size)  # [B * max_q, H, D]
     return torch.where(meta.token_valid[:, None, None], flat[meta.token_rows], 0).to(query.dtype)
 
 

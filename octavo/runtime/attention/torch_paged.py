@@ -114,22 +114,38 @@ class TorchPagedAttention(AttentionBackend):
         return paged_attention_reference(query, kv_cache, metadata, self.spec)
 
 
+def attend_padded(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_index: torch.Tensor,
+    key_slots: torch.Tensor,
+    mask: torch.Tensor,
+    spec: AttentionSpec,
+) -> torch.Tensor:
+    """Masked attention over a padded batch: queries ``query[query_index]``
+    ([B, max_q]) against the cache slots ``key_slots`` ([B, max_s]); returns
+    [B, max_q, H, D]. Shared by the torch reference and the static-shape backend."""
+    key_cache = kv_cache[0].view(-1, spec.num_kv_heads, spec.head_size)
+    value_cache = kv_cache[1].view(-1, spec.num_kv_heads, spec.head_size)
+    q = query[query_index].transpose(1, 2)  # [B, H, max_q, D]
+    k = key_cache[key_slots].to(query.dtype).transpose(1, 2)  # [B, Hkv, max_s, D]
+    v = value_cache[key_slots].to(query.dtype).transpose(1, 2)
+    group = spec.num_heads // spec.num_kv_heads
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale)
+    return out.transpose(1, 2)
+
+
 def paged_attention_reference(
     query: torch.Tensor, kv_cache: torch.Tensor, metadata: TorchPagedMetadata, spec: AttentionSpec
 ) -> torch.Tensor:
     """Attention of each query token over its request's cached context."""
     num_tokens = metadata.num_actual_tokens
-    key_cache = kv_cache[0].view(-1, spec.num_kv_heads, spec.head_size)
-    value_cache = kv_cache[1].view(-1, spec.num_kv_heads, spec.head_size)
-    q = query[metadata.query_index].transpose(1, 2)  # [B, H, max_q, D]
-    k = key_cache[metadata.key_slots].to(query.dtype).transpose(1, 2)  # [B, Hkv, max_s, D]
-    v = value_cache[metadata.key_slots].to(query.dtype).transpose(1, 2)
-    group = spec.num_heads // spec.num_kv_heads
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=metadata.mask(spec.sliding_window), scale=spec.scale)
-    out = out.transpose(1, 2)[metadata.query_valid]  # [T, H, D] in batch order
+    mask = metadata.mask(spec.sliding_window)
+    out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec)
+    out = out[metadata.query_valid]  # [T, H, D] in batch order
     result = torch.zeros_like(query)
     result[:num_tokens] = out
     return result
