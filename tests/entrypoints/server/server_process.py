@@ -23,10 +23,12 @@ class ServerProcess:
     """One ``python -m octavo.entrypoints.cli.main serve ...`` subprocess (on a loopback port the
     OS picks) and its log; ``url`` is known once ``wait_healthy`` returns."""
 
-    def __init__(self, model: Path | str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, model: Path | str | None, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        """``model=None`` serves the default (demo) model."""
         self.url = ""
         self.log_path = log_path
-        command = [sys.executable, "-m", "octavo.entrypoints.cli.main", "serve", str(model), "--port", "0"]
+        command = [sys.executable, "-m", "octavo.entrypoints.cli.main", "serve"]
+        command += ([str(model)] if model is not None else []) + ["--port", "0"]
         command += ["--dtype", "float32", "--disable-uvicorn-access-log", *args]
         full_env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
         self._log = open(log_path, "wb")
