@@ -144,37 +144,8 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     selection = select_platform(args.platform)
     platform = selection.platform
     logger.info("platform %s: %s", platform.name, selection.reason)
-    dtype = resolve_dtype(args.dtype, arch, platform.supported_dtypes)
-    max_model_len = resolve_max_model_len(args.max_model_len, arch)
     _check_parallel_layout(args, arch)
-    max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
-    if not args.enable_chunked_prefill:
-        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
-    overlap_decode = args.overlap_decode
-    if overlap_decode is None:
-        single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
-        overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
-    worker_config = WorkerConfig(
-        model_path=str(model_path),
-        load_format="dummy" if args.load_format == "dummy" else load_format,
-        dtype=dtype,
-        kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        platform=platform.name,
-        quantization=args.quantization,
-        seed=args.seed,
-        enforce_eager=args.enforce_eager,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        num_kv_blocks=args.num_kv_blocks,
-        tensor_parallel_size=args.tensor_parallel_size,
-        pipeline_parallel_size=args.pipeline_parallel_size,
-        overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
-        device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
-    )
+    worker_config = _worker_config(args, platform, arch, model_path, load_format)
     platform.check_config(worker_config)
     from octavo.runtime.executor import create_executor
 
@@ -192,23 +163,56 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         raise
     scheduler = Scheduler(
         SchedulerConfig(
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_batched_tokens=worker_config.max_num_batched_tokens,
             max_num_seqs=args.max_num_seqs,
-            max_model_len=max_model_len,
+            max_model_len=worker_config.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
             num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )
     limits = EngineLimits(
-        max_model_len=max_model_len,
+        max_model_len=worker_config.max_model_len,
         vocab_size=arch.vocab_size,
         block_size=args.block_size,
         eos_token_ids=eos_token_ids(tokenizer, arch.raw, generation_config),
         max_logprobs=args.max_logprobs,
     )
-    info = ModelInfo(str(model_path), arch.architecture, dtype, platform.name)
+    info = ModelInfo(str(model_path), arch.architecture, worker_config.dtype, platform.name)
     return LLMEngine(executor, scheduler, tokenizer, limits, info)
+
+
+def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str) -> WorkerConfig:
+    """The options a worker needs, resolved against the model and the platform."""
+    max_model_len = resolve_max_model_len(args.max_model_len, arch)
+    max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
+    if not args.enable_chunked_prefill:
+        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
+    single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
+    overlap_decode = args.overlap_decode
+    if overlap_decode is None:
+        overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
+    return WorkerConfig(
+        model_path=str(model_path),
+        load_format="dummy" if args.load_format == "dummy" else load_format,
+        dtype=resolve_dtype(args.dtype, arch, platform.supported_dtypes),
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        platform=platform.name,
+        quantization=args.quantization,
+        seed=args.seed,
+        enforce_eager=args.enforce_eager,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        num_kv_blocks=args.num_kv_blocks,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
+        device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
+    )
 
 
 def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
