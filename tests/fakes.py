@@ -5,12 +5,13 @@ from __future__ import annotations
 from octavo.core.engine import EngineLimits, LLMEngine
 from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.scheduler import Scheduler, SchedulerConfig
-from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, TokenLogprobs
 from octavo.runtime.request_state import RequestStates
 
 
 class ScriptedExecutor:
-    """Samples, for every request, the next token of one fixed script."""
+    """Samples, for every request, the next token of one fixed script; where
+    logprobs are asked for, the i-th output token's logprob is ``-(i + 1)``."""
 
     def __init__(self, script: list[int]) -> None:
         self.script = script
@@ -23,7 +24,10 @@ class ScriptedExecutor:
             state = self.states[request_id]
             if state.num_computed_tokens + num_tokens == len(state.token_ids):
                 index = len(state.output_token_ids)
-                output.sampled_token_ids[request_id] = [self.script[index % len(self.script)]]
+                token_id = self.script[index % len(self.script)]
+                output.sampled_token_ids[request_id] = [token_id]
+                if state.sampling_params.logprobs is not None:
+                    output.logprobs[request_id] = [TokenLogprobs([token_id], [-(index + 1.0)], [1])]
         return output
 
     def determine_num_kv_blocks(self) -> int:

@@ -54,7 +54,6 @@ class RequestState:
     logprobs: SampleLogprobs | None = None
     cumulative_logprob: float | None = None
     num_sent_tokens: int = 0
-    num_sent_logprobs: int = 0
 
 
 class OutputProcessor:
@@ -125,10 +124,8 @@ class OutputProcessor:
             state.metrics.num_generation_tokens += len(new_token_ids)
         state.token_ids.extend(new_token_ids)
         if state.logprobs is not None and core_output.new_logprobs:
-            entries = self._to_logprob_dicts(core_output.new_logprobs)
-            state.logprobs.extend(entries)
-            for entry, token_logprobs in zip(entries, core_output.new_logprobs):
-                state.cumulative_logprob += token_logprobs.logprobs[0]
+            state.logprobs.extend(self._to_logprob_dicts(core_output.new_logprobs))
+            state.cumulative_logprob += sum(entry.logprobs[0] for entry in core_output.new_logprobs)
         if state.detokenizer is None:
             return None
         check_stop = len(state.token_ids) >= state.params.min_tokens
@@ -136,9 +133,12 @@ class OutputProcessor:
         if stop_string is not None:
             # Tokens after the one that completed the stop string are dropped.
             num_kept = len(state.detokenizer.token_ids)
-            del state.token_ids[num_kept:]
             if state.logprobs is not None:
+                # The cumulative logprob covers the kept tokens only.
+                dropped = zip(state.token_ids[num_kept:], state.logprobs[num_kept:])
+                state.cumulative_logprob -= sum(entry[token_id].logprob for token_id, entry in dropped)
                 del state.logprobs[num_kept:]
+            del state.token_ids[num_kept:]
         return stop_string
 
     def _to_logprob_dicts(self, entries: list[TokenLogprobs]) -> list[dict[int, Logprob]]:

@@ -94,3 +94,17 @@ def test_min_tokens_defers_stop_strings(llama2):
     params = SamplingParams(max_tokens=30, ignore_eos=True, stop=["stop"], min_tokens=3)
     (final,) = [o for o in stream(engine, "Hi", params) if o.finished]
     assert final.outputs[0].text == " stop here then "
+
+
+def test_stop_string_output_logprobs_cover_the_kept_tokens(llama2):
+    # "thr" ends inside the token "three": the text is cut, the token is kept.
+    script = llama2.encode("one two three four five six", add_special_tokens=False)
+    engine = scripted_engine(llama2, script)
+    params = SamplingParams(max_tokens=20, ignore_eos=True, stop=["thr"], logprobs=0)
+    (final,) = [o for o in stream(engine, "Hi", params) if o.finished]
+    completion = final.outputs[0]
+    assert completion.text == " one two "
+    kept = len(completion.token_ids)
+    assert len(completion.logprobs) == kept
+    # Logprob of output i is -(i + 1): the sum over the kept tokens only.
+    assert completion.cumulative_logprob == -sum(range(1, kept + 1))
