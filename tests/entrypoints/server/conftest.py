@@ -4,6 +4,9 @@ configured server (faults, shutdown) start their own."""
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
 from tests.entrypoints.server.server_process import ServerProcess
@@ -104,3 +107,28 @@ def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def run_while_polling_health(url: str, run_jobs) -> tuple[list, list[int]]:
+    """Await ``run_jobs()`` while polling ``/health`` every 50 ms; return its
+    result and every status seen."""
+
+    async def main():
+        done = asyncio.Event()
+        health_codes: list[int] = []
+
+        async def watch_health():
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                while not done.is_set():
+                    health_codes.append((await http.get("/health")).status_code)
+                    await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch_health())
+        try:
+            results = await run_jobs()
+        finally:
+            done.set()
+            await watcher
+        return results, health_codes
+
+    return asyncio.run(main())

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from octavo import SamplingParams
-from tests.entrypoints.server.conftest import read_metrics, wait_for
+from tests.entrypoints.server.conftest import read_metrics, run_while_polling_health, wait_for
 from tests.entrypoints.server.server_process import ServerProcess
 
 MODEL = "tiny-llama-dp"
@@ -103,24 +103,11 @@ async def one_stream(c: openai.AsyncOpenAI, index: int) -> tuple[int, int]:
 def test_200_concurrent_streams_both_replicas_serve(dp_server):
     before = idle_metrics(dp_server)
 
-    async def main():
-        done = asyncio.Event()
-        health_codes: list[int] = []
-
-        async def watch_health():
-            async with httpx.AsyncClient(base_url=dp_server.url, timeout=60) as http:
-                while not done.is_set():
-                    health_codes.append((await http.get("/health")).status_code)
-                    await asyncio.sleep(0.05)
-
-        watcher = asyncio.create_task(watch_health())
+    async def run_jobs():
         async with client(dp_server) as c:
-            results = await asyncio.gather(*(one_stream(c, i) for i in range(NUM_STREAMS)))
-        done.set()
-        await watcher
-        return results, health_codes
+            return await asyncio.gather(*(one_stream(c, i) for i in range(NUM_STREAMS)))
 
-    results, health_codes = asyncio.run(main())
+    results, health_codes = run_while_polling_health(dp_server.url, run_jobs)
     assert len(results) == NUM_STREAMS
     assert all(received == requested for requested, received in results)
     assert health_codes and set(health_codes) == {200}

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 
-from tests.entrypoints.server.conftest import MODEL_NAME, async_openai, read_metrics, wait_for
+from tests.entrypoints.server.conftest import MODEL_NAME, async_openai, read_metrics, run_while_polling_health, wait_for
 
 NUM_REQUESTS = 200
 
@@ -41,25 +40,12 @@ async def one_chat(client, index: int) -> tuple[int, int, str]:
 
 
 def test_200_concurrent_streams(server, auth_headers):
-    async def main():
-        done = asyncio.Event()
-        health_codes: list[int] = []
-
-        async def watch_health():
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                while not done.is_set():
-                    health_codes.append((await client.get("/health")).status_code)
-                    await asyncio.sleep(0.05)
-
-        watcher = asyncio.create_task(watch_health())
+    async def run_jobs():
         async with async_openai(server) as client:
             jobs = [(one_chat if i % 2 else one_completion)(client, i) for i in range(NUM_REQUESTS)]
-            results = await asyncio.gather(*jobs)
-        done.set()
-        await watcher
-        return results, health_codes
+            return await asyncio.gather(*jobs)
 
-    results, health_codes = asyncio.run(main())
+    results, health_codes = run_while_polling_health(server.url, run_jobs)
     assert len(results) == NUM_REQUESTS
     for requested, received, kind in results:
         assert received == requested, kind
