@@ -14,9 +14,14 @@ writes (-inf, 0, 0).
 Stage 2, program ``(token, head)``: merges the splits' partials
 (``max = max_s m_s``; ``out = sum_s acc_s 2^(m_s - max) / sum_s l_s 2^(m_s - max)``).
 
+With one split (``workspace`` None) stage 1 normalises and writes the output
+itself and there is no stage 2: the decode kernel for batches that fill the
+GPU without splitting (large batches, short contexts).
+
 Precondition: every request has exactly one query token (``max_query_len ==
-1``); tokens past ``query_start_loc[num_reqs]`` are padding and come out as
-zeros. Reference: ``octavo.kernels.reference.paged_attention_reference``.
+1``), so token ``i`` is request ``i`` (``query_start_loc`` is ``0, 1, ...``)
+and a program finds its request without searching; tokens ``>= num_reqs``
+are padding and come out as zeros. Reference: ``octavo.kernels.reference.paged_attention_reference``.
 """
 
 from __future__ import annotations
@@ -27,12 +32,15 @@ import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.attention_common import LOG2_E, attend_keys, find_request
+from octavo.kernels.attention_common import LOG2_E, attend_keys
 from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
 # block_m is unused: a program's rows are the GQA group (padded to 16).
 SPLIT_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
+# One program per (token, KV head) walking the whole context: more stages
+# keep more key tiles in flight, which short contexts need to reach bandwidth.
+DIRECT_DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=3)
 
 
 @dataclass
@@ -64,10 +72,10 @@ class SplitWorkspace:
 
 @triton.jit
 def _split_kv_kernel(
-    acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
+    out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+    seq_lens_ptr, block_table_ptr,
     num_reqs, qk_scale, sliding_window,
-    stride_qt, stride_qh, stride_block, stride_slot, stride_head, stride_table,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
@@ -75,7 +83,7 @@ def _split_kv_kernel(
     token = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    req = find_request(query_start_loc_ptr, num_reqs, token, 1, False)
+    req = token  # one token per request
     is_real = req < num_reqs
     seq_len = tl.load(seq_lens_ptr + req, mask=is_real, other=0)
     kv_lo = 0
@@ -115,6 +123,11 @@ def _split_kv_kernel(
         HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, DOT_DTYPE, PRECISION,
     )
 
+    if NUM_SPLITS == 1:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        out_offsets = token.to(tl.int64) * stride_ot + head[:, None] * stride_oh + dims[None, :]
+        tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & dim_valid[None, :])
+        return
     # Partials are [T, H, NUM_SPLITS(, HEAD_PAD)], contiguous.
     slot = (token.to(tl.int64) * (tl.num_programs(1) * GROUP) + head) * NUM_SPLITS + split
     tl.store(max_ptr + slot, m_i, mask=row_valid)
@@ -149,18 +162,25 @@ def split_kv_decode(
     kv_cache: torch.Tensor,
     batch: PagedBatch,
     params: AttentionParams,
-    workspace: SplitWorkspace,
-    tiles: TileConfig = SPLIT_TILES,
+    workspace: SplitWorkspace | None,
+    tiles: TileConfig | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Decode attention of ``query`` [T, H, D] (one token per request); returns [T, H, D]."""
+    """Decode attention of ``query`` [T, H, D] (one token per request); returns [T, H, D].
+
+    ``workspace`` None: one program per (token, KV head), no merge.
+    """
     if query.stride(-1) != 1:
         query = query.contiguous()
     num_tokens, num_heads, head_size = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     group = num_heads // num_kv_heads
-    num_splits = workspace.num_splits
-    if tuple(workspace.acc.shape) != SplitWorkspace.acc_shape(num_tokens, num_heads, head_size, num_splits):
+    num_splits = 1 if workspace is None else workspace.num_splits
+    if tiles is None:
+        tiles = DIRECT_DECODE_TILES if workspace is None else SPLIT_TILES
+    if workspace is not None and tuple(workspace.acc.shape) != SplitWorkspace.acc_shape(
+        num_tokens, num_heads, head_size, num_splits
+    ):
         raise ValueError(f"workspace of shape {tuple(workspace.acc.shape)} does not fit query {tuple(query.shape)}")
     if out is None:
         out = torch.empty_like(query)
@@ -168,11 +188,12 @@ def split_kv_decode(
         return out
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     head_pad = max(16, next_power_of_2(head_size))
+    partials = (out, out, out) if workspace is None else (workspace.acc, workspace.max, workspace.sum)
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
-        workspace.acc, workspace.max, workspace.sum, query, key_cache, value_cache,
-        batch.query_start_loc, batch.seq_lens, batch.block_table,
+        out, *partials, query, key_cache, value_cache,
+        batch.seq_lens, batch.block_table,
         batch.num_reqs, params.scale * LOG2_E, params.sliding_window or 0,
-        query.stride(0), query.stride(1),
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, ROWS=max(16, next_power_of_2(group)),
         HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
@@ -180,8 +201,9 @@ def split_kv_decode(
         DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
-    _merge_splits_kernel[(num_tokens, num_heads)](
-        out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),
-        HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,
-    )
+    if workspace is not None:
+        _merge_splits_kernel[(num_tokens, num_heads)](
+            out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),
+            HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,
+        )
     return out

@@ -67,3 +67,30 @@ def test_split_decode_padded_requests_are_zero(device):
     expected = paged_attention_reference(batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.3)
     torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(out).all() and not out[2:].any()
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
+def test_direct_decode_matches_reference(num_heads, num_kv_heads, device):
+    # No workspace: one program per (token, KV head), output written directly.
+    spec = BatchSpec(decode_requests([200, 5, 77, 1]), num_heads=num_heads, num_kv_heads=num_kv_heads, num_padding_tokens=2)
+    batch = make_batch(spec, device)
+    b = batch.attn_batch
+    reshape_and_cache_reference(batch.key, batch.value, batch.kv_cache, b.slot_mapping)
+    paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
+    out = split_kv_decode(batch.query, batch.kv_cache, paged, AttentionParams(0.3), None)
+    expected = paged_attention_reference(batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert not out[batch.num_actual_tokens :].any()
+
+
+def test_direct_decode_sliding_window_bfloat16(device):
+    spec = BatchSpec(decode_requests([150, 33]), dtype=torch.bfloat16)
+    batch = make_batch(spec, device)
+    b = batch.attn_batch
+    reshape_and_cache_reference(batch.key, batch.value, batch.kv_cache, b.slot_mapping)
+    paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
+    out = split_kv_decode(batch.query, batch.kv_cache, paged, AttentionParams(0.3, sliding_window=40), None)
+    expected = paged_attention_reference(
+        batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.3, 40
+    )
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)

@@ -60,9 +60,28 @@ def test_decode_batch_takes_split_path(device):
     assert meta.num_splits == 2
 
 
-def test_short_decode_batch_takes_one_launch_path(device):
+def test_short_decode_batch_takes_direct_decode_path(device):
+    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES
+
     meta = compare_backends(BatchSpec(decode_requests([30, 3])), device)
-    assert meta.num_splits == 1 and meta.tiles.block_m == 16
+    assert meta.num_splits == 1 and meta.tiles == DIRECT_DECODE_TILES
+
+
+def test_tile_override_from_environment(monkeypatch):
+    from octavo.kernels.paged_attention import TileConfig
+    from octavo.runtime.attention import triton_plan
+
+    triton_plan._tiles_from_env.cache_clear()
+    monkeypatch.setenv("OCTAVO_TILES_DECODE", "16,128,8,4")
+    try:
+        assert triton_plan.tiles_for_step(1, 1, 128) == TileConfig(16, 128, 8, 4)
+        assert triton_plan.tiles_for_step(5, 1, 128).block_m == 128  # prefill untouched
+        monkeypatch.setenv("OCTAVO_TILES_PREFILL", "64,x")
+        triton_plan._tiles_from_env.cache_clear()  # read once per process
+        with pytest.raises(ValueError, match="OCTAVO_TILES_PREFILL"):
+            triton_plan.tiles_for_step(5, 1, 128)
+    finally:
+        triton_plan._tiles_from_env.cache_clear()
 
 
 def test_split_policy():

@@ -4,8 +4,9 @@ Same KV cache layout as the torch reference backend: ``[2, num_blocks,
 block_size, num_kv_heads, head_size]``. ``build_metadata`` plans the step on
 the host (``triton_plan``): kernel path, tile shape, split workspace.
 ``forward`` then only launches kernels: the KV write (negative slots
-skipped), and either the one-launch mixed-batch kernel or split-KV decode
-plus its merge. It does no host synchronisation and its grids depend only on
+skipped), and either the one-launch mixed-batch kernel (any batch with a
+request of several query tokens) or the decode kernel (one token per
+request: one program per request and KV head, or split-KV plus its merge). It does no host synchronisation and its grids depend only on
 tensor shapes and the plan, so it can be captured in a CUDA graph and
 replayed after the batch tensors are refilled in place; rows of padding
 tokens come out finite (zeros) and are to be ignored.
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpec
-from octavo.runtime.attention.triton_plan import SplitKvPolicy, num_compute_units
+from octavo.runtime.attention.triton_plan import SplitKvPolicy, num_compute_units, tiles_for_step
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_SIZE = 256
@@ -33,7 +34,7 @@ class TritonPagedMetadata:
     num_actual_tokens: int
     max_query_len: int
     tiles: Any  # octavo.kernels.paged_attention.TileConfig
-    num_splits: int  # 1: one-launch kernel; >1: split-KV decode
+    num_splits: int  # decode batches: 1 = one program per (request, KV head); >1 = split-KV
     workspace: Any = None  # SplitWorkspace when num_splits > 1
 
     def split_workspace(self, num_tokens: int, num_heads: int, head_size: int, device: torch.device):
@@ -77,7 +78,7 @@ class TritonPagedAttention(AttentionBackend):
         return (2, num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size)
 
     def build_metadata(self, batch: AttentionBatch) -> TritonPagedMetadata:
-        from octavo.kernels.paged_attention import PagedBatch, tiles_for
+        from octavo.kernels.paged_attention import PagedBatch
 
         device = batch.block_table.device
         num_splits = self.split_policy.num_splits(
@@ -88,7 +89,7 @@ class TritonPagedAttention(AttentionBackend):
             slot_mapping=batch.slot_mapping,
             num_actual_tokens=batch.num_actual_tokens,
             max_query_len=batch.max_query_len,
-            tiles=tiles_for(batch.max_query_len, self.spec.head_size),
+            tiles=tiles_for_step(batch.max_query_len, num_splits, self.spec.head_size),
             num_splits=num_splits,
         )
         if num_splits > 1:
@@ -106,7 +107,7 @@ class TritonPagedAttention(AttentionBackend):
         reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         if query.stride(-1) != 1:
             query = query.contiguous()
-        if metadata.num_splits > 1:
-            workspace = metadata.split_workspace(*query.shape, query.device)
-            return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace)
+        if metadata.max_query_len == 1:
+            workspace = metadata.split_workspace(*query.shape, query.device) if metadata.num_splits > 1 else None
+            return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace, metadata.tiles)
         return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles)

@@ -6,12 +6,17 @@ The heuristic (``SplitKvPolicy.num_splits``):
 
 - Mixed or prefill batches (``max_query_len > 1``) take the one-launch
   paged-attention kernel with prefill tiles.
-- Decode batches (``max_query_len == 1``) take the split-KV path when one
-  program per (request, KV head) would leave the GPU under-filled
-  (fewer than ``programs_per_sm * num_sms``) and the longest context has at
-  least ``min_seq_len`` tokens: splits = that shortfall rounded down to a
-  power of two, at most ``max_splits`` and at most one per
-  ``min_tokens_per_split`` tokens. Otherwise the decode-tile kernel.
+- Decode batches (``max_query_len == 1``) take the decode kernel. It splits
+  each context when one program per (request, KV head) would leave the GPU
+  under-filled (fewer than ``programs_per_sm * num_sms``) and the longest
+  context has at least ``min_seq_len`` tokens: splits = that shortfall
+  rounded down to a power of two, at most ``max_splits`` and at most one per
+  ``min_tokens_per_split`` tokens. Otherwise one program per (request, KV
+  head) walks the whole context.
+
+Tile shapes can be overridden for tuning runs with ``OCTAVO_TILES_DECODE``,
+``OCTAVO_TILES_SPLIT`` and ``OCTAVO_TILES_PREFILL``, each
+``block_m,block_n,num_warps,num_stages`` (read once per process).
 
 Graph capture: the split count depends on the batch size and on
 ``max_seq_len``, not on the contexts themselves (each split sizes its chunk
@@ -22,6 +27,8 @@ from ``seq_lens`` on the device), so build the capture metadata with
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -66,3 +73,29 @@ def num_compute_units(device: torch.device) -> int:
         else:
             _NUM_SMS[key] = CPU_NUM_SMS
     return _NUM_SMS[key]
+
+
+@functools.cache
+def _tiles_from_env(name: str):
+    from octavo.kernels.paged_attention import TileConfig
+
+    value = os.environ.get(f"OCTAVO_TILES_{name}")
+    if not value:
+        return None
+    try:
+        block_m, block_n, num_warps, num_stages = (int(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError(f"OCTAVO_TILES_{name}={value!r}: expected block_m,block_n,num_warps,num_stages") from None
+    return TileConfig(block_m, block_n, num_warps, num_stages)
+
+
+def tiles_for_step(max_query_len: int, num_splits: int, head_size: int):
+    """The tile shape of a step's attention kernel (see the module docstring)."""
+    from octavo.kernels.paged_attention import tiles_for
+    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, SPLIT_TILES
+
+    if max_query_len > 1:
+        return _tiles_from_env("PREFILL") or tiles_for(max_query_len, head_size)
+    if num_splits > 1:
+        return _tiles_from_env("SPLIT") or SPLIT_TILES
+    return _tiles_from_env("DECODE") or DIRECT_DECODE_TILES
