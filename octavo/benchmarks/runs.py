@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from octavo.benchmarks.step_trace import StepTrace
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
 
@@ -26,22 +27,37 @@ class OctavoRunner:
     def vocab_size(self) -> int:
         return self.engine.limits.vocab_size
 
-    def run(self, prompts: list[list[int]], max_tokens: int, progress=None) -> float:
-        """Seconds to finish every prompt (greedy, exactly ``max_tokens`` each)."""
+    def run(self, prompts: list[list[int]], max_tokens: int, progress=None, trace: StepTrace | None = None) -> float:
+        """Seconds to finish every prompt (greedy, exactly ``max_tokens`` each).
+
+        With ``trace``, each engine step's host time and batch go into it
+        (needs an engine with a ``step_observer``: not data-parallel).
+        """
         params = SamplingParams(
             temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
-        started = time.perf_counter()
-        for index, prompt in enumerate(prompts):
-            self.engine.add_request(f"bench-{index}-{started}", {"prompt_token_ids": prompt}, params)
-        num_done = 0
-        while self.engine.has_unfinished_requests():
-            finished = sum(1 for output in self.engine.step() if output.finished)
-            num_done += finished
-            if progress is not None and finished:
-                progress.update(finished)
-        return time.perf_counter() - started
+        if trace is not None:
+            self.engine.step_observer = trace.observe
+        try:
+            started = time.perf_counter()
+            for index, prompt in enumerate(prompts):
+                self.engine.add_request(f"bench-{index}-{started}", {"prompt_token_ids": prompt}, params)
+            last_return = time.perf_counter()
+            if trace is not None:
+                trace.setup_seconds = last_return - started
+            while self.engine.has_unfinished_requests():
+                finished = sum(1 for output in self.engine.step() if output.finished)
+                if trace is not None:
+                    now = time.perf_counter()
+                    trace.end_step(now - last_return)
+                    last_return = now
+                if progress is not None and finished:
+                    progress.update(finished)
+            return time.perf_counter() - started
+        finally:
+            if trace is not None:
+                self.engine.step_observer = None
 
     def close(self) -> None:
         self.engine.shutdown()

@@ -9,14 +9,17 @@ from tqdm.auto import tqdm
 
 from octavo.benchmarks.floor import DeviceCeilings, decode_step_floor_s, model_cost, prefill_floor_s
 from octavo.benchmarks.runs import OctavoRunner, random_prompts
+from octavo.benchmarks.step_trace import StepTrace
 
 
-def measure_octavo(runner: OctavoRunner, num_prompts: int, input_len: int, output_len: int) -> float:
-    """Output tokens per second."""
+def measure_octavo(
+    runner: OctavoRunner, num_prompts: int, input_len: int, output_len: int, trace: StepTrace | None = None
+) -> float:
+    """Output tokens per second; with ``trace``, the timed run's steps go into it (not the warm-up's)."""
     runner.run(random_prompts(min(num_prompts, 8), input_len, runner.vocab_size, seed=99), 4)  # warm up
     prompts = random_prompts(num_prompts, input_len, runner.vocab_size)
     with tqdm(total=num_prompts, desc="octavo throughput", unit="prompt") as bar:
-        seconds = runner.run(prompts, output_len, progress=bar)
+        seconds = runner.run(prompts, output_len, progress=bar, trace=trace)
     return num_prompts * output_len / seconds
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -131,6 +132,9 @@ class LLMEngine(RequestValidator):
         # Batches handed to the executor and not yet collected, oldest first.
         self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._dead: EngineDeadError | None = None
+        # Called with each batch's SchedulerOutput as its outputs are
+        # processed; benchmarks set it to trace steps (None: no cost).
+        self.step_observer: Callable[[SchedulerOutput], None] | None = None
 
     # ------------------------------------------------------------------ input
 
@@ -225,6 +229,8 @@ class LLMEngine(RequestValidator):
         return self._process(scheduler_output, runner_output)
 
     def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
+        if self.step_observer is not None:
+            self.step_observer(scheduler_output)
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         request_outputs, stopped = self.output_processor.process(core_outputs)
         if stopped:

@@ -60,10 +60,15 @@ def test_bench_latency_and_throughput(llama_dir, tmp_path):
     # Timings on a shared CI machine are noise; only their presence is asserted.
     assert {"ttft_s", "decode_s_per_token"} <= data["octavo"].keys() and data["hf"]["ttft_s"] > 0
     assert data["floor"]["ttft_s"] > 0
+    out = tmp_path / "throughput.json"
     result = octavo("bench", "throughput", "--model", str(llama_dir), "--dtype", "float32", "--num-prompts", "4",
-                    "--input-len", "8", "--output-len", "4")
+                    "--input-len", "8", "--output-len", "4", "--output-json", str(out))
     assert result.returncode == 0, result.stderr
     assert "output tokens/s (4 x 8 in / 4 out)" in result.stdout
+    assert "engine steps of the timed run" in result.stdout
+    # All four prompts fit one step's budget: one prefill step, then three decode steps.
+    summary = json.loads(out.read_text())["step_trace"]["summary"]
+    assert summary["prefill/mixed"]["steps"] == 1 and summary["decode"]["steps"] == 3
 
 
 @pytest.mark.parametrize("flag", ["--dtype=float8", "--max-num-seqs=0"])

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from octavo.benchmarks import latency, throughput
     from octavo.benchmarks.floor import measure_ceilings
     from octavo.benchmarks.runs import OctavoRunner
+    from octavo.benchmarks.step_trace import StepTrace
     from octavo.entrypoints.cli.common import engine_args_from
     from octavo.plugins.selection import select_platform
     from octavo.runtime.config import dtype_from_name
@@ -78,24 +79,17 @@ def run(args: argparse.Namespace) -> int:
     results = {"command": vars(args).copy(), "copy_tb_s": ceilings.copy_bytes_per_s / 1e12,
                "matmul_tflop_s": ceilings.matmul_flops_per_s / 1e12}
     results["command"].pop("func", None)
+    trace = None
     if args.bench_kind == "latency":
         ours = latency.measure_octavo(runner, args.batch_size, args.input_len, args.output_len, args.num_iters, args.num_iters_warmup)
     else:
-        ours = throughput.measure_octavo(runner, args.num_prompts, args.input_len, args.output_len)
-    model_path, vocab_size, dummy = runner.engine.info.model_path, runner.vocab_size, args.load_format == "dummy"
+        # Data-parallel engines have no step observer: no trace there.
+        trace = StepTrace() if hasattr(runner.engine, "step_observer") else None
+        ours = throughput.measure_octavo(runner, args.num_prompts, args.input_len, args.output_len, trace)
+    model_path, vocab_size = runner.engine.info.model_path, runner.vocab_size
     max_num_seqs = engine_args.max_num_seqs
     runner.close()
-    theirs = None
-    if args.compare_hf:
-        from octavo.benchmarks.hf_baseline import free, load_hf_model
-
-        model = load_hf_model(model_path, dtype, device, dummy)
-        if args.bench_kind == "latency":
-            theirs = latency.measure_hf(model, vocab_size, args.batch_size, args.input_len, args.output_len,
-                                        max(2, args.num_iters // 2), device, args.hf_static_cache)
-        else:
-            theirs = throughput.measure_hf(model, vocab_size, args.num_prompts, args.input_len, args.output_len, device)
-        free(model)
+    theirs = _measure_hf(args, model_path, vocab_size, dtype, device) if args.compare_hf else None
     if args.bench_kind == "latency":
         floor = latency.floors(arch, dtype, ceilings, args.batch_size, args.input_len, args.output_len)
         rows = [
@@ -112,10 +106,28 @@ def run(args: argparse.Namespace) -> int:
                  fmt(ours), fmt(theirs), _ratio(ours, theirs, False), fmt(floor))]
         results.update(octavo_tok_s=ours, hf_tok_s=theirs, floor_tok_s=floor)
     print(_table(rows))
+    if trace is not None:
+        print(f"\nengine steps of the timed run (host time between step returns)\n{trace.format_table()}")
+        results["step_trace"] = trace.to_json()
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(results, f, indent=2, default=str)
     return 0
+
+
+def _measure_hf(args: argparse.Namespace, model_path, vocab_size: int, dtype, device):
+    """The same workload through Hugging Face transformers (latency result or tokens/s)."""
+    from octavo.benchmarks import latency, throughput
+    from octavo.benchmarks.hf_baseline import free, load_hf_model
+
+    model = load_hf_model(model_path, dtype, device, args.load_format == "dummy")
+    try:
+        if args.bench_kind == "latency":
+            return latency.measure_hf(model, vocab_size, args.batch_size, args.input_len, args.output_len,
+                                      max(2, args.num_iters // 2), device, args.hf_static_cache)
+        return throughput.measure_hf(model, vocab_size, args.num_prompts, args.input_len, args.output_len, device)
+    finally:
+        free(model)
 
 
 def _arch(runner):
