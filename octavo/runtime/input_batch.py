@@ -7,9 +7,13 @@ nothing), and it scores prompt positions when prompt logprobs were asked for.
 Everything is computed with vectorised numpy into pinned staging buffers,
 then copied to the device asynchronously.
 
-A decode-only step may be padded to ``padded_num_reqs`` (a captured graph's
-size): padding requests have one token, slot -1 (nothing is written), a
-sequence length of 0 and position 0; their outputs are ignored.
+A decode-only step may be padded to ``padded_num_reqs`` (a captured decode
+graph's size): padding requests have one token, slot -1 (nothing is
+written), a sequence length of 0 and position 0; their outputs are ignored.
+Any step may instead be padded to ``padded_num_reqs`` requests and
+``padded_num_tokens`` tokens (a prefill graph's shape): padding requests
+have no tokens and no context, padding tokens belong to no request, have
+slot -1 and position 0.
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ class InputPreparer:
         # be rewritten only once the copies out of them have run.
         self._staging_event = None
 
-    def prepare(self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None) -> PreparedBatch:
+    def prepare(
+        self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None, padded_num_tokens: int | None = None
+    ) -> PreparedBatch:
         buffers = self.buffers
         order = list(scheduler_output.num_scheduled_tokens)
         states = [self.states[r] for r in order]
@@ -83,7 +89,9 @@ class InputPreparer:
                 [np.asarray(s.token_ids[b:e], dtype=np.int64) for s, b, e in zip(states, starts.tolist(), ends.tolist())]
             )
         sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
-        batch = self._assemble(rows, token_rows, positions, ends, int(num_scheduled.max()), padded_num_reqs)
+        batch = self._assemble(
+            rows, token_rows, positions, ends, int(num_scheduled.max()), padded_num_reqs, padded_num_tokens
+        )
         batch.logits_indices = torch.from_numpy(query_start_loc[1 : num_reqs + 1][sample_mask] - 1).to(
             self.device, non_blocking=True
         )
@@ -108,7 +116,10 @@ class InputPreparer:
         batch.is_uniform_decode = True
         return batch
 
-    def _assemble(self, rows, token_rows, positions, ends, max_query_len: int, padded_num_reqs: int | None) -> PreparedBatch:
+    def _assemble(
+        self, rows, token_rows, positions, ends, max_query_len: int, padded_num_reqs: int | None,
+        padded_num_tokens: int | None = None,
+    ) -> PreparedBatch:
         """Fill positions, slots, lengths and block tables (host), then upload."""
         buffers, block_size = self.buffers, self.block_size
         num_reqs, num_tokens = len(rows), len(positions)
@@ -117,7 +128,10 @@ class InputPreparer:
         block_ids = self.states.block_table[token_rows, positions // block_size]
         buffers.slot_mapping.np[:num_tokens] = block_ids.astype(np.int64) * block_size + positions % block_size
         total_reqs, total_tokens = num_reqs, num_tokens
-        if padded_num_reqs is not None and padded_num_reqs > num_reqs:
+        if padded_num_tokens is not None:
+            total_reqs, total_tokens = padded_num_reqs, padded_num_tokens
+            self._pad_tokens(num_reqs, num_tokens, total_reqs, total_tokens)
+        elif padded_num_reqs is not None and padded_num_reqs > num_reqs:
             total_reqs = total_tokens = padded_num_reqs
             self._pad_decode(num_reqs, padded_num_reqs)
         width = buffers.max_blocks_per_req if padded_num_reqs is not None else max(1, -(-int(ends.max()) // block_size))
@@ -164,6 +178,14 @@ class InputPreparer:
         buffers.input_ids.np[num_reqs:padded] = 0
         buffers.positions.np[num_reqs:padded] = 0
         buffers.slot_mapping.np[num_reqs:padded] = -1
+
+    def _pad_tokens(self, num_reqs: int, num_tokens: int, total_reqs: int, total_tokens: int) -> None:
+        buffers = self.buffers
+        buffers.query_start_loc.np[num_reqs + 1 : total_reqs + 1] = num_tokens
+        buffers.seq_lens.np[num_reqs:total_reqs] = 0
+        buffers.input_ids.np[num_tokens:total_tokens] = 0
+        buffers.positions.np[num_tokens:total_tokens] = 0
+        buffers.slot_mapping.np[num_tokens:total_tokens] = -1
 
     @staticmethod
     def _prompt_logprob_spans(states, starts, ends, query_start_loc) -> list[PromptLogprobSpan]:

@@ -44,6 +44,7 @@ class ModelRunner:
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
+        self.prefill_graphs = None
         self.overlap = None
         if config.overlap_decode and config.pipeline_parallel_size == 1:
             from octavo.runtime.decode_overlap import DecodeOverlap
@@ -113,6 +114,18 @@ class ModelRunner:
 
         self.graphs = factory(self, graph_batch_sizes(self.config.max_num_seqs))
         self.graphs.capture()
+        self._maybe_capture_prefill_graphs()
+
+    def _maybe_capture_prefill_graphs(self) -> None:
+        from octavo.runtime.prefill_graphs import PrefillGraphs, prefill_graph_buckets
+
+        max_tokens = min(self.config.max_prefill_graph_tokens, self.config.max_num_batched_tokens)
+        buckets = prefill_graph_buckets(max_tokens)
+        if not buckets or not hasattr(self.graphs, "pool"):
+            return
+        # Same memory pool as the decode graphs: steps replay one at a time.
+        self.prefill_graphs = PrefillGraphs(self, buckets, self.config.max_num_seqs, pool=self.graphs.pool)
+        self.prefill_graphs.capture()
 
     # ------------------------------------------------------------------ step
 
@@ -137,8 +150,14 @@ class ModelRunner:
             logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
             self._sample(logits, batch, output)
             return output
-        batch = self.inputs.prepare(scheduler_output)
-        hidden = self.run_model(batch, intermediate)
+        bucket = self._prefill_bucket(scheduler_output, intermediate)
+        if bucket is not None:
+            max_num_reqs = self.prefill_graphs.max_num_reqs
+            batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
+            hidden = self.prefill_graphs.replay(bucket)
+        else:
+            batch = self.inputs.prepare(scheduler_output)
+            hidden = self.run_model(batch, intermediate)
         if not get_pp_group().is_last:
             return hidden
         if batch.sample_request_ids:
@@ -158,6 +177,13 @@ class ModelRunner:
         if any(self.states[r].sampling_params.prompt_logprobs is not None for r in scheduler_output.num_scheduled_tokens):
             return None
         return self.graphs.padded_size(num_reqs)
+
+    def _prefill_bucket(self, scheduler_output: SchedulerOutput, intermediate) -> int | None:
+        """The prefill graph (token bucket) to replay for this step, if any."""
+        if self.prefill_graphs is None or intermediate is not None:
+            return None
+        num_reqs = len(scheduler_output.num_scheduled_tokens)
+        return self.prefill_graphs.bucket_for(scheduler_output.total_num_scheduled_tokens, num_reqs)
 
     def run_model(self, batch: PreparedBatch, intermediate=None):
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)

@@ -61,6 +61,20 @@ def test_graphs_and_eager_agree(llama_dir, make_llm):
         assert_tokens_match(a.outputs[0].token_ids, _as_ref(b.outputs[0]), top5(a.outputs[0]))
 
 
+def test_prefill_graphs_match_eager_in_float32(llama_dir, make_llm):
+    # Whole prompts, then chunks of 24 tokens mixed with decode rows: every
+    # step with up to 2048 tokens replays a prefill graph, token-identical.
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))]
+    for options in ({}, {"max_num_batched_tokens": 24}):
+        graphs = make_llm(llama_dir, platform="cuda", **options)
+        runner = graphs.engine.executor.worker.runner
+        assert runner.prefill_graphs is not None
+        eager = make_llm(llama_dir, platform="cuda", enforce_eager=True, **options)
+        ours = [o.outputs[0].token_ids for o in graphs.generate(prompts, greedy())]
+        assert ours == [o.outputs[0].token_ids for o in eager.generate(prompts, greedy())]
+        assert runner.prefill_graphs.num_replays > 0
+
+
 def _as_ref(completion):
     from tests.hf_reference import HFGreedy
 

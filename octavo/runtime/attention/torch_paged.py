@@ -142,10 +142,10 @@ def paged_attention_reference(
     query: torch.Tensor, kv_cache: torch.Tensor, metadata: TorchPagedMetadata, spec: AttentionSpec
 ) -> torch.Tensor:
     """Attention of each query token over its request's cached context."""
-    num_tokens = metadata.num_actual_tokens
     mask = metadata.mask(spec.sliding_window)
     out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec)
     out = out[metadata.query_valid]  # [T, H, D] in batch order
     result = torch.zeros_like(query)
-    result[:num_tokens] = out
+    # Tokens past the requests' query tokens (padding) stay zero.
+    result[: out.shape[0]] = out
     return result

@@ -1,0 +1,134 @@
+"""Steps with several tokens per request, captured as CUDA (or HIP) graphs by
+token count.
+
+A short prefill (or a mixed step) is bound by the host: an 8B model's
+forward launches about 450 kernels, and on a slow host CPU launching them
+takes longer than the GPU needs to run them. A step of ``t`` tokens (at
+most ``max_tokens``) and at most ``max_num_reqs`` requests instead replays
+the graph of the smallest captured bucket ``T >= t``, which ran the model
+up to the final hidden states (not the LM head: which rows are sampled
+varies, so ``compute_logits`` runs eagerly on the few rows that need it).
+
+Padding (``InputPreparer.prepare(..., padded_num_tokens=T)``): requests
+past the real ones have no query tokens and no context; tokens past the
+real ones belong to the attention kernels' "virtual" request after the
+last, have slot -1 (nothing written), position 0, and come out as zeros
+that nobody reads. The attention grid depends only on ``T`` and
+``max_num_reqs``, and the backend's host-side choices (prefill tiles) are
+the same for every step with a request of more than one token, so one
+graph per bucket serves any mix of requests.
+
+Buckets: every 16 tokens to 128, then every 128 to ``max_tokens``: a step
+pads by at most 1/8 beyond 128 tokens, where padding starts to cost GPU
+time rather than hide under launch overhead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+
+import numpy as np
+import torch
+
+from octavo.core.attention import AttentionBatch
+from octavo.models.layers.attention import ForwardContext
+
+logger = logging.getLogger(__name__)
+
+# Above this many tokens a step's GPU time dwarfs its launch overhead.
+DEFAULT_MAX_PREFILL_GRAPH_TOKENS = 2048
+
+
+def prefill_graph_buckets(max_tokens: int) -> list[int]:
+    """16, 32, ..., 128, then 256, 384, ... up to ``max_tokens`` (included)."""
+    sizes = set(range(16, min(128, max_tokens) + 1, 16))
+    sizes.update(range(256, max_tokens + 1, 128))
+    if max_tokens >= 16:
+        sizes.add(max_tokens)
+    return sorted(sizes)
+
+
+class PrefillGraphs:
+    def __init__(self, runner, buckets: list[int], max_num_reqs: int, pool=None) -> None:
+        self.runner = runner
+        self.buckets = sorted(buckets)
+        self.max_num_reqs = max_num_reqs
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = pool
+        self.num_replays = 0
+
+    def bucket_for(self, num_tokens: int, num_reqs: int) -> int | None:
+        """The graph that can run a step of this shape, or None (run eagerly)."""
+        if num_reqs > self.max_num_reqs or not self.buckets:
+            return None
+        index = bisect.bisect_left(self.buckets, num_tokens)
+        return self.buckets[index] if index < len(self.buckets) else None
+
+    def _fill_capture_inputs(self, num_tokens: int) -> None:
+        """Request 0 holds every token (no KV written: slots -1); the rest are empty."""
+        buffers, num_reqs = self.runner.inputs.buffers, self.max_num_reqs
+        buffers.query_start_loc.np[0] = 0
+        buffers.query_start_loc.np[1 : num_reqs + 1] = num_tokens
+        buffers.seq_lens.np[:num_reqs] = 0
+        buffers.seq_lens.np[0] = num_tokens
+        buffers.input_ids.np[:num_tokens] = 0
+        buffers.positions.np[:num_tokens] = np.arange(num_tokens)
+        buffers.slot_mapping.np[:num_tokens] = -1
+        buffers.block_table.np[: num_reqs * buffers.max_blocks_per_req] = 0
+
+    def graph_inputs(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
+        """What a bucket's graph reads: the runner's buffers, uploaded, at the padded shape."""
+        buffers, num_reqs = self.runner.inputs.buffers, self.max_num_reqs
+        width = buffers.max_blocks_per_req
+        batch = AttentionBatch(
+            query_start_loc=buffers.query_start_loc.upload(num_reqs + 1),
+            seq_lens=buffers.seq_lens.upload(num_reqs),
+            block_table=buffers.block_table.upload(num_reqs * width).view(num_reqs, width),
+            slot_mapping=buffers.slot_mapping.upload(num_tokens),
+            num_reqs=num_reqs,
+            num_actual_tokens=num_tokens,
+            # Any value > 1 makes the same host-side choices (prefill tiles).
+            max_query_len=num_tokens,
+            max_seq_len=self.runner.config.max_model_len,
+            query_start_loc_cpu=buffers.query_start_loc.host[: num_reqs + 1],
+            seq_lens_cpu=buffers.seq_lens.host[:num_reqs],
+        )
+        return buffers.input_ids.upload(num_tokens), buffers.positions.upload(num_tokens), batch
+
+    def forward(self, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
+        runner = self.runner
+        metadata = runner.loaded.metadata_builder.build_metadata(batch)
+        return runner.model(input_ids, positions, ForwardContext(metadata, runner.kv_caches))
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        started = time.perf_counter()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        for num_tokens in reversed(self.buckets):  # largest first: later ones reuse its memory
+            self._fill_capture_inputs(num_tokens)
+            input_ids, positions, batch = self.graph_inputs(num_tokens)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up (Triton compilation, cuBLAS handles)
+                    self.forward(input_ids, positions, batch)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                hidden = self.forward(input_ids, positions, batch)
+            self.graphs[num_tokens] = (graph, hidden)
+        torch.cuda.synchronize()
+        logger.info(
+            "captured %d prefill graphs (up to %d tokens, %d requests) in %.1fs",
+            len(self.buckets), self.buckets[-1] if self.buckets else 0, self.max_num_reqs, time.perf_counter() - started,
+        )
+
+    def replay(self, num_tokens_bucket: int) -> torch.Tensor:
+        """The final hidden states of the step whose inputs were just uploaded ([bucket, hidden])."""
+        graph, hidden = self.graphs[num_tokens_bucket]
+        graph.replay()
+        self.num_replays += 1
+        return hidden
