@@ -29,6 +29,8 @@ for step in "$@"; do
     profile_eager) TAIL=80 run_step profile_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 8 --enforce-eager --kernels;;
     profile512) TAIL=40 run_step profile_b512 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16;;
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
+    profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
+    profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
     tput16k) run_step throughput_16k 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/throughput_16k.json";;
     fp8) run_step fp8_latency 300 $CLI bench latency $M8B --quantization fp8 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/fp8_latency.json"
          run_step fp8_throughput 400 $CLI bench throughput $M8B --quantization fp8 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/fp8_throughput.json";;

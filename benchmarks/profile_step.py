@@ -51,6 +51,8 @@ def instrument(engine) -> None:
     runner.sampler = timed("  sample", runner.sampler)
     if runner.graphs is not None:
         runner.graphs.replay = timed("  graph replay", runner.graphs.replay)
+    if runner.prefill_graphs is not None:
+        runner.prefill_graphs.replay = timed("  prefill graph replay", runner.prefill_graphs.replay)
 
 
 def report(title: str) -> None:
