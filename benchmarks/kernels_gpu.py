@@ -3,12 +3,13 @@
 Run from the repository root on the GPU machine:
 
     python benchmarks/kernels_gpu.py                # attention table + layer ops
-    python benchmarks/kernels_gpu.py --only sweep   # other tile shapes, a few cases
+    python benchmarks/kernels_gpu.py --only sweep   # tile shapes per path (kernels_gpu_sweep.py)
 
 Attention at Llama-3.1-8B shapes (32 query heads, 8 KV heads, head size 128,
 bfloat16, KV blocks of 16 tokens): decode (batch 1/8/64/256 x context
 512/2k/8k), prefill (512, 2048 tokens), a chunked-prefill chunk and a mixed
-batch. For each: the one-launch kernel, split-KV decode, the torch reference
+batch. For each: the one-launch kernel, for decode the direct decode kernel
+(one program per token and KV head) and split-KV decode, the torch reference
 backend and torch SDPA on contiguous tensors; the max error against SDPA (or
 the plain-torch reference where SDPA cannot express the batch); achieved KV
 bandwidth against the copy bandwidth measured at the start. Then the fused
@@ -28,7 +29,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -55,7 +56,12 @@ from octavo.kernels.reference import (  # noqa: E402
 )
 from octavo.kernels.rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
 from octavo.kernels.rotary import apply_rotary  # noqa: E402
-from octavo.kernels.split_kv_decode import SPLIT_TILES, SplitWorkspace, split_kv_decode  # noqa: E402
+from octavo.kernels.split_kv_decode import (  # noqa: E402
+    DIRECT_DECODE_TILES,
+    SPLIT_TILES,
+    SplitWorkspace,
+    split_kv_decode,
+)
 from octavo.runtime.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from octavo.runtime.attention.torch_paged import paged_attention_reference as torch_backend_attention  # noqa: E402
 from octavo.runtime.attention.triton_plan import SplitKvPolicy, num_compute_units  # noqa: E402
@@ -159,7 +165,10 @@ def build_batch(case: AttnCase, generator: torch.Generator):
     num_blocks = sum(blocks_per_req)
     kv_cache = torch.randn(2, num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE, dtype=DTYPE, device=DEVICE)
     order = torch.randperm(num_blocks, generator=generator).to(DEVICE, torch.int32)
-    block_table = torch.zeros(len(case.seq_lens), max(blocks_per_req), dtype=torch.int32, device=DEVICE)
+    # A width that is a multiple of 16, like the runtime's (max_model_len / block
+    # size): Triton specialises on it, and one width keeps one compile per tile shape.
+    width = -(-max(blocks_per_req) // 16) * 16
+    block_table = torch.zeros(len(case.seq_lens), width, dtype=torch.int32, device=DEVICE)
     start = 0
     for i, n in enumerate(blocks_per_req):
         block_table[i, :n] = order[start : start + n]
@@ -224,27 +233,51 @@ class AttnInputs:
         return PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
 
 
-def time_triton_paths(
-    case: AttnCase, inputs: AttnInputs, overrides: dict, paths=("one_launch", "split")
-) -> dict[str, torch.Tensor]:
-    """Time the one-launch kernel (and split-KV for decode); return their outputs."""
+TRITON_PATHS = ("one_launch", "direct", "split")
+
+
+def triton_path(case: AttnCase, inputs: AttnInputs, key: str, tiles: TileConfig | None = None):
+    """(call, extra results) of one Triton path with ``tiles`` (None: its default).
+
+    "one_launch": the paged-attention kernel (any batch); "direct": the decode
+    kernel, one program per (token, KV head); "split": split-KV decode with the
+    policy's split count (4 where the policy would not split).
+    """
     query, kv_cache, paged, params = inputs.query, inputs.kv_cache, inputs.paged, AttentionParams(SCALE)
+    if key == "one_launch":
+        tiles = tiles or tiles_for(max(case.query_lens), HEAD_SIZE)
+        return (lambda: paged_attention(query, kv_cache, paged, params, tiles)), {}
+    if key == "direct":
+        tiles = tiles or DIRECT_DECODE_TILES
+        return (lambda: split_kv_decode(query, kv_cache, paged, params, None, tiles)), {}
+    policy_splits = policy_num_splits(case)
+    splits = policy_splits if policy_splits > 1 else 4
+    workspace = SplitWorkspace.allocate(query.shape[0], NUM_HEADS, HEAD_SIZE, splits, DEVICE)
+    tiles = tiles or SPLIT_TILES
+    return (lambda: split_kv_decode(query, kv_cache, paged, params, workspace, tiles)), {"splits": splits}
+
+
+def policy_num_splits(case: AttnCase) -> int:
+    """The runtime's split count for this decode batch (1: the direct kernel)."""
+    num_sms = num_compute_units(DEVICE)
+    return SplitKvPolicy().num_splits(len(case.seq_lens), NUM_KV_HEADS, 1, max(case.seq_lens), num_sms)
+
+
+def time_triton_paths(
+    case: AttnCase, inputs: AttnInputs, overrides: dict, paths=TRITON_PATHS, reps: int = 30
+) -> dict[str, torch.Tensor]:
+    """Time the one-launch kernel (and, for decode, the direct and split kernels); return their outputs."""
     outputs = {}
-    if "one_launch" in paths:
-        tiles = overrides.get("one_launch") or tiles_for(max(case.query_lens), HEAD_SIZE)
-        one_launch = lambda: paged_attention(query, kv_cache, paged, params, tiles)  # noqa: E731
-        case.results["one_launch_us"] = time_us(one_launch)
-        outputs["one_launch"] = one_launch()
-    if case.is_decode and "split" in paths:
-        num_sms = num_compute_units(DEVICE)
-        policy_splits = SplitKvPolicy().num_splits(len(case.seq_lens), NUM_KV_HEADS, 1, max(case.seq_lens), num_sms)
-        splits = policy_splits if policy_splits > 1 else 4
-        workspace = SplitWorkspace.allocate(query.shape[0], NUM_HEADS, HEAD_SIZE, splits, DEVICE)
-        split_tiles = overrides.get("split") or SPLIT_TILES
-        split = lambda: split_kv_decode(query, kv_cache, paged, params, workspace, split_tiles)  # noqa: E731
-        case.results.update(split_us=time_us(split), splits=splits)
-        case.results["policy"] = f"split({policy_splits})" if policy_splits > 1 else "one-launch"
-        outputs["split"] = split()
+    for key in paths:
+        if key != "one_launch" and not case.is_decode:
+            continue
+        call, extra = triton_path(case, inputs, key, overrides.get(key))
+        case.results[f"{key}_us"] = time_us(call, reps=reps)
+        case.results.update(extra)
+        outputs[key] = call()
+    if case.is_decode:
+        policy_splits = policy_num_splits(case)
+        case.results["policy"] = f"split({policy_splits})" if policy_splits > 1 else "direct"
     return outputs
 
 
@@ -275,7 +308,7 @@ def run_attention_case(case: AttnCase, copy_bw: float) -> None:
     res = case.results
     for path, out in outputs.items():
         res[f"{path}_max_err"] = max_error(out, expected)
-    best = min(res["one_launch_us"], res.get("split_us", float("inf")))
+    best = min(res[f"{key}_us"] for key in TRITON_PATHS if f"{key}_us" in res)
     res["kv_bytes"] = case.kv_bytes
     res["best_bw_tbs"] = case.kv_bytes / (best * 1e-6) / 1e12
     res["best_bw_frac"] = case.kv_bytes / (best * 1e-6) / copy_bw
@@ -293,43 +326,16 @@ def format_attention(case: AttnCase) -> str:
     split = f"{r['split_us']:9.1f}/{r['splits']:<2d}" if "split_us" in r else f"{'-':>12}"
     errors = max(v for k, v in r.items() if k.endswith("_max_err"))
     return (
-        f"{case.name:32s} {r['kv_bytes'] / 1e6:9.1f} {us('one_launch_us')} {split} {us('sdpa_us')} "
+        f"{case.name:32s} {r['kv_bytes'] / 1e6:9.1f} {us('one_launch_us')} {us('direct_us')} {split} {us('sdpa_us')} "
         f"{us('torch_ref_us')} {r['best_bw_tbs']:6.2f} {100 * r['best_bw_frac']:5.1f}% {r['best_tflops']:7.1f} "
         f"{r.get('policy', '-'):>10s} {errors:8.4f} ({r['error_against']})"
     )
 
 
 ATTN_HEADER = (
-    f"{'case':32s} {'KV MB':>9} {'1-launch':>9} {'split/n':>12} {'sdpa':>9} {'torch-ref':>9} "
+    f"{'case':32s} {'KV MB':>9} {'1-launch':>9} {'direct':>9} {'split/n':>12} {'sdpa':>9} {'torch-ref':>9} "
     f"{'TB/s':>6} {'%copy':>6} {'TFLOP/s':>7} {'policy':>10} {'max err':>8}"
 )
-
-
-# ---------------------------------------------------------------- tile sweep
-
-DECODE_SWEEP = [TileConfig(16, n, w, s) for n in (32, 64, 128) for w in (2, 4) for s in (2, 3)]
-PREFILL_SWEEP = [TileConfig(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)]
-
-
-def sweep(case: AttnCase, configs: list[TileConfig], key: str) -> None:
-    """Time ``key`` ("one_launch" or "split") of ``case`` under each tile config."""
-    inputs = AttnInputs(*build_batch(case, torch.Generator().manual_seed(0)))
-    default = time_triton_paths(AttnCase(case.name, case.seq_lens, case.query_lens), inputs, {}, (key,))[key]
-    timings = []
-    for config in configs:
-        trial = AttnCase(case.name, case.seq_lens, case.query_lens)
-        try:
-            out = time_triton_paths(trial, inputs, {key: config}, (key,))[key]
-        except Exception as exc:  # a shape that does not fit (shared memory, registers)
-            say(f"  {config}: failed ({type(exc).__name__}: {str(exc)[:80]})")
-            continue
-        error = max_error(out, default)
-        timings.append((trial.results[f"{key}_us"], config, error))
-        RECORDS.append({"sweep": key, "case": case.name, "config": asdict(config), "error_vs_default": error, **trial.results})
-    for us, config, error in sorted(timings, key=lambda t: t[0])[:3]:
-        say(f"  {key:10s} {case.name:32s} {us:9.1f} us  err {error:.4f}  {config}")
-    del inputs
-    torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------- layer ops
@@ -401,15 +407,10 @@ def main() -> None:
             say(format_attention(case))
             RECORDS.append({"case": case.name, "seq_lens": sorted(set(case.seq_lens)), **case.results})
     if "sweep" in parts:
+        from kernels_gpu_sweep import run_sweep  # benchmarks/ is on the path when run as a script
+
         say()
-        say("tile sweep (best 3 per case)")
-        cases = {c.name: c for c in attention_cases()}
-        for name in ("decode b=8 ctx=8192", "decode b=64 ctx=2048", "decode b=256 ctx=2048"):
-            sweep(cases[name], DECODE_SWEEP, "one_launch")
-        for name in ("decode b=1 ctx=8192", "decode b=8 ctx=8192"):
-            sweep(cases[name], DECODE_SWEEP, "split")
-        for name in ("prefill 2048", "chunk 512 @ctx 4096"):
-            sweep(cases[name], PREFILL_SWEEP, "one_launch")
+        run_sweep(sys.modules[__name__], copy_bw)
     if "ops" in parts:
         say()
         run_layer_ops(copy_bw)

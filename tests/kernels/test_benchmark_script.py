@@ -1,6 +1,7 @@
 """benchmarks/kernels_gpu.py end to end on tiny shapes, so that the script the
-GPU runs does not rot: every case kind builds, runs both Triton paths and the
-baselines, checks errors and writes its logs. Timing is replaced by one call."""
+GPU runs does not rot: every case kind builds, runs its Triton paths and the
+baselines, checks errors and writes its logs; the tile sweep runs its plan on
+tiny shapes. Timing is replaced by one call."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_gpu.py"
+SWEEP_SCRIPT = SCRIPT.with_name("kernels_gpu_sweep.py")
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def test_benchmark_script_runs_on_tiny_shapes(bench, tmp_path, monkeypatch):
         assert errors and max(errors) < 1e-4, case.results
     assert cases[0].results["error_against"] == "sdpa" and cases[2].results["error_against"] == "reference"
     assert "split_us" in cases[0].results and "split_us" not in cases[1].results
-    bench.sweep(cases[0], bench.DECODE_SWEEP[:1], "split")
+    assert "direct_us" in cases[0].results and "direct_us" not in cases[1].results
     bench.run_layer_ops(copy_bw=1e12)
     monkeypatch.setenv("OUT", str(tmp_path))
     bench.write_logs()
@@ -56,3 +58,54 @@ def test_benchmark_script_runs_on_tiny_shapes(bench, tmp_path, monkeypatch):
         "rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary", "reshape_and_cache"
     }
     assert "decode" in (tmp_path / "kernels_gpu.log").read_text()
+
+
+@pytest.fixture
+def sweep_module(monkeypatch):
+    spec = importlib.util.spec_from_file_location("kernels_gpu_sweep_bench", SWEEP_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sweep_lists_cover_the_asked_shapes(sweep_module):
+    from octavo.kernels.paged_attention import PREFILL_TILES
+    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, SPLIT_TILES
+
+    direct = sweep_module.DIRECT_SWEEP
+    assert len(direct) == len(set(direct)) == 27 and {t.block_m for t in direct} == {16}
+    assert {(t.block_n, t.num_warps, t.num_stages) for t in direct} == {
+        (n, w, s) for n in (32, 64, 128) for w in (2, 4, 8) for s in (2, 3, 4)
+    }
+    prefill = sweep_module.PREFILL_SWEEP
+    assert {t.block_n for t in prefill} == {32, 64, 128} and {t.num_stages for t in prefill} == {2, 3, 4}
+    assert {t.block_m for t in prefill} == {64, 128} and {t.num_warps for t in prefill} == {4, 8}
+    # The defaults are among the configs, so the parallel compile covers them.
+    assert DIRECT_DECODE_TILES in direct and PREFILL_TILES in prefill and SPLIT_TILES in sweep_module.SPLIT_SWEEP
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_sweep_runs_its_plan_on_tiny_shapes(bench, sweep_module, monkeypatch):
+    tiny = dict(DIRECT_SHAPES=((3, 40),), PREFILL_TOKENS=(24,), SPLIT_SHAPES=((2, 70),))
+    for name, value in tiny.items():
+        monkeypatch.setattr(sweep_module, name, value)
+    monkeypatch.setattr(sweep_module, "DIRECT_SWEEP", [bench.TileConfig(16, 32, 2, 2), bench.TileConfig(16, 16, 2, 2)])
+    monkeypatch.setattr(sweep_module, "PREFILL_SWEEP", [bench.TileConfig(32, 16, 4, 2)])
+    monkeypatch.setattr(sweep_module, "SPLIT_SWEEP", [bench.TileConfig(16, 16, 2, 2)])
+    monkeypatch.setattr(sweep_module, "precompile", lambda bench, plan: None)  # worker processes need CUDA
+    plan = sweep_module.sweep_plan(bench)
+    assert [(case.name, key) for case, _, key in plan] == [
+        ("decode b=3 ctx=40", "direct"), ("prefill 24", "one_launch"), ("decode b=2 ctx=70", "split")
+    ]
+    sweep_module.run_sweep(bench, copy_bw=1e12)
+    records = [r for r in bench.RECORDS if "sweep" in r]
+    assert [(r["sweep"], r["case"]) for r in records] == [
+        ("direct", "decode b=3 ctx=40"), ("direct", "decode b=3 ctx=40"),
+        ("one_launch", "prefill 24"), ("split", "decode b=2 ctx=70"),
+    ]
+    assert all(r["error_vs_default"] < 1e-4 for r in records)
+    log = "\n".join(bench.LOG_LINES)
+    assert "best 1" in log and "% of copy" in log and "TFLOP/s" in log
+    sweep_module.run_sweep(bench, copy_bw=1e12, budget_s=-1)
+    assert bench.LOG_LINES[-2].endswith("skipped: the sweep's -1 s are spent")
