@@ -19,6 +19,7 @@ for step in "$@"; do
     conformance) run_step conformance 300 $CLI plugins check cuda;;
     parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu;;
     kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu;;
+    sweep) TAIL=60 run_step kernels_sweep 300 python benchmarks/kernels_gpu.py --only sweep;;
     kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
     lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
     ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
