@@ -133,7 +133,11 @@ class DecodeOverlap:
             tokens = step.device_tokens
         else:
             index = {r: i for i, r in enumerate(step.request_ids)}
-            gather = torch.tensor([index[r] for r in request_ids], device=step.device_tokens.device)
+            gather = torch.tensor([index[r] for r in request_ids], dtype=torch.int64)
+            if step.device_tokens.device.type != "cpu":
+                # From pinned memory, asynchronously: a pageable copy would
+                # wait for the device to finish the running step.
+                gather = gather.pin_memory().to(step.device_tokens.device, non_blocking=True)
             tokens = step.device_tokens.index_select(0, gather)
         graph_size = runner.graphs.padded_size(len(request_ids)) if runner.graphs else None
         batch = runner.inputs.prepare_decode_from_device(request_ids, positions, tokens, graph_size)
