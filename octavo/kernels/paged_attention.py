@@ -58,11 +58,13 @@ class TileConfig:
     num_stages: int
 
 
-# Decode rows have one token: the smallest tile tl.dot takes. Prefill tiles
-# are FlashAttention-2's usual shape for head sizes up to 128; larger heads
-# halve them to stay within registers and shared memory.
+# Decode rows have one token: the smallest tile tl.dot takes. Prefill tiles:
+# 64 rows (16 tokens x a GQA group of 4) by 64 keys, 4 warps, was the best of
+# 36 shapes on the H200 for 512- and 2048-token prompts (17-21% faster than
+# FlashAttention-2's usual 128 x 64 with 8 warps; benchmarks/RESULTS.md);
+# heads over 128 take half the keys to stay within registers and shared memory.
 DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
-PREFILL_TILES = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=2)
+PREFILL_TILES = TileConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
 LARGE_HEAD_PREFILL_TILES = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
 
 
@@ -73,7 +75,10 @@ def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
     return PREFILL_TILES if head_size <= 128 else LARGE_HEAD_PREFILL_TILES
 
 
-@triton.jit
+# Values that change from step to step are not specialised on (divisibility
+# by 16, equality to 1): each new combination would compile another variant
+# in the middle of serving (measured: 0.5 s stalls on the H200).
+@triton.jit(do_not_specialize=["num_reqs", "num_tokens", "stride_table"])
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,

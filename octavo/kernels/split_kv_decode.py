@@ -38,9 +38,13 @@ from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_
 
 # block_m is unused: a program's rows are the GQA group (padded to 16).
 SPLIT_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
-# One program per (token, KV head) walking the whole context: more stages
-# keep more key tiles in flight, which short contexts need to reach bandwidth.
+# One program per (token, KV head) walking the whole context. With few
+# programs (small batches) each must keep many keys in flight; with the GPU
+# full (large batches), small light programs did best on the H200 (sweep in
+# benchmarks/kernels_gpu_sweep.py: batch 512 x 256-512 tokens, 3.7-4.05 TB/s,
+# 4-6% faster than 64 keys / 4 warps / 3 stages).
 DIRECT_DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=3)
+FULL_GPU_DECODE_TILES = TileConfig(block_m=16, block_n=32, num_warps=2, num_stages=2)
 
 
 @dataclass
@@ -70,7 +74,8 @@ class SplitWorkspace:
         return self.max.shape[2]
 
 
-@triton.jit
+# Not specialised on values that change between steps (see paged_attention).
+@triton.jit(do_not_specialize=["num_reqs", "stride_table"])
 def _split_kv_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     seq_lens_ptr, block_table_ptr,

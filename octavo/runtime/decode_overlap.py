@@ -85,6 +85,21 @@ class DecodeOverlap:
             pending.positions.get(r) == states[r].num_computed_tokens for r in scheduler_output.num_scheduled_tokens
         )
 
+    def _continuing(self, request_ids: list[str]) -> list[str]:
+        """Requests that do not reach ``max_tokens`` with this step's token.
+
+        The others finish now: computing a step for them would only delay
+        whatever the device runs next (a new prompt's first token)."""
+        states = self.runner.states
+        continuing = []
+        for request_id in request_ids:
+            state = states[request_id]
+            max_tokens = state.sampling_params.max_tokens
+            num_outputs_after = len(state.token_ids) - state.num_prompt_tokens + 1
+            if max_tokens is None or num_outputs_after < max_tokens:
+                continuing.append(request_id)
+        return continuing
+
     def _can_speculate(self, request_ids: list[str]) -> bool:
         runner = self.runner
         block_size, max_len = runner.config.block_size, runner.config.max_model_len
@@ -106,7 +121,8 @@ class DecodeOverlap:
             if self.pending is not None:
                 self.num_dropped += 1
             step = self._launch_planned(scheduler_output)
-        self.pending = self._launch_next(request_ids, step) if self._can_speculate(request_ids) else None
+        continuing = self._continuing(request_ids)
+        self.pending = self._launch_next(continuing, step) if continuing and self._can_speculate(continuing) else None
         tokens = step.tokens()
         row = {request_id: index for index, request_id in enumerate(step.request_ids)}
         return ModelRunnerOutput(sampled_token_ids={r: [tokens[row[r]]] for r in request_ids})

@@ -72,7 +72,7 @@ def test_head_size_64_and_non_power_of_two_group(device):
 
 
 def test_long_prompt_spans_several_query_tiles(device):
-    # 150 tokens with 4 query heads per KV head: 5 query tiles of 32 tokens.
+    # 150 tokens with 4 query heads per KV head: 10 query tiles of 16 tokens.
     spec = BatchSpec([RequestShape(seq_len=170, query_len=150), RequestShape(seq_len=3, query_len=1)], head_size=16)
     run_and_compare(spec, device)
 

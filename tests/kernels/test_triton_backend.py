@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 from octavo.core.attention import AttentionSpec  # noqa: E402
+from octavo.kernels.paged_attention import PREFILL_TILES  # noqa: E402
 from octavo.runtime.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from octavo.runtime.attention.triton_paged import TritonPagedAttention  # noqa: E402
 from octavo.runtime.attention.triton_plan import SplitKvPolicy  # noqa: E402
@@ -49,7 +50,7 @@ def compare_backends(batch_spec: BatchSpec, device, sliding_window=None, split_p
 @pytest.mark.parametrize("sliding_window", [None, 12], ids=["full", "window12"])
 def test_mixed_batch_matches_torch_backend(sliding_window, device):
     meta = compare_backends(BatchSpec(mixed_requests(), num_padding_tokens=3), device, sliding_window)
-    assert meta.num_splits == 1 and meta.tiles.block_m == 128
+    assert meta.num_splits == 1 and meta.tiles == PREFILL_TILES
 
 
 def test_decode_batch_takes_split_path(device):
@@ -75,7 +76,7 @@ def test_tile_override_from_environment(monkeypatch):
     monkeypatch.setenv("OCTAVO_TILES_DECODE", "16,128,8,4")
     try:
         assert triton_plan.tiles_for_step(1, 1, 128) == TileConfig(16, 128, 8, 4)
-        assert triton_plan.tiles_for_step(5, 1, 128).block_m == 128  # prefill untouched
+        assert triton_plan.tiles_for_step(5, 1, 128) == PREFILL_TILES  # prefill untouched
         monkeypatch.setenv("OCTAVO_TILES_PREFILL", "64,x")
         triton_plan._tiles_from_env.cache_clear()  # read once per process
         with pytest.raises(ValueError, match="OCTAVO_TILES_PREFILL"):
@@ -146,3 +147,14 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     outputs = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected
     assert (max(plans) > 1) == (min_split_seq_len == 1)
+
+
+def test_full_gpu_decode_batches_take_light_tiles():
+    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, FULL_GPU_DECODE_TILES
+    from octavo.runtime.attention.triton_plan import tiles_for_step
+
+    policy = SplitKvPolicy()
+    # Llama-3.1-8B (8 KV heads) on 132 SMs: 33 requests give 264 programs.
+    assert not policy.fills_gpu(32, 8, 132) and policy.fills_gpu(33, 8, 132)
+    assert tiles_for_step(1, 1, 128, gpu_is_full=True) == FULL_GPU_DECODE_TILES
+    assert tiles_for_step(1, 1, 128, gpu_is_full=False) == DIRECT_DECODE_TILES

@@ -29,6 +29,23 @@ def test_overlap_matches_plain_decoding(llama_dir, make_llm):
     # already computed when the scheduler asked for them, finishing requests
     # notwithstanding.
     assert overlap.num_reused >= 30
+    # Nothing was launched past the last token: requests that reach
+    # max_tokens are left out of the next step's speculation.
+    assert overlap.pending is None
+
+
+def test_overlap_leaves_finishing_requests_out(llama_dir, make_llm):
+    llm = make_llm(llama_dir, overlap_decode=True)
+    overlap = llm.engine.executor.worker.runner.overlap
+    launched = []
+    launch_next = overlap._launch_next
+    overlap._launch_next = lambda ids, step: launched.append(list(ids)) or launch_next(ids, step)
+    prompts = make_prompts(vocab(llama_dir))[:2]
+    run(llm, prompts, [3, 6])
+    # The 3-token request is left out of the speculation once its third
+    # token is being computed; the last step speculates nothing.
+    assert len(launched[0]) == 2 and all(len(ids) == 1 for ids in launched[1:])
+    assert overlap.pending is None
 
 
 def test_overlap_with_chunked_prefill_preemption_and_arrivals(llama_dir, make_llm):

@@ -84,7 +84,8 @@ def _dequant_tile(w_ptr, offs_k, offs_n, row_bytes, mask, TYPE: tl.constexpr):
     return w
 
 
-@triton.jit
+# M (tokens in the step) changes every step: not specialised on.
+@triton.jit(do_not_specialize=["M"])
 def _gguf_matmul_kernel(
     x_ptr, w_ptr, out_ptr, M, N, K, row_bytes, stride_xm, stride_om,
     TYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,

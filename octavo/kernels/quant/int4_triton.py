@@ -27,7 +27,8 @@ def upcast_dot(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@triton.jit
+# M (tokens in the step) changes every step: not specialised on.
+@triton.jit(do_not_specialize=["M"])
 def _int4_matmul_kernel(
     x_ptr, qweight_ptr, scales_ptr, zeros_ptr, out_ptr,
     M, N, K, group_size,

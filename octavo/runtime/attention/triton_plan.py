@@ -48,6 +48,10 @@ class SplitKvPolicy:
     # A split smaller than this costs more in merging than it saves.
     min_tokens_per_split: int = 64
 
+    def fills_gpu(self, num_reqs: int, num_kv_heads: int, num_sms: int) -> bool:
+        """One program per (request, KV head) gives every SM ``programs_per_sm`` or more."""
+        return num_reqs * num_kv_heads >= self.programs_per_sm * num_sms
+
     def num_splits(self, num_reqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, num_sms: int) -> int:
         """1 for the one-launch kernel, else the number of context splits."""
         if max_query_len != 1 or max_seq_len < self.min_seq_len or num_reqs == 0:
@@ -89,13 +93,16 @@ def _tiles_from_env(name: str):
     return TileConfig(block_m, block_n, num_warps, num_stages)
 
 
-def tiles_for_step(max_query_len: int, num_splits: int, head_size: int):
-    """The tile shape of a step's attention kernel (see the module docstring)."""
+def tiles_for_step(max_query_len: int, num_splits: int, head_size: int, gpu_is_full: bool = False):
+    """The tile shape of a step's attention kernel (see the module docstring).
+
+    ``gpu_is_full``: a decode batch with at least ``programs_per_sm`` programs
+    per SM without splitting."""
     from octavo.kernels.paged_attention import tiles_for
-    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, SPLIT_TILES
+    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, FULL_GPU_DECODE_TILES, SPLIT_TILES
 
     if max_query_len > 1:
         return _tiles_from_env("PREFILL") or tiles_for(max_query_len, head_size)
     if num_splits > 1:
         return _tiles_from_env("SPLIT") or SPLIT_TILES
-    return _tiles_from_env("DECODE") or DIRECT_DECODE_TILES
+    return _tiles_from_env("DECODE") or (FULL_GPU_DECODE_TILES if gpu_is_full else DIRECT_DECODE_TILES)
