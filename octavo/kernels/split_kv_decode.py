@@ -206,7 +206,7 @@ def split_kv_decode(
         DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
-    if workspace is not None:
+    if num_splits > 1:  # one split wrote the output itself
         _merge_splits_kernel[(num_tokens, num_heads)](
             out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),
             HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,

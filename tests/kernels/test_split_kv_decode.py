@@ -28,7 +28,7 @@ def run_split(spec: BatchSpec, num_splits: int, device, sliding_window=None, sca
 
 
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
-@pytest.mark.parametrize("num_splits", [2, 4])
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
 def test_split_decode_matches_reference(num_heads, num_kv_heads, num_splits, device):
     spec = BatchSpec(decode_requests([200, 5, 77]), num_heads=num_heads, num_kv_heads=num_kv_heads, num_padding_tokens=2)
     out, expected, batch = run_split(spec, num_splits, device)
