@@ -63,6 +63,10 @@ class AttentionBackend(ABC):
     # no host synchronisation and no data-dependent shapes.
     supports_graph_capture: ClassVar[bool] = False
 
+    # True when ``forward_with_rotary`` is implemented: the rotary embedding
+    # applied in the kernel that writes the KV cache (one launch fewer a layer).
+    fuses_rotary: ClassVar[bool] = False
+
     def __init__(self, spec: AttentionSpec) -> None:
         self.spec = spec
 
@@ -89,6 +93,21 @@ class AttentionBackend(ABC):
         metadata: Any,
     ) -> torch.Tensor:  # [T, num_heads, head_size]
         """Write ``key``/``value`` into ``kv_cache`` and attend over the context."""
+
+    def forward_with_rotary(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: Any,
+        positions: torch.Tensor,  # [T]
+        cos_sin_cache: torch.Tensor,  # [max_position, head_size]: cos then sin halves, float32
+    ) -> torch.Tensor:
+        """Optional (``fuses_rotary``): rotate ``query`` and ``key`` (GPT-NeoX
+        "rotate half" layout) at ``positions``, then as ``forward``. Called by
+        the model's attention layers in place of their own rotary step."""
+        raise NotImplementedError(f"{self.name} does not fuse the rotary embedding")
 
 
 def kv_cache_bytes_per_block(spec: AttentionSpec, num_layers: int) -> int:

@@ -12,7 +12,12 @@ views (e.g. of the fused qkv projection); their last dimension must be
 contiguous. Positions are clamped to the table, so padded tokens with junk
 positions stay in bounds.
 
-Reference: ``octavo.kernels.reference.apply_rotary_reference``.
+``rotary_and_cache`` does the same for the query and, in the same launch,
+writes the rotated key and the value into the paged KV cache (the
+attention backend's ``forward_with_rotary``): one kernel per layer fewer.
+
+Reference: ``octavo.kernels.reference.apply_rotary_reference`` (and
+``reshape_and_cache_reference``).
 """
 
 from __future__ import annotations
@@ -77,3 +82,73 @@ def apply_rotary(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
         HALF=half, HALF_PAD=next_power_of_2(half), num_warps=4,
     )
     return query, key
+
+
+@triton.jit
+def _rotary_cache_kernel(
+    positions_ptr, q_ptr, k_ptr, v_ptr, cos_sin_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, max_position,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos_sin,
+    stride_block, stride_slot, stride_head,
+    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr,
+    HALF: tl.constexpr, HALF_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    position = tl.load(positions_ptr + token).to(tl.int64)
+    position = tl.minimum(tl.maximum(position, 0), max_position - 1)
+    cols = tl.arange(0, HALF_PAD)
+    col_mask = cols < HALF
+    cos = tl.load(cos_sin_ptr + position * stride_cos_sin + cols, mask=col_mask, other=0.0)[None, :]
+    sin = tl.load(cos_sin_ptr + position * stride_cos_sin + HALF + cols, mask=col_mask, other=0.0)[None, :]
+    _rotate_heads(q_ptr + token * stride_qt, stride_qh, cos, sin, NUM_HEADS, HEADS_PAD, HALF, HALF_PAD)
+    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+    if slot < 0:  # padding: nothing to cache
+        return
+    heads = tl.arange(0, KV_HEADS_PAD)
+    mask = (heads < NUM_KV_HEADS)[:, None] & col_mask[None, :]
+    dest = (slot // BLOCK_SIZE) * stride_block + (slot % BLOCK_SIZE) * stride_slot
+    dest_offsets = dest + heads[:, None] * stride_head + cols[None, :]
+    key = k_ptr + token * stride_kt + heads[:, None] * stride_kh + cols[None, :]
+    k1 = tl.load(key, mask=mask, other=0.0).to(tl.float32)
+    k2 = tl.load(key + HALF, mask=mask, other=0.0).to(tl.float32)
+    cache_dtype = k_cache_ptr.dtype.element_ty
+    # Rounded once, straight to the cache's dtype: the same values the
+    # unfused path stores when the cache has the activations' dtype.
+    tl.store(k_cache_ptr + dest_offsets, (k1 * cos - k2 * sin).to(cache_dtype), mask=mask)
+    tl.store(k_cache_ptr + dest_offsets + HALF, (k2 * cos + k1 * sin).to(cache_dtype), mask=mask)
+    value = v_ptr + token * stride_vt + heads[:, None] * stride_vh + cols[None, :]
+    tl.store(v_cache_ptr + dest_offsets, tl.load(value, mask=mask).to(cache_dtype), mask=mask)
+    tl.store(v_cache_ptr + dest_offsets + HALF, tl.load(value + HALF, mask=mask).to(cache_dtype), mask=mask)
+
+
+def rotary_and_cache(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """One launch for rotary embedding and the KV-cache write: rotate ``query``
+    [T, H, D] in place and store the rotated ``key`` and ``value`` [T, Hkv, D] at
+    ``slot_mapping`` of ``kv_cache`` [2, blocks, block_size, Hkv, D] (negative
+    slots skipped). ``key`` itself is left as it was. Returns ``query``."""
+    if query.stride(-1) != 1 or key.stride(-1) != 1 or value.stride(-1) != 1:
+        raise ValueError("rotary_and_cache needs the head dimension of query, key and value to be contiguous")
+    num_tokens, num_heads, head_size = query.shape
+    num_kv_heads = key.shape[1]
+    if cos_sin_cache.dtype != torch.float32 or cos_sin_cache.stride(-1) != 1:
+        cos_sin_cache = cos_sin_cache.float().contiguous()
+    if num_tokens == 0:
+        return query
+    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    half = head_size // 2
+    _rotary_cache_kernel[(num_tokens,)](
+        positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping, cos_sin_cache.shape[0],
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        cos_sin_cache.stride(0), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads,
+        HEADS_PAD=next_power_of_2(num_heads), KV_HEADS_PAD=next_power_of_2(num_kv_heads),
+        HALF=half, HALF_PAD=next_power_of_2(half), BLOCK_SIZE=key_cache.shape[1], num_warps=4,
+    )
+    return query

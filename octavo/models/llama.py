@@ -62,8 +62,8 @@ class DecoderAttention(nn.Module):
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_size)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v.reshape(num_tokens, self.num_kv_heads, self.head_size), fctx)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_size)
+        out = self.attn(q, k, v, fctx, positions=positions, rotary=self.rotary_emb)
         return self.o_proj(out)
 
 

@@ -22,7 +22,7 @@ from octavo.kernels import activation, kv_cache_write, paged_attention, rms_norm
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64"}
-FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr"}
+FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr"}
 
 
 def signature(kernel, constexprs: dict) -> dict[str, str]:
@@ -69,6 +69,11 @@ def cases(attention_only: bool = False):
     yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True), None
     yield "rotary", rotary._rotary_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
+    yield "rotary+cache", rotary._rotary_cache_kernel, dict(
+        NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16), None
+    yield "direct decode", sk._split_kv_kernel, dict(
+        GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
+        USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
     yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
 
 

@@ -33,13 +33,28 @@ class Attention(nn.Module):
         self.num_kv_heads = backend.spec.num_kv_heads
         self.head_size = backend.spec.head_size
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ctx: ForwardContext,
+        positions: torch.Tensor | None = None,
+        rotary: nn.Module | None = None,
+    ) -> torch.Tensor:
+        """Attention of ``q`` over the cached context, after ``rotary`` (a
+        ``RotaryEmbedding``) rotates ``q`` and ``k`` at ``positions`` if given."""
         num_tokens = q.shape[0]
-        out = self.backend.forward(
-            q.view(num_tokens, self.num_heads, self.head_size),
-            k.view(num_tokens, self.num_kv_heads, self.head_size),
-            v.view(num_tokens, self.num_kv_heads, self.head_size),
-            ctx.kv_caches[self.layer_index],
-            ctx.attn_metadata,
-        )
+        q = q.view(num_tokens, self.num_heads, self.head_size)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_size)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_size)
+        kv_cache = ctx.kv_caches[self.layer_index]
+        # The fused kernel replaces the platform's rotary kernel, so only
+        # where one is installed: elsewhere the layer's torch code is the reference.
+        if rotary is not None and self.backend.fuses_rotary and rotary.impl is not None:
+            out = self.backend.forward_with_rotary(q, k, v, kv_cache, ctx.attn_metadata, positions, rotary.cos_sin_cache)
+        else:
+            if rotary is not None:
+                q, k = rotary(positions, q, k)
+            out = self.backend.forward(q, k, v, kv_cache, ctx.attn_metadata)
         return out.reshape(num_tokens, self.num_heads * self.head_size)

@@ -52,6 +52,7 @@ class TritonPagedMetadata:
 class TritonPagedAttention(AttentionBackend):
     name = "triton_paged"
     supports_graph_capture = True
+    fuses_rotary = True
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
@@ -100,12 +101,27 @@ class TritonPagedAttention(AttentionBackend):
 
     def forward(self, query, key, value, kv_cache, metadata: TritonPagedMetadata) -> torch.Tensor:
         from octavo.kernels.kv_cache_write import reshape_and_cache
+
+        self._check_slots(key, metadata)
+        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        return self._attend(query, kv_cache, metadata)
+
+    def forward_with_rotary(self, query, key, value, kv_cache, metadata, positions, cos_sin_cache) -> torch.Tensor:
+        from octavo.kernels.rotary import rotary_and_cache
+
+        self._check_slots(key, metadata)
+        rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
+        return self._attend(query, kv_cache, metadata)
+
+    @staticmethod
+    def _check_slots(key: torch.Tensor, metadata: TritonPagedMetadata) -> None:
+        if metadata.slot_mapping.shape[0] < key.shape[0]:
+            raise ValueError(f"slot_mapping has {metadata.slot_mapping.shape[0]} slots for {key.shape[0]} tokens")
+
+    def _attend(self, query, kv_cache, metadata: TritonPagedMetadata) -> torch.Tensor:
         from octavo.kernels.paged_attention import paged_attention
         from octavo.kernels.split_kv_decode import split_kv_decode
 
-        if metadata.slot_mapping.shape[0] < key.shape[0]:
-            raise ValueError(f"slot_mapping has {metadata.slot_mapping.shape[0]} slots for {key.shape[0]} tokens")
-        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         if query.stride(-1) != 1:
             query = query.contiguous()
         if metadata.max_query_len == 1:
