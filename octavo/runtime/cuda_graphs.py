@@ -36,6 +36,21 @@ def graph_batch_sizes(max_num_seqs: int) -> list[int]:
     return sorted(s for s in sizes if s <= max_num_seqs) or [1]
 
 
+def capture_graph(run, pool, stream: torch.cuda.Stream) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Warm ``run`` up on ``stream`` (Triton compilation, cuBLAS handles), then
+    capture it into a graph whose memory comes from ``pool``; returns the
+    graph and the output tensor its replays refill."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        output = run()
+    return graph, output
+
+
 class DecodeGraphs:
     def __init__(self, runner, sizes: list[int]) -> None:
         self.runner = runner
@@ -82,16 +97,8 @@ class DecodeGraphs:
         self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
         for size in reversed(self.sizes):  # largest first: later ones reuse its pool
-            input_ids, positions, batch = self._static_batch(size)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up (Triton autotuning, cuBLAS handles)
-                    self._step(input_ids, positions, batch)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                logits = self._step(input_ids, positions, batch)
-            self.graphs[size] = (graph, logits)
+            inputs = self._static_batch(size)
+            self.graphs[size] = capture_graph(lambda: self._step(*inputs), self.pool, stream)
         torch.cuda.synchronize()
         logger.info("captured %d decode graphs (%s) in %.1fs", len(self.sizes), self.sizes, time.perf_counter() - started)
 

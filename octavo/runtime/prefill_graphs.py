@@ -34,6 +34,7 @@ import torch
 
 from octavo.core.attention import AttentionBatch
 from octavo.models.layers.attention import ForwardContext
+from octavo.runtime.cuda_graphs import capture_graph
 
 logger = logging.getLogger(__name__)
 
@@ -110,16 +111,8 @@ class PrefillGraphs:
         stream = torch.cuda.Stream()
         for num_tokens in reversed(self.buckets):  # largest first: later ones reuse its memory
             self._fill_capture_inputs(num_tokens)
-            input_ids, positions, batch = self.graph_inputs(num_tokens)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up (Triton compilation, cuBLAS handles)
-                    self.forward(input_ids, positions, batch)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                hidden = self.forward(input_ids, positions, batch)
-            self.graphs[num_tokens] = (graph, hidden)
+            inputs = self.graph_inputs(num_tokens)
+            self.graphs[num_tokens] = capture_graph(lambda: self.forward(*inputs), self.pool, stream)
         torch.cuda.synchronize()
         logger.info(
             "captured %d prefill graphs (up to %d tokens, %d requests) in %.1fs",
