@@ -47,6 +47,9 @@ class EngineArgs:
     seed: int = 0
     platform: str | None = None
     enforce_eager: bool = False
+    # Steps of up to this many tokens replay CUDA graphs captured by token
+    # count (short prefills); 0: only decode steps are captured.
+    max_prefill_graph_tokens: int = 2048
     # Launch each greedy decode step before the previous one's tokens reach
     # the host; None: on where the platform captures graphs (one device).
     overlap_decode: bool | None = None
@@ -70,6 +73,11 @@ class EngineArgs:
         for name in positive:
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be at least 1, got {getattr(self, name)}", param=name)
+        if self.max_prefill_graph_tokens < 0:
+            raise InvalidArgumentError(
+                f"max_prefill_graph_tokens must be 0 or more, got {self.max_prefill_graph_tokens}",
+                param="max_prefill_graph_tokens",
+            )
         for name in ("max_model_len", "max_num_batched_tokens", "num_kv_blocks", "kv_cache_memory_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -205,6 +213,7 @@ def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path
         quantization=args.quantization,
         seed=args.seed,
         enforce_eager=args.enforce_eager,
+        max_prefill_graph_tokens=args.max_prefill_graph_tokens,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         gpu_memory_utilization=args.gpu_memory_utilization,
         num_kv_blocks=args.num_kv_blocks,

@@ -92,6 +92,16 @@ def test_unknown_llm_option(llama_dir):
         LLM(str(llama_dir), not_an_option=1)
 
 
+def test_negative_prefill_graph_tokens(llama_dir):
+    with pytest.raises(InvalidArgumentError, match="max_prefill_graph_tokens must be 0 or more"):
+        LLM(str(llama_dir), max_prefill_graph_tokens=-1)
+
+
+def test_prefill_graph_tokens_reach_the_worker(llama_dir, make_llm):
+    llm = make_llm(llama_dir, max_prefill_graph_tokens=512)
+    assert llm.engine.executor.worker.runner.config.max_prefill_graph_tokens == 512
+
+
 def test_missing_model(tmp_path):
     with pytest.raises(ModelNotFoundError, match="not found"):
         LLM(str(tmp_path / "nope"))

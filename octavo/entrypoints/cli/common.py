@@ -28,6 +28,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--platform", default=None, help="override platform selection (also OCTAVO_PLATFORM)")
     parser.add_argument("--enforce-eager", action="store_true", help="never capture graphs")
+    parser.add_argument(
+        "--max-prefill-graph-tokens", type=int, default=2048,
+        help="capture steps of up to this many tokens in graphs too (0: decode steps only)",
+    )
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     parser.add_argument(
