@@ -22,6 +22,7 @@ for step in "$@"; do
     sweep) TAIL=60 run_step kernels_sweep 300 python benchmarks/kernels_gpu.py --only sweep;;
     kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
     lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
+    lat1_direct) OCTAVO_SPLIT_MIN_SEQ_LEN=1000000 run_step latency_b1_direct 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_direct.json";;
     ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
     ttft2048) run_step ttft_2048 300 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;
     tput) run_step throughput 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput.json";;

@@ -158,3 +158,12 @@ def test_full_gpu_decode_batches_take_light_tiles():
     assert not policy.fills_gpu(32, 8, 132) and policy.fills_gpu(33, 8, 132)
     assert tiles_for_step(1, 1, 128, gpu_is_full=True) == FULL_GPU_DECODE_TILES
     assert tiles_for_step(1, 1, 128, gpu_is_full=False) == DIRECT_DECODE_TILES
+
+
+def test_split_threshold_from_environment(monkeypatch):
+    assert SplitKvPolicy.from_env() == SplitKvPolicy()
+    monkeypatch.setenv("OCTAVO_SPLIT_MIN_SEQ_LEN", "4096")
+    assert SplitKvPolicy.from_env().min_seq_len == 4096
+    monkeypatch.setenv("OCTAVO_SPLIT_MIN_SEQ_LEN", "lots")
+    with pytest.raises(ValueError, match="OCTAVO_SPLIT_MIN_SEQ_LEN"):
+        SplitKvPolicy.from_env()

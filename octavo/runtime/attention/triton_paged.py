@@ -56,7 +56,7 @@ class TritonPagedAttention(AttentionBackend):
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
-        self.split_policy = split_policy or SplitKvPolicy()
+        self.split_policy = split_policy or SplitKvPolicy.from_env()
         from octavo.kernels.paged_attention import AttentionParams
 
         self.params = AttentionParams(scale=spec.scale, sliding_window=spec.sliding_window)

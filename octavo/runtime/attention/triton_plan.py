@@ -16,7 +16,8 @@ The heuristic (``SplitKvPolicy.num_splits``):
 
 Tile shapes can be overridden for tuning runs with ``OCTAVO_TILES_DECODE``,
 ``OCTAVO_TILES_SPLIT`` and ``OCTAVO_TILES_PREFILL``, each
-``block_m,block_n,num_warps,num_stages`` (read once per process).
+``block_m,block_n,num_warps,num_stages`` (read once per process), and the
+split threshold with ``OCTAVO_SPLIT_MIN_SEQ_LEN`` (``SplitKvPolicy.from_env``).
 
 Graph capture: the split count depends on the batch size and on
 ``max_seq_len``, not on the contexts themselves (each split sizes its chunk
@@ -47,6 +48,16 @@ class SplitKvPolicy:
     programs_per_sm: int = 2
     # A split smaller than this costs more in merging than it saves.
     min_tokens_per_split: int = 64
+
+    @classmethod
+    def from_env(cls) -> "SplitKvPolicy":
+        """The default policy, ``min_seq_len`` from ``OCTAVO_SPLIT_MIN_SEQ_LEN`` if set."""
+        value = os.environ.get("OCTAVO_SPLIT_MIN_SEQ_LEN")
+        if not value:
+            return cls()
+        if not value.isdigit():
+            raise ValueError(f"OCTAVO_SPLIT_MIN_SEQ_LEN={value!r}: expected a number of tokens")
+        return cls(min_seq_len=int(value))
 
     def fills_gpu(self, num_reqs: int, num_kv_heads: int, num_sms: int) -> bool:
         """One program per (request, KV head) gives every SM ``programs_per_sm`` or more."""
