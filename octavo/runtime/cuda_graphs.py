@@ -98,7 +98,7 @@ class DecodeGraphs:
         stream = torch.cuda.Stream()
         for size in reversed(self.sizes):  # largest first: later ones reuse its pool
             inputs = self._static_batch(size)
-            self.graphs[size] = capture_graph(lambda: self._step(*inputs), self.pool, stream)
+            self.graphs[size] = capture_graph(lambda inputs=inputs: self._step(*inputs), self.pool, stream)
         torch.cuda.synchronize()
         logger.info("captured %d decode graphs (%s) in %.1fs", len(self.sizes), self.sizes, time.perf_counter() - started)
 

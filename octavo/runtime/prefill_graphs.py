@@ -112,7 +112,7 @@ class PrefillGraphs:
         for num_tokens in reversed(self.buckets):  # largest first: later ones reuse its memory
             self._fill_capture_inputs(num_tokens)
             inputs = self.graph_inputs(num_tokens)
-            self.graphs[num_tokens] = capture_graph(lambda: self.forward(*inputs), self.pool, stream)
+            self.graphs[num_tokens] = capture_graph(lambda inputs=inputs: self.forward(*inputs), self.pool, stream)
         torch.cuda.synchronize()
         logger.info(
             "captured %d prefill graphs (up to %d tokens, %d requests) in %.1fs",
