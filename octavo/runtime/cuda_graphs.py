@@ -64,17 +64,16 @@ class DecodeGraphs:
 
     def _static_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
         buffers = self.runner.inputs.buffers
-        width = buffers.max_blocks_per_req
         buffers.query_start_loc.np[: size + 1] = np.arange(size + 1)
         buffers.seq_lens.np[:size] = 1
         buffers.input_ids.np[:size] = 0
         buffers.positions.np[:size] = 0
         buffers.slot_mapping.np[:size] = -1
-        buffers.block_table.np[: size * width] = 0
+        buffers.graph_block_table.zero_()
         batch = AttentionBatch(
             query_start_loc=buffers.query_start_loc.upload(size + 1),
             seq_lens=buffers.seq_lens.upload(size),
-            block_table=buffers.block_table.upload(size * width).view(size, width),
+            block_table=buffers.graph_block_table[:size],
             slot_mapping=buffers.slot_mapping.upload(size),
             num_reqs=size,
             num_actual_tokens=size,

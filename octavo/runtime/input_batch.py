@@ -134,13 +134,21 @@ class InputPreparer:
         elif padded_num_reqs is not None and padded_num_reqs > num_reqs:
             total_reqs = total_tokens = padded_num_reqs
             self._pad_decode(num_reqs, padded_num_reqs)
-        width = buffers.max_blocks_per_req if padded_num_reqs is not None else max(1, -(-int(ends.max()) // block_size))
-        table = buffers.block_table.np[: total_reqs * width].reshape(total_reqs, width)
-        table[:num_reqs] = self.states.block_table[rows, :width]
+        # Only the columns the longest request uses are gathered and uploaded:
+        # with a long max_model_len the full width would be megabytes a step.
+        width = max(1, -(-int(ends.max()) // block_size))
+        table = buffers.block_table.np[: num_reqs * width].reshape(num_reqs, width)
+        table[:] = self.states.block_table[rows, :width]
+        block_table = buffers.block_table.upload(num_reqs * width).view(num_reqs, width)
+        if padded_num_reqs is not None:
+            # Graphs read a table of fixed shape and address; columns past
+            # ``width`` and rows of padding requests are never read.
+            buffers.graph_block_table[:num_reqs, :width].copy_(block_table)
+            block_table = buffers.graph_block_table[:total_reqs]
         attn_batch = AttentionBatch(
             query_start_loc=buffers.query_start_loc.upload(total_reqs + 1),
             seq_lens=buffers.seq_lens.upload(total_reqs),
-            block_table=buffers.block_table.upload(total_reqs * width).view(total_reqs, width),
+            block_table=block_table,
             slot_mapping=buffers.slot_mapping.upload(total_tokens),
             num_reqs=num_reqs,
             num_actual_tokens=num_tokens,

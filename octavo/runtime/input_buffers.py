@@ -38,3 +38,6 @@ class InputBuffers:
         self.seq_lens = StagedBuffer(max_num_reqs, torch.int32, device)
         # Flat, so that a step can use a [num_reqs, width] view of any width.
         self.block_table = StagedBuffer(max_num_reqs * max_blocks_per_req, torch.int32, device)
+        # The fixed-shape table captured graphs read: each graph step copies
+        # the columns it uses into it on the device.
+        self.graph_block_table = torch.zeros(max_num_reqs, max_blocks_per_req, dtype=torch.int32, device=device)

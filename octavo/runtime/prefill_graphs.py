@@ -77,16 +77,15 @@ class PrefillGraphs:
         buffers.input_ids.np[:num_tokens] = 0
         buffers.positions.np[:num_tokens] = np.arange(num_tokens)
         buffers.slot_mapping.np[:num_tokens] = -1
-        buffers.block_table.np[: num_reqs * buffers.max_blocks_per_req] = 0
+        buffers.graph_block_table.zero_()
 
     def graph_inputs(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
         """What a bucket's graph reads: the runner's buffers, uploaded, at the padded shape."""
         buffers, num_reqs = self.runner.inputs.buffers, self.max_num_reqs
-        width = buffers.max_blocks_per_req
         batch = AttentionBatch(
             query_start_loc=buffers.query_start_loc.upload(num_reqs + 1),
             seq_lens=buffers.seq_lens.upload(num_reqs),
-            block_table=buffers.block_table.upload(num_reqs * width).view(num_reqs, width),
+            block_table=buffers.graph_block_table[:num_reqs],
             slot_mapping=buffers.slot_mapping.upload(num_tokens),
             num_reqs=num_reqs,
             num_actual_tokens=num_tokens,
