@@ -36,6 +36,33 @@ def graph_batch_sizes(max_num_seqs: int) -> list[int]:
     return sorted(s for s in sizes if s <= max_num_seqs) or [1]
 
 
+def graph_inputs(runner, num_reqs: int, num_tokens: int, max_query_len: int):
+    """(input_ids, positions, AttentionBatch) a graph reads: views of the
+    runner's persistent buffers at the padded shape. The batch claims the
+    longest context (``max_model_len``), so that host-side choices frozen at
+    capture hold for every replay."""
+    buffers = runner.inputs.buffers
+    batch = AttentionBatch(
+        query_start_loc=buffers.query_start_loc.upload(num_reqs + 1),
+        seq_lens=buffers.seq_lens.upload(num_reqs),
+        block_table=buffers.graph_block_table[:num_reqs],
+        slot_mapping=buffers.slot_mapping.upload(num_tokens),
+        num_reqs=num_reqs,
+        num_actual_tokens=num_tokens,
+        max_query_len=max_query_len,
+        max_seq_len=runner.config.max_model_len,
+        query_start_loc_cpu=buffers.query_start_loc.host[: num_reqs + 1],
+        seq_lens_cpu=buffers.seq_lens.host[:num_reqs],
+    )
+    return buffers.input_ids.upload(num_tokens), buffers.positions.upload(num_tokens), batch
+
+
+def graph_forward(runner, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
+    """The model's final hidden states for ``batch`` (metadata built inside, so a graph replays it)."""
+    metadata = runner.loaded.metadata_builder.build_metadata(batch)
+    return runner.model(input_ids, positions, ForwardContext(metadata, runner.kv_caches))
+
+
 def capture_graph(run, pool, stream: torch.cuda.Stream) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """Warm ``run`` up on ``stream`` (Triton compilation, cuBLAS handles), then
     capture it into a graph whose memory comes from ``pool``; returns the
@@ -70,25 +97,11 @@ class DecodeGraphs:
         buffers.positions.np[:size] = 0
         buffers.slot_mapping.np[:size] = -1
         buffers.graph_block_table.zero_()
-        batch = AttentionBatch(
-            query_start_loc=buffers.query_start_loc.upload(size + 1),
-            seq_lens=buffers.seq_lens.upload(size),
-            block_table=buffers.graph_block_table[:size],
-            slot_mapping=buffers.slot_mapping.upload(size),
-            num_reqs=size,
-            num_actual_tokens=size,
-            max_query_len=1,
-            max_seq_len=self.runner.config.max_model_len,
-            query_start_loc_cpu=buffers.query_start_loc.host[: size + 1],
-            seq_lens_cpu=buffers.seq_lens.host[:size],
-        )
-        return buffers.input_ids.upload(size), buffers.positions.upload(size), batch
+        return graph_inputs(self.runner, size, size, max_query_len=1)
 
     def _step(self, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
-        runner = self.runner
-        metadata = runner.loaded.metadata_builder.build_metadata(batch)
-        hidden = runner.model(input_ids, positions, ForwardContext(metadata, runner.kv_caches))
-        return runner.model.compute_logits(hidden)
+        hidden = graph_forward(self.runner, input_ids, positions, batch)
+        return self.runner.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def capture(self) -> None:

@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from octavo.core.attention import AttentionBatch
-from octavo.models.layers.attention import ForwardContext
-from octavo.runtime.cuda_graphs import capture_graph
+from octavo.runtime.cuda_graphs import capture_graph, graph_forward, graph_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -80,27 +79,11 @@ class PrefillGraphs:
         buffers.graph_block_table.zero_()
 
     def graph_inputs(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
-        """What a bucket's graph reads: the runner's buffers, uploaded, at the padded shape."""
-        buffers, num_reqs = self.runner.inputs.buffers, self.max_num_reqs
-        batch = AttentionBatch(
-            query_start_loc=buffers.query_start_loc.upload(num_reqs + 1),
-            seq_lens=buffers.seq_lens.upload(num_reqs),
-            block_table=buffers.graph_block_table[:num_reqs],
-            slot_mapping=buffers.slot_mapping.upload(num_tokens),
-            num_reqs=num_reqs,
-            num_actual_tokens=num_tokens,
-            # Any value > 1 makes the same host-side choices (prefill tiles).
-            max_query_len=num_tokens,
-            max_seq_len=self.runner.config.max_model_len,
-            query_start_loc_cpu=buffers.query_start_loc.host[: num_reqs + 1],
-            seq_lens_cpu=buffers.seq_lens.host[:num_reqs],
-        )
-        return buffers.input_ids.upload(num_tokens), buffers.positions.upload(num_tokens), batch
+        """What a bucket's graph reads (any ``max_query_len`` > 1 makes the same host-side choices)."""
+        return graph_inputs(self.runner, self.max_num_reqs, num_tokens, max_query_len=num_tokens)
 
     def forward(self, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
-        runner = self.runner
-        metadata = runner.loaded.metadata_builder.build_metadata(batch)
-        return runner.model(input_ids, positions, ForwardContext(metadata, runner.kv_caches))
+        return graph_forward(self.runner, input_ids, positions, batch)
 
     @torch.inference_mode()
     def capture(self) -> None:
