@@ -46,6 +46,18 @@ def _rotate_heads(
 
 
 @triton.jit
+def _cos_sin(positions_ptr, token, cos_sin_ptr, stride_cos_sin, max_position, HALF: tl.constexpr, HALF_PAD: tl.constexpr):
+    """Token ``token``'s cos and sin rows ([1, HALF_PAD]), its position clamped to the table."""
+    position = tl.load(positions_ptr + token).to(tl.int64)
+    position = tl.minimum(tl.maximum(position, 0), max_position - 1)
+    cols = tl.arange(0, HALF_PAD)
+    col_mask = cols < HALF
+    cos = tl.load(cos_sin_ptr + position * stride_cos_sin + cols, mask=col_mask, other=0.0)[None, :]
+    sin = tl.load(cos_sin_ptr + position * stride_cos_sin + HALF + cols, mask=col_mask, other=0.0)[None, :]
+    return cos, sin
+
+
+@triton.jit
 def _rotary_kernel(
     positions_ptr, q_ptr, k_ptr, cache_ptr, max_position,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_cache,
@@ -53,12 +65,7 @@ def _rotary_kernel(
     HALF: tl.constexpr, HALF_PAD: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    position = tl.load(positions_ptr + token).to(tl.int64)
-    position = tl.minimum(tl.maximum(position, 0), max_position - 1)
-    cols = tl.arange(0, HALF_PAD)
-    col_mask = cols < HALF
-    cos = tl.load(cache_ptr + position * stride_cache + cols, mask=col_mask, other=0.0)[None, :]
-    sin = tl.load(cache_ptr + position * stride_cache + HALF + cols, mask=col_mask, other=0.0)[None, :]
+    cos, sin = _cos_sin(positions_ptr, token, cache_ptr, stride_cache, max_position, HALF, HALF_PAD)
     _rotate_heads(q_ptr + token * stride_qt, stride_qh, cos, sin, NUM_HEADS, HEADS_PAD, HALF, HALF_PAD)
     _rotate_heads(k_ptr + token * stride_kt, stride_kh, cos, sin, NUM_KV_HEADS, KV_HEADS_PAD, HALF, HALF_PAD)
 
@@ -93,18 +100,14 @@ def _rotary_cache_kernel(
     HALF: tl.constexpr, HALF_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    position = tl.load(positions_ptr + token).to(tl.int64)
-    position = tl.minimum(tl.maximum(position, 0), max_position - 1)
-    cols = tl.arange(0, HALF_PAD)
-    col_mask = cols < HALF
-    cos = tl.load(cos_sin_ptr + position * stride_cos_sin + cols, mask=col_mask, other=0.0)[None, :]
-    sin = tl.load(cos_sin_ptr + position * stride_cos_sin + HALF + cols, mask=col_mask, other=0.0)[None, :]
+    cos, sin = _cos_sin(positions_ptr, token, cos_sin_ptr, stride_cos_sin, max_position, HALF, HALF_PAD)
     _rotate_heads(q_ptr + token * stride_qt, stride_qh, cos, sin, NUM_HEADS, HEADS_PAD, HALF, HALF_PAD)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
     if slot < 0:  # padding: nothing to cache
         return
     heads = tl.arange(0, KV_HEADS_PAD)
-    mask = (heads < NUM_KV_HEADS)[:, None] & col_mask[None, :]
+    cols = tl.arange(0, HALF_PAD)
+    mask = (heads < NUM_KV_HEADS)[:, None] & (cols < HALF)[None, :]
     dest = (slot // BLOCK_SIZE) * stride_block + (slot % BLOCK_SIZE) * stride_slot
     dest_offsets = dest + heads[:, None] * stride_head + cols[None, :]
     key = k_ptr + token * stride_kt + heads[:, None] * stride_kh + cols[None, :]
