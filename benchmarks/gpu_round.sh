@@ -18,10 +18,14 @@ for step in "$@"; do
     env) run_step env 60 $CLI env;;
     conformance) run_step conformance 300 $CLI plugins check cuda;;
     parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu;;
-    kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu;;
+    kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu
+             run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
+    gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py;;
     sweep) TAIL=60 run_step kernels_sweep 300 python benchmarks/kernels_gpu.py --only sweep;;
     kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
     lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
+    lat1_cublas) OCTAVO_GEMV_MAX_TOKENS=0 run_step latency_b1_cublas 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_cublas.json";;
+    lat1_env) run_step "latency_b1_${LABEL:-env}" 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_${LABEL:-env}.json";;
     lat1_direct) OCTAVO_SPLIT_MIN_SEQ_LEN=1000000 run_step latency_b1_direct 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_direct.json";;
     ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
     ttft2048) run_step ttft_2048 300 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;

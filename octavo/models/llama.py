@@ -82,8 +82,15 @@ class DecoderMLP(nn.Module):
             quant_config=ctx.quant_config, prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype,
         )
         self.act_fn = SiluAndMul()
+        # A platform may fuse the activation into the gate-up projection for
+        # batches of up to ``fused_gate_up_max_tokens`` tokens: fn(x, weight, bias).
+        self.fused_gate_up_act = None
+        self.fused_gate_up_max_tokens = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_gate_up_act is not None and x.shape[0] <= self.fused_gate_up_max_tokens:
+            up = self.gate_up_proj
+            return self.down_proj(self.fused_gate_up_act(x, up.weight, up.bias))
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 

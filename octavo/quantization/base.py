@@ -68,6 +68,11 @@ class UnquantizedLinearMethod(LinearMethod):
             layer.register_parameter("bias", None)
 
     def apply(self, layer, x):
+        # A platform may install a kernel for skinny (decode) batches that
+        # falls back to F.linear itself (``LinearBase.small_batch_impl``).
+        impl = getattr(layer, "small_batch_impl", None)
+        if impl is not None:
+            return impl(x, layer.weight, layer.bias)
         return F.linear(x, layer.weight, layer.bias)
 
 

@@ -145,3 +145,21 @@ def test_gpu_backend_graph_replay_with_refilled_batch(min_split_seq_len):
         torch.testing.assert_close(static_out[:4], expected[:4], **BF16)
         assert torch.isfinite(static_out).all()
         assert torch.equal(kv_cache, expected_cache)
+
+
+@pytest.mark.parametrize("num_tokens", [1, 2, 4, 8])
+def test_gpu_gemv_llama8b_shapes(num_tokens):
+    import torch.nn.functional as F
+
+    from octavo.kernels.gemv import gemv
+    from octavo.kernels.reference import silu_and_mul_reference
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(num_tokens, 4096, device="cuda", generator=generator).to(torch.bfloat16)
+    for out_features, in_features in ((6144, 4096), (4096, 14336)):
+        weight = torch.randn(out_features, in_features, device="cuda", generator=generator).to(torch.bfloat16) * 0.02
+        x_in = torch.randn(num_tokens, in_features, device="cuda", generator=generator).to(torch.bfloat16)
+        torch.testing.assert_close(gemv(x_in, weight), F.linear(x_in, weight), **BF16)
+    gate_up = torch.randn(2 * 14336, 4096, device="cuda", generator=generator).to(torch.bfloat16) * 0.02
+    expected = silu_and_mul_reference(F.linear(x, gate_up))
+    torch.testing.assert_close(gemv(x, gate_up, silu_mul=True), expected, **BF16)

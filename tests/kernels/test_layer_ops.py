@@ -103,3 +103,33 @@ def test_install_triton_ops_routes_layers_through_kernels(device):
     positions = torch.tensor([3, 9], device=device)
     expected = apply_rotary_reference(positions, q.clone(), k.clone(), model["rope"].cos_sin_cache)
     torch.testing.assert_close(model["rope"](positions, q, k), expected)
+
+
+def test_install_triton_ops_gives_unquantized_linears_the_gemv(device):
+    from octavo.models.layers.embedding import ParallelLMHead
+    from octavo.models.layers.linear import MergedColumnParallelLinear, ReplicatedLinear
+
+    class Mlp(torch.nn.Module):  # the hooks DecoderMLP offers
+        def __init__(self):
+            super().__init__()
+            self.gate_up_proj = MergedColumnParallelLinear(32, [24, 24])
+            self.fused_gate_up_act, self.fused_gate_up_max_tokens = None, 0
+
+    model = torch.nn.ModuleDict({"proj": ReplicatedLinear(32, 40, bias=True), "mlp": Mlp(),
+                                 "head": ParallelLMHead(50, 32, torch.float32)})
+    for p in model.parameters():
+        p.data.copy_(randn(*p.shape, seed=p.numel()))
+    model.to(device)
+    installed = install_triton_ops(model)
+    assert (installed.num_gemv_layers, installed.num_fused_gate_up_acts) == (3, 1)
+    tol = TOLERANCES[torch.float32]
+    for num_tokens in (1, 4, 7):  # 7 rows: past GEMV_MAX_TOKENS, F.linear
+        x = randn(num_tokens, 32, device=device, seed=num_tokens)
+        proj, mlp = model["proj"], model["mlp"]
+        torch.testing.assert_close(proj(x), torch.nn.functional.linear(x, proj.weight, proj.bias), **tol)
+        logits = model["head"].compute_logits(x)
+        torch.testing.assert_close(logits, torch.nn.functional.linear(x, model["head"].weight), **tol)
+    x = randn(2, 32, device=device)
+    gate_up = mlp.gate_up_proj
+    expected = silu_and_mul_reference(torch.nn.functional.linear(x, gate_up.weight))
+    torch.testing.assert_close(mlp.fused_gate_up_act(x, gate_up.weight, gate_up.bias), expected, **tol)

@@ -144,6 +144,8 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     layer = llm.engine.executor.worker.runner.model.model.layers[0]
     assert isinstance(layer.self_attn.attn.backend, TritonPagedAttention)
     assert layer.input_layernorm.impl is not None
+    # Decode steps of 1-2 requests run the GEMV, fused with the MLP's activation.
+    assert layer.self_attn.qkv_proj.small_batch_impl is not None and layer.mlp.fused_gate_up_act is not None
     outputs = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected
     assert (max(plans) > 1) == (min_split_seq_len == 1)

@@ -55,9 +55,14 @@ class ParallelLMHead(VocabParallelEmbedding):
         super().__init__(vocab_size, hidden_size, dtype, prefix)
         if tie_to is not None:
             self.weight = tie_to.weight
+        # fn(x, weight, bias) a platform may install for skinny (decode) batches.
+        self.small_batch_impl = None
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden_states, self.weight)
+        if self.small_batch_impl is not None:
+            logits = self.small_batch_impl(hidden_states, self.weight, None)
+        else:
+            logits = F.linear(hidden_states, self.weight)
         if self.tp_size > 1:
             logits = tensor_model_parallel_all_gather(logits, dim=-1)
         return logits[..., : self.vocab_size]

@@ -45,6 +45,8 @@ class LinearBase(nn.Module):
         self.input_size = input_size
         self.output_size = sum(output_sizes)
         self.prefix = prefix
+        # fn(x, weight, bias) a platform may install for unquantized layers.
+        self.small_batch_impl = None
         tp = get_tp_group()
         self.tp_rank, self.tp_size = tp.rank, tp.world_size
         self.quant_method = (

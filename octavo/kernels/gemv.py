@@ -1,0 +1,183 @@
+"""Skinny linear layers (a few tokens, decode) in Triton: ``x @ W.T (+ b)``.
+
+At batch 1 a decoder step is a chain of GEMVs that read every weight once,
+so its speed is the bandwidth those GEMVs reach. Each program here owns
+``BLOCK_N`` output features: it streams their weight rows in
+``[BLOCK_N, BLOCK_K]`` tiles (contiguous along K, so loads are wide and
+coalesced), multiplies them in float32 by the ``BLOCK_M`` token rows of
+``x`` and reduces along K once at the end (``DEFER_REDUCE``) or at every
+step. No split-K: small ``BLOCK_N`` already gives every SM several
+programs at Llama shapes, and split-K would need a float32 buffer, atomics
+and one more launch.
+
+``silu_mul=True`` fuses the MLP's activation into the gate-up projection:
+``W`` is ``[gate; up]`` (``2 * I`` rows), each program computes the same
+``BLOCK_N`` features of both halves and writes ``silu(gate) * up``, which
+saves the ``[M, 2 * I]`` intermediate and one launch per layer.
+
+Tested against ``F.linear`` (and ``silu_and_mul_reference``) through the
+interpreter; tiles come from an H200 sweep (``benchmarks/gemv_gpu_sweep.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+
+
+def _max_tokens_from_env() -> int:
+    value = os.environ.get("OCTAVO_GEMV_MAX_TOKENS", "4")
+    if not value.isdigit() or int(value) > 8:
+        raise ValueError(f"OCTAVO_GEMV_MAX_TOKENS={value!r}: expected a number of tokens from 0 (off) to 8")
+    return int(value)
+
+
+# Token counts up to this take the GEMV (decode graphs of batch 1..MAX);
+# OCTAVO_GEMV_MAX_TOKENS=0 turns it off (A/B runs against cuBLAS).
+GEMV_MAX_TOKENS = _max_tokens_from_env()
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    defer_reduce: bool = True
+
+
+# Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py).
+DEFAULT_CONFIG = GemvConfig(block_n=8, block_k=512, num_warps=4, num_stages=3)
+
+
+@functools.cache
+def config_from_env() -> GemvConfig | None:
+    """``OCTAVO_GEMV=block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
+    value = os.environ.get("OCTAVO_GEMV")
+    if not value:
+        return None
+    try:
+        parts = [int(p) for p in value.split(",")]
+        return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True)
+    except (TypeError, ValueError):
+        raise ValueError(f"OCTAVO_GEMV={value!r}: expected block_n,block_k,num_warps,num_stages[,defer]") from None
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wn, stride_om, up_offset,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask_n = offs_n < N
+    mask_m = offs_m < M
+    # Out-of-range feature rows read row 0 instead of masking every load.
+    rows = tl.where(mask_n, offs_n, 0)
+    w_rows = w_ptr + rows[:, None] * stride_wn
+    if DEFER_REDUCE:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            w = tl.load(w_rows + offs_k[None, :])
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask_m[:, None], other=0.0)
+        else:
+            mask_k = offs_k < K
+            w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+            x = tl.load(
+                x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0
+            )
+        x3 = x.to(tl.float32)[:, None, :]
+        prod = x3 * w.to(tl.float32)[None, :, :]
+        if SILU_MUL:
+            if EVEN_K:
+                w_up = tl.load(w_rows + up_offset + offs_k[None, :])
+            else:
+                w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+            prod_up = x3 * w_up.to(tl.float32)[None, :, :]
+        if DEFER_REDUCE:
+            acc += prod
+            if SILU_MUL:
+                acc_up += prod_up
+        else:
+            acc += tl.sum(prod, axis=2)
+            if SILU_MUL:
+                acc_up += tl.sum(prod_up, axis=2)
+    if DEFER_REDUCE:
+        out = tl.sum(acc, axis=2)
+        out_up = tl.sum(acc_up, axis=2)
+    else:
+        out = acc
+        out_up = acc_up
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
+        if SILU_MUL:
+            out_up += tl.load(b_ptr + N + rows).to(tl.float32)[None, :]
+    if SILU_MUL:
+        # Round gate and up to the activation dtype first, as the unfused path does.
+        # silu rounded to the dtype, then the product: as ``silu_and_mul`` does.
+        gate = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        up = out_up.to(out_ptr.dtype.element_ty).to(tl.float32)
+        out = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32) * up
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+def gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    silu_mul: bool = False,
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` for ``x`` of at most ``GEMV_MAX_TOKENS * 2`` rows;
+    with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up])."""
+    num_tokens, in_features = x.shape
+    if num_tokens > 8:
+        raise ValueError(f"gemv takes at most 8 token rows, got {num_tokens}")
+    if weight.stride(1) != 1 or x.stride(1) != 1:
+        raise ValueError("gemv needs x and weight contiguous along the input features")
+    out_features = weight.shape[0] // 2 if silu_mul else weight.shape[0]
+    out = torch.empty(num_tokens, out_features, dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    config = config or config_from_env() or DEFAULT_CONFIG
+    block_k = min(config.block_k, triton.next_power_of_2(in_features))
+    grid = (triton.cdiv(out_features, config.block_n),)
+    _gemv_kernel[grid](
+        x, weight, bias if bias is not None else weight, out,
+        num_tokens, out_features, in_features, x.stride(0), weight.stride(0), out.stride(0),
+        out_features * weight.stride(0),
+        BLOCK_M=triton.next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCK_K=block_k,
+        HAS_BIAS=bias is not None, SILU_MUL=silu_mul, DEFER_REDUCE=config.defer_reduce,
+        EVEN_K=in_features % block_k == 0,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return out
+
+
+def linear_small_batch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The GEMV for 2-D ``x`` of up to ``GEMV_MAX_TOKENS`` rows, ``F.linear`` otherwise."""
+    if x.dim() == 2 and x.shape[0] <= GEMV_MAX_TOKENS and x.stride(1) == 1:
+        return gemv(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def gemv_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``silu(gate) * up`` of ``x @ [gate; up].T + b`` in one launch (a few rows of ``x``)."""
+    return gemv(x, weight, bias, silu_mul=True)

@@ -1,0 +1,77 @@
+"""The skinny-batch GEMV (and its fused SiLU-and-mul) against ``F.linear``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from octavo.kernels.gemv import GemvConfig, gemv, gemv_silu_mul, linear_small_batch  # noqa: E402
+from octavo.kernels.reference import silu_and_mul_reference  # noqa: E402
+
+TOLERANCES = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+}
+CONFIGS = [
+    GemvConfig(block_n=8, block_k=32, num_warps=4, num_stages=2, defer_reduce=True),
+    GemvConfig(block_n=4, block_k=64, num_warps=2, num_stages=1, defer_reduce=False),
+]
+
+
+def randn(*shape, dtype=torch.float32, device="cpu", seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["defer", "per_step"])
+@pytest.mark.parametrize("num_tokens", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gemv_matches_linear(dtype, num_tokens, config, device):
+    # 44 features: not a multiple of block_n; 96 inputs: a multiple of 32, not of 64.
+    x = randn(num_tokens, 96, dtype=dtype, device=device)
+    weight = randn(44, 96, dtype=dtype, device=device, seed=1)
+    bias = randn(44, dtype=dtype, device=device, seed=2)
+    expected = F.linear(x.float(), weight.float(), bias.float()).to(dtype)
+    torch.testing.assert_close(gemv(x, weight, bias, config=config), expected, **TOLERANCES[dtype])
+    torch.testing.assert_close(gemv(x, weight, config=config), F.linear(x.float(), weight.float()).to(dtype),
+                               **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["defer", "per_step"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gemv_silu_mul_matches_unfused(dtype, config, device):
+    x = randn(2, 80, dtype=dtype, device=device)
+    weight = randn(2 * 36, 80, dtype=dtype, device=device, seed=1) * 0.3  # [gate; up], 36 features each
+    bias = randn(2 * 36, dtype=dtype, device=device, seed=2)
+    for b in (None, bias):
+        gate_up = F.linear(x.float(), weight.float(), None if b is None else b.float()).to(dtype)
+        out = gemv(x, weight, b, silu_mul=True, config=config)
+        assert out.shape == (2, 36)
+        torch.testing.assert_close(out, silu_and_mul_reference(gate_up), **TOLERANCES[dtype])
+    torch.testing.assert_close(gemv_silu_mul(x, weight, None), gemv(x, weight, None, silu_mul=True))
+
+
+def test_gemv_reads_strided_rows(device):
+    # A view with a row stride larger than its width (a slice of a wider buffer).
+    wide = randn(2, 128, device=device)
+    x = wide[:, :64]
+    weight = randn(16, 64, device=device, seed=1)
+    torch.testing.assert_close(gemv(x, weight), F.linear(x, weight), **TOLERANCES[torch.float32])
+
+
+def test_linear_small_batch_dispatch(device):
+    weight = randn(24, 32, device=device, seed=1)
+    for num_tokens in (0, 1, 4, 9):
+        x = randn(num_tokens, 32, device=device)
+        out = linear_small_batch(x, weight, None)
+        assert out.shape == (num_tokens, 24)
+        torch.testing.assert_close(out, F.linear(x, weight), **TOLERANCES[torch.float32])
+
+
+def test_gemv_rejects_bad_input(device):
+    with pytest.raises(ValueError, match="at most 8"):
+        gemv(randn(9, 32, device=device), randn(8, 32, device=device))
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv(randn(1, 32, device=device), randn(32, 8, device=device).t())
