@@ -18,7 +18,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from octavo.kernels import activation, kv_cache_write, paged_attention, rms_norm, rotary, split_kv_decode
+from octavo.kernels import activation, gemv, kv_cache_write, paged_attention, rms_norm, rotary, split_kv_decode
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64"}
@@ -75,6 +75,11 @@ def cases(attention_only: bool = False):
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
         USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
     yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
+    step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
+    for block_m, silu, config in ((1, True, gemv.DEFAULT_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
+        consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
+                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True)
+        yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config
 
 
 def main(target_name: str, attention_only: bool) -> None:
