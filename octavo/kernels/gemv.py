@@ -34,14 +34,15 @@ import triton.language as tl
 
 
 def _max_tokens_from_env() -> int:
-    value = os.environ.get("OCTAVO_GEMV_MAX_TOKENS", "4")
+    value = os.environ.get("OCTAVO_GEMV_MAX_TOKENS", "1")
     if not value.isdigit() or int(value) > 8:
         raise ValueError(f"OCTAVO_GEMV_MAX_TOKENS={value!r}: expected a number of tokens from 0 (off) to 8")
     return int(value)
 
 
-# Token counts up to this take the GEMV (decode graphs of batch 1..MAX);
-# OCTAVO_GEMV_MAX_TOKENS=0 turns it off (A/B runs against cuBLAS).
+# Token counts up to this take the GEMV; OCTAVO_GEMV_MAX_TOKENS=0 turns it
+# off (A/B runs against cuBLAS). On the H200 it beats cuBLAS at 1 token only
+# (a 4-layer chain: 1.15x at 1 token, 0.84x at 2, 0.56x at 4; round 15).
 GEMV_MAX_TOKENS = _max_tokens_from_env()
 
 
@@ -54,21 +55,30 @@ class GemvConfig:
     defer_reduce: bool = True
 
 
-# Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py).
-DEFAULT_CONFIG = GemvConfig(block_n=8, block_k=512, num_warps=4, num_stages=3)
+# Best at 1 token on Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py,
+# round 15). The loads are not software-pipelined (no dot), so num_stages
+# does not matter; wide K tiles keep enough loads in flight per thread.
+DEFAULT_CONFIG = GemvConfig(block_n=4, block_k=1024, num_warps=4, num_stages=2)
+DEFAULT_SILU_CONFIG = DEFAULT_CONFIG
 
 
 @functools.cache
-def config_from_env() -> GemvConfig | None:
-    """``OCTAVO_GEMV=block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
-    value = os.environ.get("OCTAVO_GEMV")
+def config_from_env(name: str) -> GemvConfig | None:
+    """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` = ``block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
+    value = os.environ.get(name)
     if not value:
         return None
     try:
         parts = [int(p) for p in value.split(",")]
         return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True)
     except (TypeError, ValueError):
-        raise ValueError(f"OCTAVO_GEMV={value!r}: expected block_n,block_k,num_warps,num_stages[,defer]") from None
+        raise ValueError(f"{name}={value!r}: expected block_n,block_k,num_warps,num_stages[,defer]") from None
+
+
+def default_config(silu_mul: bool) -> GemvConfig:
+    if silu_mul:
+        return config_from_env("OCTAVO_GEMV_SILU") or DEFAULT_SILU_CONFIG
+    return config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG
 
 
 @triton.jit
@@ -145,7 +155,7 @@ def gemv(
     silu_mul: bool = False,
     config: GemvConfig | None = None,
 ) -> torch.Tensor:
-    """``x @ weight.T + bias`` for ``x`` of at most ``GEMV_MAX_TOKENS * 2`` rows;
+    """``x @ weight.T + bias`` for ``x`` of at most 8 rows;
     with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up])."""
     num_tokens, in_features = x.shape
     if num_tokens > 8:
@@ -156,7 +166,7 @@ def gemv(
     out = torch.empty(num_tokens, out_features, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    config = config or config_from_env() or DEFAULT_CONFIG
+    config = config or default_config(silu_mul)
     block_k = min(config.block_k, triton.next_power_of_2(in_features))
     grid = (triton.cdiv(out_features, config.block_n),)
     _gemv_kernel[grid](

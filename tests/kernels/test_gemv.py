@@ -75,3 +75,17 @@ def test_gemv_rejects_bad_input(device):
         gemv(randn(9, 32, device=device), randn(8, 32, device=device))
     with pytest.raises(ValueError, match="contiguous"):
         gemv(randn(1, 32, device=device), randn(32, 8, device=device).t())
+
+
+def test_configs_from_environment(monkeypatch):
+    from octavo.kernels import gemv as module
+
+    module.config_from_env.cache_clear()
+    monkeypatch.setenv("OCTAVO_GEMV_SILU", "2,512,8,2,0")
+    assert module.default_config(True) == GemvConfig(2, 512, 8, 2, defer_reduce=False)
+    assert module.default_config(False) == module.DEFAULT_CONFIG
+    monkeypatch.setenv("OCTAVO_GEMV", "many")
+    module.config_from_env.cache_clear()  # read once per process
+    with pytest.raises(ValueError, match="OCTAVO_GEMV"):
+        module.default_config(False)
+    module.config_from_env.cache_clear()

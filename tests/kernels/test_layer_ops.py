@@ -123,7 +123,7 @@ def test_install_triton_ops_gives_unquantized_linears_the_gemv(device):
     installed = install_triton_ops(model)
     assert (installed.num_gemv_layers, installed.num_fused_gate_up_acts) == (3, 1)
     tol = TOLERANCES[torch.float32]
-    for num_tokens in (1, 4, 7):  # 7 rows: past GEMV_MAX_TOKENS, F.linear
+    for num_tokens in (1, 4, 7):  # past GEMV_MAX_TOKENS: F.linear
         x = randn(num_tokens, 32, device=device, seed=num_tokens)
         proj, mlp = model["proj"], model["mlp"]
         torch.testing.assert_close(proj(x), torch.nn.functional.linear(x, proj.weight, proj.bias), **tol)

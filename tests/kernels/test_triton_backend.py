@@ -131,6 +131,7 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     policy = SplitKvPolicy(min_seq_len=min_split_seq_len, min_tokens_per_split=1)
     monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec, policy))
     monkeypatch.setattr(CpuPlatform, "optimize_model", lambda self, model: install_triton_ops(model))
+    monkeypatch.setattr("octavo.kernels.gemv.GEMV_MAX_TOKENS", 2)  # the decode steps of both requests
     plans = []
     build_metadata = TritonPagedAttention.build_metadata
 
@@ -144,7 +145,7 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     layer = llm.engine.executor.worker.runner.model.model.layers[0]
     assert isinstance(layer.self_attn.attn.backend, TritonPagedAttention)
     assert layer.input_layernorm.impl is not None
-    # Decode steps of 1-2 requests run the GEMV, fused with the MLP's activation.
+    # The decode steps run the GEMV, fused with the MLP's activation.
     assert layer.self_attn.qkv_proj.small_batch_impl is not None and layer.mlp.fused_gate_up_act is not None
     outputs = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected
@@ -168,4 +169,13 @@ def test_split_threshold_from_environment(monkeypatch):
     assert SplitKvPolicy.from_env().min_seq_len == 4096
     monkeypatch.setenv("OCTAVO_SPLIT_MIN_SEQ_LEN", "lots")
     with pytest.raises(ValueError, match="OCTAVO_SPLIT_MIN_SEQ_LEN"):
+        SplitKvPolicy.from_env()
+
+
+def test_fused_merge_from_environment(monkeypatch):
+    assert SplitKvPolicy.from_env().fused_merge
+    monkeypatch.setenv("OCTAVO_SPLIT_FUSED_MERGE", "0")
+    assert not SplitKvPolicy.from_env().fused_merge
+    monkeypatch.setenv("OCTAVO_SPLIT_FUSED_MERGE", "yes")
+    with pytest.raises(ValueError, match="OCTAVO_SPLIT_FUSED_MERGE"):
         SplitKvPolicy.from_env()
