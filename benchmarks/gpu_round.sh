@@ -26,7 +26,6 @@ for step in "$@"; do
     lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
     lat1_cublas) OCTAVO_GEMV_MAX_TOKENS=0 run_step latency_b1_cublas 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_cublas.json";;
     lat1_env) run_step "latency_b1_${LABEL:-env}" 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_${LABEL:-env}.json";;
-    lat1_sepmerge) OCTAVO_SPLIT_FUSED_MERGE=0 run_step latency_b1_sepmerge 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_sepmerge.json";;
     lat1_direct) OCTAVO_SPLIT_MIN_SEQ_LEN=1000000 run_step latency_b1_direct 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_direct.json";;
     ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
     ttft2048) run_step ttft_2048 300 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;

@@ -11,14 +11,8 @@ partial result: running max (base 2), sum of exponentials and accumulator,
 float32, for every query head of the KV head's GQA group. An empty chunk
 writes (-inf, 0, 0).
 
-Stage 2 merges the splits' partials (``max = max_s m_s``;
-``out = sum_s acc_s 2^(m_s - max) / sum_s l_s 2^(m_s - max)``), over the
-splits that had keys. With ``workspace.counters`` (the default) it runs in
-stage 1's launch: each program counts itself in on an atomic counter of its
-(token, KV head) after writing its partials, and the last to arrive merges
-them for the GQA group, then resets the counter for the next layer, which
-saves a launch per layer (decode at small batches is launch-bound).
-Without counters a second kernel, program ``(token, head)``, merges.
+Stage 2, program ``(token, head)``: merges the splits' partials
+(``max = max_s m_s``; ``out = sum_s acc_s 2^(m_s - max) / sum_s l_s 2^(m_s - max)``).
 
 With one split (``workspace`` None) stage 1 normalises and writes the output
 itself and there is no stage 2: the decode kernel for batches that fill the
@@ -60,28 +54,19 @@ class SplitWorkspace:
     acc: torch.Tensor  # [T, H, num_splits, HEAD_PAD]
     max: torch.Tensor  # [T, H, num_splits]
     sum: torch.Tensor  # [T, H, num_splits]
-    # [T, KV heads] int32, zero between launches: splits done, for the fused merge.
-    counters: torch.Tensor | None = None
 
     @staticmethod
     def acc_shape(num_tokens: int, num_heads: int, head_size: int, num_splits: int) -> tuple[int, int, int, int]:
         return (num_tokens, num_heads, num_splits, max(16, next_power_of_2(head_size)))
 
     @classmethod
-    def allocate(
-        cls, num_tokens: int, num_heads: int, head_size: int, num_splits: int, device, num_kv_heads: int | None = None
-    ) -> "SplitWorkspace":
-        """``num_kv_heads`` given: with counters, so that the merge runs in the split launch."""
+    def allocate(cls, num_tokens: int, num_heads: int, head_size: int, num_splits: int, device) -> "SplitWorkspace":
         head_pad = cls.acc_shape(num_tokens, num_heads, head_size, num_splits)[3]
         shape = (num_tokens, num_heads, num_splits)
-        counters = None
-        if num_kv_heads is not None:
-            counters = torch.zeros((num_tokens, num_kv_heads), dtype=torch.int32, device=device)
         return cls(
             acc=torch.empty((*shape, head_pad), dtype=torch.float32, device=device),
             max=torch.empty(shape, dtype=torch.float32, device=device),
             sum=torch.empty(shape, dtype=torch.float32, device=device),
-            counters=counters,
         )
 
     @property
@@ -92,14 +77,13 @@ class SplitWorkspace:
 # Not specialised on values that change between steps (see paged_attention).
 @triton.jit(do_not_specialize=["num_reqs", "stride_table"])
 def _split_kv_kernel(
-    out_ptr, acc_ptr, max_ptr, sum_ptr, counter_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+    out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     seq_lens_ptr, block_table_ptr,
     num_reqs, qk_scale, sliding_window,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_block, stride_slot, stride_head, stride_table,
-    GROUP: tl.constexpr, ROWS: tl.constexpr, GROUP_PAD: tl.constexpr,
+    GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, MERGE_CHUNK: tl.constexpr,
 ):
     token = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -154,56 +138,6 @@ def _split_kv_kernel(
     tl.store(max_ptr + slot, m_i, mask=row_valid)
     tl.store(sum_ptr + slot, l_i, mask=row_valid)
     tl.store(acc_ptr + slot[:, None] * HEAD_PAD + dims[None, :], acc, mask=row_valid[:, None])
-    if FUSED_MERGE:
-        # Every thread's partial stores come before the counter's release.
-        tl.debug_barrier()
-        counter = counter_ptr + token * tl.num_programs(1) + kv_head
-        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-        if arrived == NUM_SPLITS - 1:
-            tl.store(counter, 0)  # ready for the next layer (and graph replay)
-            used_splits = tl.cdiv(num_tiles, tl.maximum(tl.cdiv(num_tiles, NUM_SPLITS), 1))
-            _merge_group(
-                out_ptr, acc_ptr, max_ptr, sum_ptr, token, kv_head, tl.num_programs(1) * GROUP, used_splits,
-                stride_ot, stride_oh, GROUP, GROUP_PAD, HEAD_SIZE, HEAD_PAD, NUM_SPLITS, MERGE_CHUNK,
-            )
-
-
-@triton.jit
-def _merge_group(
-    out_ptr, acc_ptr, max_ptr, sum_ptr, token, kv_head, num_heads, used_splits, stride_ot, stride_oh,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-):
-    """Merge the first ``used_splits`` partials of a KV head's GQA group (the
-    rest had no keys). Loads bypass L1 (``.cg``): other SMs wrote them, and
-    this SM may hold lines of an earlier layer's partials."""
-    rows = tl.arange(0, GROUP_PAD)
-    row_valid = rows < GROUP
-    base = (token.to(tl.int64) * num_heads + kv_head * GROUP + rows) * NUM_SPLITS  # [GROUP_PAD]
-    splits = tl.arange(0, NUM_SPLITS)
-    mask = row_valid[:, None] & (splits < used_splits)[None, :]
-    maxes = tl.load(max_ptr + base[:, None] + splits[None, :], mask=mask, other=float("-inf"), cache_modifier=".cg")
-    sums = tl.load(sum_ptr + base[:, None] + splits[None, :], mask=mask, other=0.0, cache_modifier=".cg")
-    m_max = tl.max(maxes, 1)
-    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
-    total = tl.sum(sums * tl.exp2(maxes - m_safe[:, None]), 1)
-    dims = tl.arange(0, HEAD_PAD)
-    out = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
-    for first in range(0, used_splits, MERGE_CHUNK):
-        chunk = first + tl.arange(0, MERGE_CHUNK)
-        chunk_mask = row_valid[:, None] & (chunk < used_splits)[None, :]
-        slot = base[:, None] + chunk[None, :]  # [GROUP_PAD, MERGE_CHUNK]
-        m_s = tl.load(max_ptr + slot, mask=chunk_mask, other=float("-inf"), cache_modifier=".cg")
-        weight = tl.exp2(m_s - m_safe[:, None])
-        acc = tl.load(
-            acc_ptr + slot[:, :, None] * HEAD_PAD + dims[None, None, :], mask=chunk_mask[:, :, None], other=0.0,
-            cache_modifier=".cg",
-        )
-        out += tl.sum(acc * weight[:, :, None], 1)
-    out = out / tl.where(total == 0.0, 1.0, total)[:, None]
-    heads = kv_head * GROUP + rows
-    out_offsets = token.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + dims[None, :]
-    tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & (dims < HEAD_SIZE)[None, :])
 
 
 @triton.jit
@@ -259,26 +193,20 @@ def split_kv_decode(
         return out
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     head_pad = max(16, next_power_of_2(head_size))
-    if workspace is None:
-        partials = (out, out, out, out)
-    else:
-        counters = workspace.counters
-        partials = (workspace.acc, workspace.max, workspace.sum, workspace.acc if counters is None else counters)
-    fused_merge = workspace is not None and workspace.counters is not None
+    partials = (out, out, out) if workspace is None else (workspace.acc, workspace.max, workspace.sum)
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
         batch.seq_lens, batch.block_table,
         batch.num_reqs, params.scale * LOG2_E, params.sliding_window or 0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
-        GROUP=group, ROWS=max(16, next_power_of_2(group)), GROUP_PAD=next_power_of_2(group),
+        GROUP=group, ROWS=max(16, next_power_of_2(group)),
         HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
         DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
-        FUSED_MERGE=fused_merge, MERGE_CHUNK=min(4, num_splits),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
-    if num_splits > 1 and not fused_merge:  # one split wrote the output itself
+    if num_splits > 1:  # one split wrote the output itself
         _merge_splits_kernel[(num_tokens, num_heads)](
             out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),
             HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,

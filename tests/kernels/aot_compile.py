@@ -21,8 +21,7 @@ from triton.compiler import ASTSource
 from octavo.kernels import activation, gemv, kv_cache_write, paged_attention, rms_norm, rotary, split_kv_decode
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
-                "slot_mapping_ptr": "*i64", "positions_ptr": "*i64",
-                "counter_ptr": "*i32"}
+                "slot_mapping_ptr": "*i64", "positions_ptr": "*i64"}
 FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr"}
 
 
@@ -59,11 +58,9 @@ def cases(attention_only: bool = False):
                           BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
                           DOT_DTYPE=tl.bfloat16, PRECISION=None)
             yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
-    for fused in (False, True):
-        consts = dict(GROUP=4, ROWS=16, GROUP_PAD=4, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64,
-                      NUM_SPLITS=16, USE_WINDOW=True, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                      FUSED_MERGE=fused, MERGE_CHUNK=4)
-        yield f"split_kv fused_merge={fused}", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
+                  USE_WINDOW=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+    yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
     if attention_only:
         return
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
@@ -74,12 +71,12 @@ def cases(attention_only: bool = False):
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
     yield "rotary+cache", rotary._rotary_cache_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16), None
-    direct = dict(GROUP=4, ROWS=16, GROUP_PAD=4, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
-                  USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, FUSED_MERGE=False, MERGE_CHUNK=1)
-    yield "direct decode", sk._split_kv_kernel, direct, sk.FULL_GPU_DECODE_TILES
+    yield "direct decode", sk._split_kv_kernel, dict(
+        GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
+        USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
     yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
-    for block_m, silu, config in ((1, True, gemv.DEFAULT_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
+    for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True)
         yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config

@@ -13,42 +13,33 @@ from octavo.kernels.split_kv_decode import SplitWorkspace, split_kv_decode  # no
 from tests.kernels.batches import BatchSpec, decode_requests, make_batch  # noqa: E402
 
 
-MERGES = pytest.mark.parametrize("fused", [True, False], ids=["fused_merge", "merge_kernel"])
-
-
-def run_split(spec: BatchSpec, num_splits: int, device, sliding_window=None, scale=0.3, fused=True):
+def run_split(spec: BatchSpec, num_splits: int, device, sliding_window=None, scale=0.3):
     batch = make_batch(spec, device)
     b = batch.attn_batch
     reshape_and_cache_reference(batch.key, batch.value, batch.kv_cache, b.slot_mapping)
     paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
     num_tokens, num_heads, head_size = batch.query.shape
-    kv_heads = spec.num_kv_heads if fused else None
-    workspace = SplitWorkspace.allocate(num_tokens, num_heads, head_size, num_splits, device, kv_heads)
+    workspace = SplitWorkspace.allocate(num_tokens, num_heads, head_size, num_splits, device)
     out = split_kv_decode(batch.query, batch.kv_cache, paged, AttentionParams(scale, sliding_window), workspace)
-    if fused:
-        assert not workspace.counters.any()  # reset by the last split, ready for the next layer
     expected = paged_attention_reference(
         batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, scale, sliding_window
     )
     return out, expected, batch
 
 
-@MERGES
-@pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (4, 4), (6, 2)], ids=["gqa4", "mha", "gqa3"])
-@pytest.mark.parametrize("num_splits", [1, 2, 8])
-def test_split_decode_matches_reference(num_heads, num_kv_heads, num_splits, fused, device):
-    # 8 splits of 200 tokens: more splits than the merge takes in one chunk (4).
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
+def test_split_decode_matches_reference(num_heads, num_kv_heads, num_splits, device):
     spec = BatchSpec(decode_requests([200, 5, 77]), num_heads=num_heads, num_kv_heads=num_kv_heads, num_padding_tokens=2)
-    out, expected, batch = run_split(spec, num_splits, device, fused=fused)
+    out, expected, batch = run_split(spec, num_splits, device)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert not out[batch.num_actual_tokens :].any()
 
 
-@MERGES
-def test_split_decode_sliding_window_and_empty_splits(fused, device):
+def test_split_decode_sliding_window_and_empty_splits(device):
     # A context of 5 tokens leaves 7 of 8 splits empty; the window cuts 200 to 40.
     spec = BatchSpec(decode_requests([200, 5]))
-    out, expected, _ = run_split(spec, 8, device, sliding_window=40, fused=fused)
+    out, expected, _ = run_split(spec, 8, device, sliding_window=40)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -71,13 +62,11 @@ def test_split_decode_padded_requests_are_zero(device):
         num_reqs=4,
     )
     query = torch.cat([batch.query, torch.full((3, *batch.query.shape[1:]), 5.0, device=device)])
+    workspace = SplitWorkspace.allocate(5, 8, 32, 4, device)
+    out = split_kv_decode(query, batch.kv_cache, padded, AttentionParams(0.3), workspace)
     expected = paged_attention_reference(batch.query, batch.kv_cache, b.query_start_loc, b.seq_lens, b.block_table, 0.3)
-    for kv_heads in (None, 2):  # merge kernel, fused merge
-        workspace = SplitWorkspace.allocate(5, 8, 32, 4, device, kv_heads)
-        for _ in range(2):  # a second layer reuses the workspace (and its counters)
-            out = split_kv_decode(query, batch.kv_cache, padded, AttentionParams(0.3), workspace)
-            torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
-            assert torch.isfinite(out).all() and not out[2:].any()
+    torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(out).all() and not out[2:].any()
 
 
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])

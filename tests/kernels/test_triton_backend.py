@@ -171,11 +171,3 @@ def test_split_threshold_from_environment(monkeypatch):
     with pytest.raises(ValueError, match="OCTAVO_SPLIT_MIN_SEQ_LEN"):
         SplitKvPolicy.from_env()
 
-
-def test_fused_merge_from_environment(monkeypatch):
-    assert SplitKvPolicy.from_env().fused_merge
-    monkeypatch.setenv("OCTAVO_SPLIT_FUSED_MERGE", "0")
-    assert not SplitKvPolicy.from_env().fused_merge
-    monkeypatch.setenv("OCTAVO_SPLIT_FUSED_MERGE", "yes")
-    with pytest.raises(ValueError, match="OCTAVO_SPLIT_FUSED_MERGE"):
-        SplitKvPolicy.from_env()

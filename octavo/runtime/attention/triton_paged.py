@@ -36,8 +36,6 @@ class TritonPagedMetadata:
     tiles: Any  # octavo.kernels.paged_attention.TileConfig
     num_splits: int  # decode batches: 1 = one program per (request, KV head); >1 = split-KV
     workspace: Any = None  # SplitWorkspace when num_splits > 1
-    # KV heads of the split workspace's merge counters; None: merge in a second launch.
-    merge_counters_for: int | None = None
 
     def split_workspace(self, num_tokens: int, num_heads: int, head_size: int, device: torch.device):
         """The split workspace for this shape: made once per step, shared by layers."""
@@ -46,9 +44,7 @@ class TritonPagedMetadata:
         ws = self.workspace
         wanted = SplitWorkspace.acc_shape(num_tokens, num_heads, head_size, self.num_splits)
         if ws is None or tuple(ws.acc.shape) != wanted:
-            ws = SplitWorkspace.allocate(
-                num_tokens, num_heads, head_size, self.num_splits, device, self.merge_counters_for
-            )
+            ws = SplitWorkspace.allocate(num_tokens, num_heads, head_size, self.num_splits, device)
             self.workspace = ws
         return ws
 
@@ -97,7 +93,6 @@ class TritonPagedAttention(AttentionBackend):
             max_query_len=batch.max_query_len,
             tiles=tiles_for_step(batch.max_query_len, num_splits, self.spec.head_size, gpu_is_full),
             num_splits=num_splits,
-            merge_counters_for=num_kv_heads if policy.fused_merge else None,
         )
         if num_splits > 1:
             spec = self.spec

@@ -28,7 +28,6 @@ from ``seq_lens`` on the device), so build the capture metadata with
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -49,25 +48,16 @@ class SplitKvPolicy:
     programs_per_sm: int = 2
     # A split smaller than this costs more in merging than it saves.
     min_tokens_per_split: int = 64
-    # The last split to finish merges, in the same launch (split_kv_decode).
-    fused_merge: bool = True
 
     @classmethod
     def from_env(cls) -> "SplitKvPolicy":
-        """The default policy, ``min_seq_len`` from ``OCTAVO_SPLIT_MIN_SEQ_LEN`` if
-        set; ``OCTAVO_SPLIT_FUSED_MERGE=0`` merges in a second launch."""
-        policy = cls()
+        """The default policy, ``min_seq_len`` from ``OCTAVO_SPLIT_MIN_SEQ_LEN`` if set."""
         value = os.environ.get("OCTAVO_SPLIT_MIN_SEQ_LEN")
-        if value:
-            if not value.isdigit():
-                raise ValueError(f"OCTAVO_SPLIT_MIN_SEQ_LEN={value!r}: expected a number of tokens")
-            policy = dataclasses.replace(policy, min_seq_len=int(value))
-        fused = os.environ.get("OCTAVO_SPLIT_FUSED_MERGE")
-        if fused:
-            if fused not in ("0", "1"):
-                raise ValueError(f"OCTAVO_SPLIT_FUSED_MERGE={fused!r}: expected 0 or 1")
-            policy = dataclasses.replace(policy, fused_merge=fused == "1")
-        return policy
+        if not value:
+            return cls()
+        if not value.isdigit():
+            raise ValueError(f"OCTAVO_SPLIT_MIN_SEQ_LEN={value!r}: expected a number of tokens")
+        return cls(min_seq_len=int(value))
 
     def fills_gpu(self, num_reqs: int, num_kv_heads: int, num_sms: int) -> bool:
         """One program per (request, KV head) gives every SM ``programs_per_sm`` or more."""
