@@ -57,6 +57,10 @@ class EngineArgs:
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
     data_parallel_size: int = 1
+    # Run the engine in a process of its own (a one-replica DataParallelEngine),
+    # so that its steps and the caller's Python (an HTTP server's event loop,
+    # tokenization, streaming) do not share one interpreter lock.
+    engine_process: bool = False
     # Which replica this engine is (set by DataParallelEngine for its replicas):
     # its workers use the devices from data_parallel_rank * tp * pp on.
     data_parallel_rank: int = 0
@@ -130,9 +134,10 @@ def _model_dir(args: EngineArgs) -> tuple[Path, str]:
 
 
 def build_engine(args: EngineArgs):
-    """An ``LLMEngine``, or a ``DataParallelEngine`` for ``data_parallel_size > 1``."""
+    """An ``LLMEngine``, or a ``DataParallelEngine`` for ``data_parallel_size > 1``
+    or ``engine_process`` (one replica, in its own process)."""
     args.validate()
-    if args.data_parallel_size > 1:
+    if args.data_parallel_size > 1 or args.engine_process:
         from octavo.distributed.data_parallel import DataParallelEngine
 
         return DataParallelEngine(args)

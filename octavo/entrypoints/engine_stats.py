@@ -38,7 +38,9 @@ class EngineSnapshot:
 
 
 def is_data_parallel(engine) -> bool:
-    return getattr(engine, "num_replicas", 1) > 1
+    """A front over replica processes (``DataParallelEngine``), even of one
+    replica (``engine_process``): its stats come from the replicas."""
+    return hasattr(engine, "get_replica_report")
 
 
 def engine_capacity(engine) -> EngineCapacity:

@@ -42,6 +42,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument(
         "--data-parallel-size", "-dp", type=int, default=1, help="engine replicas, each in its own process"
     )
+    parser.add_argument(
+        "--engine-process", action="store_true",
+        help="run the engine in its own process, apart from the server's (or caller's) Python",
+    )
     parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")
 
 
