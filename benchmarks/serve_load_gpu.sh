@@ -5,7 +5,8 @@
 #
 #   OUT=/tmp/out bash benchmarks/serve_load_gpu.sh [CONFIG_JSON] [TOKENIZER_DIR]
 #
-# SERVE_ARGS adds server options, e.g. SERVE_ARGS="--data-parallel-size 2" on two GPUs.
+# SERVE_ARGS adds server options, e.g. SERVE_ARGS="--data-parallel-size 2" on two GPUs;
+# CONCURRENCIES="64 256" picks the load levels (default 1 16 64 256).
 # CONFIG_JSON defaults to benchmarks/configs/llama-3.1-8b.json. Without TOKENIZER_DIR a
 # small byte-level tokenizer is built (the weights are random, so the text is noise anyway;
 # only shapes and token counts matter here).
@@ -34,7 +35,7 @@ for _ in $(seq 600); do
   if ! kill -0 $SERVER 2>/dev/null; then tail -40 "$OUT/server.log"; exit 1; fi
   sleep 1
 done
-for CONCURRENCY in 1 16 64 256; do
+for CONCURRENCY in ${CONCURRENCIES:-1 16 64 256}; do
   NUM=$(( CONCURRENCY * 4 > 32 ? CONCURRENCY * 4 : 32 ))
   "$PY" benchmarks/serve_load.py --url "http://127.0.0.1:$PORT" --concurrency "$CONCURRENCY" \
     --num-requests "$NUM" --prompt-words 256 --max-tokens 128 --json-out "$OUT/serve_load_c$CONCURRENCY.json" \
