@@ -71,7 +71,7 @@ class OutputProcessor:
             parent=parent,
             params=params,
             detokenizer=detokenizer,
-            metrics=RequestMetrics(arrival_time=time.monotonic()),
+            metrics=RequestMetrics(arrival_time=time.monotonic(), sequence_index=index),
             logprobs=[] if params.logprobs is not None else None,
             cumulative_logprob=0.0 if params.logprobs is not None else None,
         )

@@ -27,6 +27,9 @@ class RequestMetrics:
     last_token_time: float | None = None
     finished_time: float | None = None
     num_generation_tokens: int = 0
+    # Which of the request's n sequences these timings are (the choice index):
+    # a stable key even after the object crossed a process boundary.
+    sequence_index: int = 0
 
 
 @dataclass

@@ -33,7 +33,10 @@ def install_from_env(engine) -> bool:
         from octavo.errors import InvalidArgumentError
 
         # A data-parallel engine's models run in its replicas' processes, out of this hook's reach.
-        raise InvalidArgumentError(f"{FAULT_FILE_ENV} / {FAULT_AFTER_STEPS_ENV} need a single engine (data_parallel_size=1)")
+        raise InvalidArgumentError(
+            f"{FAULT_FILE_ENV} / {FAULT_AFTER_STEPS_ENV} need the engine in the server's process "
+            "(--no-engine-process, data_parallel_size=1)"
+        )
     after_steps = int(after_steps_text) if after_steps_text is not None else None
     logger.warning(
         "TEST HOOK ACTIVE: the model step will raise (%s=%s, %s=%s)",

@@ -30,7 +30,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass
 class _SequenceTiming:
-    metrics: RequestMetrics  # held so that its id() cannot be reused while tracked
     num_seen_tokens: int = 0
     last_token_time: float | None = None
 
@@ -39,7 +38,9 @@ class _SequenceTiming:
 class _RequestProgress:
     delta: bool  # DELTA outputs carry new tokens only; the other kinds carry all so far
     num_tokens: dict[int, int] = field(default_factory=dict)  # choice index -> tokens counted
-    timings: dict[int, _SequenceTiming] = field(default_factory=dict)  # id(RequestMetrics) -> timing
+    # RequestMetrics.sequence_index -> timing. Not the object's id: outputs from
+    # an engine process carry a new RequestMetrics object each time.
+    timings: dict[int, _SequenceTiming] = field(default_factory=dict)
     first_token_seen: bool = False
     finished_indices: set[int] = field(default_factory=set)
 
@@ -123,9 +124,9 @@ class ServerMetrics:
         if not progress.first_token_seen and metrics.first_token_time is not None:
             progress.first_token_seen = True
             self.ttft.observe(metrics.first_token_time - metrics.arrival_time)
-        timing = progress.timings.get(id(metrics))
+        timing = progress.timings.get(metrics.sequence_index)
         if timing is None:
-            timing = progress.timings[id(metrics)] = _SequenceTiming(metrics, last_token_time=metrics.first_token_time)
+            timing = progress.timings[metrics.sequence_index] = _SequenceTiming(last_token_time=metrics.first_token_time)
             timing.num_seen_tokens = 1 if metrics.first_token_time is not None else 0
         num_gaps = metrics.num_generation_tokens - timing.num_seen_tokens
         if num_gaps > 0 and metrics.last_token_time is not None and timing.last_token_time is not None:

@@ -43,7 +43,7 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--data-parallel-size", "-dp", type=int, default=1, help="engine replicas, each in its own process"
     )
     parser.add_argument(
-        "--engine-process", action="store_true",
+        "--engine-process", action=argparse.BooleanOptionalAction, default=False,
         help="run the engine in its own process, apart from the server's (or caller's) Python",
     )
     parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")

@@ -41,7 +41,11 @@ def add_parser(sub) -> None:
     parser.add_argument("--max-logprobs", type=int, default=20, help="the largest logprobs/top_logprobs a request may ask for")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
-    parser.set_defaults(func=run)
+    # The engine's steps would otherwise share the interpreter lock with the
+    # HTTP event loop: at 256 streams on the H200 that starved the loop
+    # (TTFT p50 3.8 s against 0.37 s, and one connection dropped;
+    # benchmarks/RESULTS.md, round 19).
+    parser.set_defaults(func=run, engine_process=True)
 
 
 def server_config_from(args: argparse.Namespace) -> ServerConfig:

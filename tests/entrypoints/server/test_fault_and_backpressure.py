@@ -35,7 +35,7 @@ def small_server(llama_dir, fault_file, tmp_path_factory):
     template_file = tmp_path_factory.mktemp("template") / "chat.jinja"
     template_file.write_text(CHAT_TEMPLATE)
     args = ["--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "2", "--max-queued-requests", "1",
-            "--num-kv-blocks", "1024", "--chat-template", str(template_file)]
+            "--num-kv-blocks", "1024", "--chat-template", str(template_file), "--no-engine-process"]
     process = ServerProcess(
         llama_dir, args, tmp_path_factory.mktemp("small-server") / "server.log", env={FAULT_FILE_ENV: str(fault_file)}
     )
