@@ -121,7 +121,7 @@ class DataParallelEngine(RequestValidator):
             )
             process.start()
             child_end.close()
-            logger.info("data-parallel replica %d started (pid %d)", index, process.pid)
+            logger.info("engine replica %d started in its own process (pid %d)", index, process.pid)
             replicas.append(_Replica(index, process, parent_end, deque()))
         return replicas
 
