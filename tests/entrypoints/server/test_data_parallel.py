@@ -175,7 +175,7 @@ def test_disconnect_frees_the_blocks_of_the_replica_that_held_the_request(dp_ser
 
 
 def replica_pids(server: ServerProcess) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"data-parallel replica (\d+) started \(pid (\d+)\)", server.log())}
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"engine replica (\d+) started in its own process \(pid (\d+)\)", server.log())}
 
 
 async def stream_until_error(c: openai.AsyncOpenAI, index: int, started: asyncio.Event) -> tuple[int, Exception | None]:
