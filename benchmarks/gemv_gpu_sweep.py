@@ -23,9 +23,7 @@ the best configs as ``gemv_best`` / ``gemv_best_silu`` (``OCTAVO_GEMV`` /
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -36,6 +34,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kernels_gpu import copy_bandwidth, time_us  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 
 from octavo.kernels.activation import silu_and_mul  # noqa: E402
 from octavo.kernels.gemv import DEFAULT_CONFIG, DEFAULT_SILU_CONFIG, GemvConfig, gemv  # noqa: E402
@@ -66,43 +67,6 @@ def say(line: str = "") -> None:
     LOG.append(line)
 
 
-_FLUSH = None
-
-
-def time_us(fn, reps: int = 25, use_graph: bool = True) -> float:
-    """Median GPU time of ``fn`` (one CUDA-graph replay of it), L2 flushed before each."""
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
-    run = fn
-    fn()
-    if use_graph:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        run = graph.replay
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        _FLUSH.zero_()
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    return 1000 * times[len(times) // 2]
-
-
-def copy_bandwidth() -> float:
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=DEVICE)
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / (time_us(lambda: dst.copy_(src), reps=10, use_graph=False) * 1e-6)
-
-
 def make_weights(generator: torch.Generator, names=tuple(SHAPES)) -> dict[str, torch.Tensor]:
     return {
         name: (torch.randn(*SHAPES[name][:2], device=DEVICE, generator=generator) * 0.02).to(DTYPE)
@@ -116,8 +80,6 @@ def weight_of(weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
 
 
 def cublas_fn(name: str, x: torch.Tensor, weight: torch.Tensor):
-    from octavo.kernels.activation import silu_and_mul
-
     if SHAPES[name][2]:
         return lambda: silu_and_mul(F.linear(x, weight))
     return lambda: F.linear(x, weight)
@@ -153,7 +115,7 @@ def time_shapes(num_tokens: int, weights, xs, config: GemvConfig | None) -> dict
                 error = ((fn().float() - expected).abs() - 0.02 * expected.abs()).max().item()
                 if error > 0.05:  # beyond assert_close(atol=0.05, rtol=0.02)
                     raise ValueError(f"wrong result (error {error:.3f})")
-            times[name] = time_us(fn)
+            times[name] = time_us(fn, reps=25)
         except Exception as exc:  # a config that does not fit (registers, shared memory)
             RECORDS.append({"tokens": num_tokens, "config": asdict(config), "failed": str(exc)[:200]})
             return None
@@ -231,17 +193,7 @@ def _compile_job(job: tuple) -> str | None:
 
 
 def precompile(jobs: list[tuple]) -> None:
-    started = time.perf_counter()
-    workers = max(1, min(len(jobs), (os.cpu_count() or 2) - 2, 14))
-    try:
-        context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            errors = [e for e in pool.map(_compile_job, jobs, chunksize=4) if e]
-    except Exception as exc:  # the timing process compiles what is missing
-        say(f"parallel compile failed ({type(exc).__name__}: {str(exc)[:100]})")
-        return
-    say(f"compiled {len(jobs)} kernels in {workers} processes in {time.perf_counter() - started:.0f} s "
-        f"({len(errors)} did not run)")
+    compile_in_pool(_compile_job, jobs, say, time.perf_counter(), chunksize=4)
 
 
 def config_value(c: GemvConfig) -> str:

@@ -148,10 +148,7 @@ def _compile_job(job: tuple) -> str | None:
 
 
 def precompile(bench, plan) -> None:
-    """Compile every kernel of ``plan`` in worker processes (see the module docstring).
-
-    Any failure of the pool only costs time: the timing process compiles what is missing.
-    """
+    """Compile every kernel of ``plan`` in worker processes (see the module docstring)."""
     started = time.perf_counter()
     jobs = [
         (case.name, case.seq_lens, case.query_lens, key, tiles)
@@ -159,13 +156,23 @@ def precompile(bench, plan) -> None:
         for tiles in [None, *configs]
     ]
     # One job per case and tile shape; a worker takes neighbours, which share a case.
+    compile_in_pool(_compile_job, jobs, bench.say, started)
+
+
+def compile_in_pool(job_fn, jobs: list, say, started: float, chunksize: int | None = None) -> None:
+    """Run ``job_fn`` (a module-level function returning an error text or None)
+    over ``jobs`` in spawned worker processes, so that every kernel lands in
+    Triton's disk cache. Any failure of the pool only costs time: the timing
+    process compiles what is missing."""
     workers = max(1, min(len(jobs), (os.cpu_count() or 2) - 2, 14))
+    if chunksize is None:
+        chunksize = max(1, len(jobs) // (4 * workers))
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     try:
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            errors = [e for e in pool.map(_compile_job, jobs, chunksize=max(1, len(jobs) // (4 * workers))) if e]
+            errors = [e for e in pool.map(job_fn, jobs, chunksize=chunksize) if e]
     except Exception as exc:
-        bench.say(f"parallel compile failed ({type(exc).__name__}: {str(exc)[:100]}); compiling while timing")
+        say(f"parallel compile failed ({type(exc).__name__}: {str(exc)[:100]}); compiling while timing")
         return
-    bench.say(f"compiled {len(jobs)} kernels in {workers} processes in {time.perf_counter() - started:.0f} s "
-              f"({len(errors)} did not run)")
+    say(f"compiled {len(jobs)} kernels in {workers} processes in {time.perf_counter() - started:.0f} s "
+        f"({len(errors)} did not run)")

@@ -109,3 +109,29 @@ def test_sweep_runs_its_plan_on_tiny_shapes(bench, sweep_module, monkeypatch):
     assert "best 1" in log and "% of copy" in log and "TFLOP/s" in log
     sweep_module.run_sweep(bench, copy_bw=1e12, budget_s=-1)
     assert bench.LOG_LINES[-2].endswith("skipped: the sweep's -1 s are spent")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
+    from octavo.kernels.gemv import GemvConfig
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports its neighbours
+    spec = importlib.util.spec_from_file_location("gemv_gpu_sweep_bench", SCRIPT.with_name("gemv_gpu_sweep.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    shapes = {"qkv": (48, 32, False), "o": (32, 32, False), "gate_up": (64, 32, False),
+              "gate_up_silu": (64, 32, True), "down": (32, 48, False), "lm_head": (80, 32, False)}
+    tiny = dict(HIDDEN=32, INTERMEDIATE=48, SHAPES=shapes, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),
+                DTYPE=torch.float32, time_us=lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
+    for name, value in tiny.items():
+        monkeypatch.setattr(module, name, value)
+    configs = [GemvConfig(4, 16, 2, 2, True), GemvConfig(2, 32, 2, 2, False)]
+    weights = module.make_weights(torch.Generator().manual_seed(0))
+    best_plain, best_silu = module.run_sweep(1, weights, configs)
+    assert best_plain in configs and best_silu in configs
+    records = [r for r in module.RECORDS if r.get("tokens") == 1]
+    assert len(records) == 3 and all("failed" not in r for r in records)  # cuBLAS and both configs, all correct
+    module.run_chain(1, {"cublas": (None, None, False), "fused": (configs[0], configs[1], True),
+                         "unfused": (configs[0], None, False)}, copy_bw=1e12)
+    assert [r["variant"] for r in module.RECORDS if "chain_tokens" in r] == ["cublas", "fused", "unfused"]
