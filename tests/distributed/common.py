@@ -34,6 +34,15 @@ def token_ids(outputs) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in outputs]
 
 
+def assert_same_tokens_and_logprobs(outputs, expected) -> None:
+    """Token ids equal, the same logprob candidates, their values within 1e-5."""
+    assert token_ids(outputs) == token_ids(expected)
+    for output, ref in zip(outputs, expected):
+        got, want = output.outputs[0].logprobs, ref.outputs[0].logprobs
+        assert [list(p) for p in got] == [list(p) for p in want]
+        assert all(abs(g[t].logprob - w[t].logprob) < 1e-5 for g, w in zip(got, want) for t in w)
+
+
 def reference(path: Path, prompts: list[list[int]], params: SamplingParams):
     """The outputs of a single-process engine (TP=1, PP=1)."""
     llm = LLM(str(path), **engine_options())

@@ -16,7 +16,15 @@ import pytest
 from octavo import LLM, SamplingParams
 from octavo.distributed.data_parallel import DataParallelEngine
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
-from tests.distributed.common import engine_options, generate, greedy, make_prompts, reference, token_ids, vocab_size
+from tests.distributed.common import (
+    assert_same_tokens_and_logprobs,
+    engine_options,
+    generate,
+    greedy,
+    make_prompts,
+    reference,
+    vocab_size,
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +48,7 @@ def test_same_tokens_as_one_engine_and_both_replicas_serve(dp_llm, llama_dir):
     assert isinstance(engine, DataParallelEngine) and engine.num_replicas == 2
     prompts = make_prompts(vocab_size(llama_dir), seed=3)
     expected = reference(llama_dir, prompts, greedy(logprobs=1))
-    outputs = generate(dp_llm, prompts, greedy(logprobs=1))
-    assert token_ids(outputs) == token_ids(expected)
-    for output, ref in zip(outputs, expected):
-        got, want = output.outputs[0].logprobs, ref.outputs[0].logprobs
-        assert [list(p) for p in got] == [list(p) for p in want]
-        assert all(abs(g[t].logprob - w[t].logprob) < 1e-5 for g, w in zip(got, want) for t in w)
+    assert_same_tokens_and_logprobs(generate(dp_llm, prompts, greedy(logprobs=1)), expected)
     assert all(load.num_routed > 0 for load in engine.router.loads)
     assert all(load.num_requests == 0 and load.num_tokens == 0 for load in engine.router.loads)
 

@@ -9,7 +9,15 @@ import os
 from octavo import LLM
 from octavo.distributed.data_parallel import DataParallelEngine
 from octavo.entrypoints.engine_stats import engine_capacity, is_data_parallel, take_snapshot
-from tests.distributed.common import engine_options, generate, greedy, make_prompts, reference, token_ids, vocab_size
+from tests.distributed.common import (
+    assert_same_tokens_and_logprobs,
+    engine_options,
+    generate,
+    greedy,
+    make_prompts,
+    reference,
+    vocab_size,
+)
 
 
 def test_engine_in_its_own_process_gives_the_same_tokens(llama_dir):
@@ -20,11 +28,7 @@ def test_engine_in_its_own_process_gives_the_same_tokens(llama_dir):
         assert engine._replicas[0].process.pid != os.getpid()
         prompts = make_prompts(vocab_size(llama_dir), seed=5)
         expected = reference(llama_dir, prompts, greedy(logprobs=1))
-        outputs = generate(llm, prompts, greedy(logprobs=1))
-        assert token_ids(outputs) == token_ids(expected)
-        for output, ref in zip(outputs, expected):
-            got, want = output.outputs[0].logprobs, ref.outputs[0].logprobs
-            assert all(abs(g[t].logprob - w[t].logprob) < 1e-5 for g, w in zip(got, want) for t in w)
+        assert_same_tokens_and_logprobs(generate(llm, prompts, greedy(logprobs=1)), expected)
         # The server's stats path: the replica's numbers, not this process's.
         assert is_data_parallel(engine)
         capacity = engine_capacity(engine)
