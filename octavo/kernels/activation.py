@@ -20,15 +20,21 @@ _MAX_BLOCK = 1024
 
 
 @triton.jit
+def silu_then_mul(gate32, up32, DTYPE: tl.constexpr):
+    """``silu(gate) * up`` in float32, with silu rounded to ``DTYPE`` first (the
+    reference's rounding steps); ``gate32`` and ``up32`` already hold ``DTYPE`` values."""
+    silu = (gate32 / (1.0 + tl.exp(-gate32))).to(DTYPE)
+    return silu.to(tl.float32) * up32
+
+
+@triton.jit
 def _silu_and_mul_kernel(out_ptr, x_ptr, stride_x, stride_out, INTERMEDIATE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < INTERMEDIATE
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     up = tl.load(x_ptr + row * stride_x + INTERMEDIATE + cols, mask=mask, other=0.0)
-    gate32 = gate.to(tl.float32)
-    silu = (gate32 / (1.0 + tl.exp(-gate32))).to(gate.dtype)
-    out = silu.to(tl.float32) * up.to(tl.float32)
+    out = silu_then_mul(gate.to(tl.float32), up.to(tl.float32), out_ptr.dtype.element_ty)
     tl.store(out_ptr + row * stride_out + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 

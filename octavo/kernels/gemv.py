@@ -30,6 +30,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from octavo.kernels.activation import silu_then_mul
+
 
 
 
@@ -141,11 +143,10 @@ def _gemv_kernel(
         if SILU_MUL:
             out_up += tl.load(b_ptr + N + rows).to(tl.float32)[None, :]
     if SILU_MUL:
-        # Round gate and up to the activation dtype first, as the unfused path does.
-        # silu rounded to the dtype, then the product: as ``silu_and_mul`` does.
-        gate = out.to(out_ptr.dtype.element_ty).to(tl.float32)
-        up = out_up.to(out_ptr.dtype.element_ty).to(tl.float32)
-        out = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32) * up
+        # Gate and up rounded to the activation dtype first, as the unfused
+        # path stores them, then ``silu_and_mul``'s own rounding steps.
+        dtype = out_ptr.dtype.element_ty
+        out = silu_then_mul(out.to(dtype).to(tl.float32), out_up.to(dtype).to(tl.float32), dtype)
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
