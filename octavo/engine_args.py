@@ -22,6 +22,7 @@ from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
 from octavo.models.loader import resolve_model_path
 from octavo.plugins.selection import select_platform
+from octavo.quantization.registry import checkpoint_method_name
 from octavo.runtime.config import WorkerConfig, dtype_from_name, dtype_name
 
 logger = logging.getLogger(__name__)
@@ -191,8 +192,25 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         eos_token_ids=eos_token_ids(tokenizer, arch.raw, generation_config),
         max_logprobs=args.max_logprobs,
     )
-    info = ModelInfo(str(model_path), arch.architecture, worker_config.dtype, platform.name)
+    info = ModelInfo(
+        str(model_path),
+        arch.architecture,
+        worker_config.dtype,
+        platform.name,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization or checkpoint_method_name(arch.quantization_config),
+        attention_backends=_attention_backend_names(executor),
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
     return LLMEngine(executor, scheduler, tokenizer, limits, info)
+
+
+def _attention_backend_names(executor) -> tuple[str, ...]:
+    """What the workers chose (an executor from a plugin may not say: empty)."""
+    names = getattr(executor, "attention_backend_names", None)
+    return tuple(names()) if names is not None else ()
 
 
 def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str) -> WorkerConfig:

@@ -35,12 +35,20 @@ from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongEr
 
 @dataclass
 class ModelInfo:
-    """What the front ends report about the loaded model."""
+    """What the front ends report about the loaded model and how it runs
+    (the server's configuration panel shows all of it)."""
 
     model_path: str
     architecture: str
     dtype: str
     platform: str
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None  # the method in use: requested, or the checkpoint's own
+    # The attention backends the workers' layers use (one, unless layers differ).
+    attention_backends: tuple[str, ...] = ()
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    enable_prefix_caching: bool = True
 
 
 @dataclass

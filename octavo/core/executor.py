@@ -11,6 +11,10 @@ collected. ``execute_model(..., non_block=True)`` then returns a
 ``PendingOutput`` at once; the engine calls ``result()`` on them in the order
 it submitted them. Executors that cannot pipeline keep the default of 1 and
 are only ever called blocking.
+
+Optional: ``attention_backend_names() -> list[str]``, the backends the
+workers' layers use; the engine reports it (the server's configuration
+panel) and reports nothing when an executor lacks it.
 """
 
 from __future__ import annotations

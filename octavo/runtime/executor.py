@@ -34,6 +34,9 @@ class UniProcExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.worker.initialize_kv_cache(num_blocks)
 
+    def attention_backend_names(self) -> list[str]:
+        return self.worker.attention_backend_names()
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False) -> ModelRunnerOutput:
         return self.worker.execute_model(scheduler_output)
 

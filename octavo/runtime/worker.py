@@ -67,6 +67,10 @@ class Worker:
     def determine_num_kv_blocks(self) -> int:
         return self.runner.determine_num_kv_blocks()
 
+    def attention_backend_names(self) -> list[str]:
+        """The backends this rank's layers use, sorted (reported, not used)."""
+        return sorted({backend.name for backend in self.runner.loaded.layer_backends})
+
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.runner.initialize_kv_cache(num_blocks)
 

@@ -26,6 +26,7 @@ def test_engine_in_its_own_process_gives_the_same_tokens(llama_dir):
         engine = llm.engine
         assert isinstance(engine, DataParallelEngine) and engine.num_replicas == 1
         assert engine._replicas[0].process.pid != os.getpid()
+        assert engine.info.attention_backends == ("torch_paged",)  # reported by the replica, over msgpack
         prompts = make_prompts(vocab_size(llama_dir), seed=5)
         expected = reference(llama_dir, prompts, greedy(logprobs=1))
         assert_same_tokens_and_logprobs(generate(llm, prompts, greedy(logprobs=1)), expected)

@@ -51,6 +51,9 @@ def test_parallel_matches_single_process(arch, tp, pp, checkpoint_dirs):
     executor = llm.engine.executor
     try:
         assert isinstance(executor, MultiprocExecutor) and executor.world_size == 2
+        # What the server's configuration panel reports, asked of the workers.
+        info = llm.engine.info
+        assert (info.attention_backends, info.tensor_parallel_size, info.pipeline_parallel_size) == (("torch_paged",), tp, pp)
         outputs = generate(llm, prompts, greedy(logprobs=2))
         seeded = generate(llm, prompts[:2], SEEDED) if seeded_expected else None
         scored = generate(llm, prompts[1:3], PROMPT_LOGPROBS) if scored_expected else None

@@ -74,6 +74,9 @@ class ExternalLauncherExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.worker.initialize_kv_cache(num_blocks)
 
+    def attention_backend_names(self) -> list[str]:
+        return self.worker.attention_backend_names()  # this rank's (ranks agree unless stages differ)
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         output = self.worker.execute_model(scheduler_output)
         if self._control is None:

@@ -138,6 +138,10 @@ class MultiprocExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self._call_all("initialize_kv_cache", num_blocks, timeout=START_TIMEOUT_S)
 
+    def attention_backend_names(self) -> list[str]:
+        # Pipeline stages hold different layers: the union over ranks.
+        return sorted(set().union(*self._call_all("attention_backend_names", timeout=START_TIMEOUT_S)))
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         self._send_all(encode_call("execute_model", scheduler_output))

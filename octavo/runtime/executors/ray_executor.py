@@ -170,6 +170,9 @@ class RayExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self._call_all("initialize_kv_cache", num_blocks)
 
+    def attention_backend_names(self) -> list[str]:
+        return sorted(set().union(*self._call_all("attention_backend_names")))
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         message = encode_call("execute_model", scheduler_output)

@@ -32,7 +32,9 @@ from octavo.runtime.worker import RankInfo, Worker
 
 logger = logging.getLogger(__name__)
 
-METHODS = frozenset({"load_model", "determine_num_kv_blocks", "initialize_kv_cache", "execute_model", "shutdown"})
+METHODS = frozenset(
+    {"load_model", "determine_num_kv_blocks", "initialize_kv_cache", "attention_backend_names", "execute_model", "shutdown"}
+)
 
 
 def encode_call(method: str, *args: Any) -> bytes:
