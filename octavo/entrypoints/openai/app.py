@@ -22,10 +22,11 @@ from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai import chat, completions, routes
 from octavo.entrypoints.openai.auth import AuthMiddleware
-from octavo.entrypoints.openai.config import ServerConfig
+from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
 from octavo.entrypoints.openai.errors import install_exception_handlers
 from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
 from octavo.entrypoints.openai.serving import ServingContext
+from octavo.entrypoints.ui import add_ui_routes
 from octavo.version import __version__
 
 if TYPE_CHECKING:
@@ -59,10 +60,12 @@ def build_app(engine: LLMEngine | DataParallelEngine, config: ServerConfig) -> F
     install_exception_handlers(app)
     for module in (completions, chat, messages, routes):
         module.add_routes(app)
+    # The web UI's pages and files load without a key (they hold no data); its data calls need one.
+    ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
     # add_middleware puts each new one outside the previous ones.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
     if config.api_key:
-        app.add_middleware(AuthMiddleware, api_key=config.api_key)
+        app.add_middleware(AuthMiddleware, api_key=config.api_key, public_paths=PUBLIC_PATHS | ui_public_paths)
     app.add_middleware(GateMiddleware, max_header_bytes=config.max_request_header_bytes, is_draining=lambda: ctx.draining)
     return app
 

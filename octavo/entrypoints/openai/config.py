@@ -25,6 +25,8 @@ class ServerConfig:
     max_n: int = 128
     max_stop_sequences: int = 16
     max_stop_sequence_chars: int = 1024
+    # The web playground and dashboard (octavo.entrypoints.ui); --no-ui turns them off.
+    enable_ui: bool = True
 
     @property
     def model_name(self) -> str:

@@ -1,5 +1,5 @@
 """Deny by default: every route of the app answers 401 without the key, except the
-explicit allowlist (/health, /version); the key is checked for Bearer and, on
+explicit allowlist (/health, /version, the web UI's pages and files); the key is checked for Bearer and, on
 the Anthropic routes, x-api-key."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from octavo.entrypoints.openai.app import build_app
 from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
+from octavo.entrypoints.ui.static_files import load_static_files, public_paths
 from tests.entrypoints.server.conftest import API_KEY, MODEL_NAME
 
 OPENAI_401 = {
@@ -26,6 +27,9 @@ ANTHROPIC_401 = {
         "message": "invalid or missing API key: send it as `Authorization: Bearer <key>`",
     },
 }
+
+# The web UI's pages and their files load without a key (they hold no data; tests/ui).
+UI_PAGES_AND_FILES = public_paths(load_static_files())
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,7 @@ def test_every_route_needs_the_key(server, app_routes):
                 continue
             for headers in ({}, {"Authorization": "Bearer wrong-key"}, {"Authorization": API_KEY}):
                 response = client.request(method, path, headers=headers, json={})
-                if path in PUBLIC_PATHS:
+                if path in PUBLIC_PATHS or path in UI_PAGES_AND_FILES:
                     assert response.status_code == 200, (method, path)
                     continue
                 assert response.status_code == 401, (method, path, headers, response.text)
