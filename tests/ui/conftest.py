@@ -29,7 +29,10 @@ def chromium_path() -> str | None:
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """One headless Chromium for the module, with a fresh profile."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need `pip install playwright` (.ci/browser-setup)")
+    try:
+        from playwright import sync_api
+    except ImportError as exc:
+        pytest.skip(f"the browser tests need `pip install playwright` (.ci/browser-setup): {exc}")
     executable = chromium_path()
     if executable is None:
         pytest.skip("the browser tests need Debian's chromium (apt-get install chromium; .ci/browser-setup)")
