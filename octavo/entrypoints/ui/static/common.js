@@ -55,8 +55,36 @@ const Octavo = (() => {
     banner.hidden = !text;
   }
 
+  function element(tag, properties = {}, children = []) {
+    const node = Object.assign(document.createElement(tag), properties);
+    node.append(...children);
+    return node;
+  }
+
+  // The key dialog, made on first need (both pages share it).
+  function keyDialog() {
+    if ($("key-dialog")) return;
+    const hint = element("p", { className: "hint" }, [
+      "Kept for this tab only (sessionStorage), sent as ",
+      element("code", { textContent: "Authorization: Bearer" }), ".",
+    ]);
+    const form = element("form", { id: "key-form", className: "dialog" }, [
+      element("h2", { id: "key-title", textContent: "API key required" }),
+      element("p", { id: "key-message" }),
+      element("input", { id: "key-input", type: "password", autocomplete: "off", placeholder: "API key" }),
+      hint,
+      element("div", { className: "buttons" }, [element("button", { className: "primary", type: "submit", textContent: "Use key" })]),
+    ]);
+    form.setAttribute("role", "dialog");
+    form.setAttribute("aria-modal", "true");
+    form.setAttribute("aria-labelledby", "key-title");
+    form.querySelector("input").setAttribute("aria-label", "API key");
+    document.body.appendChild(element("div", { id: "key-dialog", className: "overlay", hidden: true }, [form]));
+  }
+
   // Ask for the key in the dialog; resolves once one is entered.
   function askForKey(message) {
+    keyDialog();
     const overlay = $("key-dialog");
     const input = $("key-input");
     $("key-message").textContent = message;
