@@ -82,16 +82,19 @@ const Octavo = (() => {
     document.body.appendChild(element("div", { id: "key-dialog", className: "overlay", hidden: true }, [form]));
   }
 
+  let pendingKey = null; // the open dialog's promise: calls refused at once share it
+
   // Ask for the key in the dialog; resolves once one is entered.
   function askForKey(message) {
     keyDialog();
+    $("key-message").textContent = message;
+    if (pendingKey) return pendingKey;
     const overlay = $("key-dialog");
     const input = $("key-input");
-    $("key-message").textContent = message;
     overlay.hidden = false;
     input.value = "";
     input.focus();
-    return new Promise((resolve) => {
+    pendingKey = new Promise((resolve) => {
       $("key-form").onsubmit = (event) => {
         event.preventDefault();
         const key = input.value.trim();
@@ -99,9 +102,11 @@ const Octavo = (() => {
         sessionStorage.setItem(KEY_STORAGE, key);
         overlay.hidden = true;
         $("key-form").onsubmit = null;
+        pendingKey = null;
         resolve();
       };
     });
+    return pendingKey;
   }
 
   function keyRefusedMessage(error) {
