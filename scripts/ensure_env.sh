@@ -57,14 +57,19 @@ install_torch() {
   local have
   have=$(installed_torch)
   if [[ $TORCH == cpu ]]; then
-    # A CPU wheel: macOS wheels are CPU builds; on Linux, PyTorch's +cpu build,
-    # from a wheel pip finds without an index (--find-links) or from its index.
+    # macOS wheels are CPU builds; on Linux, PyTorch's +cpu build: a wheel pip
+    # finds on this machine (--find-links) or the one on PyTorch's CPU index.
+    # Only the wheel comes from there (--no-deps); its dependencies, from the
+    # usual index, in the last step.
     local want="torch==$TORCH_VERSION+cpu"
     [[ $(uname -s) == Darwin ]] && want="torch==$TORCH_VERSION"
     [[ $have == "${want#torch==}" ]] && return 0
     say "installing $want (PyTorch's CPU build; no NVIDIA GPU found)"
-    pip install --no-index "$want" 2>/dev/null || pip install "$want" --extra-index-url "$TORCH_CPU_INDEX" \
-      || fail "installing $want (see pip's message above)"
+    if [[ $want == *+cpu ]]; then
+      pip install --no-deps --no-index "$want" 2>/dev/null || pip install --no-deps "$want" --index-url "$TORCH_CPU_INDEX" \
+        || fail "installing $want from $TORCH_CPU_INDEX (see pip's message above)"
+    fi
+    pip install "$want" || fail "installing $want (see pip's message above)"
   else
     [[ -n $have && $have != *+cpu ]] && return 0
     say "installing torch (CUDA build; nvidia-smi found a GPU)"

@@ -69,8 +69,9 @@ def test_run_then_again_then_test(fresh_clone):
     first, calls = make(fresh_clone, "run")
     assert first.returncode == 0, first.stderr
     assert calls == [
-        "pip install --no-index torch==2.13.0+cpu",
-        "pip install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu",
+        "pip install --no-deps --no-index torch==2.13.0+cpu",
+        "pip install --no-deps torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu",
+        "pip install torch==2.13.0+cpu",
         "pip install -e .",
         "octavo generate Once upon a time",
     ]
@@ -112,6 +113,6 @@ def test_a_gpu_gets_the_cuda_build(fresh_clone):
 def test_a_failed_install_says_what_failed(fresh_clone):
     result, calls = make(fresh_clone, "run", FAKE_PIP_FAIL="1")
     assert result.returncode != 0
-    assert "octavo-setup: FAILED: installing torch==2.13.0+cpu (see pip's message above)" in result.stderr
+    assert "octavo-setup: FAILED: installing torch==2.13.0+cpu from https://download.pytorch.org/whl/cpu (see pip's message above)" in result.stderr
     assert not any(c.startswith("octavo") for c in calls)
     assert not list((fresh_clone / ".venv").glob(".octavo-*.stamp"))
