@@ -72,6 +72,8 @@ install_torch() {
     pip install "$want" || fail "installing $want (see pip's message above)"
   else
     [[ -n $have && $have != *+cpu ]] && return 0
+    # A CPU build satisfies the version range: it has to go first.
+    if [[ -n $have ]]; then pip uninstall -y torch || fail "removing the CPU build of torch"; fi
     say "installing torch (CUDA build; nvidia-smi found a GPU)"
     pip install "torch>=2.11" || fail "installing torch with CUDA (see pip's message above)"
   fi

@@ -110,6 +110,13 @@ def test_a_gpu_gets_the_cuda_build(fresh_clone):
     assert "installing torch (CUDA build; nvidia-smi found a GPU)" in result.stderr
 
 
+def test_a_gpu_replaces_the_cpu_build(fresh_clone):
+    make(fresh_clone, "run")
+    result, calls = make(fresh_clone, "run", gpu=True)
+    assert result.returncode == 0, result.stderr
+    assert calls[:3] == ["pip uninstall -y torch", "pip install torch>=2.11", "pip install -e .[cuda]"]
+
+
 def test_a_failed_install_says_what_failed(fresh_clone):
     result, calls = make(fresh_clone, "run", FAKE_PIP_FAIL="1")
     assert result.returncode != 0
