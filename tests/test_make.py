@@ -58,7 +58,9 @@ def make(repo: Path, target: str, gpu: bool = False, **env) -> tuple[subprocess.
     smi.chmod(0o755)
     log = repo.parent / "calls.log"
     before = log.read_text().splitlines() if log.exists() else []
-    environ = {k: v for k, v in os.environ.items() if k not in ("VENV", "TORCH", "MAKEFLAGS", "MFLAGS")}
+    # Not the settings of a make that runs this test (make test exports PYTEST_ARGS, ...).
+    ours = {"VENV", "TORCH", "TORCH_VERSION", "TORCH_CPU_INDEX", "PROMPT", "PYTEST_ARGS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    environ = {k: v for k, v in os.environ.items() if k not in ours}
     environ.update(PATH=f"{bin_dir}:{environ['PATH']}", PYTHON=str(bin_dir / "fake-python"), FAKE_LOG=str(log), **env)
     result = subprocess.run(["make", "-s", target], cwd=repo, env=environ, capture_output=True, text=True, timeout=60)
     after = log.read_text().splitlines() if log.exists() else []
