@@ -10,7 +10,7 @@ run_step() {
   local name=$1 limit=$2; shift 2
   echo "=== $name"; local start=$SECONDS
   timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  echo "rc=$rc $((SECONDS - start))s"; grep -v -E "it/s\]|run/s\]|prompt/s\]|request/s\]|s/it\]" "$O/$name.log" | tail -n "${TAIL:-14}"
+  echo "rc=$rc $((SECONDS - start))s"; grep -v -E "it/s\]|run/s\]|prompt/s\]|request/s\]|s/it\]|s/run\]" "$O/$name.log" | tail -n "${TAIL:-14}"
 }
 for step in "$@"; do
   case $step in
@@ -23,12 +23,17 @@ for step in "$@"; do
     gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py;;
     sweep) TAIL=60 run_step kernels_sweep 300 python benchmarks/kernels_gpu.py --only sweep;;
     kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
-    lat1) run_step latency_b1 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
+    # --compare-hf: HF's default mode here is "compiled" (static cache + torch.compile,
+    # warmed up; the run fails if HF compiles inside the timed region).
+    lat1) TAIL=20 run_step latency_b1 560 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/latency_b1.json";;
+    lat1_hf_eager) TAIL=20 run_step latency_b1_hf_eager 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --hf-mode eager --output-json "$O/latency_b1_hf_eager.json";;
+    # The cross-check: a hand-written HF static-cache + torch.compile decode loop (ms/token).
+    hf_compiled_check) run_step hf_compiled_check 500 python benchmarks/hf_compiled_loop.py --batch-size 1 --input-len 128 --output-len 128 --output-json "$O/hf_compiled_check.json";;
     lat1_cublas) OCTAVO_GEMV_MAX_TOKENS=0 run_step latency_b1_cublas 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_cublas.json";;
     lat1_env) run_step "latency_b1_${LABEL:-env}" 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_${LABEL:-env}.json";;
     lat1_direct) OCTAVO_SPLIT_MIN_SEQ_LEN=1000000 run_step latency_b1_direct 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_direct.json";;
-    ttft512) run_step ttft_512 300 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
-    ttft2048) run_step ttft_2048 300 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;
+    ttft512) TAIL=20 run_step ttft_512 500 $CLI bench latency $M8B --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_512.json";;
+    ttft2048) TAIL=20 run_step ttft_2048 500 $CLI bench latency $M8B --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 --compare-hf --output-json "$O/ttft_2048.json";;
     tput) run_step throughput 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput.json";;
     tput_hf) run_step throughput_hf 580 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --compare-hf --output-json "$O/throughput_hf.json";;
     profile) TAIL=40 run_step profile_graphs 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 32;;

@@ -5,11 +5,19 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import torch
 from tqdm.auto import tqdm
 
-from octavo.benchmarks.floor import DeviceCeilings, decode_step_floor_s, model_cost, prefill_floor_s
+from octavo.benchmarks.ceilings import DeviceCeilings
+from octavo.benchmarks.floor import decode_step_floor, prefill_floor
+from octavo.benchmarks.inventory import WeightInventory
 from octavo.benchmarks.runs import OctavoRunner, random_prompts
+
+
+@dataclass
+class LatencyWorkload:
+    batch: int
+    input_len: int
+    output_len: int
 
 
 @dataclass
@@ -18,7 +26,8 @@ class LatencyResult:
     decode_s_per_token: float
 
 
-def measure_octavo(runner: OctavoRunner, batch: int, input_len: int, output_len: int, iters: int, warmup: int) -> LatencyResult:
+def measure_octavo(runner: OctavoRunner, workload: LatencyWorkload, iters: int, warmup: int) -> LatencyResult:
+    batch, input_len, output_len = workload.batch, workload.input_len, workload.output_len
     prompts = random_prompts(batch, input_len, runner.vocab_size)
     with tqdm(total=warmup + 2 * iters, desc="octavo latency", unit="run") as bar:
         for _ in range(warmup):
@@ -38,22 +47,32 @@ def measure_octavo(runner: OctavoRunner, batch: int, input_len: int, output_len:
     return LatencyResult(ttft, (statistics.median(full) - ttft) / max(output_len - 1, 1))
 
 
-def measure_hf(model, vocab_size: int, batch: int, input_len: int, output_len: int, iters: int, device, static_cache: bool) -> LatencyResult:
-    from octavo.benchmarks.hf_baseline import hf_generate_seconds
+def measure_hf(model, vocab_size: int, workload: LatencyWorkload, iters: int, device, mode: str, backend: str = "inductor") -> LatencyResult:
+    """HF in ``mode`` (``hf_baseline``): warmed up with the very calls the
+    timed region makes, longest first; the timed region must compile nothing."""
+    from octavo.benchmarks.hf_baseline import HFGenerate, check_no_recompiles, compile_count
 
+    batch, input_len, output_len = workload.batch, workload.input_len, workload.output_len
+    hf = HFGenerate(model, mode, device, max_cache_len=input_len + output_len, backend=backend)
     prompts = random_prompts(batch, input_len, vocab_size)
-    hf_generate_seconds(model, prompts, 2, device, static_cache)  # warm up
+    # Compiled mode: HF's CUDA graphs record on the first calls after compilation.
+    for _ in tqdm(range(3 if mode == "compiled" else 1), desc=f"hf warm-up ({mode})", unit="run"):
+        hf.seconds(prompts, output_len)
+        hf.seconds(prompts, 1)
+    before = compile_count()
     prefill, full = [], []
-    for _ in tqdm(range(iters), desc="hf latency", unit="run"):
-        prefill.append(hf_generate_seconds(model, prompts, 1, device, static_cache))
-        full.append(hf_generate_seconds(model, prompts, output_len, device, static_cache))
+    for _ in tqdm(range(iters), desc=f"hf latency ({mode})", unit="run"):
+        prefill.append(hf.seconds(prompts, 1))
+        full.append(hf.seconds(prompts, output_len))
+    check_no_recompiles(before, mode)
     ttft = statistics.median(prefill)
     return LatencyResult(ttft, (statistics.median(full) - ttft) / max(output_len - 1, 1))
 
 
-def floors(arch, dtype: torch.dtype, ceilings: DeviceCeilings, batch: int, input_len: int, output_len: int) -> LatencyResult:
-    cost = model_cost(arch, torch.empty((), dtype=dtype).element_size())
-    context = input_len + output_len / 2
+def floors(inventory: WeightInventory, ceilings: DeviceCeilings, workload: LatencyWorkload) -> LatencyResult:
+    """TTFT: the prefill of the whole batch; decode: one step at the run's mean context."""
+    context = workload.input_len + workload.output_len / 2
     return LatencyResult(
-        prefill_floor_s(cost, ceilings, batch * input_len), decode_step_floor_s(cost, ceilings, batch, context)
+        prefill_floor(inventory, ceilings, workload.batch, workload.input_len).seconds,
+        decode_step_floor(inventory, ceilings, workload.batch, context).seconds,
     )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
-import torch
 from tqdm.auto import tqdm
 
-from octavo.benchmarks.floor import DeviceCeilings, decode_step_floor_s, model_cost, prefill_floor_s
+from octavo.benchmarks.ceilings import DeviceCeilings
+from octavo.benchmarks.floor import decode_step_floor, prefill_floor
+from octavo.benchmarks.inventory import WeightInventory
 from octavo.benchmarks.runs import OctavoRunner, random_prompts
 from octavo.benchmarks.step_trace import StepTrace
 
@@ -31,11 +30,14 @@ def measure_hf(model, vocab_size: int, num_prompts: int, input_len: int, output_
     return None if seconds is None else num_prompts * output_len / seconds
 
 
-def floor_tokens_per_s(arch, dtype, ceilings: DeviceCeilings, num_prompts, input_len, output_len, max_num_seqs) -> float:
-    """Best possible output tokens/s: prefill compute plus bandwidth-bound decode steps."""
-    cost = model_cost(arch, torch.empty((), dtype=dtype).element_size())
-    batch = min(num_prompts, max_num_seqs)
-    waves = math.ceil(num_prompts / batch)
-    seconds = prefill_floor_s(cost, ceilings, num_prompts * input_len)
-    seconds += waves * output_len * decode_step_floor_s(cost, ceilings, batch, input_len + output_len / 2)
+def floor_tokens_per_s(
+    inventory: WeightInventory, ceilings: DeviceCeilings, num_prompts: int, input_len: int, output_len: int, max_num_seqs: int
+) -> float:
+    """Best possible output tokens/s: every prompt's prefill, then decode steps
+    of up to ``max_num_seqs`` sequences (each at the wave's mean context)."""
+    full_waves, last = divmod(num_prompts, max_num_seqs)
+    context = input_len + output_len / 2
+    seconds = prefill_floor(inventory, ceilings, num_prompts, input_len).seconds
+    for batch, count in ((max_num_seqs, full_waves), (last, 1 if last else 0)):
+        seconds += count * output_len * decode_step_floor(inventory, ceilings, batch, context).seconds
     return num_prompts * output_len / seconds

@@ -9,16 +9,21 @@ head are reported separately; they stay in the model dtype in every format.
 ``measure_weight_memory`` builds the model on PyTorch's ``meta`` device
 (shapes, no data), runs the quantization methods' post-load processing
 there and counts bytes, so ``octavo env --model`` sizes an 8B model in
-seconds without loading it. ``weight_memory_of`` counts a loaded model.
+seconds without loading it (``build_meta_model``; ``octavo bench`` counts
+its floors from the same build). ``weight_memory_of`` counts a loaded model.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from octavo.models.config import ModelArchConfig
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +82,13 @@ def weight_memory_of(model: nn.Module) -> WeightMemory:
 def measure_weight_memory(model_path: str, quantization: str | None = None, dtype: str = "bfloat16") -> WeightMemory:
     """Weight memory of ``model_path`` (checkpoint directory or .gguf file)
     as Octavo would load it, measured without reading the weights."""
+    return weight_memory_of(build_meta_model(model_path, quantization, dtype)[0])
+
+
+def build_meta_model(model_path: str, quantization: str | None = None, dtype: str = "bfloat16") -> tuple[nn.Module, "ModelArchConfig"]:
+    """The model as Octavo would load it, on the ``meta`` device (every
+    parameter with its loaded shape and dtype, after the quantization
+    method's post-load processing; no data), and its architecture config."""
     from pathlib import Path
 
     from octavo.models.base import ModelInitContext
@@ -105,7 +117,7 @@ def measure_weight_memory(model_path: str, quantization: str | None = None, dtyp
     with torch.device("meta"):
         model = build_registry().resolve(arch.architecture)(ctx)
         process_weights_after_loading(model)
-    return weight_memory_of(model)
+    return model, arch
 
 
 def log_weight_memory(model: nn.Module, quantization: str | None) -> None:

@@ -53,10 +53,14 @@ def test_bench_latency_and_throughput(llama_dir, tmp_path):
     out = tmp_path / "latency.json"
     result = octavo("bench", "latency", "--model", str(llama_dir), "--dtype", "float32", "--batch-size", "2",
                     "--input-len", "8", "--output-len", "4", "--num-iters", "1", "--num-iters-warmup", "0",
-                    "--compare-hf", "--output-json", str(out))
+                    "--compare-hf", "--hf-mode", "static", "--output-json", str(out))
     assert result.returncode == 0, result.stderr
     assert "TTFT (batch 2 x 8 tokens)" in result.stdout and "decode per token" in result.stdout
+    # The table names HF's mode, and the floor says what it counts.
+    assert "hf (static: static cache, no compile)" in result.stdout
+    assert "floor = max(bytes /" in result.stdout and "KV cache float32" in result.stdout
     data = json.loads(out.read_text())
+    assert data["hf_mode"] == "static"
     # Timings on a shared CI machine are noise; only their presence is asserted.
     assert {"ttft_s", "decode_s_per_token"} <= data["octavo"].keys() and data["hf"]["ttft_s"] > 0
     assert data["floor"]["ttft_s"] > 0
@@ -69,6 +73,21 @@ def test_bench_latency_and_throughput(llama_dir, tmp_path):
     # All four prompts fit one step's budget: one prefill step, then three decode steps.
     summary = json.loads(out.read_text())["step_trace"]["summary"]
     assert summary["prefill/mixed"]["steps"] == 1 and summary["decode"]["steps"] == 3
+
+
+def test_bench_refuses_an_hf_mode_that_does_not_fit(llama_dir):
+    result = octavo("bench", "throughput", "--model", str(llama_dir), "--compare-hf", "--hf-mode", "compiled")
+    assert result.returncode == 2
+    assert "--hf-mode compiled does not apply to bench throughput (choose from generate_batch)" in result.stderr
+
+
+def test_version(capsys):
+    from octavo.entrypoints.cli.main import main
+    from octavo.version import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"octavo {__version__}\n"
 
 
 @pytest.mark.parametrize("flag", ["--dtype=float8", "--max-num-seqs=0"])

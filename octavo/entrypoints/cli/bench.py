@@ -30,13 +30,31 @@ def add_parser(sub) -> None:
     throughput.add_argument("--output-len", type=int, default=256)
     for kind in (latency, throughput):
         kind.add_argument("--compare-hf", action="store_true", help="also run Hugging Face transformers")
-        kind.add_argument("--hf-static-cache", action="store_true", help="HF latency with its static cache")
+        kind.add_argument(
+            "--hf-mode", default=None, choices=("compiled", "static", "eager", "generate_batch"),
+            help="how HF runs: latency compiled (default: static cache + torch.compile), static or eager; "
+                 "throughput generate_batch (continuous batching, the default and only one)",
+        )
         kind.add_argument("--output-json", default=None, help="write the results here")
         kind.set_defaults(func=run)
 
 
-def _table(rows: list[tuple[str, str, str, str, str]]) -> str:
-    header = ("metric", "octavo", "hf", "speedup vs hf", "floor")
+def hf_mode(args: argparse.Namespace) -> str:
+    """The HF mode this run compares with (refused before anything loads if it does not fit the benchmark)."""
+    from octavo.benchmarks.hf_baseline import LATENCY_MODES, THROUGHPUT_MODES
+    from octavo.errors import InvalidArgumentError
+
+    modes = LATENCY_MODES if args.bench_kind == "latency" else THROUGHPUT_MODES
+    mode = args.hf_mode or modes[0]
+    if mode not in modes:
+        raise InvalidArgumentError(
+            f"--hf-mode {mode} does not apply to bench {args.bench_kind} (choose from {', '.join(modes)})", param="hf_mode"
+        )
+    return mode
+
+
+def _table(rows: list[tuple[str, str, str, str, str]], hf_column: str) -> str:
+    header = ("metric", "octavo", hf_column, "speedup vs hf", "floor")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -54,58 +72,35 @@ def _ratio(ours: float | None, theirs: float | None, lower_is_better: bool) -> s
 
 
 def run(args: argparse.Namespace) -> int:
-
-    from octavo.benchmarks import latency, throughput
-    from octavo.benchmarks.floor import measure_ceilings
     from octavo.benchmarks.runs import OctavoRunner
-    from octavo.benchmarks.step_trace import StepTrace
     from octavo.entrypoints.cli.common import engine_args_from
     from octavo.plugins.selection import select_platform
-    from octavo.runtime.config import dtype_from_name
 
+    mode = hf_mode(args) if args.compare_hf else None
     platform = select_platform(args.platform).platform
-    device = platform.device(0)
-    ceilings = measure_ceilings(device)
-    print(f"device {device}: copy {ceilings.copy_bytes_per_s / 1e12:.2f} TB/s, "
-          f"matmul {ceilings.matmul_flops_per_s / 1e12:.0f} TFLOP/s (measured now)")
     engine_args = engine_args_from(args)
     if engine_args.max_model_len is None:
         engine_args.max_model_len = args.input_len + args.output_len
     if args.bench_kind == "latency":
         engine_args.max_num_seqs = max(engine_args.max_num_seqs, args.batch_size) if args.max_num_seqs != 256 else args.batch_size
     runner = OctavoRunner(engine_args)
-    arch = _arch(runner)
-    dtype = dtype_from_name(runner.engine.info.dtype)
-    results = {"command": vars(args).copy(), "copy_tb_s": ceilings.copy_bytes_per_s / 1e12,
-               "matmul_tflop_s": ceilings.matmul_flops_per_s / 1e12}
-    results["command"].pop("func", None)
-    trace = None
-    if args.bench_kind == "latency":
-        ours = latency.measure_octavo(runner, args.batch_size, args.input_len, args.output_len, args.num_iters, args.num_iters_warmup)
-    else:
-        # Data-parallel engines have no step observer: no trace there.
-        trace = StepTrace() if hasattr(runner.engine, "step_observer") else None
-        ours = throughput.measure_octavo(runner, args.num_prompts, args.input_len, args.output_len, trace)
+    ours, trace = _measure_octavo(args, runner)
     model_path, vocab_size = runner.engine.info.model_path, runner.vocab_size
-    max_num_seqs = engine_args.max_num_seqs
+    dtype_name = runner.engine.info.dtype
     runner.close()
-    theirs = _measure_hf(args, model_path, vocab_size, dtype, device) if args.compare_hf else None
-    if args.bench_kind == "latency":
-        floor = latency.floors(arch, dtype, ceilings, args.batch_size, args.input_len, args.output_len)
-        rows = [
-            (f"TTFT (batch {args.batch_size} x {args.input_len} tokens)", _ms(ours.ttft_s), _ms(theirs and theirs.ttft_s),
-             _ratio(ours.ttft_s, theirs and theirs.ttft_s, True), _ms(floor.ttft_s)),
-            (f"decode per token (batch {args.batch_size})", _ms(ours.decode_s_per_token), _ms(theirs and theirs.decode_s_per_token),
-             _ratio(ours.decode_s_per_token, theirs and theirs.decode_s_per_token, True), _ms(floor.decode_s_per_token)),
-        ]
-        results.update(octavo=vars(ours), hf=theirs and vars(theirs), floor=vars(floor))
-    else:
-        floor = throughput.floor_tokens_per_s(arch, dtype, ceilings, args.num_prompts, args.input_len, args.output_len, max_num_seqs)
-        fmt = lambda v: "n/a" if v is None else f"{v:,.0f} tok/s"  # noqa: E731
-        rows = [(f"output tokens/s ({args.num_prompts} x {args.input_len} in / {args.output_len} out)",
-                 fmt(ours), fmt(theirs), _ratio(ours, theirs, False), fmt(floor))]
-        results.update(octavo_tok_s=ours, hf_tok_s=theirs, floor_tok_s=floor)
-    print(_table(rows))
+    # After Octavo's run, before HF's: the ceilings and what the floors count.
+    device = platform.device(0)
+    inventory, ceilings = _inventory_and_ceilings(args, platform, model_path, dtype_name, device)
+    print(f"device {device}: {ceilings.describe()} (measured now)")
+    theirs = _measure_hf(args, mode, model_path, vocab_size, inventory, device) if mode else None
+    results = {"command": {k: v for k, v in vars(args).items() if k != "func"}, "hf_mode": mode,
+               "copy_tb_s": ceilings.copy_bytes_per_s / 1e12,
+               "matmul_tflop_s": {kind: rate / 1e12 for kind, rate in ceilings.matmul_flops_per_s.items()}}
+    rows = _rows(args, ours, theirs, inventory, ceilings, engine_args.max_num_seqs, results)
+    print(_table(rows, _hf_column(mode)))
+    from octavo.benchmarks.floor import describe
+
+    print(describe(inventory, ceilings))
     if trace is not None:
         print(f"\nengine steps of the timed run (host time between step returns)\n{trace.format_table()}")
         results["step_trace"] = trace.to_json()
@@ -115,24 +110,66 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_hf(args: argparse.Namespace, model_path, vocab_size: int, dtype, device):
+def _hf_column(mode: str | None) -> str:
+    from octavo.benchmarks.hf_baseline import MODE_NAMES
+
+    return "hf" if mode is None else f"hf ({mode}: {MODE_NAMES[mode]})"
+
+
+def _measure_octavo(args: argparse.Namespace, runner):
+    from octavo.benchmarks import latency, throughput
+    from octavo.benchmarks.step_trace import StepTrace
+
+    if args.bench_kind == "latency":
+        workload = latency.LatencyWorkload(args.batch_size, args.input_len, args.output_len)
+        return latency.measure_octavo(runner, workload, args.num_iters, args.num_iters_warmup), None
+    # Data-parallel engines have no step observer: no trace there.
+    trace = StepTrace() if hasattr(runner.engine, "step_observer") else None
+    return throughput.measure_octavo(runner, args.num_prompts, args.input_len, args.output_len, trace), trace
+
+
+def _inventory_and_ceilings(args, platform, model_path: str, dtype_name: str, device):
+    from octavo.benchmarks.ceilings import measure_ceilings
+    from octavo.benchmarks.inventory import measure_inventory
+    from octavo.runtime.config import dtype_from_name
+
+    dtype = dtype_from_name(dtype_name)
+    kv_dtype = dtype if args.kv_cache_dtype == "auto" else platform.kv_cache_dtype(args.kv_cache_dtype)
+    inventory = measure_inventory(model_path, args.quantization, dtype, kv_dtype, device)
+    return inventory, measure_ceilings(device, inventory.matmul_kinds())
+
+
+def _rows(args, ours, theirs, inventory, ceilings, max_num_seqs: int, results: dict) -> list[tuple[str, ...]]:
+    from octavo.benchmarks import latency, throughput
+
+    if args.bench_kind == "latency":
+        workload = latency.LatencyWorkload(args.batch_size, args.input_len, args.output_len)
+        floor = latency.floors(inventory, ceilings, workload)
+        results.update(octavo=vars(ours), hf=theirs and vars(theirs), floor=vars(floor))
+        return [
+            (f"TTFT (batch {args.batch_size} x {args.input_len} tokens)", _ms(ours.ttft_s), _ms(theirs and theirs.ttft_s),
+             _ratio(ours.ttft_s, theirs and theirs.ttft_s, True), _ms(floor.ttft_s)),
+            (f"decode per token (batch {args.batch_size})", _ms(ours.decode_s_per_token), _ms(theirs and theirs.decode_s_per_token),
+             _ratio(ours.decode_s_per_token, theirs and theirs.decode_s_per_token, True), _ms(floor.decode_s_per_token)),
+        ]
+    floor = throughput.floor_tokens_per_s(inventory, ceilings, args.num_prompts, args.input_len, args.output_len, max_num_seqs)
+    results.update(octavo_tok_s=ours, hf_tok_s=theirs, floor_tok_s=floor)
+    fmt = lambda v: "n/a" if v is None else f"{v:,.0f} tok/s"  # noqa: E731
+    return [(f"output tokens/s ({args.num_prompts} x {args.input_len} in / {args.output_len} out)",
+             fmt(ours), fmt(theirs), _ratio(ours, theirs, False), fmt(floor))]
+
+
+def _measure_hf(args: argparse.Namespace, mode: str, model_path, vocab_size: int, inventory, device):
     """The same workload through Hugging Face transformers (latency result or tokens/s)."""
     from octavo.benchmarks import latency, throughput
     from octavo.benchmarks.hf_baseline import free, load_hf_model
+    from octavo.runtime.config import dtype_from_name
 
-    model = load_hf_model(model_path, dtype, device, args.load_format == "dummy")
+    model = load_hf_model(model_path, dtype_from_name(inventory.model_kind), device, args.load_format == "dummy")
     try:
         if args.bench_kind == "latency":
-            return latency.measure_hf(model, vocab_size, args.batch_size, args.input_len, args.output_len,
-                                      max(2, args.num_iters // 2), device, args.hf_static_cache)
+            workload = latency.LatencyWorkload(args.batch_size, args.input_len, args.output_len)
+            return latency.measure_hf(model, vocab_size, workload, max(2, args.num_iters // 2), device, mode)
         return throughput.measure_hf(model, vocab_size, args.num_prompts, args.input_len, args.output_len, device)
     finally:
         free(model)
-
-
-def _arch(runner):
-    from pathlib import Path
-
-    from octavo.models.config import load_arch_config
-
-    return load_arch_config(Path(runner.engine.info.model_path))

@@ -7,7 +7,10 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from octavo.version import __version__
+
     parser = argparse.ArgumentParser(prog="octavo", description="Octavo LLM inference engine")
+    parser.add_argument("--version", action="version", version=f"octavo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     from octavo.entrypoints.cli import env, generate
 

@@ -1,0 +1,86 @@
+"""What the hardware allows, measured at the start of each benchmark run.
+
+Bandwidth is a device-to-device copy (bytes read plus bytes written over
+time, the way the copy bandwidth of a GPU is usually quoted). Compute is a
+large matrix product per *matmul kind*: the model's dtype (``bfloat16``,
+``float16``, ``float32``), and ``fp8`` / ``int8`` when the run's linear
+layers multiply in those (W8A8 through ``torch._scaled_mm`` /
+``torch._int_mm``), since each has its own rate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+FP8, INT8 = "fp8", "int8"
+
+
+@dataclass
+class DeviceCeilings:
+    copy_bytes_per_s: float
+    # Matmul kind (a float dtype's name, "fp8", "int8") -> FLOP/s.
+    matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
+
+    def matmul_rate(self, kind: str) -> float:
+        return self.matmul_flops_per_s[kind]
+
+    def describe(self) -> str:
+        rates = ", ".join(f"{kind} matmul {si(rate)}FLOP/s" for kind, rate in self.matmul_flops_per_s.items())
+        return f"copy {si(self.copy_bytes_per_s)}B/s, {rates}"
+
+
+def si(value: float) -> str:
+    """``value`` with an SI prefix and a trailing space: 4.24 T, 780 G, 3.1 M."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}"
+    return f"{value:.3g} "
+
+
+def _timed(fn, device: torch.device, iters: int) -> float:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    started = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - started) / iters
+
+
+def _copy_seconds(num_bytes: int, device: torch.device) -> float:
+    src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return _timed(lambda: dst.copy_(src), device, iters=20)
+
+
+def _matmul_fn(kind: str, size: int, device: torch.device):
+    """A ``size``-cubed product of this kind (the one the run's layers use)."""
+    if kind == FP8:
+        a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    if kind == INT8:
+        a = torch.randint(-100, 100, (size, size), dtype=torch.int8, device=device)
+        b = torch.randint(-100, 100, (size, size), dtype=torch.int8, device=device)
+        return lambda: torch._int_mm(a, b)
+    dtype = getattr(torch, kind)
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    return lambda: a @ b
+
+
+def measure_ceilings(device: torch.device, matmul_kinds: list[str], copy_bytes: int = 1 << 31, matmul_size: int = 8192) -> DeviceCeilings:
+    """Copy bandwidth and the matmul rate of each kind in ``matmul_kinds``
+    (small sizes on the CPU, where the run only checks that it works)."""
+    if device.type == "cpu":
+        copy_bytes, matmul_size = 1 << 24, 256
+    ceilings = DeviceCeilings(2 * copy_bytes / _copy_seconds(copy_bytes, device))
+    for kind in dict.fromkeys(matmul_kinds):
+        seconds = _timed(_matmul_fn(kind, matmul_size, device), device, iters=10)
+        ceilings.matmul_flops_per_s[kind] = 2 * matmul_size**3 / seconds
+    return ceilings
