@@ -12,11 +12,19 @@ gets up to that many batches before the engine waits for the oldest; each
 If the executor reports ``EngineDeadError`` (a worker died), every unfinished
 request is finished with status ``error``, the executor is shut down, and the
 error propagates; later calls raise it again.
+
+Failures that belong to one request stay with it: ``add_request`` either
+queues all of a request's children or none (an error half-way takes back
+what it queued), and an exception while turning one request's tokens into
+output (detokenizing, stop strings) finishes that request with
+``finish_reason="error"`` while the others go on. A failure of the batched
+model step itself cannot be pinned on one request and propagates.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,13 +32,16 @@ from typing import Any, NoReturn
 
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
-from octavo.core.outputs import RequestOutput
+from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.core.types import RequestId
+from octavo.core.scheduler_output import EngineCoreOutput
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,6 +73,20 @@ class EngineLimits:
     max_logprobs: int = 20
 
 
+def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
+    """Raise unless every id is in ``[0, vocab_size)`` (min/max first: C speed for the usual case)."""
+    if not token_ids or (0 <= min(token_ids) and max(token_ids) < vocab_size):
+        return
+    bad = next(t for t in token_ids if not 0 <= t < vocab_size)
+    raise InvalidArgumentError(f"token id {bad} is out of range for a vocabulary of {vocab_size}", param=param)
+
+
+def failed_output(request_id: str) -> RequestOutput:
+    """The last output of a request that failed in the engine (``finish_reason="error"``)."""
+    completion = CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")
+    return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
+
+
 class RequestValidator:
     """Prompt -> token ids, and the checks every request passes before it is
     queued. Shared by ``LLMEngine`` and by front ends that route requests to
@@ -91,17 +116,15 @@ class RequestValidator:
         limits = self.limits
         if not prompt_token_ids:
             raise InvalidArgumentError("the prompt is empty", param="prompt")
-        bad = [t for t in prompt_token_ids if not 0 <= t < limits.vocab_size]
-        if bad:
-            raise InvalidArgumentError(
-                f"token id {bad[0]} is out of range for a vocabulary of {limits.vocab_size}", param="prompt"
-            )
+        # The length first: it bounds the cost of the checks that walk the ids.
         if len(prompt_token_ids) >= limits.max_model_len:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {limits.max_model_len} "
                 "(the prompt must leave room for at least one new token)",
                 param="prompt",
             )
+        check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
+        check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name)
             if value is not None and value > limits.max_logprobs:
@@ -183,11 +206,21 @@ class LLMEngine(RequestValidator):
             children.append(request)
         # Children are identical in size, so the first one's admission check
         # (KV capacity) decides for all of them before any is queued.
-        for index, request in enumerate(children):
-            self.scheduler.add_request(request)
-            self.output_processor.add_request(request.request_id, index, parent, request.sampling_params)
+        queued: list[str] = []
+        try:
+            for index, request in enumerate(children):
+                self.scheduler.add_request(request)
+                queued.append(request.request_id)
+                self.output_processor.add_request(request.request_id, index, parent, request.sampling_params)
+        except BaseException:
+            self._drop_children(queued, RequestStatus.FINISHED_ABORTED)
+            raise
         self._parent_children[request_id] = [r.request_id for r in children]
         return request_id
+
+    def _drop_children(self, child_ids: list[str], status: RequestStatus) -> None:
+        self.scheduler.finish_requests(child_ids, status)
+        self.output_processor.abort(child_ids)
 
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):
@@ -195,8 +228,7 @@ class LLMEngine(RequestValidator):
         child_ids = []
         for request_id in request_ids:
             child_ids.extend(self._parent_children.pop(request_id, []))
-        self.scheduler.finish_requests(child_ids, RequestStatus.FINISHED_ABORTED)
-        self.output_processor.abort(child_ids)
+        self._drop_children(child_ids, RequestStatus.FINISHED_ABORTED)
 
     # ------------------------------------------------------------------- loop
 
@@ -240,13 +272,36 @@ class LLMEngine(RequestValidator):
         if self.step_observer is not None:
             self.step_observer(scheduler_output)
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
-        request_outputs, stopped = self.output_processor.process(core_outputs)
+        request_outputs, stopped = self._process_outputs(core_outputs)
         if stopped:
             self.scheduler.finish_requests(stopped, RequestStatus.FINISHED_STOPPED)
         for output in request_outputs:
             if output.finished:
                 self._parent_children.pop(output.request_id, None)
         return request_outputs
+
+    def _process_outputs(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
+        """The output processor's work, one request at a time, so that one that raises fails alone."""
+        request_outputs: list[RequestOutput] = []
+        stopped: list[str] = []
+        for core_output in core_outputs:
+            try:
+                outputs, stopped_here = self.output_processor.process([core_output])
+            except Exception:
+                request_outputs.append(self._fail_request(core_output.request_id))
+                continue
+            request_outputs.extend(outputs)
+            stopped.extend(stopped_here)
+        return request_outputs, stopped
+
+    def _fail_request(self, child_id: str) -> RequestOutput:
+        """Finish the whole request that ``child_id`` belongs to with ``finish_reason="error"``."""
+        state = self.output_processor.states.get(child_id)
+        parent_id = state.parent.request_id if state is not None else child_id
+        logger.exception("request %s failed in the engine; the engine goes on without it", parent_id)
+        child_ids = self._parent_children.pop(parent_id, [child_id])
+        self._drop_children(child_ids, RequestStatus.FINISHED_ERROR)
+        return failed_output(parent_id)
 
     def _fail(self, error: EngineDeadError) -> NoReturn:
         """A worker died: error out every request, release the workers, raise."""

@@ -3,18 +3,27 @@
 Validation happens in ``__post_init__`` so that an invalid value raises
 :class:`~octavo.errors.InvalidSamplingParamsError` before any work is
 scheduled. Greedy decoding is ``temperature == 0``.
+
+Every integer must fit in a signed 64-bit integer and every float must be
+finite: values travel as msgpack to engine processes and become tensors in
+the sampler, and neither takes arbitrary Python numbers.
 """
 
 from __future__ import annotations
 
 import copy
 import enum
+import math
 from dataclasses import dataclass, field
 
 from octavo.errors import InvalidSamplingParamsError
 
 # Below this temperature sampling is greedy (softmax would overflow anyway).
 GREEDY_TEMPERATURE_EPS = 1e-5
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_INT_FIELDS = ("n", "top_k", "min_tokens")
+_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 
 
 class RequestOutputKind(enum.Enum):
@@ -77,51 +86,77 @@ class SamplingParams:
         return copy.deepcopy(self)
 
     def _validate(self) -> None:
-        def fail(param: str, message: str) -> None:
-            raise InvalidSamplingParamsError(message, param=param)
+        _check_representable(self)
+        _check_ranges(self)
 
-        checks_int = {
-            "n": self.n,
-            "top_k": self.top_k,
-            "min_tokens": self.min_tokens,
-        }
-        for name, value in checks_int.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                fail(name, f"{name} must be an integer, got {value!r}")
-        if self.n < 1:
-            fail("n", f"n must be at least 1, got {self.n}")
-        if not self.temperature >= 0.0:  # also rejects NaN
-            fail("temperature", f"temperature must be non-negative, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            fail("top_p", f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            fail("top_k", f"top_k must be 0 or -1 (disabled) or at least 1, got {self.top_k}")
-        if not 0.0 <= self.min_p <= 1.0:
-            fail("min_p", f"min_p must be in [0, 1], got {self.min_p}")
-        if not -2.0 <= self.presence_penalty <= 2.0:
-            fail("presence_penalty", f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
-        if not -2.0 <= self.frequency_penalty <= 2.0:
-            fail("frequency_penalty", f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
-        if not self.repetition_penalty > 0.0:
-            fail("repetition_penalty", f"repetition_penalty must be positive, got {self.repetition_penalty}")
-        if self.max_tokens is not None:
-            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-                fail("max_tokens", f"max_tokens must be an integer, got {self.max_tokens!r}")
-            if self.max_tokens < 1:
-                fail("max_tokens", f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.min_tokens < 0:
-            fail("min_tokens", f"min_tokens must be non-negative, got {self.min_tokens}")
-        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            fail("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
-        for name in ("logprobs", "prompt_logprobs"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                fail(name, f"{name} must be a non-negative integer, got {value!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            fail("seed", f"seed must be an integer, got {self.seed!r}")
-        for stop in self.stop:
-            if not isinstance(stop, str) or not stop:
-                fail("stop", f"stop strings must be non-empty strings, got {stop!r}")
-        for token_id in self.stop_token_ids:
-            if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
-                fail("stop_token_ids", f"stop_token_ids must be non-negative integers, got {token_id!r}")
+
+def _fail(param: str, message: str) -> None:
+    raise InvalidSamplingParamsError(message, param=param)
+
+
+def _shown(value) -> str:
+    """``repr`` cut short: a 10,000-digit integer should not make a 10,000-character error."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]}"
+
+
+def _check_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(name, f"{name} must be an integer, got {_shown(value)}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        _fail(name, f"{name} must fit in a signed 64-bit integer, got {_shown(value)}")
+
+
+def _check_float(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(name, f"{name} must be a number, got {_shown(value)}")
+    if not math.isfinite(value):
+        _fail(name, f"{name} must be a finite number, got {value}")
+
+
+def _check_representable(p: SamplingParams) -> None:
+    """Types, int64 range, finiteness: what any value must satisfy to travel and compute."""
+    for name in _INT_FIELDS:
+        _check_int(name, getattr(p, name))
+    for name in ("max_tokens", "seed", "logprobs", "prompt_logprobs"):
+        if getattr(p, name) is not None:
+            _check_int(name, getattr(p, name))
+    for name in _FLOAT_FIELDS:
+        _check_float(name, getattr(p, name))
+    for token_id in p.stop_token_ids:
+        _check_int("stop_token_ids", token_id)
+    for stop in p.stop:
+        if not isinstance(stop, str) or not stop:
+            _fail("stop", f"stop strings must be non-empty strings, got {_shown(stop)}")
+
+
+def _check_ranges(p: SamplingParams) -> None:
+    if p.n < 1:
+        _fail("n", f"n must be at least 1, got {p.n}")
+    if not p.temperature >= 0.0:
+        _fail("temperature", f"temperature must be non-negative, got {p.temperature}")
+    if not 0.0 < p.top_p <= 1.0:
+        _fail("top_p", f"top_p must be in (0, 1], got {p.top_p}")
+    if p.top_k < 0:
+        _fail("top_k", f"top_k must be 0 or -1 (disabled) or at least 1, got {p.top_k}")
+    if not 0.0 <= p.min_p <= 1.0:
+        _fail("min_p", f"min_p must be in [0, 1], got {p.min_p}")
+    if not -2.0 <= p.presence_penalty <= 2.0:
+        _fail("presence_penalty", f"presence_penalty must be in [-2, 2], got {p.presence_penalty}")
+    if not -2.0 <= p.frequency_penalty <= 2.0:
+        _fail("frequency_penalty", f"frequency_penalty must be in [-2, 2], got {p.frequency_penalty}")
+    if not p.repetition_penalty > 0.0:
+        _fail("repetition_penalty", f"repetition_penalty must be positive, got {p.repetition_penalty}")
+    if p.max_tokens is not None and p.max_tokens < 1:
+        _fail("max_tokens", f"max_tokens must be at least 1, got {p.max_tokens}")
+    if p.min_tokens < 0:
+        _fail("min_tokens", f"min_tokens must be non-negative, got {p.min_tokens}")
+    if p.max_tokens is not None and p.min_tokens > p.max_tokens:
+        _fail("min_tokens", f"min_tokens ({p.min_tokens}) must not exceed max_tokens ({p.max_tokens})")
+    for name in ("logprobs", "prompt_logprobs"):
+        value = getattr(p, name)
+        if value is not None and value < 0:
+            _fail(name, f"{name} must be a non-negative integer, got {value}")
+    for token_id in p.stop_token_ids:
+        if token_id < 0:
+            _fail("stop_token_ids", f"stop_token_ids must be non-negative integers, got {token_id}")

@@ -38,9 +38,9 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from octavo.core.engine import RequestValidator
+from octavo.core.engine import RequestValidator, failed_output
 from octavo.core.kv_cache_manager import PrefixCacheStats
-from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.outputs import RequestOutput
 from octavo.core.request import Request
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats, check_admissible
@@ -298,7 +298,7 @@ class DataParallelEngine(RequestValidator):
             logger.error("replica %d refused request %s: %s: %s", replica.index, request_id, error_type, text)
             if self.router.replica_of(request_id) == replica.index:
                 self._num_finished[replica.index] += 1
-                self._outputs.append(_failed_output(request_id))
+                self._outputs.append(failed_output(request_id))
         elif kind == "dead":
             raise self._fail(f"data-parallel replica {replica.index} failed: {message[1]}")
         else:
@@ -353,9 +353,4 @@ def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
         num_preemptions=sum(s.num_preemptions for s in stats),
         prefix_cache=prefix,
     )
-
-
-def _failed_output(request_id: str) -> RequestOutput:
-    completion = CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")
-    return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
 

@@ -18,7 +18,8 @@ Invariants:
   and handled between steps, so a request added while a step runs joins the
   next step, and the front's sends never wait for a step to end.
 - The front has validated every request it sends; ``add_failed`` is a
-  safety net, not the way bad input is reported.
+  safety net, not the way bad input is reported: an exception while adding
+  one request fails that request only.
 - When the front's end of the pipe closes, the replica shuts its engine
   down and exits. It ignores SIGINT: a terminal's Ctrl-C goes to the whole
   process group, and the front decides how to stop.
@@ -77,6 +78,9 @@ class ReplicaServer:
                 self.engine.add_request(request_id, prompt, params, cache_salt)
             except OctavoError as exc:
                 self.conn.send_bytes(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
+            except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on
+                logger.exception("replica could not add request %s", request_id)
+                self.conn.send_bytes(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
         elif kind == "abort":
             self.engine.abort_request(message[1])
         elif kind == "stats":

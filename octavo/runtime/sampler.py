@@ -144,7 +144,8 @@ class Sampler:
         sub = logits[index] / torch.tensor([p.temperature for p in params], device=device)[:, None]
         sub = truncate_distribution(
             sub,
-            torch.tensor([p.top_k for p in params], device=device),
+            # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
+            torch.tensor([min(p.top_k, logits.shape[-1]) for p in params], device=device),
             torch.tensor([p.top_p for p in params], device=device),
             torch.tensor([p.min_p for p in params], device=device),
         )

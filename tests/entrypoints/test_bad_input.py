@@ -37,6 +37,17 @@ from octavo.errors import (
         (dict(stop=[""]), "stop"),
         (dict(stop_token_ids=[-4]), "stop_token_ids"),
         (dict(seed="x"), "seed"),
+        # Representable: every integer in int64 (msgpack, tensors), every float finite.
+        (dict(seed=2**64), "seed"),
+        (dict(seed=-(2**63) - 1), "seed"),
+        (dict(stop_token_ids=[2**64]), "stop_token_ids"),
+        (dict(top_k=2**63), "top_k"),
+        (dict(n=2**63), "n"),
+        (dict(max_tokens=2**64), "max_tokens"),
+        (dict(logprobs=2**70), "logprobs"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(repetition_penalty=float("inf")), "repetition_penalty"),
+        (dict(top_p=float("nan")), "top_p"),
     ],
 )
 def test_invalid_sampling_params(kwargs, param):
@@ -176,3 +187,40 @@ def test_bad_dtype_and_max_model_len(llama_dir):
         LLM(str(llama_dir), dtype="float8")
     with pytest.raises(InvalidArgumentError, match="max_position_embeddings"):
         LLM(str(llama_dir), max_model_len=100000)
+
+
+def test_huge_top_k_samples_like_no_top_k(llm):
+    """top_k beyond the vocabulary keeps every token (the sampler clamps it; it once overflowed a tensor)."""
+    prompt = "Once upon a time"
+    huge = llm.generate(prompt, SamplingParams(temperature=0.8, top_k=2**62, seed=7, max_tokens=8))[0].outputs[0]
+    none = llm.generate(prompt, SamplingParams(temperature=0.8, top_k=0, seed=7, max_tokens=8))[0].outputs[0]
+    assert huge.token_ids == none.token_ids
+
+
+def test_stop_token_ids_must_be_in_the_vocabulary(llm):
+    vocab_size = llm.engine.limits.vocab_size
+    with pytest.raises(InvalidArgumentError, match=f"token id {vocab_size} is out of range") as info:
+        llm.generate("hello", SamplingParams(stop_token_ids=[vocab_size]))
+    assert info.value.param == "stop_token_ids"
+    assert_nothing_scheduled(llm)
+
+
+def test_a_failed_add_takes_back_what_it_queued(llm, monkeypatch):
+    """A request's children are queued all or none, whatever raised half-way."""
+    scheduler = llm.engine.scheduler
+    add_request = scheduler.add_request
+    queued = []
+
+    def second_one_fails(request):
+        queued.append(request.request_id)
+        if len(queued) == 2:
+            raise RuntimeError("boom")
+        add_request(request)
+
+    monkeypatch.setattr(scheduler, "add_request", second_one_fails)
+    with pytest.raises(RuntimeError, match="boom"):
+        llm.engine.add_request("r", "hello", SamplingParams(n=3))
+    monkeypatch.undo()
+    assert_nothing_scheduled(llm)
+    assert not llm.engine.output_processor.states
+    assert llm.generate("hello", SamplingParams(max_tokens=2))[0].finished
