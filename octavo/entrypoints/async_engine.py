@@ -21,6 +21,14 @@ Invariants:
 * Admission is bounded: at most ``max_inflight_seqs`` sequences (a request
   with ``n`` choices counts ``n``) are in the engine at once; past that,
   ``QueueFullError`` is raised at once instead of queueing without bound.
+* A failure that belongs to one request stays with it: an exception while
+  adding it fails only its admission (``RequestFailedError`` unless it is a
+  typed error), and an output the engine finished with ``"error"`` ends its
+  stream with ``RequestFailedError``; the loop goes on. Anything else that
+  escapes the engine (a model step that raised, a dead worker) stops the
+  loop: every request in flight, admitted or still being admitted, fails at
+  once with ``EngineDeadError``, and so does every later one, until a
+  restarter (``--restart-engine``) hands over a new engine.
 """
 
 from __future__ import annotations
@@ -31,13 +39,26 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from octavo.core.engine import LLMEngine
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats
+from octavo.entrypoints.engine_commands import (
+    STOP,
+    AbortCommand,
+    AddCommand,
+    EngineObserver,
+    RequestFailedError,
+    RequestStream,
+    ServerShuttingDownError,
+    StatsCommand,
+    deliver,
+    resolve,
+)
+from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import EngineSnapshot, take_snapshot
 from octavo.errors import EngineDeadError, OctavoError, QueueFullError
 
@@ -49,60 +70,10 @@ logger = logging.getLogger(__name__)
 IDLE_HEALTH_CHECK_S = 1.0
 
 
-class ServerShuttingDownError(OctavoError):
-    """The server stopped (or gave up draining) before the request finished."""
-
-    http_status = 503
-    error_type = "server_shutting_down"
-
-
-class EngineObserver(Protocol):
-    """Hears about requests on the engine thread (metrics); must be thread-safe."""
-
-    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None: ...
-
-    def on_outputs(self, outputs: list[RequestOutput]) -> None: ...
-
-    def on_request_aborted(self, request_id: str) -> None: ...
-
-
 @dataclass
 class AsyncEngineConfig:
     # Admission cap on sequences in the engine (running plus waiting); None: no cap.
     max_inflight_seqs: int | None = None
-
-
-@dataclass
-class _Add:
-    request_id: str
-    prompt: Any
-    params: SamplingParams
-    stream: RequestStream
-    added: asyncio.Future
-
-
-@dataclass
-class _Abort:
-    request_ids: list[str]
-
-
-@dataclass
-class _Stats:
-    result: asyncio.Future
-
-
-_STOP = object()
-
-
-@dataclass
-class RequestStream:
-    """The event-loop side of one request: a queue of outputs, then an end."""
-
-    request_id: str
-    num_seqs: int
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    finished: bool = False
-    released: bool = False
 
 
 class AsyncEngine:
@@ -111,22 +82,30 @@ class AsyncEngine:
         engine: LLMEngine | DataParallelEngine,
         config: AsyncEngineConfig | None = None,
         observer: EngineObserver | None = None,
+        restarter: EngineRestarter | None = None,
     ) -> None:
         self.engine = engine
         self.config = config or AsyncEngineConfig()
         self.observer = observer
+        self.restarter = restarter
         self.last_snapshot: EngineSnapshot = take_snapshot(engine)
         self.num_inflight_seqs = 0
         self.started_at = int(time.time())
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_engine = getattr(engine, "wake", None)
         self._lock = threading.Lock()  # orders "is the thread alive?" with enqueueing
-        self._thread_dead = False
         self._error: OctavoError | None = None
+        self._stopping = False
         self._streams: dict[str, RequestStream] = {}  # event-loop side, live requests
-        self._engine_streams: dict[str, RequestStream] = {}  # engine-thread side
+        self._adding: set[asyncio.Future] = set()  # event-loop side, admissions not yet answered
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._reset_engine_side(engine)
+
+    def _reset_engine_side(self, engine) -> None:
+        """The engine thread's state, fresh for ``engine`` (at start, and after a restart)."""
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_engine = getattr(engine, "wake", None)
+        self._thread_dead = False
+        self._engine_streams: dict[str, RequestStream] = {}
 
     # --------------------------------------------------------------- lifecycle
 
@@ -148,13 +127,16 @@ class AsyncEngine:
 
     async def shutdown(self) -> None:
         """Stop the thread (aborting what is left in the engine) and release the model."""
+        self._stopping = True
         if self._error is None:
             self._error = ServerShuttingDownError("the server is shutting down")
         self._fail_streams(self._error)
+        if self.restarter is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.restarter.stop)
         with self._lock:
             alive = not self._thread_dead
             if alive:
-                self._commands.put(_STOP)
+                self._commands.put(STOP)
         if alive and self._wake_engine is not None:
             self._wake_engine()
         if self._thread is not None and alive:
@@ -189,13 +171,16 @@ class AsyncEngine:
         added = asyncio.get_running_loop().create_future()
         self.num_inflight_seqs += params.n
         self._streams[request_id] = stream
+        self._adding.add(added)
         try:
-            self._submit(_Add(request_id, prompt, params, stream, added))
+            self._submit(AddCommand(request_id, prompt, params, stream, added))
             await added
         except BaseException:
             # Validation failed, the engine died, or the client left while waiting.
             self.close(stream)
             raise
+        finally:
+            self._adding.discard(added)
         return stream
 
     async def outputs(self, stream: RequestStream) -> AsyncIterator[RequestOutput]:
@@ -205,6 +190,9 @@ class AsyncEngine:
                 item = await stream.queue.get()
                 if isinstance(item, BaseException):
                     raise item
+                if item.finished and any(c.finish_reason == "error" for c in item.outputs):
+                    stream.finished = True  # the engine has already let go of it
+                    raise RequestFailedError("the engine failed while running this request (see the server log)")
                 yield item
                 if item.finished:
                     stream.finished = True
@@ -220,14 +208,14 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         """Abort a request (idempotent; unknown ids are ignored)."""
-        self._try_submit(_Abort([request_id]))
+        self._try_submit(AbortCommand([request_id]))
 
     def abort_all(self, error: OctavoError) -> None:
         """End every live request with ``error`` and abort it in the engine."""
         request_ids = list(self._streams)
         self._fail_streams(error)
         if request_ids:
-            self._try_submit(_Abort(request_ids))
+            self._try_submit(AbortCommand(request_ids))
 
     def abort_all_after(self, delay: float, error: OctavoError) -> None:
         """``abort_all(error)`` in ``delay`` seconds; safe from any thread or a signal handler."""
@@ -245,7 +233,7 @@ class AsyncEngine:
     async def get_snapshot(self) -> EngineSnapshot:
         """Fresh stats (per replica too, if data parallel); the last ones if the engine is dead."""
         future = asyncio.get_running_loop().create_future()
-        if not self._try_submit(_Stats(future)):
+        if not self._try_submit(StatsCommand(future)):
             return self.last_snapshot
         try:
             return await future
@@ -285,7 +273,7 @@ class AsyncEngine:
             while True:
                 block = not self.engine.has_unfinished_requests()
                 for command in self._next_commands(block):
-                    if command is _STOP:
+                    if command is STOP:
                         self._stop_engine()
                         return
                     self._apply(command)
@@ -310,33 +298,47 @@ class AsyncEngine:
                 return commands
 
     def _apply(self, command: Any) -> None:
-        if isinstance(command, _Add):
+        if isinstance(command, AddCommand):
             self._apply_add(command)
-        elif isinstance(command, _Abort):
+        elif isinstance(command, AbortCommand):
             live = [r for r in command.request_ids if self._engine_streams.pop(r, None) is not None]
             if live:
                 self.engine.abort_request(live)
                 for request_id in live:
-                    if self.observer is not None:
-                        self.observer.on_request_aborted(request_id)
-        elif isinstance(command, _Stats):
+                    self._observe("on_request_aborted", request_id)
+        elif isinstance(command, StatsCommand):
             try:
                 self.last_snapshot = take_snapshot(self.engine)
             finally:  # a replica that died while answering still leaves the scrape an answer
-                self._call_in_loop(_resolve, command.result, self.last_snapshot, None)
+                self._call_in_loop(resolve, command.result, self.last_snapshot, None)
 
-    def _apply_add(self, command: _Add) -> None:
+    def _apply_add(self, command: AddCommand) -> None:
         if command.added.done():  # cancelled while queued: the client is gone
             return
         try:
             self.engine.add_request(command.request_id, command.prompt, command.params)
+        except EngineDeadError as exc:
+            self._call_in_loop(resolve, command.added, None, exc)
+            raise
         except OctavoError as exc:
-            self._call_in_loop(_resolve, command.added, None, exc)
+            self._call_in_loop(resolve, command.added, None, exc)
+            return
+        except Exception as exc:  # a bug while adding this request: it fails, the engine goes on
+            logger.exception("could not add request %s; the engine goes on without it", command.request_id)
+            error = RequestFailedError(f"the engine could not add this request ({type(exc).__name__}; see the server log)")
+            self._call_in_loop(resolve, command.added, None, error)
             return
         self._engine_streams[command.request_id] = command.stream
-        if self.observer is not None:
-            self.observer.on_request_added(command.request_id, self._num_prompt_tokens(command.prompt), command.params)
-        self._call_in_loop(_resolve, command.added, None, None)
+        self._observe("on_request_added", command.request_id, self._num_prompt_tokens(command.prompt), command.params)
+        self._call_in_loop(resolve, command.added, None, None)
+
+    def _observe(self, method: str, *args) -> None:
+        if self.observer is None:
+            return
+        try:
+            getattr(self.observer, method)(*args)
+        except Exception:  # noqa: BLE001 - metrics must never stop the engine
+            logger.exception("the engine observer failed in %s", method)
 
     def _num_prompt_tokens(self, prompt: Any) -> int:
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
@@ -354,10 +356,9 @@ class AsyncEngine:
             if output.finished:
                 del self._engine_streams[output.request_id]
             batch.append((stream, output))
-        if self.observer is not None:
-            self.observer.on_outputs(outputs)
+        self._observe("on_outputs", outputs)
         if batch:
-            self._call_in_loop(_deliver, batch)
+            self._call_in_loop(deliver, batch)
 
     def _stop_engine(self) -> None:
         request_ids = list(self._engine_streams)
@@ -365,8 +366,7 @@ class AsyncEngine:
         if request_ids:
             self.engine.abort_request(request_ids)
             for request_id in request_ids:
-                if self.observer is not None:
-                    self.observer.on_request_aborted(request_id)
+                self._observe("on_request_aborted", request_id)
         with self._lock:
             self._thread_dead = True
 
@@ -374,20 +374,37 @@ class AsyncEngine:
         with self._lock:
             self._thread_dead = True
             pending = self._next_commands(block=False)
-        if self.observer is not None:
-            for request_id in self._engine_streams:
-                self.observer.on_request_aborted(request_id)
+        for request_id in self._engine_streams:
+            self._observe("on_request_aborted", request_id)
         self._engine_streams.clear()
         self._call_in_loop(self._on_death, exc, pending)
 
     def _on_death(self, exc: BaseException, pending: list[Any]) -> None:
-        self._error = EngineDeadError(f"the engine loop failed: {type(exc).__name__}: {exc}")
+        restarting = self.restarter is not None and not self._stopping
+        suffix = "; it is restarting" if restarting else ""
+        self._error = EngineDeadError(f"the engine loop failed: {type(exc).__name__}: {exc}{suffix}")
         for command in pending:
-            if isinstance(command, _Add):
-                _resolve(command.added, None, self._error)
-            elif isinstance(command, _Stats):
-                _resolve(command.result, self.last_snapshot, None)
+            if isinstance(command, StatsCommand):
+                resolve(command.result, self.last_snapshot, None)
+        # Admissions still waiting for an answer, including the one the engine died on.
+        for added in list(self._adding):
+            resolve(added, None, self._error)
         self._fail_streams(self._error)
+        if restarting:
+            self.restarter.restart(self.engine, lambda engine: self._call_in_loop(self._install, engine))
+
+    def _install(self, engine) -> None:
+        """Take over a restarted engine (event loop)."""
+        if self._stopping:  # the server is going down: so does the new engine, before the process exits
+            engine.shutdown()
+            return
+        with self._lock:
+            self.engine = engine
+            self._reset_engine_side(engine)
+        self._error = None
+        self._observe("on_engine_restarted")  # before the new thread touches the observer
+        self._thread = threading.Thread(target=self._run, name="octavo-engine", daemon=True)
+        self._thread.start()
 
     def _call_in_loop(self, callback, *args) -> None:
         try:
@@ -395,17 +412,3 @@ class AsyncEngine:
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
 
-
-def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _deliver(batch: list[tuple[RequestStream, RequestOutput]]) -> None:
-    for stream, output in batch:
-        if not stream.released:
-            stream.queue.put_nowait(output)

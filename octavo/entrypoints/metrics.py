@@ -66,6 +66,7 @@ class ServerMetrics:
         self.prefix_hits = Counter("octavo:prefix_cache_hits", "Prompt tokens found in the prefix cache", registry=r)
         self.preemptions = Counter("octavo:num_preemptions", "Requests preempted for lack of KV blocks", registry=r)
         self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r)
+        self.engine_restarts = Counter("octavo:engine_restarts", "Engines rebuilt after a failure (--restart-engine)", registry=r)
         self.prompt_tokens = Counter("octavo:prompt_tokens", "Prompt tokens of admitted requests", registry=r)
         self.generation_tokens = Counter("octavo:generation_tokens", "Generated tokens", registry=r)
         self.request_success = Counter(
@@ -104,6 +105,12 @@ class ServerMetrics:
     def on_request_aborted(self, request_id: str) -> None:
         if self._requests.pop(request_id, None) is not None:
             self.request_success.labels(finished_reason="abort").inc()
+
+    def on_engine_restarted(self) -> None:
+        """A new engine: its cumulative counters start again from zero (called before its thread starts)."""
+        self.engine_restarts.inc()
+        self._requests.clear()
+        self._last_preemptions = self._last_prefix_queries = self._last_prefix_hits = 0
 
     def _count_tokens(self, progress: _RequestProgress, completion: CompletionOutput) -> None:
         num_counted = progress.num_tokens.get(completion.index, 0)

@@ -1,0 +1,93 @@
+"""What the event loop and the engine thread of ``AsyncEngine`` pass each
+other: the commands (add, abort, stats, stop), each request's stream, the
+observer that hears about requests, and the errors a stream can end with.
+
+Futures and streams belong to the event loop: the engine thread only ever
+resolves or fills them through ``loop.call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from octavo.core.outputs import RequestOutput
+from octavo.core.sampling_params import SamplingParams
+from octavo.errors import OctavoError
+
+
+class ServerShuttingDownError(OctavoError):
+    """The server stopped (or gave up draining) before the request finished."""
+
+    http_status = 503
+    error_type = "server_shutting_down"
+
+
+class RequestFailedError(OctavoError):
+    """The engine failed this one request (a bug, not bad input); it goes on with the others."""
+
+    http_status = 500
+    error_type = "internal_error"
+
+
+class EngineObserver(Protocol):
+    """Hears about requests on the engine thread (metrics); must be thread-safe.
+
+    Its exceptions are logged and ignored: metrics never stop the engine."""
+
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None: ...
+
+    def on_outputs(self, outputs: list[RequestOutput]) -> None: ...
+
+    def on_request_aborted(self, request_id: str) -> None: ...
+
+    def on_engine_restarted(self) -> None: ...
+
+
+@dataclass
+class AddCommand:
+    request_id: str
+    prompt: Any
+    params: SamplingParams
+    stream: RequestStream
+    added: asyncio.Future
+
+
+@dataclass
+class AbortCommand:
+    request_ids: list[str]
+
+
+@dataclass
+class StatsCommand:
+    result: asyncio.Future
+
+
+STOP = object()
+
+
+@dataclass
+class RequestStream:
+    """The event-loop side of one request: a queue of outputs, then an end."""
+
+    request_id: str
+    num_seqs: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    released: bool = False
+
+
+def resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def deliver(batch: list[tuple[RequestStream, RequestOutput]]) -> None:
+    for stream, output in batch:
+        if not stream.released:
+            stream.queue.put_nowait(output)
