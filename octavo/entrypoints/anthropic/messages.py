@@ -5,6 +5,10 @@ A stream is the documented event sequence: ``message_start``,
 ``message_delta`` (stop reason, output tokens), ``message_stop``. Errors on
 this route, in a stream or not, use Anthropic's error shape (the stream sends
 an ``error`` event and ends).
+
+A last ``assistant`` message is a prefill: the conversation is rendered
+without a new turn and the answer continues that message (the response
+holds only the continuation, as Anthropic's does).
 """
 
 from __future__ import annotations
@@ -17,15 +21,17 @@ from fastapi.responses import JSONResponse
 
 from octavo.core.outputs import CompletionOutput
 from octavo.core.sampling_params import RequestOutputKind
-from octavo.entrypoints.anthropic.protocol import MessagesRequest
+from octavo.entrypoints.anthropic.protocol import MessageResponse, MessagesRequest
 from octavo.entrypoints.async_engine import RequestStream
-from octavo.entrypoints.openai.chat_template import content_text, render_chat
+from octavo.entrypoints.openai.chat_template import ChatOptions, content_text
 from octavo.entrypoints.openai.errors import ApiError, anthropic_body, from_octavo
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation
 from octavo.entrypoints.openai.serving import (
-    PromptInput,
     ServingContext,
     SSEResponse,
     admit_all,
+    check_admissible,
     check_prompt,
     final_outputs,
     get_context,
@@ -46,17 +52,18 @@ async def create_message(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, MessagesRequest)
     model = resolve_model(ctx, body.model)
-    prompt = render_conversation(ctx, body)
     params = make_sampling_params(
         ctx,
-        max_tokens=body.max_tokens,
+        body.max_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
         top_k=body.top_k,
         stop=body.stop_sequences,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
     )
-    check_prompt(ctx, prompt, params)
+    check_admissible(ctx, params)
+    prompt = await ctx.pool.run(render_conversation, body, ctx.prompt_limits)
+    check_prompt(ctx, prompt, params, "messages", "max_tokens")
     message_id = new_request_id("msg_")
     streams = await admit_all(ctx, message_id, [prompt], params)
     if body.stream:
@@ -78,14 +85,16 @@ async def create_message(request: Request):
     )
 
 
-def render_conversation(ctx: ServingContext, body: MessagesRequest) -> PromptInput:
+def render_conversation(tokenizer, body: MessagesRequest, limits: PromptLimits) -> PromptInput:
+    """The prompt of a Messages request (on a tokenizer-pool worker)."""
     conversation = []
     if body.system:
         conversation.append({"role": "system", "content": content_text(body.system, "system")})
     for position, message in enumerate(body.messages):
         conversation.append({"role": message.role, "content": content_text(message.content, f"messages.{position}.content")})
-    text, token_ids = render_chat(ctx.tokenizer, conversation)
-    return PromptInput(text, token_ids)
+    prefill = body.messages[-1].role == "assistant"
+    options = ChatOptions(add_generation_prompt=not prefill, continue_final_message=prefill)
+    return encode_conversation(tokenizer, conversation, options, limits)
 
 
 def stop_info(completion: CompletionOutput) -> tuple[str, str | None]:
@@ -141,4 +150,7 @@ async def _stream(
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/v1/messages", create_message, methods=["POST"])
+    add_json_route(
+        app, "/v1/messages", create_message, body=MessagesRequest, response=MessageResponse, streams=True,
+        anthropic=True,
+    )

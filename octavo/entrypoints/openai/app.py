@@ -2,9 +2,12 @@
 over several replicas), one FastAPI app with the OpenAI and Anthropic routes.
 
 Middleware, outermost first: the gate (431 for oversized headers, 503 while
-draining), authentication (deny by default), the body-size limit (413). The
-engine thread starts and stops with the app's lifespan. Each app has its own
-metrics registry, so tests can build several apps in one process.
+draining), authentication (deny by default: ``/openapi.json`` needs the key
+too), the body-size limit (413). The engine thread starts and stops with the
+app's lifespan, and so does the tokenizer pool. Each app has its own metrics
+registry, so tests can build several apps in one process. Connection-level
+limits (timeouts, the connection cap) are the HTTP protocol's, set up by
+``octavo serve`` (``connections.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fastapi import FastAPI
 from octavo.core.engine import LLMEngine
 from octavo.entrypoints.anthropic import messages
 from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
+from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai import chat, completions, routes
@@ -25,28 +29,42 @@ from octavo.entrypoints.openai.auth import AuthMiddleware
 from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
 from octavo.entrypoints.openai.errors import install_exception_handlers
 from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
+from octavo.entrypoints.openai.openapi import install_openapi
+from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_chars
 from octavo.entrypoints.openai.serving import ServingContext
 from octavo.entrypoints.ui import add_ui_routes
+from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
 from octavo.version import __version__
 
 if TYPE_CHECKING:
     from octavo.distributed.data_parallel import DataParallelEngine
 
 
-def build_app(engine: LLMEngine | DataParallelEngine, config: ServerConfig) -> FastAPI:
+def build_app(
+    engine: LLMEngine | DataParallelEngine, config: ServerConfig, restarter: EngineRestarter | None = None
+) -> FastAPI:
+    """The app; with ``restarter``, a failed engine is rebuilt (``--restart-engine``)."""
     capacity = engine_capacity(engine)
     metrics = ServerMetrics(capacity.num_replicas)
     metrics.kv_total_blocks.set(capacity.num_kv_blocks)
     max_inflight_seqs = None
     if config.max_queued_requests is not None:
         max_inflight_seqs = capacity.max_num_seqs + config.max_queued_requests
-    async_engine = AsyncEngine(engine, AsyncEngineConfig(max_inflight_seqs=max_inflight_seqs), observer=metrics)
+    async_engine = AsyncEngine(
+        engine, AsyncEngineConfig(max_inflight_seqs=max_inflight_seqs), observer=metrics, restarter=restarter
+    )
+    tokenizer = engine.tokenizer
+    max_prompt_chars = config.max_prompt_chars
+    if max_prompt_chars is None and tokenizer is not None:
+        max_prompt_chars = default_max_prompt_chars(tokenizer, engine.limits.max_model_len)
     ctx = ServingContext(
         engine=async_engine,
         config=config,
-        tokenizer=copy.deepcopy(engine.tokenizer) if engine.tokenizer is not None else None,
+        tokenizer=copy.deepcopy(tokenizer) if tokenizer is not None else None,
         limits=engine.limits,
         metrics=metrics,
+        pool=TokenizerPool(tokenizer, config.tokenizer_pool_size or default_pool_size()),
+        prompt_limits=PromptLimits(engine.limits.max_model_len, max_prompt_chars),
     )
 
     @asynccontextmanager
@@ -54,18 +72,23 @@ def build_app(engine: LLMEngine | DataParallelEngine, config: ServerConfig) -> F
         async_engine.start()
         yield
         await async_engine.shutdown()
+        ctx.pool.shutdown()
 
-    app = FastAPI(title="Octavo", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="Octavo", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+        description="OpenAI- and Anthropic-compatible inference server",
+    )
     app.state.octavo = ctx
+    app.state.octavo_body_models = []
     install_exception_handlers(app)
     for module in (completions, chat, messages, routes):
         module.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
+    install_openapi(app, config.served_model_names, PUBLIC_PATHS | ui_public_paths)
     # add_middleware puts each new one outside the previous ones.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
     if config.api_key:
         app.add_middleware(AuthMiddleware, api_key=config.api_key, public_paths=PUBLIC_PATHS | ui_public_paths)
     app.add_middleware(GateMiddleware, max_header_bytes=config.max_request_header_bytes, is_draining=lambda: ctx.draining)
     return app
-

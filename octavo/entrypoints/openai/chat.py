@@ -17,16 +17,19 @@ from fastapi.responses import JSONResponse
 from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
-from octavo.entrypoints.openai.chat_template import content_text, normalize_role, render_chat
+from octavo.entrypoints.openai.chat_template import ChatOptions, content_text, normalize_role
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.logprobs import chat_logprobs
-from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation
+from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, TokenizeRequest
+from octavo.entrypoints.openai.responses import ChatCompletionResponse
 from octavo.entrypoints.openai.serving import (
     SSE_DONE,
-    PromptInput,
     ServingContext,
     SSEResponse,
     admit_all,
+    check_admissible,
     check_prompt,
     final_outputs,
     get_context,
@@ -54,16 +57,18 @@ async def create_chat_completion(request: Request):
         raise InvalidArgumentError(
             f"top_logprobs={body.top_logprobs} exceeds the maximum of {max_logprobs}", param="top_logprobs"
         )
-    prompt = render_messages(ctx, body.messages, body.add_generation_prompt is not False)
-    uses_completion_tokens = body.max_completion_tokens is not None
+    max_tokens_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = make_sampling_params(
         ctx,
+        max_tokens,  # None: the rest of the context
         **body.sampling_options(),
-        max_tokens=body.max_completion_tokens if uses_completion_tokens else body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
     )
-    check_prompt(ctx, prompt, params, "max_completion_tokens" if uses_completion_tokens else "max_tokens")
+    check_admissible(ctx, params)
+    prompt = await render_messages(ctx, body.messages, chat_options(body))
+    check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
     request_id = new_request_id("chatcmpl")
     streams = await admit_all(ctx, request_id, [prompt], params)
     builder = ChatBuilder(ctx, request_id, model, body, prompt)
@@ -87,13 +92,28 @@ def _reject_unsupported(body: ChatCompletionRequest) -> None:
         raise InvalidArgumentError("top_logprobs needs logprobs=true", param="top_logprobs")
 
 
-def render_messages(ctx: ServingContext, messages: list[ChatMessage], add_generation_prompt: bool) -> PromptInput:
+def chat_options(body: ChatCompletionRequest | TokenizeRequest) -> ChatOptions:
+    """``continue_final_message`` turns off the generation prompt unless the client asked for both."""
+    continue_final = bool(body.continue_final_message)
+    add_generation_prompt = body.add_generation_prompt is not False
+    if continue_final and "add_generation_prompt" not in body.model_fields_set:
+        add_generation_prompt = False
+    return ChatOptions(add_generation_prompt, continue_final)
+
+
+async def render_messages(
+    ctx: ServingContext, messages: list[ChatMessage], options: ChatOptions, fit_context: bool = True
+) -> PromptInput:
+    """Render and tokenise on the pool (the conversation is built there too: 100,000 messages take a while)."""
+    return await ctx.pool.run(_render_messages, messages, options, ctx.prompt_limits, fit_context)
+
+
+def _render_messages(tokenizer, messages: list[ChatMessage], options: ChatOptions, limits, fit_context: bool) -> PromptInput:
     conversation = []
     for position, message in enumerate(messages):
         role = normalize_role(message.role, f"messages.{position}.role")
         conversation.append({"role": role, "content": content_text(message.content, f"messages.{position}.content")})
-    text, token_ids = render_chat(ctx.tokenizer, conversation, add_generation_prompt)
-    return PromptInput(text, token_ids)
+    return encode_conversation(tokenizer, conversation, options, limits, fit_context)
 
 
 class ChatBuilder:
@@ -194,4 +214,7 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Ch
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/v1/chat/completions", create_chat_completion, methods=["POST"])
+    add_json_route(
+        app, "/v1/chat/completions", create_chat_completion, body=ChatCompletionRequest,
+        response=ChatCompletionResponse, streams=True,
+    )

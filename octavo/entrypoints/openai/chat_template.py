@@ -1,13 +1,19 @@
-"""Conversations -> prompt tokens through the tokenizer's chat template.
+"""Conversations -> prompt text through the tokenizer's chat template.
 
 Same rule as ``LLM.render_chat``: the template's text is tokenized with
 ``add_special_tokens=False`` because the template already holds any BOS it
-wants. A template that raises (e.g. "roles must alternate") is the client's
-error: 400, not 500.
+wants (``prompts.encode_conversation``). A template that raises (e.g.
+"roles must alternate") is the client's error: 400, not 500.
+
+``continue_final_message`` (vLLM's name; the Anthropic route's assistant
+prefill) renders the conversation without a generation prompt and cuts it
+right after the last message's content, so that the answer continues that
+message instead of opening a new turn.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2.exceptions import TemplateError
@@ -42,8 +48,14 @@ def normalize_role(role: str, param: str) -> str:
     return role
 
 
-def render_chat(tokenizer: Any, conversation: list[dict[str, str]], add_generation_prompt: bool = True):
-    """Return ``(text, token_ids)`` for a conversation of ``{"role", "content"}`` dicts."""
+@dataclass(frozen=True)
+class ChatOptions:
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+
+def render_chat_text(tokenizer: Any, conversation: list[dict[str, str]], options: ChatOptions) -> str:
+    """The chat template's text for a conversation of ``{"role", "content"}`` dicts."""
     if tokenizer is None:
         raise InvalidArgumentError("this server has no tokenizer, so it cannot render chats", param="messages")
     if not getattr(tokenizer, "chat_template", None):
@@ -51,8 +63,18 @@ def render_chat(tokenizer: Any, conversation: list[dict[str, str]], add_generati
             "the model's tokenizer has no chat template; start the server with --chat-template FILE",
             param="messages",
         )
+    if options.add_generation_prompt and options.continue_final_message:
+        raise InvalidArgumentError(
+            "add_generation_prompt and continue_final_message exclude each other: a new turn is opened, or "
+            "the last message is continued",
+            param="continue_final_message",
+        )
     try:
-        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(
+            conversation,
+            tokenize=False,
+            add_generation_prompt=options.add_generation_prompt,
+            continue_final_message=options.continue_final_message,
+        )
     except (TemplateError, ValueError) as exc:
         raise InvalidArgumentError(f"the chat template rejected the messages: {exc}", param="messages") from None
-    return text, list(tokenizer.encode(text, add_special_tokens=False))

@@ -9,6 +9,8 @@ sends an error chunk and then ``[DONE]``.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
@@ -20,15 +22,18 @@ from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.logprobs import LegacyLogprobs
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.prompts import PromptInput
 from octavo.entrypoints.openai.protocol import CompletionRequest
+from octavo.entrypoints.openai.responses import CompletionResponse
 from octavo.entrypoints.openai.serving import (
     SSE_DONE,
-    PromptInput,
     ServingContext,
     SSEResponse,
     admit_all,
+    check_admissible,
     check_prompt,
-    encode_text,
+    encode_prompt,
     final_outputs,
     get_context,
     make_sampling_params,
@@ -50,21 +55,25 @@ async def create_completion(request: Request):
     body = await parse_body(request, CompletionRequest)
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
-    prompts = prompt_inputs(ctx, body.prompt)
     want_prompt_logprobs = bool(body.echo) and body.logprobs is not None
+    # echo with max_tokens=0 scores the prompt: one token is generated and dropped (as vLLM does).
+    echo_only = bool(body.echo) and body.max_tokens == 0
+    sent_max_tokens = "max_tokens" in body.model_fields_set and body.max_tokens is not None and not echo_only
     params = make_sampling_params(
         ctx,
+        1 if echo_only else body.max_tokens,
         **body.sampling_options(),
-        max_tokens=body.max_tokens,
         logprobs=body.logprobs,
         prompt_logprobs=body.logprobs if want_prompt_logprobs else None,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
     )
+    check_admissible(ctx, params, _num_prompts(body.prompt))
+    prompts = await prompt_inputs(ctx, body.prompt)
     for prompt in prompts:
-        check_prompt(ctx, prompt, params)
+        check_prompt(ctx, prompt, params, "prompt", "max_tokens" if sent_max_tokens else None)
     request_id = new_request_id("cmpl")
     streams = await admit_all(ctx, request_id, prompts, params)
-    builder = CompletionBuilder(ctx, request_id, model, body, prompts)
+    builder = CompletionBuilder(ctx, request_id, model, body, prompts, echo_only)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: _close(ctx, streams))
     try:
@@ -88,27 +97,38 @@ def _reject_unsupported(body: CompletionRequest) -> None:
         raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
 
 
-def prompt_inputs(ctx: ServingContext, prompt) -> list[PromptInput]:
+def _num_prompts(prompt) -> int:
+    if isinstance(prompt, str) or not prompt or not isinstance(prompt[0], (str, list)):
+        return 1
+    return len(prompt)
+
+
+async def prompt_inputs(ctx: ServingContext, prompt) -> list[PromptInput]:
+    """The request's prompts, text ones tokenised on the pool (a batch of texts concurrently)."""
     if isinstance(prompt, str):
-        return [encode_text(ctx, prompt)]
+        return [await encode_prompt(ctx, prompt)]
     if not prompt:
         raise InvalidArgumentError("the prompt is empty", param="prompt")
-    if all(isinstance(item, int) for item in prompt):
+    if isinstance(prompt[0], str):
+        return list(await asyncio.gather(*(encode_prompt(ctx, item) for item in prompt)))
+    if isinstance(prompt[0], int):
         return [PromptInput(None, list(prompt))]
-    if all(isinstance(item, str) for item in prompt):
-        return [encode_text(ctx, item) for item in prompt]
     return [PromptInput(None, list(item)) for item in prompt]
 
 
 class CompletionBuilder:
     """Turns engine outputs into OpenAI completion objects and stream chunks."""
 
-    def __init__(self, ctx: ServingContext, request_id: str, model: str, body: CompletionRequest, prompts) -> None:
+    def __init__(
+        self, ctx: ServingContext, request_id: str, model: str, body: CompletionRequest, prompts, echo_only: bool = False
+    ) -> None:
         self.ctx = ctx
         self.request_id = request_id
         self.model = model
         self.body = body
         self.prompts: list[PromptInput] = prompts
+        # Prompt scoring (echo, max_tokens=0): the one generated token is not part of the answer.
+        self.echo_only = echo_only
         self.n = body.n or 1
         self.created = unix_time()
         self.num_completion_tokens = 0
@@ -122,6 +142,8 @@ class CompletionBuilder:
 
     def _choice(self, position: int, output: RequestOutput, completion: CompletionOutput, first: bool) -> dict:
         index = position * self.n + completion.index
+        if self.echo_only:
+            completion = dataclasses.replace(completion, text="", token_ids=[], logprobs=[])
         text = completion.text
         logprobs = None
         if self.body.logprobs is not None:
@@ -202,4 +224,6 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Co
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/v1/completions", create_completion, methods=["POST"])
+    add_json_route(
+        app, "/v1/completions", create_completion, body=CompletionRequest, response=CompletionResponse, streams=True
+    )

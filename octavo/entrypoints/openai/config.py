@@ -15,6 +15,8 @@ PUBLIC_PATHS = frozenset({"/health", "/version"})
 class ServerConfig:
     # The names clients may use in "model"; the first is the one reported.
     served_model_names: list[str] = field(default_factory=lambda: ["octavo"])
+    # The model as the operator named it (/v1/models "root"); None: the first served name.
+    model_root: str | None = None
     api_key: str | None = None
     # Requests (sequences) allowed to wait beyond max_num_seqs before a 503.
     max_queued_requests: int | None = 1024
@@ -27,6 +29,16 @@ class ServerConfig:
     max_stop_sequence_chars: int = 1024
     # The web playground and dashboard (octavo.entrypoints.ui); --no-ui turns them off.
     enable_ui: bool = True
+    # Longest prompt text tokenised; None: derived from the context and the
+    # vocabulary (the longest text that could still fit).
+    max_prompt_chars: int | None = None
+    # Threads that tokenise and render chat templates (None: min(4, CPUs)).
+    tokenizer_pool_size: int | None = None
+    # Connections (octavo/entrypoints/openai/connections.py).
+    header_read_timeout: float = 10.0  # from connect (or a request's first byte) to the end of its headers
+    body_read_timeout: float = 60.0  # from the end of the headers to the end of the body
+    keep_alive_timeout: float = 5.0  # idle between requests on a kept-alive connection
+    max_connections: int = 2048  # open at once; capped by the process's file-descriptor limit
 
     @property
     def model_name(self) -> str:

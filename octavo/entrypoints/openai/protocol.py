@@ -2,13 +2,17 @@
 
 Unknown fields are accepted, as OpenAI does, but known ones are typed
 strictly: ``"temperature": "hot"`` or ``"max_tokens": 1.5`` is a 400, not a
-coercion. Ranges are checked by ``SamplingParams`` and the serving layer,
-which raise the typed errors with the offending ``param``.
+coercion, and so is a number the engine cannot represent (``field_types``).
+Ranges are checked by ``SamplingParams`` and the serving layer, which raise
+the typed errors with the offending ``param``. These models are also what
+the served OpenAPI document says the routes take.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId
 
 
 class OpenAIModel(BaseModel):
@@ -23,24 +27,24 @@ class SamplingFields(OpenAIModel):
     """Sampling fields shared by completions and chat (OpenAI's and the usual extras)."""
 
     model: str | None = None
-    n: int | None = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
+    n: Int64 | None = 1
+    temperature: FiniteFloat | None = None
+    top_p: FiniteFloat | None = None
+    top_k: Int64 | None = None
+    min_p: FiniteFloat | None = None
+    presence_penalty: FiniteFloat | None = None
+    frequency_penalty: FiniteFloat | None = None
+    repetition_penalty: FiniteFloat | None = None
+    seed: Int64 | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    min_tokens: int | None = None
+    stop_token_ids: list[TokenId] | None = None
+    min_tokens: Int64 | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, FiniteFloat] | None = None
     user: str | None = None
 
     def sampling_options(self) -> dict:
@@ -68,11 +72,12 @@ class SamplingFields(OpenAIModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
-    logprobs: int | None = None
+    prompt: Prompt
+    # OpenAI's default; a default the client did not send is capped at the rest of the context.
+    max_tokens: Int64 | None = 16
+    logprobs: Int64 | None = None
     echo: bool | None = False
-    best_of: int | None = None
+    best_of: Int64 | None = None
     suffix: str | None = None
 
 
@@ -93,13 +98,16 @@ class ResponseFormat(OpenAIModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    # None: the rest of the context (OpenAI's and vLLM's default).
+    max_tokens: Int64 | None = None
+    max_completion_tokens: Int64 | None = None
     logprobs: bool | None = False
-    top_logprobs: int | None = None
+    top_logprobs: Int64 | None = None
     response_format: ResponseFormat | None = None
     tools: list[dict] | None = None
     add_generation_prompt: bool | None = True
+    # vLLM's: the last (assistant) message is continued, not closed.
+    continue_final_message: bool | None = False
 
 
 class TokenizeRequest(OpenAIModel):
@@ -108,8 +116,9 @@ class TokenizeRequest(OpenAIModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = True
     add_generation_prompt: bool | None = True
+    continue_final_message: bool | None = False
 
 
 class DetokenizeRequest(OpenAIModel):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]

@@ -3,39 +3,49 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from octavo.core.engine import check_token_ids
 from octavo.entrypoints.metrics import CONTENT_TYPE
-from octavo.entrypoints.openai.chat import render_messages
+from octavo.entrypoints.openai.chat import chat_options, render_messages
 from octavo.entrypoints.openai.errors import ApiError, error_response, from_octavo
+from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
-from octavo.entrypoints.openai.serving import ServingContext, encode_text, get_context, parse_body, resolve_model
+from octavo.entrypoints.openai.responses import (
+    DetokenizeResponse,
+    HealthResponse,
+    ModelCard,
+    ModelList,
+    TokenizeResponse,
+    VersionResponse,
+)
+from octavo.entrypoints.openai.serving import ServingContext, encode_prompt, get_context, parse_body, resolve_model
 from octavo.errors import EngineDeadError, InvalidArgumentError, ModelNotFoundError
 from octavo.version import __version__
 
 
-
 def _model_card(ctx: ServingContext, name: str) -> dict:
+    # ``root`` is the model as the operator named it, never a resolved path on this machine.
     return {
         "id": name,
         "object": "model",
         "created": ctx.engine.started_at,
         "owned_by": "octavo",
-        "root": ctx.engine.engine.info.model_path if ctx.engine.engine.info else name,
+        "root": ctx.config.model_root or ctx.config.model_name,
         "max_model_len": ctx.limits.max_model_len,
     }
 
 
 async def list_models(request: Request):
     ctx = get_context(request)
-    return {"object": "list", "data": [_model_card(ctx, name) for name in ctx.config.served_model_names]}
+    return JSONResponse({"object": "list", "data": [_model_card(ctx, name) for name in ctx.config.served_model_names]})
 
 
 async def retrieve_model(request: Request, model_id: str):
     ctx = get_context(request)
     if model_id not in ctx.config.served_model_names:
         raise ModelNotFoundError(f"the model `{model_id}` does not exist", param="model")
-    return _model_card(ctx, model_id)
+    return JSONResponse(_model_card(ctx, model_id))
 
 
 async def health(request: Request):
@@ -47,7 +57,7 @@ async def health(request: Request):
 
 
 async def version():
-    return {"version": __version__}
+    return JSONResponse({"version": __version__})
 
 
 async def metrics(request: Request):
@@ -63,31 +73,42 @@ async def tokenize(request: Request):
     resolve_model(ctx, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidArgumentError("send exactly one of prompt and messages", param="prompt")
+    # Any length is counted (that is what clients ask /tokenize for); the character limit still applies.
     if body.messages is not None:
-        token_ids = render_messages(ctx, body.messages, body.add_generation_prompt is not False).token_ids
+        prompt = await render_messages(ctx, body.messages, chat_options(body), fit_context=False)
     else:
-        token_ids = encode_text(ctx, body.prompt, body.add_special_tokens is not False).token_ids
-    return {"count": len(token_ids), "max_model_len": ctx.limits.max_model_len, "tokens": token_ids}
+        prompt = await encode_prompt(ctx, body.prompt, body.add_special_tokens is not False, fit_context=False)
+    token_ids = prompt.token_ids
+    return JSONResponse({"count": len(token_ids), "max_model_len": ctx.limits.max_model_len, "tokens": token_ids})
 
 
 async def detokenize(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, DetokenizeRequest)
     resolve_model(ctx, body.model)
-    vocab_size = ctx.limits.vocab_size
-    bad = [t for t in body.tokens if not 0 <= t < vocab_size]
-    if bad:
-        raise InvalidArgumentError(f"token id {bad[0]} is out of range for a vocabulary of {vocab_size}", param="tokens")
+    check_token_ids(body.tokens, ctx.limits.vocab_size, "tokens")
     if ctx.tokenizer is None:
         return error_response(request.url.path, ApiError(400, "this server has no tokenizer", param="tokens"))
-    return {"prompt": ctx.tokenizer.decode(body.tokens)}
+    return JSONResponse({"prompt": await ctx.pool.run(_decode, body.tokens)})
+
+
+def _decode(tokenizer, token_ids: list[int]) -> str:
+    return tokenizer.decode(token_ids)
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/v1/models", list_models, methods=["GET"])
-    app.add_api_route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"])
-    app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/version", version, methods=["GET"])
-    app.add_api_route("/metrics", metrics, methods=["GET"])
-    app.add_api_route("/tokenize", tokenize, methods=["POST"])
-    app.add_api_route("/detokenize", detokenize, methods=["POST"])
+    add_json_route(app, "/v1/models", list_models, methods=["GET"], body=None, response=ModelList, statuses=[401])
+    add_json_route(
+        app, "/v1/models/{model_id:path}", retrieve_model, methods=["GET"], body=None, response=ModelCard,
+        statuses=[401, 404],
+    )
+    add_json_route(app, "/health", health, methods=["GET"], body=None, response=HealthResponse, statuses=[503])
+    # HEAD: the same status, no body (load balancers' probes).
+    app.add_api_route("/health", health, methods=["HEAD"], operation_id="health_head", response_model=None)
+    add_json_route(app, "/version", version, methods=["GET"], body=None, response=VersionResponse, statuses=[])
+    app.add_api_route(
+        "/metrics", metrics, methods=["GET"], response_class=PlainTextResponse,
+        responses={200: {"description": "Prometheus text format"}, 401: {"description": "missing or wrong API key"}},
+    )
+    add_json_route(app, "/tokenize", tokenize, body=TokenizeRequest, response=TokenizeResponse)
+    add_json_route(app, "/detokenize", detokenize, body=DetokenizeRequest, response=DetokenizeResponse)

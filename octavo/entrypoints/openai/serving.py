@@ -3,9 +3,14 @@ validation before admission, admission of a batch of prompts, SSE framing and
 client-disconnect handling.
 
 Invariants: every check a request can fail (schema, model name, sampling
-values, prompt length plus ``max_tokens``, caps) runs before any of its
-prompts is admitted, so a bad request schedules nothing; and every admitted
-stream is closed (aborted unless finished) on every path out of a route.
+values, size caps, prompt length plus ``max_tokens``, a request larger than
+the server ever admits) runs before any of its prompts is admitted, so a bad
+request schedules nothing; the cheap checks run before tokenising; and every
+admitted stream is closed (aborted unless finished) on every path out of a
+route. Tokenising and chat templates run on the tokenizer pool, never on
+the event loop; parsing the JSON body does run on it (pydantic's parser
+holds the interpreter lock, so a thread would not help), bounded by the
+body-size limit.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from octavo.entrypoints.async_engine import AsyncEngine, RequestStream
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.errors import InvalidRequestBodyError
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_text, prompt_too_long
+from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool
 from octavo.errors import (
     InvalidArgumentError,
     ModelNotFoundError,
@@ -46,23 +53,14 @@ SSE_DONE = "data: [DONE]\n\n"
 class ServingContext:
     engine: AsyncEngine
     config: ServerConfig
-    # The event loop's own tokenizer: the engine thread detokenizes with the
-    # engine's, and Rust tokenizers must not be borrowed from two threads.
+    # The event loop's own tokenizer (small decodes: logprob tokens, echoed
+    # token-id prompts); the pool's workers and the engine thread have theirs.
     tokenizer: Any
     limits: EngineLimits
     metrics: ServerMetrics
+    pool: TokenizerPool
+    prompt_limits: PromptLimits
     draining: bool = False
-
-
-@dataclass
-class PromptInput:
-    """One prompt, tokenized on the event loop; ``text`` is None for token-id prompts."""
-
-    text: str | None
-    token_ids: list[int]
-
-    def as_engine_prompt(self) -> dict:
-        return {"prompt": self.text, "prompt_token_ids": self.token_ids}
 
 
 def get_context(request: Request) -> ServingContext:
@@ -94,14 +92,15 @@ def resolve_model(ctx: ServingContext, requested: str | None) -> str:
     return requested
 
 
-def encode_text(ctx: ServingContext, text: str, add_special_tokens: bool = True) -> PromptInput:
-    if ctx.tokenizer is None:
-        raise InvalidArgumentError("this server has no tokenizer; send token ids", param="prompt")
-    return PromptInput(text, list(ctx.tokenizer.encode(text, add_special_tokens=add_special_tokens)))
+async def encode_prompt(ctx: ServingContext, text: str, add_special_tokens: bool = True, fit_context: bool = True):
+    """Tokenise one prompt text on the pool (size limits first)."""
+    return await ctx.pool.run(encode_text, text, add_special_tokens, ctx.prompt_limits, "prompt", fit_context)
 
 
-def make_sampling_params(ctx: ServingContext, **options: Any) -> SamplingParams:
-    """SamplingParams with the server's caps; raises the typed errors (400) on bad values."""
+def make_sampling_params(ctx: ServingContext, max_tokens: int | None, **options: Any) -> SamplingParams:
+    """SamplingParams with the server's caps; raises the typed errors (400) on bad values.
+
+    ``max_tokens=None`` means the rest of the context (never ``SamplingParams``' default of 16)."""
     options = {key: value for key, value in options.items() if value is not None}
     n = options.get("n", 1)
     if isinstance(n, int) and n > ctx.config.max_n:
@@ -118,23 +117,45 @@ def make_sampling_params(ctx: ServingContext, **options: Any) -> SamplingParams:
             raise InvalidArgumentError(
                 f"a stop sequence is longer than {ctx.config.max_stop_sequence_chars} characters", param="stop"
             )
-    return SamplingParams(**options)
+    return SamplingParams(max_tokens=max_tokens, **options)
 
 
-def check_prompt(ctx: ServingContext, prompt: PromptInput, params: SamplingParams, param: str = "max_tokens") -> None:
+def check_admissible(ctx: ServingContext, params: SamplingParams, num_prompts: int = 1) -> None:
+    """A request with more sequences than the server ever admits at once is a 400, not a 503 to retry."""
+    cap = ctx.engine.config.max_inflight_seqs
+    num_seqs = params.n * num_prompts
+    if cap is not None and num_seqs > cap:
+        asked = f"n={params.n}" if num_prompts == 1 else f"{num_prompts} prompts with n={params.n}"
+        raise InvalidArgumentError(
+            f"this request asks for {num_seqs} sequences ({asked}); the server admits at most {cap} at once",
+            param="n",
+        )
+
+
+def check_prompt(
+    ctx: ServingContext, prompt: PromptInput, params: SamplingParams, prompt_param: str = "prompt",
+    max_tokens_param: str | None = "max_tokens",
+) -> None:
     """The engine's own checks plus the one it does not make: prompt + max_tokens must fit.
 
+    ``max_tokens_param`` names the field the client sent ``max_tokens`` as, or is
+    None when it sent none: a default is capped at the rest of the context by the
+    engine, never a reason to refuse, and errors name only what the client sent.
     (The offline engine caps ``max_tokens`` silently; a server refuses instead.)
     """
-    ctx.engine.engine.validate(prompt.token_ids, params)
     max_model_len = ctx.limits.max_model_len
     num_prompt_tokens = len(prompt.token_ids)
-    if params.max_tokens is not None and num_prompt_tokens + params.max_tokens > max_model_len:
-        raise PromptTooLongError(
-            f"this model's maximum context length is {max_model_len} tokens, but {num_prompt_tokens} prompt "
-            f"tokens plus {param}={params.max_tokens} were requested ({num_prompt_tokens + params.max_tokens})",
-            param=param,
-        )
+    if num_prompt_tokens >= max_model_len:
+        raise prompt_too_long(num_prompt_tokens, max_model_len, prompt_param)
+    ctx.engine.engine.validate(prompt.token_ids, params)
+    if max_tokens_param is not None and params.max_tokens is not None:
+        total = num_prompt_tokens + params.max_tokens
+        if total > max_model_len:
+            raise PromptTooLongError(
+                f"this model's maximum context length is {max_model_len} tokens, but {num_prompt_tokens} prompt "
+                f"tokens plus {max_tokens_param}={params.max_tokens} were requested ({total})",
+                param=max_tokens_param,
+            )
 
 
 def new_request_id(prefix: str) -> str:

@@ -1,0 +1,115 @@
+"""Prompt text -> token ids for the routes, with the size limits applied first.
+
+These functions run on the tokenizer pool's threads, never on the event
+loop (``tokenizer_pool``), each with its thread's own tokenizer.
+
+Invariants:
+
+* A text longer than ``max_prompt_chars`` is refused before it is rendered
+  or tokenised: tokenising costs time on a worker (about 2 s per MB of text
+  for Llama 2's tokenizer), and such a prompt cannot fit anyway.
+* Text goes through the ``tokenizers`` batch call without offsets
+  (``encode_batch_fast``; half the time of ``encode_batch``, the same ids),
+  which releases the interpreter lock, so the event loop keeps answering
+  meanwhile (the single-text call holds it throughout). Its ids become a
+  Python list (which holds the lock) only once their count is known to fit
+  the context, so a prompt too long for the model costs no conversion.
+* Errors name what the client sent: ``prompt`` on the completion routes,
+  ``messages`` on the chat routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from octavo.core.tokenizer import fast_backend
+from octavo.entrypoints.openai.chat_template import ChatOptions, render_chat_text
+from octavo.errors import InvalidArgumentError, PromptTooLongError
+
+# Normalizers may merge characters (NFC); the character bound allows for it.
+NORMALIZATION_SLACK = 2
+
+
+@dataclass
+class PromptInput:
+    """One prompt; ``text`` is None for token-id prompts."""
+
+    text: str | None
+    token_ids: list[int]
+
+    def as_engine_prompt(self) -> dict:
+        return {"prompt": self.text, "prompt_token_ids": self.token_ids}
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    max_model_len: int
+    # Longest prompt text tokenised; None: only the request body limit applies.
+    max_prompt_chars: int | None = None
+
+
+def default_max_prompt_chars(tokenizer: Any, max_model_len: int) -> int | None:
+    """The longest text that could still fit in ``max_model_len`` tokens.
+
+    No token covers more characters than the longest one in the vocabulary,
+    so a longer text has more tokens than the context holds (with slack for
+    normalizers that merge characters)."""
+    try:
+        longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    return max_model_len * max(1, longest) * NORMALIZATION_SLACK
+
+
+def prompt_too_long(num_tokens: int, max_model_len: int, param: str) -> PromptTooLongError:
+    subject = "the prompt has" if param == "prompt" else f"the {param} take"
+    reason = "the prompt must" if param == "prompt" else "they must"
+    return PromptTooLongError(
+        f"{subject} {num_tokens} tokens but max_model_len is {max_model_len} "
+        f"({reason} leave room for at least one new token)",
+        param=param,
+    )
+
+
+def check_chars(num_chars: int, limits: PromptLimits, param: str) -> None:
+    limit = limits.max_prompt_chars
+    if limit is not None and num_chars > limit:
+        verb = "is" if param == "prompt" else "are"
+        raise PromptTooLongError(
+            f"the {param} {verb} {num_chars} characters long; the limit is {limit} characters "
+            f"(a longer text cannot fit in {limits.max_model_len} tokens)",
+            param=param,
+        )
+
+
+def encode_text(
+    tokenizer: Any, text: str, add_special_tokens: bool, limits: PromptLimits, param: str = "prompt",
+    fit_context: bool = True,
+) -> PromptInput:
+    """Tokenise ``text``; with ``fit_context``, refuse one that leaves no room in the context."""
+    if tokenizer is None:
+        raise InvalidArgumentError("this server has no tokenizer; send token ids", param=param)
+    check_chars(len(text), limits, param)
+    backend = fast_backend(tokenizer)
+    if backend is None:
+        token_ids = list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+    else:
+        encode_batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        encoding = encode_batch([text], add_special_tokens=add_special_tokens)[0]
+        if fit_context and len(encoding) >= limits.max_model_len:
+            raise prompt_too_long(len(encoding), limits.max_model_len, param)
+        token_ids = encoding.ids
+    if fit_context and len(token_ids) >= limits.max_model_len:
+        raise prompt_too_long(len(token_ids), limits.max_model_len, param)
+    return PromptInput(text, token_ids)
+
+
+def encode_conversation(
+    tokenizer: Any, conversation: list[dict[str, str]], options: ChatOptions, limits: PromptLimits,
+    fit_context: bool = True,
+) -> PromptInput:
+    """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS)."""
+    check_chars(sum(len(message["content"]) for message in conversation), limits, "messages")
+    text = render_chat_text(tokenizer, conversation, options)
+    return encode_text(tokenizer, text, False, limits, "messages", fit_context)
