@@ -4,6 +4,10 @@ Shutdown on SIGTERM: new requests get 503 and the listening socket closes;
 requests in flight may finish for ``--shutdown-timeout`` seconds; then the
 rest are aborted (their clients get an error), the engine stops and the
 process exits with status 0.
+
+Connections go through ``GuardedH11Protocol`` (header and body deadlines,
+the connection cap, 431 for oversized heads); the messages a client can
+make the server repeat are rate-limited in the log.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ def add_parser(sub) -> None:
     parser.add_argument("--max-n", type=int, default=defaults.max_n, help="the largest n a request may ask for")
     parser.add_argument("--max-stop-sequences", type=int, default=defaults.max_stop_sequences)
     parser.add_argument("--max-logprobs", type=int, default=20, help="the largest logprobs/top_logprobs a request may ask for")
+    parser.add_argument("--max-prompt-chars", type=int, default=None, help="the longest prompt text tokenised (default: the longest that could fit the context)")
+    parser.add_argument("--tokenizer-pool-size", type=int, default=None, help="threads that tokenise and render chat templates (default: min(4, CPUs))")
+    parser.add_argument("--header-read-timeout", type=float, default=defaults.header_read_timeout, help="seconds for a request's headers to arrive, from connect or its first byte; then 408 or close")
+    parser.add_argument("--body-read-timeout", type=float, default=defaults.body_read_timeout, help="seconds for a request's body to arrive after its headers; then 408")
+    parser.add_argument("--keep-alive-timeout", type=float, default=defaults.keep_alive_timeout, help="seconds an idle kept-alive connection stays open")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="connections open at once; beyond it the oldest idle one is closed, or 503 if none is idle")
+    parser.add_argument("--restart-engine", action="store_true", help="rebuild the engine if it fails (counted in octavo:engine_restarts_total)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument("--no-ui", dest="enable_ui", action="store_false", help="leave out the web playground (/) and dashboard (/dashboard)")
@@ -56,13 +67,20 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
     for name in ("max_queued_requests", "shutdown_timeout"):
         if getattr(args, name) < 0:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must not be negative", param=name)
-    for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences"):
+    for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences", "max_connections"):
         if getattr(args, name) < 1:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be at least 1", param=name)
+    for name in ("max_prompt_chars", "tokenizer_pool_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be at least 1", param=name)
+    for name in ("header_read_timeout", "body_read_timeout", "keep_alive_timeout"):
+        if not getattr(args, name) > 0:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be positive", param=name)
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
     return ServerConfig(
         served_model_names=args.served_model_name or [args.model or DEFAULT_MODEL_NAME],
+        model_root=args.model or DEFAULT_MODEL_NAME,
         api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
         max_queued_requests=args.max_queued_requests,
         shutdown_timeout=args.shutdown_timeout,
@@ -71,6 +89,12 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_n=args.max_n,
         max_stop_sequences=args.max_stop_sequences,
         enable_ui=args.enable_ui,
+        max_prompt_chars=args.max_prompt_chars,
+        tokenizer_pool_size=args.tokenizer_pool_size,
+        header_read_timeout=args.header_read_timeout,
+        body_read_timeout=args.body_read_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
+        max_connections=args.max_connections,
     )
 
 
@@ -83,23 +107,19 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as exc:
         raise OctavoError(f"octavo serve needs the serve extra ({exc.name} is missing): pip install 'octavo[serve]'")
-    from octavo.engine_args import build_engine
     from octavo.entrypoints.async_engine import ServerShuttingDownError
-    from octavo.entrypoints.cli.common import engine_args_from
-    from octavo.entrypoints.fault_injection import install_from_env
+    from octavo.entrypoints.engine_restart import EngineRestarter
     from octavo.entrypoints.openai.app import build_app
+    from octavo.entrypoints.openai.connections import ConnectionLimits, fit_to_fd_limit, guarded_protocol
+    from octavo.entrypoints.openai.log_limits import install_rate_limits
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = server_config_from(args)
     if config.api_key is None and args.host not in LOOPBACK_HOSTS:
         logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
-    engine = build_engine(engine_args_from(args))
-    try:
-        install_from_env(engine)
-    except BaseException:
-        engine.shutdown()
-        raise
-    app = build_app(engine, config)
+    engine = start_engine(args)
+    restarter = EngineRestarter(lambda: start_engine(args)) if args.restart_engine else None
+    app = build_app(engine, config, restarter)
     ctx = app.state.octavo
 
     def begin_drain() -> None:
@@ -108,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         error = ServerShuttingDownError("the server shut down before this request finished")
         ctx.engine.abort_all_after(config.shutdown_timeout, error)
 
+    limits = ConnectionLimits(
+        header_read_timeout=config.header_read_timeout,
+        body_read_timeout=config.body_read_timeout,
+        max_connections=fit_to_fd_limit(config.max_connections),
+    )
     uvicorn_config = uvicorn.Config(
         app,
         host=args.host,
@@ -115,12 +140,31 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=not args.disable_uvicorn_access_log,
         timeout_graceful_shutdown=config.shutdown_timeout + UVICORN_GRACE_SECONDS,
-        # Let oversized headers reach the app, which answers 431 in the API's shape.
+        timeout_keep_alive=config.keep_alive_timeout,
+        http=guarded_protocol(limits),
+        # Let oversized headers reach the app, which answers 431 in the API's shape
+        # (beyond this, the protocol answers 431 itself).
         h11_max_incomplete_event_size=config.max_request_header_bytes + (64 << 10),
         lifespan="on",
     )
+    install_rate_limits()  # after uvicorn.Config, which configures its loggers
     make_draining_server(uvicorn_config, begin_drain).run()
     return 0
+
+
+def start_engine(args: argparse.Namespace):
+    """Build the engine (at start, and again for each restart), with the test fault hook if asked."""
+    from octavo.engine_args import build_engine
+    from octavo.entrypoints.cli.common import engine_args_from
+    from octavo.entrypoints.fault_injection import install_from_env
+
+    engine = build_engine(engine_args_from(args))
+    try:
+        install_from_env(engine)
+    except BaseException:
+        engine.shutdown()
+        raise
+    return engine
 
 
 def make_draining_server(config, on_sigterm):
