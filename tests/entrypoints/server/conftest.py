@@ -43,6 +43,67 @@ def auth_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {API_KEY}"}
 
 
+# The demo model (it writes real text and stops on EOS), served twice for the
+# hardening and fuzz suites: with the engine in its own process (the default)
+# and in the server's process. Both restart a failed engine; the in-process one
+# has the test fault hook, short connection timeouts and a prompt-character
+# limit high enough to tokenise a 10 MB prompt.
+DEMO_MODEL = "octavo-demo"
+DEMO_MAX_MODEL_LEN = 512
+DEMO_HEADER_TIMEOUT_S = 2.0
+DEMO_BODY_TIMEOUT_S = 2.0
+DEMO_MAX_CONNECTIONS = 1500
+
+
+def _start_demo(tmp_path_factory, name: str, extra: list[str], env: dict[str, str] | None = None) -> ServerProcess:
+    args = ["--max-model-len", str(DEMO_MAX_MODEL_LEN), "--api-key", API_KEY, "--restart-engine", *extra]
+    process = ServerProcess(None, args, tmp_path_factory.mktemp(name) / "server.log", env=env)
+    process.wait_healthy()
+    warm_up(process)
+    return process
+
+
+def warm_up(server: ServerProcess) -> None:
+    """One generation, so that first-request costs (imports, first forward) are paid before a test times anything."""
+    body = {"prompt": "Once upon a time", "max_tokens": 2}
+    response = httpx.post(f"{server.url}/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
+    assert response.status_code == 200, response.text
+
+
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory):
+    process = _start_demo(tmp_path_factory, "demo-server", [])
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_fault_file(tmp_path_factory):
+    return tmp_path_factory.mktemp("demo-fault") / "raise-now"
+
+
+@pytest.fixture(scope="session")
+def demo_server_inproc(tmp_path_factory, demo_fault_file):
+    from octavo.entrypoints.fault_injection import FAULT_FILE_ENV
+
+    extra = [
+        "--no-engine-process",
+        "--header-read-timeout", str(DEMO_HEADER_TIMEOUT_S),
+        "--body-read-timeout", str(DEMO_BODY_TIMEOUT_S),
+        "--max-connections", str(DEMO_MAX_CONNECTIONS),
+        "--max-prompt-chars", str(20_000_000),
+    ]
+    process = _start_demo(tmp_path_factory, "demo-server-inproc", extra, env={FAULT_FILE_ENV: str(demo_fault_file)})
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session", params=["engine-process", "in-process"])
+def any_demo_server(request):
+    """Each demo server in turn: the engine in its own process, then in the server's."""
+    return request.getfixturevalue("demo_server" if request.param == "engine-process" else "demo_server_inproc")
+
+
 @pytest.fixture
 def openai_client(server):
     import openai

@@ -58,6 +58,19 @@ def test_chat_template_file_is_used(small_server, reference_llm):
     assert response.json()["tokens"] == expected
 
 
+def test_a_request_that_can_never_be_admitted_is_a_400(small_server, llama_dir):
+    """More sequences than the server ever admits (2 running + 1 queued): 400, not a 503 to retry for ever."""
+    model = str(llama_dir)
+    for body in ({"prompt": "hi", "n": 4, "max_tokens": 1}, {"prompt": ["a", "b"], "n": 2, "max_tokens": 1}):
+        response = httpx.post(f"{small_server.url}/v1/completions", json={**body, "model": model}, timeout=60)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["message"].endswith("the server admits at most 3 at once")
+    chat = {"messages": [{"role": "user", "content": "x"}], "n": 4, "max_tokens": 1}
+    assert httpx.post(f"{small_server.url}/v1/chat/completions", json=chat, timeout=60).status_code == 400
+    fits = httpx.post(f"{small_server.url}/v1/completions", json={"prompt": "hi", "n": 3, "max_tokens": 1}, timeout=60)
+    assert fits.status_code == 200, fits.text
+
+
 async def read_sse(response: httpx.Response) -> list[str]:
     events = []
     async for line in response.aiter_lines():
@@ -169,3 +182,15 @@ def test_after_the_fault_requests_fail_fast_with_clients(small_server, llama_dir
             client.messages.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "x"}])
         assert caught.value.status_code == 503
         assert caught.value.body["error"]["type"] == "overloaded_error"
+
+
+def test_sigterm_after_the_engine_died_is_fast(small_server):
+    """Nothing hangs on a dead engine, so SIGTERM does not wait out the drain timeout (30 s)."""
+    import time
+
+    assert httpx.get(f"{small_server.url}/health").status_code == 503
+    started = time.monotonic()
+    small_server.terminate()
+    assert small_server.wait(timeout=60) == 0
+    # A deadline, not a benchmark: a hung request would hold the exit for the 30 s drain plus 5.
+    assert time.monotonic() - started < 25
