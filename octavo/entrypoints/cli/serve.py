@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--max-request-header-bytes", type=int, default=defaults.max_request_header_bytes)
     parser.add_argument("--max-n", type=int, default=defaults.max_n, help="the largest n a request may ask for")
     parser.add_argument("--max-stop-sequences", type=int, default=defaults.max_stop_sequences)
+    parser.add_argument("--max-stop-sequence-chars", type=int, default=defaults.max_stop_sequence_chars, help="the longest stop string")
     parser.add_argument("--max-logprobs", type=int, default=20, help="the largest logprobs/top_logprobs a request may ask for")
     parser.add_argument("--max-prompt-chars", type=int, default=None, help="the longest prompt text tokenised (default: the longest that could fit the context)")
     parser.add_argument("--tokenizer-pool-size", type=int, default=None, help="threads that tokenise and render chat templates (default: min(4, CPUs))")
@@ -67,7 +68,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
     for name in ("max_queued_requests", "shutdown_timeout"):
         if getattr(args, name) < 0:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must not be negative", param=name)
-    for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences", "max_connections"):
+    for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences",
+                 "max_stop_sequence_chars", "max_connections"):
         if getattr(args, name) < 1:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be at least 1", param=name)
     for name in ("max_prompt_chars", "tokenizer_pool_size"):
@@ -89,6 +91,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_n=args.max_n,
         max_stop_sequences=args.max_stop_sequences,
         enable_ui=args.enable_ui,
+        max_stop_sequence_chars=args.max_stop_sequence_chars,
         max_prompt_chars=args.max_prompt_chars,
         tokenizer_pool_size=args.tokenizer_pool_size,
         header_read_timeout=args.header_read_timeout,
