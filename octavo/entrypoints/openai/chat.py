@@ -53,9 +53,9 @@ async def create_chat_completion(request: Request):
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
     max_logprobs = ctx.limits.max_logprobs
-    if body.top_logprobs is not None and body.top_logprobs > max_logprobs:
+    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= max_logprobs:
         raise InvalidArgumentError(
-            f"top_logprobs={body.top_logprobs} exceeds the maximum of {max_logprobs}", param="top_logprobs"
+            f"top_logprobs must be in [0, {max_logprobs}], got {body.top_logprobs}", param="top_logprobs"
         )
     max_tokens_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens

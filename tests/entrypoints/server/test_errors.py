@@ -74,7 +74,9 @@ CASES = [
     ("stop-count-cap", COMPLETIONS, {"prompt": "hi", "stop": [f"s{i}" for i in range(20)]}, 400,
      openai_error("20 stop sequences exceed the maximum of 16", "stop")),
     ("top-logprobs-cap", CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21}, 400,
-     openai_error("top_logprobs=21 exceeds the maximum of 20", "top_logprobs")),
+     openai_error("top_logprobs must be in [0, 20], got 21", "top_logprobs")),
+    ("top-logprobs-negative", CHAT, {"messages": USER, "logprobs": True, "top_logprobs": -1}, 400,
+     openai_error("top_logprobs must be in [0, 20], got -1", "top_logprobs")),
     # -- prompts
     ("prompt-plus-max-tokens", COMPLETIONS, {"prompt": [5] * (MAX_MODEL_LEN - 50), "max_tokens": 100}, 400,
      openai_error(f"this model's maximum context length is {MAX_MODEL_LEN} tokens, but {MAX_MODEL_LEN - 50} prompt "
