@@ -37,7 +37,11 @@ class ServerConfig:
     # Connections (octavo/entrypoints/openai/connections.py).
     header_read_timeout: float = 10.0  # from connect (or a request's first byte) to the end of its headers
     body_read_timeout: float = 60.0  # from the end of the headers to the end of the body
-    keep_alive_timeout: float = 5.0  # idle between requests on a kept-alive connection
+    # Idle between requests on a kept-alive connection. Longer than clients' own
+    # expiry (httpx's is 5 s) so that the client closes first: a server that closes
+    # as a client reuses the connection fails that request. Idle connections give
+    # way past max_connections anyway.
+    keep_alive_timeout: float = 15.0
     max_connections: int = 2048  # open at once; capped by the process's file-descriptor limit
 
     @property

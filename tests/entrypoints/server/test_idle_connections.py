@@ -25,6 +25,7 @@ def ensure_fd_limit(needed: int) -> None:
 def test_idle_sockets_neither_lock_clients_out_nor_stay(demo_server_inproc):
     ensure_fd_limit(NUM_IDLE + 256)
     host, port = demo_server_inproc.url.removeprefix("http://").split(":")
+    log_start = len(demo_server_inproc.log())
     idle = []
     try:
         for _ in range(NUM_IDLE):
@@ -40,4 +41,4 @@ def test_idle_sockets_neither_lock_clients_out_nor_stay(demo_server_inproc):
         for conn in idle:
             conn.close()
     assert httpx.get(f"{demo_server_inproc.url}/health", timeout=30).status_code == 200
-    assert "Traceback" not in demo_server_inproc.log()
+    assert "Traceback" not in demo_server_inproc.log()[log_start:]  # closing idle sockets is not an error
