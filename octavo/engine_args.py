@@ -1,8 +1,10 @@
 """Engine options (vLLM's names) and the one place that assembles an engine.
 
 ``build_engine`` is the only code that sees the whole configuration: it
-resolves the model, selects the platform, builds the executor (which loads
-the model), sizes the KV cache, and hands each component only what it needs.
+resolves the model (downloading a Hub id once, before any replica starts),
+selects the platform, builds the executor (which loads the model) while the
+tokenizer loads on a thread beside it, sizes the KV cache, and hands each
+component only what it needs. Each phase logs its time (``runtime/startup.py``).
 With ``data_parallel_size > 1`` it returns a ``DataParallelEngine`` instead:
 that many replicas of the engine, each in its own process, behind the same
 interface.
@@ -10,7 +12,9 @@ interface.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -20,10 +24,12 @@ from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.tokenizer import eos_token_ids, load_tokenizer
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
-from octavo.models.loader import resolve_model_path
+from octavo.models.generation_defaults import describe, sampling_defaults
+from octavo.models.hub import HubOptions, resolve_model, resolve_tokenizer
 from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name
 from octavo.runtime.config import WorkerConfig, dtype_from_name, dtype_name
+from octavo.runtime.startup import log_ready, timed_phase
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +38,14 @@ logger = logging.getLogger(__name__)
 class EngineArgs:
     model: str | None = None
     tokenizer: str | None = None
+    # Hub downloads (octavo/models/hub.py): the branch, tag or commit; the
+    # cache to download into; the GGUF file to take from a repo.
+    revision: str | None = None
+    download_dir: str | None = None
+    gguf_file: str | None = None
+    # Sampling defaults: "auto" (the model's generation_config.json), "vllm"
+    # (none), or a directory holding a generation_config.json.
+    generation_config: str = "auto"
     dtype: str = "auto"
     max_model_len: int | None = None
     block_size: int = 16
@@ -120,12 +134,28 @@ def resolve_max_model_len(requested: int | None, arch: ModelArchConfig) -> int:
     return requested
 
 
+def _hub_options(args: EngineArgs) -> HubOptions:
+    return HubOptions(revision=args.revision, download_dir=args.download_dir, gguf_file=args.gguf_file)
+
+
+def resolve_model_files(args: EngineArgs) -> EngineArgs:
+    """``args`` with the model and tokenizer as local paths (Hub ids downloaded)."""
+    if args.model is None:
+        return args
+    with timed_phase("resolve model"):
+        model = resolve_model(args.model, _hub_options(args))
+        tokenizer = args.tokenizer
+        if tokenizer is not None:
+            tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
+    return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None)
+
+
 def _model_dir(args: EngineArgs) -> tuple[Path, str]:
     if args.model is None:
         from octavo.default_model import default_model_path
 
         return default_model_path(), "safetensors"
-    path = resolve_model_path(args.model)
+    path = resolve_model(args.model, _hub_options(args))
     load_format = args.load_format
     if load_format == "auto":
         load_format = "gguf" if path.is_file() and path.suffix == ".gguf" else "safetensors"
@@ -138,11 +168,20 @@ def build_engine(args: EngineArgs):
     """An ``LLMEngine``, or a ``DataParallelEngine`` for ``data_parallel_size > 1``
     or ``engine_process`` (one replica, in its own process)."""
     args.validate()
+    args = resolve_model_files(args)
     if args.data_parallel_size > 1 or args.engine_process:
         from octavo.distributed.data_parallel import DataParallelEngine
 
-        return DataParallelEngine(args)
-    return build_single_engine(args)
+        engine = DataParallelEngine(args)
+    else:
+        engine = build_single_engine(args)
+    if engine.info.sampling_defaults:
+        logger.info(
+            "sampling defaults from the model's generation config: %s (requests that set a value keep theirs; "
+            "--generation-config vllm ignores them)", describe(engine.info.sampling_defaults),
+        )
+    log_ready("engine")
+    return engine
 
 
 def build_single_engine(args: EngineArgs) -> LLMEngine:
@@ -155,6 +194,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         arch, generation_config = gguf_arch_config(model_path), {}
     else:
         arch, generation_config = load_arch_config(model_path), load_generation_config(model_path)
+    defaults = sampling_defaults(args.generation_config, model_path if load_format != "gguf" else None)
     selection = select_platform(args.platform)
     platform = selection.platform
     logger.info("platform %s: %s", platform.name, selection.reason)
@@ -163,17 +203,20 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     platform.check_config(worker_config)
     from octavo.runtime.executor import create_executor
 
-    executor = create_executor(worker_config, args.distributed_executor_backend)
+    tokenizer_future = _load_tokenizer_in_background(args, model_path, load_format)
+    executor = None
     try:
+        with timed_phase("start workers and load the model"):
+            executor = create_executor(worker_config, args.distributed_executor_backend)
         num_blocks = executor.determine_num_kv_blocks()
         if num_blocks < 1:
             raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
         executor.initialize_kv_cache(num_blocks)
-        tokenizer = None
-        if not args.skip_tokenizer_init:
-            tokenizer = _load_tokenizer(args, model_path, load_format, arch)
+        with timed_phase("tokenizer (after the model)"):
+            tokenizer = tokenizer_future.result() if tokenizer_future is not None else None
     except BaseException:
-        executor.shutdown()
+        if executor is not None:
+            executor.shutdown()
         raise
     scheduler = Scheduler(
         SchedulerConfig(
@@ -203,6 +246,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
         enable_prefix_caching=args.enable_prefix_caching,
+        sampling_defaults=defaults,
     )
     return LLMEngine(executor, scheduler, tokenizer, limits, info)
 
@@ -262,6 +306,23 @@ def load_engine_tokenizer(args: EngineArgs):
         return None
     model_path, load_format = _model_dir(args)
     return _load_tokenizer(args, model_path, load_format, None)
+
+
+def _load_tokenizer_in_background(args: EngineArgs, model_path: Path, load_format: str) -> Future | None:
+    """The tokenizer, loading on a thread: importing transformers and reading
+    the tokenizer take seconds, which overlap the model's load (its copies
+    release the interpreter lock)."""
+    if args.skip_tokenizer_init:
+        return None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="octavo-tokenizer")
+
+    def load():
+        with timed_phase("load tokenizer (on its thread)"):
+            return _load_tokenizer(args, model_path, load_format, None)
+
+    future = pool.submit(load)
+    pool.shutdown(wait=False)
+    return future
 
 
 def _load_tokenizer(args: EngineArgs, model_path: Path, load_format: str, arch: ModelArchConfig | None):

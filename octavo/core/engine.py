@@ -27,7 +27,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from octavo.core.executor import Executor
@@ -60,6 +60,8 @@ class ModelInfo:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     enable_prefix_caching: bool = True
+    # Sampling values requests that leave them unset get (--generation-config).
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

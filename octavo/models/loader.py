@@ -17,28 +17,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from octavo.errors import ModelLoadError, ModelNotFoundError
+from octavo.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 
 
 def resolve_model_path(model: str | Path) -> Path:
-    """A local checkpoint directory (or GGUF file) for ``model``.
+    """A local checkpoint directory (or GGUF file) for ``model``: a path, or a
+    Hub id, downloaded into the Hub cache (``octavo.models.hub``)."""
+    from octavo.models.hub import resolve_model
 
-    Names that are not local paths are looked up in the Hugging Face cache
-    without touching the network.
-    """
-    path = Path(model).expanduser()
-    if path.exists():
-        return path
-    if "/" in str(model) and not str(model).startswith((".", "/", "~")):
-        try:
-            from huggingface_hub import snapshot_download
-
-            return Path(snapshot_download(str(model), local_files_only=True))
-        except Exception:
-            pass
-    raise ModelNotFoundError(f"model {str(model)!r} not found: no such directory or file (downloads are not attempted)")
+    return resolve_model(str(model))
 
 
 def safetensors_files(model_dir: Path) -> list[Path]:

@@ -2,15 +2,28 @@
 
 It runs the plain-torch paged attention backend, which is also the reference
 every other backend is tested against.
+
+KV cache: by default it holds what was asked for, ``max_num_seqs`` sequences
+of ``max_model_len`` tokens, capped at half of the memory free after the
+weights are loaded (``OCTAVO_CPU_KVCACHE_SPACE`` GiB overrides it). Its
+memory is calloc'd, so pages become resident only as sequences fill them:
+start-up neither zeroes nor commits the whole cache.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 
+import numpy as np
 import torch
 
 from octavo.platforms.interface import MemoryInfo, Platform
+
+logger = logging.getLogger(__name__)
+# The default KV cache never takes more than this share of the free memory.
+MAX_FREE_MEMORY_SHARE = 0.5
 
 
 class CpuPlatform(Platform):
@@ -40,10 +53,17 @@ class CpuPlatform(Platform):
         return MemoryInfo(free_bytes=available * page_size, total_bytes=pages * page_size)
 
     def kv_cache_budget(self, runner, memory_utilization: float) -> int | None:
-        # OCTAVO_CPU_KVCACHE_SPACE (GiB) is the CPU's analogue of
-        # gpu_memory_utilization; unset means the runner's default.
+        # OCTAVO_CPU_KVCACHE_SPACE (GiB) is the CPU's analogue of gpu_memory_utilization.
         space = os.environ.get("OCTAVO_CPU_KVCACHE_SPACE")
-        return int(float(space) * 2**30) if space else None
+        if space:
+            return int(float(space) * 2**30)
+        return requested_kv_cache_bytes(runner.config, runner.kv_bytes_per_block(), self.memory_info().free_bytes)
+
+    def allocate_kv_cache(self, shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        # numpy.zeros calloc's: the kernel maps its zero page until a page is
+        # written, so the cache costs resident memory only as it fills.
+        num_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        return torch.from_numpy(np.zeros(num_bytes, dtype=np.uint8)).view(dtype).view(shape)
 
     def kv_cache_dtype(self, name: str) -> torch.dtype:
         if name in ("fp8", "fp8_e4m3"):
@@ -52,3 +72,22 @@ class CpuPlatform(Platform):
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "threads": str(torch.get_num_threads())}
+
+
+def requested_kv_cache_bytes(config, bytes_per_block: int, free_bytes: int) -> int:
+    """Bytes for ``max_num_seqs`` full-length sequences, capped at a share of ``free_bytes``."""
+    blocks_per_seq = -(-config.max_model_len // config.block_size)
+    requested = config.max_num_seqs * blocks_per_seq * bytes_per_block
+    cap = int(free_bytes * MAX_FREE_MEMORY_SHARE)
+    if requested <= cap:
+        logger.info(
+            "CPU KV cache: %.2f GiB for %d sequences x %d tokens",
+            requested / 2**30, config.max_num_seqs, config.max_model_len,
+        )
+        return requested
+    logger.info(
+        "CPU KV cache: %d sequences x %d tokens would need %.2f GiB; capped at half the free memory (%.2f GiB) "
+        "(set OCTAVO_CPU_KVCACHE_SPACE in GiB, or lower --max-num-seqs or --max-model-len)",
+        config.max_num_seqs, config.max_model_len, requested / 2**30, cap / 2**30,
+    )
+    return cap

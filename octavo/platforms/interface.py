@@ -128,6 +128,10 @@ class Platform(ABC):
         ``octavo.platforms.profiling`` for a dummy-step profile."""
         return None
 
+    def allocate_kv_cache(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """One layer's zero-filled KV-cache tensor; a platform may commit its memory lazily."""
+        return torch.zeros(shape, dtype=dtype, device=device)
+
     def optimize_model(self, model: torch.nn.Module) -> None:
         """Swap in fused kernels after weights are loaded; default: keep torch code."""
 

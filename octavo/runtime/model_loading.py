@@ -25,6 +25,7 @@ from octavo.platforms.interface import Platform
 from octavo.quantization.memory import log_weight_memory
 from octavo.quantization.registry import build_quant_config
 from octavo.runtime.config import WorkerConfig, dtype_from_name
+from octavo.runtime.startup import timed_phase
 
 
 @dataclass
@@ -75,6 +76,23 @@ def load_arch(config: WorkerConfig) -> tuple[ModelArchConfig, dict]:
     return load_arch_config(path), load_generation_config(path)
 
 
+def _load_weights(model: nn.Module, config: WorkerConfig, arch: ModelArchConfig) -> None:
+    if config.load_format == "dummy":
+        initialize_dummy_weights(model, seed=config.seed)
+    elif config.load_format == "gguf":
+        from octavo.models.gguf_loader import iterate_gguf_tensors
+
+        model.load_weights(iterate_gguf_tensors(Path(config.model_path), arch))
+    elif config.load_format in ("safetensors", "auto"):
+        reader = iterate_safetensors
+        if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
+            # Memory-mapped views: each rank reads only its slices and layers.
+            from octavo.distributed.weight_views import iterate_safetensors_views as reader
+        model.load_weights(reader(safetensors_files(Path(config.model_path))))
+    else:
+        raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
+
+
 def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -> LoadedModel:
     arch, generation_config = load_arch(config)
     model_class = build_registry().resolve(arch.architecture)
@@ -90,25 +108,14 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         block_size=config.block_size,
         kv_cache_dtype=kv_cache_dtype,
     )
-    with torch.device(device):
+    with timed_phase("build model"), torch.device(device):
         model = model_class(ctx)
-    if config.load_format == "dummy":
-        initialize_dummy_weights(model, seed=config.seed)
-    elif config.load_format == "gguf":
-        from octavo.models.gguf_loader import iterate_gguf_tensors
-
-        model.load_weights(iterate_gguf_tensors(Path(config.model_path), arch))
-    elif config.load_format in ("safetensors", "auto"):
-        reader = iterate_safetensors
-        if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
-            # Memory-mapped views: each rank reads only its slices and layers.
-            from octavo.distributed.weight_views import iterate_safetensors_views as reader
-        model.load_weights(reader(safetensors_files(Path(config.model_path))))
-    else:
-        raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
-    process_weights_after_loading(model)
+    with timed_phase(f"load weights ({config.load_format})"):
+        _load_weights(model, config, arch)
+        process_weights_after_loading(model)
     log_weight_memory(model, quant_config.name if quant_config is not None else None)
-    platform.optimize_model(model)
+    with timed_phase("optimize model"):
+        platform.optimize_model(model)
     model.eval()
     backends = {m.layer_index: m.backend for m in model.modules() if isinstance(m, Attention)}
     return LoadedModel(

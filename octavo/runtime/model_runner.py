@@ -21,6 +21,7 @@ from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.model_loading import LoadedModel, load_model
 from octavo.runtime.request_state import RequestStates
 from octavo.runtime.sampler import Sampler, SamplingRow, gather_logprobs
+from octavo.runtime.startup import timed_phase
 
 logger = logging.getLogger(__name__)
 
@@ -81,25 +82,31 @@ class ModelRunner:
         bytes_per_block = self.kv_bytes_per_block()
         budget = config.kv_cache_memory_bytes
         if budget is None:
-            budget = self.platform.kv_cache_budget(self, config.gpu_memory_utilization)
+            with timed_phase("KV cache budget"):
+                budget = self.platform.kv_cache_budget(self, config.gpu_memory_utilization)
         if budget is None:
             budget = DEFAULT_CPU_KV_CACHE_BYTES
         # No point in more blocks than max_num_seqs full-length sequences use.
         useful = config.max_num_seqs * -(-config.max_model_len // config.block_size)
         num_blocks = min(int(budget // bytes_per_block), useful)
-        logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, config.block_size, num_blocks * bytes_per_block / 2**20)
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB)",
+            num_blocks, config.block_size, num_blocks * config.block_size, num_blocks * bytes_per_block / 2**20,
+        )
         return num_blocks
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
         # Indexed by global layer index; layers held by other pipeline ranks
         # get an empty placeholder.
         self.kv_caches = [torch.empty(0, device=self.device)] * self.loaded.arch.num_hidden_layers
-        for index, backend in self.loaded.layer_backends_by_index.items():
-            self.kv_caches[index] = torch.zeros(
-                backend.kv_cache_shape(num_blocks), dtype=backend.spec.kv_cache_dtype, device=self.device
-            )
+        with timed_phase("allocate KV cache"):
+            for index, backend in self.loaded.layer_backends_by_index.items():
+                self.kv_caches[index] = self.platform.allocate_kv_cache(
+                    backend.kv_cache_shape(num_blocks), backend.spec.kv_cache_dtype, self.device
+                )
         self.num_kv_blocks = num_blocks
-        self._maybe_capture_graphs()
+        with timed_phase("capture graphs"):
+            self._maybe_capture_graphs()
 
     def _maybe_capture_graphs(self) -> None:
         self.graphs = None

@@ -8,11 +8,22 @@ from octavo.engine_args import EngineArgs
 
 
 def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
+    model_help = (
+        "a Hub id (org/name, or org/name:Q4_K_M for one GGUF file of the repo), a checkpoint directory or a "
+        ".gguf file (default: the built-in demo model)"
+    )
     if model_positional:
-        parser.add_argument("model", nargs="?", default=None, help="checkpoint directory or .gguf file (default: the built-in demo model)")
+        parser.add_argument("model", nargs="?", default=None, help=model_help)
     else:
-        parser.add_argument("--model", "-m", default=None, help="checkpoint directory or .gguf file (default: the built-in demo model)")
-    parser.add_argument("--tokenizer", default=None)
+        parser.add_argument("--model", "-m", default=None, help=model_help)
+    parser.add_argument("--tokenizer", default=None, help="a Hub id or directory (default: the model's)")
+    parser.add_argument("--revision", default=None, help="the Hub branch, tag or commit to download (default: main)")
+    parser.add_argument("--download-dir", default=None, help="the Hub cache to download into (default: HF_HUB_CACHE)")
+    parser.add_argument("--gguf-file", default=None, help="the GGUF file to load from a Hub repo or directory")
+    parser.add_argument(
+        "--generation-config", default="auto",
+        help="sampling defaults: auto (the model's generation_config.json), vllm (none), or a directory",
+    )
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=16)
