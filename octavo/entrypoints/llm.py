@@ -13,6 +13,7 @@ from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
 from octavo.errors import InvalidArgumentError
+from octavo.models.generation_defaults import engine_sampling_defaults
 
 PromptType = str | list[int] | dict[str, Any]
 
@@ -85,7 +86,8 @@ class LLM:
 
     def _params_list(self, sampling_params, num_prompts: int) -> list[SamplingParams]:
         if sampling_params is None:
-            return [SamplingParams()] * num_prompts
+            # The model's generation-config defaults (--generation-config), as vLLM does.
+            return [SamplingParams(**engine_sampling_defaults(self.engine))] * num_prompts
         if isinstance(sampling_params, SamplingParams):
             return [sampling_params] * num_prompts
         params_list = list(sampling_params)

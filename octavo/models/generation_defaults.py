@@ -71,5 +71,11 @@ def with_sampling_defaults(options: dict[str, Any], defaults: dict[str, Any]) ->
     return merged
 
 
+def engine_sampling_defaults(engine: Any) -> dict[str, Any]:
+    """The defaults an engine (``LLMEngine`` or ``DataParallelEngine``) was built with."""
+    info = getattr(engine, "info", None)
+    return dict(getattr(info, "sampling_defaults", None) or {})
+
+
 def describe(defaults: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in defaults.items())

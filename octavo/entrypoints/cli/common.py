@@ -63,3 +63,23 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
 def engine_args_from(args: argparse.Namespace) -> EngineArgs:
     names = EngineArgs.field_names()
     return EngineArgs(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def print_startup_summary(engine) -> None:
+    """One line on stderr: the model, the KV cache it got, its sampling defaults, the start time."""
+    import sys
+
+    from octavo.entrypoints.engine_stats import engine_capacity
+    from octavo.models.generation_defaults import describe, engine_sampling_defaults
+    from octavo.runtime.startup import seconds_since_process_start
+
+    info, capacity = engine.info, engine_capacity(engine)
+    parts = [f"{info.architecture} ({info.dtype}, {info.platform})"]
+    parts.append(f"KV cache: {capacity.num_kv_blocks * engine.limits.block_size} tokens")
+    defaults = engine_sampling_defaults(engine)
+    if defaults:
+        parts.append(f"sampling defaults from the model: {describe(defaults)}")
+    since_start = seconds_since_process_start()
+    if since_start is not None:
+        parts.append(f"ready {since_start:.1f}s after start")
+    print("; ".join(parts), file=sys.stderr)

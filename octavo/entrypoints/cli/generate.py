@@ -1,9 +1,16 @@
-"""``octavo generate [--model M] "prompt"``: stream a completion to the terminal."""
+"""``octavo generate [--model M] "prompt"``: stream a completion to the terminal.
+
+Sampling flags left unset take the model's generation-config defaults
+(``--generation-config``), else greedy decoding.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+# Unless the flags or the model's generation config say otherwise.
+CLI_SAMPLING_DEFAULTS = {"temperature": 0.0}
 
 
 def add_parser(sub) -> None:
@@ -14,9 +21,11 @@ def add_parser(sub) -> None:
     add_engine_args(parser)
     # Long enough for the demo model to finish a story (about 100-150 tokens).
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the model's, else 0 (greedy)")
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--min-p", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.set_defaults(func=run)
 
@@ -34,18 +43,32 @@ def _load_engine(args):
     return engine
 
 
-def run(args: argparse.Namespace) -> int:
+def sampling_params_for(args: argparse.Namespace, engine):
     from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+    from octavo.models.generation_defaults import engine_sampling_defaults, with_sampling_defaults
 
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+    given = {
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+    }
+    defaults = {**CLI_SAMPLING_DEFAULTS, **engine_sampling_defaults(engine)}
+    return SamplingParams(
+        **with_sampling_defaults(given, defaults),
         max_tokens=args.max_tokens,
         seed=args.seed,
         output_kind=RequestOutputKind.DELTA,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from octavo.entrypoints.cli.common import print_startup_summary
+
     engine = _load_engine(args)
+    print_startup_summary(engine)
+    params = sampling_params_for(args, engine)
     prompt = args.prompt
     if args.chat:
         from octavo.entrypoints.llm import LLM

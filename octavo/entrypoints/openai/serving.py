@@ -44,6 +44,7 @@ from octavo.errors import (
     QueueFullError,
     RequestAbortedError,
 )
+from octavo.models.generation_defaults import engine_sampling_defaults, with_sampling_defaults
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 SSE_DONE = "data: [DONE]\n\n"
@@ -101,7 +102,8 @@ def make_sampling_params(ctx: ServingContext, max_tokens: int | None, **options:
     """SamplingParams with the server's caps; raises the typed errors (400) on bad values.
 
     ``max_tokens=None`` means the rest of the context (never ``SamplingParams``' default of 16)."""
-    options = {key: value for key, value in options.items() if value is not None}
+    # Unset fields take the model's generation-config defaults, then SamplingParams'.
+    options = with_sampling_defaults(options, engine_sampling_defaults(ctx.engine.engine))
     n = options.get("n", 1)
     if isinstance(n, int) and n > ctx.config.max_n:
         raise InvalidArgumentError(f"n={n} exceeds the maximum of {ctx.config.max_n}", param="n")
