@@ -247,6 +247,7 @@ class LLMEngine(RequestValidator):
         scheduler_output = self.scheduler.schedule()
         if scheduler_output.is_empty:
             return []
+        self.output_processor.mark_scheduled(scheduler_output)
         try:
             runner_output = self.executor.execute_model(scheduler_output)
         except EngineDeadError as exc:
@@ -260,6 +261,7 @@ class LLMEngine(RequestValidator):
                 scheduler_output = self.scheduler.schedule()
                 if scheduler_output.is_empty:
                     break  # every schedulable request is already in flight
+                self.output_processor.mark_scheduled(scheduler_output)
                 pending = self.executor.execute_model(scheduler_output, non_block=True)
                 self._batches_in_flight.append((scheduler_output, pending))
             if not self._batches_in_flight:

@@ -23,7 +23,7 @@ from octavo.core.outputs import (
     SampleLogprobs,
 )
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
-from octavo.core.scheduler_output import EngineCoreOutput, TokenLogprobs
+from octavo.core.scheduler_output import EngineCoreOutput, SchedulerOutput, TokenLogprobs
 
 
 @dataclass
@@ -77,6 +77,14 @@ class OutputProcessor:
         )
         if params.prompt_logprobs is not None and parent.prompt_logprobs is None:
             parent.prompt_logprobs = [None]
+
+    def mark_scheduled(self, scheduler_output: SchedulerOutput) -> None:
+        """Stamp ``first_scheduled_time`` on requests scheduled for the first time (queue time ends)."""
+        now = time.monotonic()
+        for new in scheduler_output.new_requests:
+            state = self.states.get(new.request_id)
+            if state is not None and state.metrics.first_scheduled_time is None:
+                state.metrics.first_scheduled_time = now
 
     def abort(self, request_ids: list[str]) -> list[str]:
         """Drop states; return the parent ids they belonged to."""

@@ -28,7 +28,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import signal
 
 from octavo.distributed.inbox import Inbox
@@ -106,7 +105,9 @@ def run_replica_process(conn, engine_args: bytes) -> None:
     # A terminal's Ctrl-C reaches the whole process group; the front decides
     # how to stop (a server drains first) and closes the pipe, which ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=os.environ.get("OCTAVO_LOG_LEVEL", "WARNING"))
+    from octavo.entrypoints.logging_setup import configure_process_logging
+
+    configure_process_logging()  # the server's level and format (OCTAVO_LOG_LEVEL, OCTAVO_LOG_FORMAT)
     from octavo.engine_args import EngineArgs, build_single_engine
     from octavo.runtime.executors.worker_host import encode_error
 

@@ -32,6 +32,7 @@ from octavo.core.engine import EngineLimits
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
 from octavo.entrypoints.async_engine import AsyncEngine, RequestStream
+from octavo.entrypoints.logging_setup import current_request_id
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.errors import InvalidRequestBodyError
@@ -163,7 +164,8 @@ def check_prompt(
 def new_request_id(prefix: str) -> str:
     """``cmpl-<hex>``; Anthropic's ids use an underscore (``msg_<hex>``), pass ``"msg_"``."""
     separator = "" if prefix.endswith("_") else "-"
-    return f"{prefix}{separator}{uuid.uuid4().hex}"
+    # The HTTP request's id (operations.RequestIdMiddleware), so that its log lines and its trace match.
+    return f"{prefix}{separator}{current_request_id() or uuid.uuid4().hex}"
 
 
 def unix_time() -> int:
