@@ -95,8 +95,9 @@ class DataParallelEngine(RequestValidator):
         self._replicas = self._spawn(args)
         self._finalizer = weakref.finalize(self, kill_processes, [r.process for r in self._replicas])
         try:
-            ready = [unpack_reply(self._recv_raw(r, START_TIMEOUT_S), r.index) for r in self._replicas]
+            # While the replicas start (seconds): the front's own tokenizer.
             self.tokenizer = load_engine_tokenizer(args)
+            ready = [unpack_reply(self._recv_raw(r, START_TIMEOUT_S), r.index) for r in self._replicas]
         except BaseException:
             self.shutdown()
             raise
