@@ -212,7 +212,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         if num_blocks < 1:
             raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
         executor.initialize_kv_cache(num_blocks)
-        with timed_phase("tokenizer (after the model)"):
+        with timed_phase("wait for the tokenizer"):
             tokenizer = tokenizer_future.result() if tokenizer_future is not None else None
     except BaseException:
         if executor is not None:
