@@ -143,7 +143,7 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
     if args.model is None:
         return args
     with timed_phase("resolve model"):
-        model = resolve_model(args.model, _hub_options(args))
+        model = resolve_model(args.model, _hub_options(args), weights=args.load_format != "dummy")
         tokenizer = args.tokenizer
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
@@ -155,7 +155,7 @@ def _model_dir(args: EngineArgs) -> tuple[Path, str]:
         from octavo.default_model import default_model_path
 
         return default_model_path(), "safetensors"
-    path = resolve_model(args.model, _hub_options(args))
+    path = resolve_model(args.model, _hub_options(args), weights=args.load_format != "dummy")
     load_format = args.load_format
     if load_format == "auto":
         load_format = "gguf" if path.is_file() and path.suffix == ".gguf" else "safetensors"

@@ -73,15 +73,18 @@ def parse_hub_id(model: str) -> HubModelId | None:
     return HubModelId(match["repo"], match["tag"])
 
 
-def resolve_model(model: str, options: HubOptions = HubOptions()) -> Path:
-    """A local checkpoint directory or GGUF file for ``model`` (a path or a Hub id)."""
+def resolve_model(model: str, options: HubOptions = HubOptions(), weights: bool = True) -> Path:
+    """A local checkpoint directory or GGUF file for ``model`` (a path or a Hub id).
+
+    ``weights=False`` (``load_format="dummy"``) fetches the configuration
+    and tokenizer files of a Hub id only."""
     local = Path(model).expanduser()
     if local.exists():
         return local / options.gguf_file if options.gguf_file and local.is_dir() else local
     hub_id = parse_hub_id(model)
     if hub_id is None:
         raise ModelNotFoundError(f"model {model!r} not found: no such directory or file, and not a Hub id (org/name)")
-    return _fetch(hub_id, options, weights=True)
+    return _fetch(hub_id, options, weights=weights)
 
 
 def resolve_tokenizer(tokenizer: str, options: HubOptions = HubOptions()) -> Path:
@@ -201,6 +204,8 @@ def _from_cache(client, hub_id: HubModelId, options: HubOptions, weights: bool, 
         gguf = select_gguf_file(filenames, hub_id.repo_id, hub_id.quant_tag, options.gguf_file)
         if gguf is not None:
             return folder / gguf
+        if not any(f.endswith((".safetensors", *PICKLE_SUFFIXES)) for f in filenames):
+            raise ModelNotFoundError(f"the cached snapshot {folder} holds no weights, and they cannot be downloaded: {reason}")
         check_weights_format(filenames, hub_id.repo_id)
     logger.info("using the cached snapshot %s", folder)
     return folder

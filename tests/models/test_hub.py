@@ -133,6 +133,15 @@ def test_a_repo_with_only_pickle_weights_is_refused_before_any_download(hub, tmp
     assert _fetched(hub) == set()
 
 
+def test_dummy_weights_fetch_only_the_configuration(hub, tmp_path, monkeypatch):
+    path = resolve_model(REPO, HubOptions(download_dir=str(tmp_path)), weights=False)
+    assert (path / "config.json").exists() and not (path / "model.safetensors").exists()
+    assert "model.safetensors" not in _fetched(hub)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # that snapshot is no checkpoint to load offline
+    with pytest.raises(ModelNotFoundError, match="holds no weights"):
+        resolve_model(REPO, HubOptions(download_dir=str(tmp_path)))
+
+
 def test_hub_ids_and_gguf_choice():
     assert parse_hub_id("Qwen/Qwen3-0.6B").repo_id == "Qwen/Qwen3-0.6B"
     assert parse_hub_id("org/name-GGUF:Q4_K_M").quant_tag == "Q4_K_M"
