@@ -52,6 +52,20 @@ class ModelLoadError(OctavoError):
     """A checkpoint is missing files, corrupt, or does not match its config."""
 
 
+class HubAccessError(OctavoError):
+    """The Hugging Face Hub refused a download: a gated or private repo, and no token that may read it."""
+
+    http_status = 403
+    error_type = "permission_error"
+
+
+class HubUnreachableError(OctavoError):
+    """The Hugging Face Hub could not be reached (and the model is not in the local cache)."""
+
+    http_status = 503
+    error_type = "service_unavailable"
+
+
 class UnsupportedModelError(ModelLoadError):
     """The checkpoint's architecture is not in the model registry."""
 

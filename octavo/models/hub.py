@@ -24,30 +24,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from octavo.errors import ModelLoadError, ModelNotFoundError, OctavoError
+from octavo.errors import HubAccessError, HubUnreachableError, ModelLoadError, ModelNotFoundError
 
 logger = logging.getLogger(__name__)
 
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<tag>[\w.-]+))?$")
-_COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
+COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 TOKENIZER_FILES = frozenset({"tokenizer.model", "merges.txt", "vocab.txt", "tokenizer.tiktoken"})
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})
-
-
-class HubAccessError(OctavoError):
-    """The Hub refused a download: a gated or private repo without a token that may read it."""
-
-    http_status = 403
-    error_type = "permission_error"
-
-
-class HubUnreachableError(OctavoError):
-    """The Hub could not be reached and the model is not in the local cache."""
-
-    http_status = 503
-    error_type = "service_unavailable"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from octavo.errors import ModelLoadError, ModelNotFoundError, OctavoError
-from octavo.models.hub import _COMMIT_HASH, HubAccessError, HubOptions, HubUnreachableError
+from octavo.errors import HubAccessError, HubUnreachableError, ModelLoadError, ModelNotFoundError, OctavoError
+from octavo.models.hub import COMMIT_HASH, HubOptions
 
 # Transport failures of requests/httpx-style clients, matched by name so that
 # any HTTP library huggingface_hub uses is covered.
@@ -60,7 +60,7 @@ class HubClient:
     def cached_snapshot(self) -> Path | None:
         """The cached snapshot of ``revision``, without the network; None if there is none."""
         commit = self.revision
-        if not _COMMIT_HASH.match(commit):
+        if not COMMIT_HASH.match(commit):
             ref = self.storage / "refs" / self.revision
             if not ref.is_file():
                 return None
@@ -71,7 +71,7 @@ class HubClient:
     def _remember_revision(self, commit: str) -> None:
         # Downloads are made at the commit (so that every file comes from the
         # same one); the ref lets an offline start find it by branch or tag.
-        if _COMMIT_HASH.match(self.revision):
+        if COMMIT_HASH.match(self.revision):
             return
         ref = self.storage / "refs" / self.revision
         ref.parent.mkdir(parents=True, exist_ok=True)

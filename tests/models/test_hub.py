@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from octavo.errors import ModelLoadError, ModelNotFoundError
+from octavo.errors import HubAccessError, ModelLoadError, ModelNotFoundError
 from octavo.models.hub import (
-    HubAccessError,
     HubOptions,
     parse_hub_id,
     resolve_model,
