@@ -51,7 +51,7 @@ def test_llm_generate_without_params_uses_the_model_defaults(make_llm, sampled_d
 
 
 def _engine(defaults):
-    return SimpleNamespace(info=ModelInfo("m", "LlamaForCausalLM", "float32", "cpu", defaults))
+    return SimpleNamespace(info=ModelInfo("m", "LlamaForCausalLM", "float32", "cpu", sampling_defaults=defaults))
 
 
 def test_cli_flags_win_then_the_model_then_greedy():
