@@ -48,7 +48,9 @@ for step in "$@"; do
     int4) run_step int4_latency 300 $CLI bench latency $M8B --quantization int4 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/int4_latency.json"
           run_step int4_throughput 400 $CLI bench throughput $M8B --quantization int4 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/int4_throughput.json";;
     quant) run_step quant_gpu 400 python benchmarks/quant_gpu.py --quick;;
-    startup) TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
+    startup) mkdir -p "$O/byte-tokenizer"  # the config directory has no tokenizer; the weights are random anyway
+             python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"
+             TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --tokenizer "$O/byte-tokenizer" --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
     *) echo "unknown step $step";;
   esac
