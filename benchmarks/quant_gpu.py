@@ -87,7 +87,8 @@ def correctness(device: torch.device) -> None:
     perm = torch.randperm(k, device=device)
     x = torch.randn(5, k, device=device, dtype=torch.bfloat16)
     dense = int4.dequantize_int4(qweight, scales, zeros, 128, torch.bfloat16).float()
-    check("int4 act-order (input_perm) M=5", int4.int4_linear(x, int4.Int4Weight(qweight, scales, zeros, 128, perm)), x[:, perm].float() @ dense.t(), 1e-2)
+    got = int4_triton.int4_linear(x.index_select(-1, perm), qweight, scales, zeros, 128, None)  # as the int4 method does
+    check("int4 act-order (input_perm) M=5", got, x[:, perm].float() @ dense.t(), 1e-2)
 
     print(f"  fp8 W8A8 supported: {scaled_mm.fp8_w8a8_supported(device)}; int8 W8A8 supported: {scaled_mm.int8_w8a8_supported(device)}")
     for m in (1, 17, 256):
@@ -169,7 +170,8 @@ def _time_graph(calls, iters: int) -> float | None:
 
 def _methods(w: torch.Tensor, device: torch.device) -> dict:
     """name -> (weight tensors, fn(x, weights)) for one bf16 weight [N, K]."""
-    from octavo.quantization.gguf import gguf_linear
+    from octavo.kernels.quant.gguf_triton import gguf_linear
+    from octavo.kernels.quant.int4_triton import int4_linear
 
     fp8_w, fp8_s = scaled_mm.quantize_fp8_per_channel(w)
     int8_w, int8_s = scaled_mm.quantize_int8_per_channel(w)
@@ -179,7 +181,7 @@ def _methods(w: torch.Tensor, device: torch.device) -> dict:
         "bf16": ((w,), lambda x, t: F.linear(x, t[0])),
         "fp8 weight-only": ((fp8_w, fp8_s), lambda x, t: scaled_mm.weight_only_linear(x, *t)),
         "int8 weight-only": ((int8_w, int8_s), lambda x, t: scaled_mm.weight_only_linear(x, *t)),
-        "int4 g128 (triton)": (q4, lambda x, t: int4.int4_linear(x, int4.Int4Weight(*t, 128))),
+        "int4 g128 (triton)": (q4, lambda x, t: int4_linear(x, *t, 128, None)),
         "gguf Q4_K (triton)": ((q4k,), lambda x, t: gguf_linear(x, t[0], GGML_TYPES_BY_NAME["Q4_K"])),
     }
     if scaled_mm.fp8_w8a8_supported(device):

@@ -26,6 +26,7 @@ from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
 from octavo.models.generation_defaults import describe, sampling_defaults
 from octavo.models.hub import HubOptions, resolve_model, resolve_tokenizer
+from octavo.ops.resolution import check_layer_op_overrides
 from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name
 from octavo.runtime.config import WorkerConfig, dtype_from_name, dtype_name
@@ -201,6 +202,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     _check_parallel_layout(args, arch)
     worker_config = _worker_config(args, platform, arch, model_path, load_format)
     platform.check_config(worker_config)
+    check_layer_op_overrides(platform.name)
     from octavo.runtime.executor import create_executor
 
     tokenizer_future = _load_tokenizer_in_background(args, model_path, load_format)

@@ -13,6 +13,7 @@ backend is tested against.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -65,6 +66,7 @@ class AttentionBackend(ABC):
 
     # True when ``forward_with_rotary`` is implemented: the rotary embedding
     # applied in the kernel that writes the KV cache (one launch fewer a layer).
+    # The attention layers then call it instead of ``forward``.
     fuses_rotary: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionSpec) -> None:
@@ -103,10 +105,19 @@ class AttentionBackend(ABC):
         metadata: Any,
         positions: torch.Tensor,  # [T]
         cos_sin_cache: torch.Tensor,  # [max_position, head_size]: cos then sin halves, float32
+        rotary_and_cache: Callable,
     ) -> torch.Tensor:
         """Optional (``fuses_rotary``): rotate ``query`` and ``key`` (GPT-NeoX
         "rotate half" layout) at ``positions``, then as ``forward``. Called by
-        the model's attention layers in place of their own rotary step."""
+        the model's attention layers in place of their own rotary step.
+
+        ``rotary_and_cache`` (plugin API 1.1) is the model's resolved layer op
+        of that name: it rotates ``query`` and writes the rotated keys and the
+        values into a cache of the standard layout ``[2, num_blocks,
+        block_size, Hkv, D]`` at the step's slots, returning the rotated
+        query; a backend with that layout calls it, then attends without
+        writing. A 1.0 backend's method without this parameter is still
+        called, with seven arguments."""
         raise NotImplementedError(f"{self.name} does not fuse the rotary embedding")
 
 

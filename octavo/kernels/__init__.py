@@ -7,8 +7,11 @@ One concept per module:
 - ``split_kv_decode``: decode attention with the context split across
   programs, then merged by a reduce kernel (long contexts, small batches).
 - ``kv_cache_write``: store a step's keys and values at their cache slots.
-- ``rms_norm``, ``rotary``, ``activation``: the fused layer ops, installed on
-  a model by ``fused_ops.install_triton_ops``.
+- ``rms_norm``, ``rotary``, ``activation``, ``gemv``, ``quant/``: layer-op
+  implementations (``octavo.ops``), registered for the GPU by ``builtin``
+  through the built-in plugin's ``octavo_layer_ops`` hook; the layers call
+  whatever the model's resolved ops table holds. Nothing here imports
+  ``octavo.models``.
 - ``reference``: the plain-torch references the tests compare against.
 
 Importing this package imports nothing heavy; each kernel module imports

@@ -1,11 +1,11 @@
-"""SiLU-and-multiply: ``[..., 2 * I] -> [..., I]``, ``silu(gate) * up``.
+"""Gated activations: ``[..., 2 * I] -> [..., I]``, ``act(gate) * up``.
 
-Numerics follow ``octavo.models.layers.activation``: ``silu`` in float32
-rounded to the input dtype, then the product in float32 rounded again (what
-torch computes for ``F.silu(gate) * up`` in that dtype). Program ``(row,
-chunk)`` handles ``BLOCK`` output columns of one row.
-
-Reference: ``octavo.kernels.reference.silu_and_mul_reference``.
+``act`` is SiLU (``silu_and_mul``), exact GELU (``gelu_and_mul``) or its
+tanh approximation (``gelu_tanh_and_mul``). Numerics follow the references
+(``octavo.ops.reference``): the activation in float32 rounded to the input
+dtype, then the product in float32 rounded again (what torch computes for
+``act(gate) * up`` in that dtype). Program ``(row, chunk)`` handles
+``BLOCK`` output columns of one row.
 """
 
 from __future__ import annotations
@@ -27,18 +27,40 @@ def silu_then_mul(gate32, up32, DTYPE: tl.constexpr):
     return silu.to(tl.float32) * up32
 
 
+# The ACT codes of ``_gated_kernel``.
+SILU, GELU, GELU_TANH = 0, 1, 2
+SQRT_1_2: tl.constexpr = tl.constexpr(0.7071067811865476)
+SQRT_2_OVER_PI: tl.constexpr = tl.constexpr(0.7978845608028654)
+
+
 @triton.jit
-def _silu_and_mul_kernel(out_ptr, x_ptr, stride_x, stride_out, INTERMEDIATE: tl.constexpr, BLOCK: tl.constexpr):
+def _gelu(gate32, TANH: tl.constexpr):
+    if TANH:
+        inner = SQRT_2_OVER_PI * (gate32 + 0.044715 * gate32 * gate32 * gate32)
+        inner = tl.minimum(tl.maximum(inner, -15.0), 15.0)  # tanh(15) is 1 in float32; exp stays finite
+        tanh = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
+        return 0.5 * gate32 * (1.0 + tanh)
+    return 0.5 * gate32 * (1.0 + tl.math.erf(gate32 * SQRT_1_2))
+
+
+@triton.jit
+def _gated_kernel(
+    out_ptr, x_ptr, stride_x, stride_out, INTERMEDIATE: tl.constexpr, BLOCK: tl.constexpr, ACT: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < INTERMEDIATE
-    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + row * stride_x + INTERMEDIATE + cols, mask=mask, other=0.0)
-    out = silu_then_mul(gate.to(tl.float32), up.to(tl.float32), out_ptr.dtype.element_ty)
-    tl.store(out_ptr + row * stride_out + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * stride_x + INTERMEDIATE + cols, mask=mask, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    if ACT == 0:  # SILU
+        out = silu_then_mul(gate, up, dtype)
+    else:
+        out = _gelu(gate, ACT == 2).to(dtype).to(tl.float32) * up
+    tl.store(out_ptr + row * stride_out + cols, out.to(dtype), mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+def _gated(x: torch.Tensor, act: int) -> torch.Tensor:
     intermediate = x.shape[-1] // 2
     rows = x.reshape(-1, x.shape[-1])
     if rows.stride(-1) != 1:
@@ -47,7 +69,22 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if rows.shape[0] == 0 or intermediate == 0:
         return out
     block = min(_MAX_BLOCK, next_power_of_2(intermediate))
-    _silu_and_mul_kernel[(rows.shape[0], cdiv(intermediate, block))](
-        out, rows, rows.stride(0), intermediate, INTERMEDIATE=intermediate, BLOCK=block, num_warps=4
+    _gated_kernel[(rows.shape[0], cdiv(intermediate, block))](
+        out, rows, rows.stride(0), intermediate, INTERMEDIATE=intermediate, BLOCK=block, ACT=act, num_warps=4
     )
     return out
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """The ``silu_and_mul`` layer op."""
+    return _gated(x, SILU)
+
+
+def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """The ``gelu_and_mul`` layer op (exact GELU)."""
+    return _gated(x, GELU)
+
+
+def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """The ``gelu_tanh_and_mul`` layer op (tanh-approximated GELU)."""
+    return _gated(x, GELU_TANH)

@@ -32,20 +32,8 @@ import triton.language as tl
 
 from octavo.kernels.activation import silu_then_mul
 
-
-
-
-def _max_tokens_from_env() -> int:
-    value = os.environ.get("OCTAVO_GEMV_MAX_TOKENS", "1")
-    if not value.isdigit() or int(value) > 8:
-        raise ValueError(f"OCTAVO_GEMV_MAX_TOKENS={value!r}: expected a number of tokens from 0 (off) to 8")
-    return int(value)
-
-
-# Token counts up to this take the GEMV; OCTAVO_GEMV_MAX_TOKENS=0 turns it
-# off (A/B runs against cuBLAS). On the H200 it beats cuBLAS at 1 token only
-# (a 4-layer chain: 1.15x at 1 token, 0.84x at 2, 0.56x at 4; round 15).
-GEMV_MAX_TOKENS = _max_tokens_from_env()
+# The most token rows one launch takes (BLOCK_M covers them all).
+MAX_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -161,8 +149,8 @@ def gemv(
     """``x @ weight.T + bias`` for ``x`` of at most 8 rows;
     with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up])."""
     num_tokens, in_features = x.shape
-    if num_tokens > 8:
-        raise ValueError(f"gemv takes at most 8 token rows, got {num_tokens}")
+    if num_tokens > MAX_ROWS:
+        raise ValueError(f"gemv takes at most {MAX_ROWS} token rows, got {num_tokens}")
     if weight.stride(1) != 1 or x.stride(1) != 1:
         raise ValueError("gemv needs x and weight contiguous along the input features")
     out_features = weight.shape[0] // 2 if silu_mul else weight.shape[0]
@@ -184,13 +172,17 @@ def gemv(
     return out
 
 
-def linear_small_batch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The GEMV for 2-D ``x`` of up to ``GEMV_MAX_TOKENS`` rows, ``F.linear`` otherwise."""
-    if x.dim() == 2 and x.shape[0] <= GEMV_MAX_TOKENS and x.stride(1) == 1:
+def linear_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The ``linear`` layer op for a few token rows (registered with ``max_tokens``);
+    ``F.linear`` for inputs the kernel does not take (not 2-D, strided rows)."""
+    if x.dim() == 2 and x.stride(1) == 1 and weight.stride(1) == 1:
         return gemv(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 def gemv_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``silu(gate) * up`` of ``x @ [gate; up].T + b`` in one launch (a few rows of ``x``)."""
+    """The ``linear_silu_and_mul`` layer op: ``silu(gate) * up`` of
+    ``x @ [gate; up].T + b`` in one launch (a few rows of ``x``)."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
     return gemv(x, weight, bias, silu_mul=True)

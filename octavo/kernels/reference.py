@@ -1,18 +1,21 @@
-"""Plain-torch references for every kernel in ``octavo.kernels``.
+"""Plain-torch references for the kernels in ``octavo.kernels``.
 
 They favour obviousness over speed (a Python loop over requests, float32
-math) and are what the kernel tests compare against. The layer ops' references
-live with their layers (``octavo.models.layers``) and are re-exported here,
-so that kernels and model agree on one definition.
+math) and are what the kernel tests compare against. The layer ops'
+references are the registry's (``octavo.ops.reference``), re-exported here
+under the names the kernel tests use; this module imports nothing from
+``octavo.models``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from octavo.models.layers.activation import silu_and_mul_reference
-from octavo.models.layers.norm import rms_norm_reference
-from octavo.models.layers.rotary import apply_rotary_reference
+from octavo.ops.reference import fused_add_rms_norm as fused_add_rms_norm_reference
+from octavo.ops.reference import reshape_and_cache as reshape_and_cache_reference
+from octavo.ops.reference import rms_norm as rms_norm_reference
+from octavo.ops.reference import rotary_embedding as apply_rotary_reference
+from octavo.ops.reference import silu_and_mul as silu_and_mul_reference
 
 __all__ = [
     "apply_rotary_reference",
@@ -22,23 +25,6 @@ __all__ = [
     "rms_norm_reference",
     "silu_and_mul_reference",
 ]
-
-
-def fused_add_rms_norm_reference(x, residual, weight, eps):
-    """``(norm(x + residual), x + residual)``, as ``RMSNorm.forward`` computes it."""
-    summed = x + residual
-    return rms_norm_reference(summed, weight, eps), summed
-
-
-def reshape_and_cache_reference(key, value, kv_cache, slot_mapping) -> None:
-    """Store token ``t``'s key/value at ``slot_mapping[t]``; negative slots are skipped."""
-    num_kv_heads, head_size = key.shape[1], key.shape[2]
-    key_cache = kv_cache[0].view(-1, num_kv_heads, head_size)
-    value_cache = kv_cache[1].view(-1, num_kv_heads, head_size)
-    slots = slot_mapping[: key.shape[0]]
-    valid = slots >= 0
-    key_cache[slots[valid]] = key[valid].to(key_cache.dtype)
-    value_cache[slots[valid]] = value[valid].to(value_cache.dtype)
 
 
 def paged_attention_reference(

@@ -1,7 +1,7 @@
 """Fused RMSNorm, optionally with the residual add in the same pass.
 
-Numerics follow ``octavo.models.layers.norm`` step by step, so that results
-match the reference to the rounding of a float32 reduction:
+Numerics follow the reference (``octavo.ops.reference.rms_norm``) step by
+step, so that results match it to the rounding of a float32 reduction:
 
 - with a residual, ``x + residual`` is formed in float32 and rounded to the
   input dtype (what torch's add in that dtype returns), and that rounded sum
@@ -13,8 +13,8 @@ One program per row; the row (hidden size up to a few thousand) is loaded
 whole. Inputs may be 2-D or 3-D (e.g. per-head q/k norms on a strided view
 of the fused qkv output); the last dimension must be contiguous.
 
-References: ``rms_norm_reference``, ``fused_add_rms_norm_reference`` in
-``octavo.kernels.reference``.
+The ``rms_norm`` and ``fused_add_rms_norm`` layer ops on the GPU;
+references in ``octavo.ops.reference``.
 """
 
 from __future__ import annotations
@@ -86,12 +86,12 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight * norm(x)`` over the last dimension."""
+    """The ``rms_norm`` layer op: ``weight * norm(x)`` over the last dimension."""
     return _launch(x, None, weight, eps)[0]
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
-    """``(weight * norm(x + residual), x + residual)``."""
+    """The ``fused_add_rms_norm`` layer op: ``(weight * norm(x + residual), x + residual)``."""
     if residual.shape != x.shape:
         raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
     return _launch(x, residual, weight, eps)

@@ -16,8 +16,8 @@ positions stay in bounds.
 writes the rotated key and the value into the paged KV cache (the
 attention backend's ``forward_with_rotary``): one kernel per layer fewer.
 
-Reference: ``octavo.kernels.reference.apply_rotary_reference`` (and
-``reshape_and_cache_reference``).
+The ``rotary_embedding`` (``apply_rotary``) and ``rotary_and_cache``
+layer ops on the GPU; references in ``octavo.ops.reference``.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ A model is built from a ``ModelInitContext`` and must offer
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from octavo.core.attention import AttentionBackend, AttentionSpec
 from octavo.models.config import ModelArchConfig
+from octavo.ops import LayerOps, reference_layer_ops
 from octavo.quantization.base import QuantizationConfig
 
 
@@ -28,3 +29,7 @@ class ModelInitContext:
     max_model_len: int
     block_size: int
     kv_cache_dtype: torch.dtype
+    # The layer ops resolved for this model (plugin API 1.1). Octavo's layers
+    # take them from the scope the builder opens around construction; a
+    # model may also pass them explicitly.
+    ops: LayerOps = field(default_factory=reference_layer_ops)

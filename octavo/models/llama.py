@@ -3,6 +3,8 @@
 Llama 2/3/3.1 and Mistral are this class as is; Qwen2 adds biases on q, k
 and v (``qwen2.py``); Qwen3 adds RMSNorm on each q and k head (``qwen3.py``).
 Projections are fused (qkv, gate-up) and split across tensor-parallel ranks.
+Every layer computes through the layer ops resolved for this model
+(``ctx.ops``; the layers take them from the scope the builder opens).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
 from octavo.errors import ModelLoadError, UnsupportedModelError
 from octavo.models.base import ModelInitContext
-from octavo.models.layers.activation import SiluAndMul
+from octavo.models.layers.activation import gated_activation
 from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from octavo.models.layers.norm import RMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
+from octavo.quantization.base import UnquantizedLinearMethod
 
 
 class DecoderAttention(nn.Module):
@@ -73,6 +76,7 @@ class DecoderMLP(nn.Module):
         config = ctx.config
         if config.hidden_act not in ("silu", "swish"):
             raise UnsupportedModelError(f"hidden_act {config.hidden_act!r} is not supported (silu is)")
+        self.act_fn = gated_activation(config.hidden_act, ctx.ops)
         self.gate_up_proj = MergedColumnParallelLinear(
             config.hidden_size, [config.intermediate_size] * 2, bias=config.mlp_bias,
             quant_config=ctx.quant_config, prefix=f"{prefix}.gate_up_proj", params_dtype=ctx.dtype,
@@ -81,16 +85,16 @@ class DecoderMLP(nn.Module):
             config.intermediate_size, config.hidden_size, bias=config.mlp_bias,
             quant_config=ctx.quant_config, prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype,
         )
-        self.act_fn = SiluAndMul()
-        # A platform may fuse the activation into the gate-up projection for
-        # batches of up to ``fused_gate_up_max_tokens`` tokens: fn(x, weight, bias).
-        self.fused_gate_up_act = None
-        self.fused_gate_up_max_tokens = 0
+        # An unquantized gate-up projection and its activation are one op,
+        # ``linear_silu_and_mul`` (one launch at decode where the platform has
+        # it; otherwise the resolved linear, then silu_and_mul).
+        fused = type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod
+        self.linear_silu_and_mul = ctx.ops.linear_silu_and_mul if fused else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused_gate_up_act is not None and x.shape[0] <= self.fused_gate_up_max_tokens:
+        if self.linear_silu_and_mul is not None:
             up = self.gate_up_proj
-            return self.down_proj(self.fused_gate_up_act(x, up.weight, up.bias))
+            return self.down_proj(self.linear_silu_and_mul(x, up.weight, up.bias))
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 

@@ -13,6 +13,9 @@ The KV cache budget comes from a profiled dummy step
 (``octavo.platforms.profiling``). Attention: the backends named in
 ``attention_backends``, resolved through the ``octavo_attention_backends``
 hook (a Triton backend goes first in that list once it is registered).
+Layer ops: Octavo's Triton kernels serve the ``cuda`` device type through
+the built-in plugin's ``octavo_layer_ops`` (``octavo.kernels.builtin``), as
+a vendor's would; this class sets nothing on the model.
 """
 
 from __future__ import annotations
@@ -64,15 +67,11 @@ class CudaPlatform(TorchDevicePlatform):
             return FP8_KV_DTYPES[name]
         return super().kv_cache_dtype(name)
 
-    def optimize_model(self, model) -> None:
-        """Fused Triton kernels for RMSNorm (+residual), rotary and SiLU-and-mul."""
-        import importlib.util
+    def check_config(self, config) -> None:
+        super().check_config(config)
+        from octavo.kernels.builtin import gemv_max_tokens
 
-        if importlib.util.find_spec("triton") is None:
-            return
-        from octavo.kernels.fused_ops import install_triton_ops
-
-        install_triton_ops(model)
+        gemv_max_tokens()  # OCTAVO_GEMV_MAX_TOKENS is well formed (else InvalidArgumentError)
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

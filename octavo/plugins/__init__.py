@@ -7,7 +7,7 @@ declares the plugin API version it was written against::
     # my_plugin.py
     from octavo.plugins import hookimpl
 
-    OCTAVO_PLUGIN_API_VERSION = "1.0"
+    OCTAVO_PLUGIN_API_VERSION = "1.1"
 
     @hookimpl
     def octavo_platforms():
@@ -21,8 +21,9 @@ import pluggy
 
 PROJECT_NAME = "octavo"
 ENTRY_POINT_GROUP = "octavo.plugins"
-# Major.minor: a plugin built for another major version is refused.
-API_VERSION = "1.0"
+# Major.minor: a plugin built for another major version is refused, and so
+# is one built for a newer minor version. 1.1 added the octavo_layer_ops hook.
+API_VERSION = "1.1"
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

@@ -1,6 +1,6 @@
-"""The built-in plugin: Octavo's own platforms, models, quantization methods
-and attention backends, registered through the same entry point group as a
-vendor's (``octavo.plugins``), with no privileged path."""
+"""The built-in plugin: Octavo's own platforms, models, quantization methods,
+attention backends and layer-op kernels, registered through the same entry
+point group as a vendor's (``octavo.plugins``), with no privileged path."""
 
 from __future__ import annotations
 
@@ -39,3 +39,10 @@ def octavo_attention_backends():
     from octavo.runtime.attention.builtin import builtin_attention_backends
 
     return {**builtin_attention_backends(), **platform_attention_backends()}
+
+
+@hookimpl
+def octavo_layer_ops():
+    from octavo.kernels.builtin import builtin_layer_ops
+
+    return builtin_layer_ops()

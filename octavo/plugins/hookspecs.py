@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from octavo.core.attention import AttentionBackend
+    from octavo.ops import OpImpl
     from octavo.platforms.interface import Platform
     from octavo.quantization.base import QuantizationConfig
 
@@ -76,4 +77,24 @@ def octavo_attention_backends() -> "dict[str, type[AttentionBackend]] | None":
     model (by name, from ``Platform.attention_backends`` or
     ``OCTAVO_ATTENTION_BACKEND``), and by the conformance suite and
     ``octavo plugins``. ``None``: no backend.
+    """
+
+
+@hookspec
+def octavo_layer_ops() -> "list[OpImpl] | None":
+    """Return the layer-op implementations this plugin offers (plugin API 1.1).
+
+    Each ``octavo.ops.OpImpl`` names an op of ``octavo.ops.OP_SPECS``
+    (``rms_norm``, ``linear``, ``fp8_linear``, ...), the implementation's
+    name, its function (or ``"module:function"``, imported only on a
+    platform it serves), the conditions it serves under (``platforms``,
+    ``device_types``, ``dtypes``, ``supports(ctx)``; per call ``max_tokens``
+    and ``accepts``) and a ``priority``. Called in each worker process when
+    it builds a model (the model builder resolves every op once, for that
+    model's dtype and device), and by ``octavo env``, ``octavo plugins`` and
+    the conformance kit. An entry that is malformed or names an unknown op
+    makes the plugin broken when it loads; one whose function cannot be
+    imported, does not take the op's arguments, or whose ``supports`` raises
+    makes it broken at resolution, and none of its implementations is used.
+    ``None``: no implementation.
     """

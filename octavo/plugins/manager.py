@@ -11,9 +11,12 @@ the error, and unregistered (none of its hooks run again) when:
 * its module fails to import;
 * it declares no ``OCTAVO_PLUGIN_API_VERSION`` or an incompatible one
   (another major version, or a newer minor version than Octavo's);
-* it implements a hook that does not exist (a typo) or with wrong arguments;
+* it implements a hook that does not exist (a typo) or with wrong arguments,
+  or one newer than the API version it declares (``octavo_layer_ops`` needs
+  1.1);
 * one of its hooks raises or returns the wrong kind of value when the
-  plugin is loaded (every hook is called once then, to find out).
+  plugin is loaded (every hook is called once then, to find out), e.g. a
+  layer-op entry that is malformed or names an op that does not exist.
 
 A hook that raises later, or a platform whose probe raises, is recorded the
 same way and its result skipped. Loading never fails because of a broken
@@ -50,7 +53,10 @@ HOOK_RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "octavo_models": (dict,),
     "octavo_quantization_methods": (dict,),
     "octavo_attention_backends": (dict,),
+    "octavo_layer_ops": (list, tuple),
 }
+# Hooks added after 1.0, and the plugin API version that added each.
+HOOK_SINCE: dict[str, tuple[int, int]] = {"octavo_layer_ops": (1, 1)}
 
 
 @dataclass(frozen=True)
@@ -72,15 +78,21 @@ def record_broken(name: str, error: str) -> None:
         logger.warning("plugin %s is broken and skipped: %s", name, error)
 
 
+def parse_version(version: Any) -> tuple[int, int]:
+    """``"1.1"`` -> ``(1, 1)``; ValueError if not of the form MAJOR.MINOR."""
+    major, minor = (int(part) for part in str(version).split("."))
+    return major, minor
+
+
 def version_problem(version: Any) -> str | None:
     """Why a plugin declaring API ``version`` cannot load, or None if it can."""
     if version is None:
         return f"it declares no OCTAVO_PLUGIN_API_VERSION (Octavo's plugin API is {API_VERSION})"
     try:
-        major, minor = (int(part) for part in str(version).split("."))
+        major, minor = parse_version(version)
     except ValueError:
         return f"OCTAVO_PLUGIN_API_VERSION {version!r} is not of the form 'MAJOR.MINOR'"
-    our_major, our_minor = (int(part) for part in API_VERSION.split("."))
+    our_major, our_minor = parse_version(API_VERSION)
     if major != our_major or minor > our_minor:
         return f"it was written for plugin API {version}, Octavo's is {API_VERSION}"
     return None
@@ -103,6 +115,14 @@ def _check_hooks(manager: pluggy.PluginManager, name: str, module: ModuleType) -
         if hook is None or not hook.has_spec():
             if manager.parse_hookimpl_opts(module, impl_name) is not None:
                 return f"it implements unknown hook {impl_name!r} (known: {', '.join(sorted(HOOK_RESULT_TYPES))})"
+    declared = parse_version(module.OCTAVO_PLUGIN_API_VERSION)
+    for hook_name, since in HOOK_SINCE.items():
+        implemented = any(i.plugin_name == name for i in getattr(manager.hook, hook_name).get_hookimpls())
+        if implemented and declared < since:
+            return (
+                f"it implements {hook_name}, new in plugin API {since[0]}.{since[1]}, but declares "
+                f"OCTAVO_PLUGIN_API_VERSION {module.OCTAVO_PLUGIN_API_VERSION}"
+            )
     for hook_name in HOOK_RESULT_TYPES:
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             if impl.plugin_name == name:
@@ -122,7 +142,23 @@ def call_hookimpl(impl: Any, hook_name: str) -> tuple[Any, str | None]:
     if result is not None and expected is not None and not isinstance(result, expected):
         kinds = " or ".join(t.__name__ for t in expected)
         return None, f"hook {hook_name} returned {type(result).__name__}, expected {kinds} or None"
+    if result is not None and hook_name == "octavo_layer_ops":
+        problem = _layer_ops_problem(result)
+        if problem is not None:
+            return None, f"hook {hook_name}: {problem}"
     return result, None
+
+
+def _layer_ops_problem(entries: list | tuple) -> str | None:
+    from octavo.ops.impl import OpImpl
+
+    for entry in entries:
+        if not isinstance(entry, OpImpl):
+            return f"an entry is a {type(entry).__name__}, expected octavo.ops.OpImpl"
+        problem = entry.problem()
+        if problem is not None:
+            return problem
+    return None
 
 
 def register_plugin(manager: pluggy.PluginManager, name: str, module: ModuleType) -> bool:

@@ -44,7 +44,9 @@ class LinearMethod(ABC):
 
     @abstractmethod
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``x @ W.T + b`` for this layer."""
+        """``x @ W.T + b`` for this layer. ``layer.ops`` (plugin API 1.1) is the
+        model's resolved ``LayerOps``: compute through its op for the format
+        (``fp8_linear``, ``int4_linear``, ...) so that platforms can accelerate it."""
 
     def weight_bytes(self, layer: nn.Module) -> int:
         return sum(p.numel() * p.element_size() for p in layer.parameters())
@@ -68,12 +70,13 @@ class UnquantizedLinearMethod(LinearMethod):
             layer.register_parameter("bias", None)
 
     def apply(self, layer, x):
-        # A platform may install a kernel for skinny (decode) batches that
-        # falls back to F.linear itself (``LinearBase.small_batch_impl``).
-        impl = getattr(layer, "small_batch_impl", None)
-        if impl is not None:
-            return impl(x, layer.weight, layer.bias)
-        return F.linear(x, layer.weight, layer.bias)
+        # The ``linear`` layer op the layer was built with (a skinny-batch
+        # kernel at decode where the platform has one); F.linear for a layer
+        # that is not a LinearBase.
+        ops = getattr(layer, "ops", None)
+        if ops is None:
+            return F.linear(x, layer.weight, layer.bias)
+        return ops.linear(x, layer.weight, layer.bias)
 
 
 class QuantizationConfig(ABC):

@@ -10,10 +10,11 @@ least as accurate. Block-wise scales (``weight_block_size``) are refused.
 
 After loading every layer holds a per-channel ``weight_scale [N]``: a fused
 layer whose shards came with different per-tensor scales keeps each shard's
-scale on its rows, so no weight is requantized. ``apply`` runs W8A8 through
-``torch._scaled_mm`` where the device has an fp8 matmul (CUDA compute
-capability >= 8.9), otherwise the weight-only path (fp8 weight cast to the
-activation dtype, per-channel scale on the output) -- the CPU's path.
+scale on its rows, so no weight is requantized. ``apply`` is the
+``fp8_linear`` layer op: W8A8 through ``torch._scaled_mm`` where the device
+has an fp8 matmul (CUDA compute capability >= 8.9, weight dims in multiples
+of 16), otherwise its reference, the weight-only path (fp8 weight cast to
+the activation dtype, per-channel scale on the output) -- the CPU's path.
 """
 
 from __future__ import annotations
@@ -49,12 +50,9 @@ class Fp8LinearMethod(LinearMethod):
             weight, scale = scaled_mm.quantize_fp8_per_channel(layer.weight.data)
         replace_param(layer, "weight", weight)
         replace_param(layer, "weight_scale", scale.contiguous())
-        layer.use_w8a8 = scaled_mm.fp8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 16)
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        if layer.use_w8a8:
-            return scaled_mm.fp8_w8a8_linear(x, layer.weight, layer.weight_scale, layer.bias)
-        return scaled_mm.weight_only_linear(x, layer.weight, layer.weight_scale, layer.bias)
+        return layer.ops.fp8_linear(x, layer.weight, layer.weight_scale, layer.bias)
 
 
 class Fp8Config(QuantizationConfig):

@@ -10,10 +10,11 @@ tensor is dequantized by the loader into the model dtype.
 A fused layer's shards may have different ggml types (llama.cpp's Q4_K_M
 gives v_proj Q6_K and q/k Q4_K), so a layer stores its shards one after the
 other in one flat byte buffer ``qweight``, each ``[rows, row_bytes]`` of its
-own type; ``apply`` runs one dequant-matmul per run of same-typed shards
-and concatenates the outputs. On a GPU the matmul is the fused Triton
-kernel for small batches and Triton dequantization + dense matmul for large
-ones; elsewhere the torch dequantizer + matmul.
+own type; ``apply`` runs one dequant-matmul (the ``gguf_linear`` layer op)
+per run of same-typed shards and concatenates the outputs. On a GPU the op
+is the fused Triton kernel for small batches and Triton dequantization +
+dense matmul for large ones; elsewhere its reference, the torch dequantizer
++ matmul.
 """
 
 from __future__ import annotations
@@ -22,19 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from octavo.errors import ModelLoadError, QuantizationError
-from octavo.kernels.quant import use_triton
-from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, GGMLType, dequantize_gguf
+from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, GGMLType
 from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
 from octavo.quantization.naming import checkpoint_names
 from octavo.quantization.params import new_param, output_rows, shard_index
-
-# Batches up to this many tokens use the fused dequant-matmul kernel.
-FUSED_MAX_TOKENS = 32
-
 
 @dataclass(frozen=True)
 class _Segment:
@@ -46,20 +41,6 @@ class _Segment:
     @property
     def num_bytes(self) -> int:
         return self.rows * self.row_bytes
-
-
-def gguf_linear(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType) -> torch.Tensor:
-    """``x @ W.T`` for raw ggml rows ``[N, row_bytes]``."""
-    if ggml_type.is_quantized and use_triton(x):
-        from octavo.kernels.quant import gguf_triton
-
-        x2 = x.reshape(-1, x.shape[-1])
-        if x2.shape[0] <= FUSED_MAX_TOKENS:
-            out = gguf_triton.gguf_matmul(x2, raw, ggml_type)
-        else:
-            out = F.linear(x2, gguf_triton.gguf_dequantize(raw, ggml_type, x.dtype))
-        return out.reshape(*x.shape[:-1], -1)
-    return F.linear(x, dequantize_gguf(raw, ggml_type, x.dtype))
 
 
 class GGUFLinearMethod(LinearMethod):
@@ -112,7 +93,7 @@ class GGUFLinearMethod(LinearMethod):
             end = layer.gguf_segments[last].byte_offset + layer.gguf_segments[last].num_bytes
             rows = sum(s.rows for s in layer.gguf_segments[first : last + 1])
             raw = layer.qweight[start:end].view(rows, -1)
-            outputs.append(gguf_linear(x, raw, ggml_type))
+            outputs.append(layer.ops.gguf_linear(x, raw, ggml_type))
         out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
         return out if layer.bias is None else out + layer.bias
 

@@ -2,8 +2,8 @@
 
 GPTQ and AWQ checkpoints each have their own packing; after loading, both
 are converted into Octavo's one int4 layout (``octavo.kernels.quant.int4``)
-and computed by the same code: the Triton dequant-GEMM on a GPU, dequantize
-+ matmul in torch elsewhere. ``--quantization int4`` quantizes a 16/32-bit
+and computed by the same ``int4_linear`` layer op: the Triton dequant-GEMM
+on a GPU, its reference (dequantize + matmul in torch) elsewhere. ``--quantization int4`` quantizes a 16/32-bit
 checkpoint into that layout while loading (round to nearest, asymmetric,
 groups of 128 inputs, or 64/32 where 128 does not divide the layer).
 """
@@ -60,8 +60,9 @@ class Int4LinearMethod(LinearMethod):
     """The compute side shared by every int4 format."""
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        weight = int4_kernels.Int4Weight(layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.input_perm)
-        return int4_kernels.int4_linear(x, weight, layer.bias)
+        if layer.input_perm is not None:  # act-order: groups made contiguous at load
+            x = x.index_select(-1, layer.input_perm)
+        return layer.ops.int4_linear(x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias)
 
 
 class RtnInt4LinearMethod(Int4LinearMethod):

@@ -3,12 +3,12 @@
 Two methods, chosen by name:
 
 * ``int8`` -- W8A8: per-channel symmetric int8 weights and dynamic
-  per-token symmetric int8 activations, multiplied by ``torch._int_mm``
-  (int32 accumulation) where the probe says it runs (CPU, CUDA); elsewhere
-  the same integer product is emulated in the activation dtype;
+  per-token symmetric int8 activations: the ``int8_linear`` layer op,
+  ``torch._int_mm`` (int32 accumulation) where the probe says it runs (CPU,
+  CUDA), elsewhere its reference (the same integer product in float32);
 * ``int8_weight_only`` -- per-channel int8 weights, activations untouched
-  (the int8 weight is cast to the activation dtype, the scale applied to
-  the output).
+  (the ``int8_weight_only_linear`` op: the int8 weight cast to the
+  activation dtype, the scale applied to the output).
 
 Weight error bound: ``|W - dq| <= scale / 2`` per element, with
 ``scale = amax(|W[n]|) / 127``.
@@ -27,16 +27,6 @@ from octavo.quantization.naming import is_ignored
 from octavo.quantization.params import create_channel_scaled_weights, replace_param
 
 
-def _emulated_w8a8(x, qweight, weight_scale, bias):
-    """The W8A8 product without an int8 matmul: int8 values are exact in
-    bf16/fp16/fp32, so only the accumulation differs from ``_int_mm``."""
-    shape = x.shape
-    xq, x_scale = scaled_mm.quantize_int8_per_token(x.reshape(-1, shape[-1]))
-    acc = torch.matmul(xq.to(x.dtype), qweight.to(x.dtype).t()).to(torch.float32)
-    out = (acc * x_scale * weight_scale.reshape(1, -1)).to(x.dtype).reshape(*shape[:-1], -1)
-    return out if bias is None else out + bias
-
-
 class Int8LinearMethod(LinearMethod):
     def __init__(self, serialized: bool, w8a8: bool) -> None:
         self.serialized = serialized
@@ -53,15 +43,10 @@ class Int8LinearMethod(LinearMethod):
             weight, scale = scaled_mm.quantize_int8_per_channel(layer.weight.data)
         replace_param(layer, "weight", weight)
         replace_param(layer, "weight_scale", scale.contiguous())
-        if not self.w8a8:
-            layer.int8_kernel = scaled_mm.weight_only_linear
-        elif scaled_mm.int8_w8a8_supported(weight.device) and scaled_mm.w8a8_shape_ok(weight, 8):
-            layer.int8_kernel = scaled_mm.int8_w8a8_linear
-        else:
-            layer.int8_kernel = _emulated_w8a8
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return layer.int8_kernel(x, layer.weight, layer.weight_scale, layer.bias)
+        op = layer.ops.int8_linear if self.w8a8 else layer.ops.int8_weight_only_linear
+        return op(x, layer.weight, layer.weight_scale, layer.bias)
 
 
 class Int8Config(QuantizationConfig):

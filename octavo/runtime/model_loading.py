@@ -1,4 +1,9 @@
-"""Build the model for a worker: architecture, quantization, backend, weights."""
+"""Build the model for a worker: architecture, quantization, layer ops, backend, weights.
+
+The layer ops are resolved once here, for this model's dtype on this
+device, and the model is constructed inside their scope: every layer keeps
+the table it was built with (nothing is set on a module afterwards).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from octavo.models.loader import (
     safetensors_files,
 )
 from octavo.models.registry import build_registry
+from octavo.ops import LayerOps, layer_ops_scope, resolve_layer_ops
+from octavo.ops.resolution import log_layer_ops
 from octavo.platforms.interface import Platform
 from octavo.quantization.memory import log_weight_memory
 from octavo.quantization.registry import build_quant_config
@@ -36,6 +43,7 @@ class LoadedModel:
     layer_backends_by_index: dict[int, AttentionBackend]
     eos_token_ids: frozenset[int]
     weight_bytes: int
+    ops: LayerOps | None = None
 
     @property
     def layer_backends(self) -> list[AttentionBackend]:
@@ -99,6 +107,8 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
     quant_config = build_quant_config(config.quantization, arch.quantization_config, platform)
     dtype = dtype_from_name(config.dtype)
     kv_cache_dtype = dtype if config.kv_cache_dtype == "auto" else platform.kv_cache_dtype(config.kv_cache_dtype)
+    ops = resolve_layer_ops(platform, device, dtype)
+    log_layer_ops(ops, platform.name, dtype)
     ctx = ModelInitContext(
         config=arch,
         dtype=dtype,
@@ -107,15 +117,16 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         max_model_len=config.max_model_len,
         block_size=config.block_size,
         kv_cache_dtype=kv_cache_dtype,
+        ops=ops,
     )
-    with timed_phase("build model"), torch.device(device):
+    with timed_phase("build model"), torch.device(device), layer_ops_scope(ops):
         model = model_class(ctx)
     with timed_phase(f"load weights ({config.load_format})"):
         _load_weights(model, config, arch)
         process_weights_after_loading(model)
     log_weight_memory(model, quant_config.name if quant_config is not None else None)
     with timed_phase("optimize model"):
-        platform.optimize_model(model)
+        platform.optimize_model(model)  # plugin API 1.0; layer ops are the way to bring kernels
     model.eval()
     backends = {m.layer_index: m.backend for m in model.modules() if isinstance(m, Attention)}
     return LoadedModel(
@@ -124,4 +135,5 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         layer_backends_by_index=backends,
         eos_token_ids=eos_token_ids(None, arch.raw, generation_config),
         weight_bytes=weight_bytes(model),
+        ops=ops,
     )

@@ -74,7 +74,8 @@ def cases(attention_only: bool = False):
     yield "direct decode", sk._split_kv_kernel, dict(
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
         USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
-    yield "silu_and_mul", activation._silu_and_mul_kernel, dict(INTERMEDIATE=14336, BLOCK=1024), None
+    for act_name, act in (("silu", activation.SILU), ("gelu", activation.GELU), ("gelu_tanh", activation.GELU_TANH)):
+        yield f"{act_name}_and_mul", activation._gated_kernel, dict(INTERMEDIATE=14336, BLOCK=1024, ACT=act), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
     for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,

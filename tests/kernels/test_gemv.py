@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from octavo.kernels.gemv import GemvConfig, gemv, gemv_silu_mul, linear_small_batch  # noqa: E402
+from octavo.kernels.gemv import GemvConfig, gemv, gemv_silu_mul, linear_gemv  # noqa: E402
 from octavo.kernels.reference import silu_and_mul_reference  # noqa: E402
 
 TOLERANCES = {
@@ -61,12 +61,12 @@ def test_gemv_reads_strided_rows(device):
     torch.testing.assert_close(gemv(x, weight), F.linear(x, weight), **TOLERANCES[torch.float32])
 
 
-def test_linear_small_batch_dispatch(device):
+def test_linear_gemv_takes_what_the_kernel_cannot(device):
+    # The layer op's entry point: 2-D rows for the kernel, F.linear for the rest.
     weight = randn(24, 32, device=device, seed=1)
-    for num_tokens in (0, 1, 4, 9):
-        x = randn(num_tokens, 32, device=device)
-        out = linear_small_batch(x, weight, None)
-        assert out.shape == (num_tokens, 24)
+    for x in (randn(0, 32, device=device), randn(1, 32, device=device), randn(2, 1, 32, device=device)):
+        out = linear_gemv(x, weight, None)
+        assert out.shape == (*x.shape[:-1], 24)
         torch.testing.assert_close(out, F.linear(x, weight), **TOLERANCES[torch.float32])
 
 

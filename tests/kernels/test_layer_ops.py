@@ -1,4 +1,5 @@
-"""Fused RMSNorm, rotary embedding and SiLU-and-mul against the layers' references."""
+"""Octavo's Triton layer-op kernels (RMSNorm, rotary embedding, gated
+activations) against the registry's references (``octavo.ops.reference``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from octavo.kernels.activation import silu_and_mul  # noqa: E402
-from octavo.kernels.fused_ops import install_triton_ops  # noqa: E402
+from octavo.kernels.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul  # noqa: E402
 from octavo.kernels.reference import (  # noqa: E402
     apply_rotary_reference,
     fused_add_rms_norm_reference,
@@ -17,9 +17,8 @@ from octavo.kernels.reference import (  # noqa: E402
 )
 from octavo.kernels.rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
 from octavo.kernels.rotary import apply_rotary  # noqa: E402
-from octavo.models.layers.activation import SiluAndMul  # noqa: E402
-from octavo.models.layers.norm import RMSNorm  # noqa: E402
 from octavo.models.layers.rotary import RotaryEmbedding  # noqa: E402
+from octavo.ops import reference  # noqa: E402
 from tests.kernels.tolerances import assert_same_rounding  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -89,47 +88,22 @@ def test_silu_and_mul(dtype, device):
     torch.testing.assert_close(silu_and_mul(x), silu_and_mul_reference(x), **TOLERANCES[dtype])
 
 
-def test_install_triton_ops_routes_layers_through_kernels(device):
-    model = torch.nn.ModuleDict(
-        {"norm": RMSNorm(32, 1e-6), "rope": RotaryEmbedding(16, 64, 10000.0, None), "act": SiluAndMul()}
-    ).to(device)
-    installed = install_triton_ops(model)
-    assert (installed.num_rms_norms, installed.num_rotary_embeddings, installed.num_silu_and_muls) == (1, 1, 1)
-    x, residual = randn(2, 32, device=device), randn(2, 32, device=device, seed=3)
-    normed, summed = model["norm"](x, residual)
-    torch.testing.assert_close(normed, rms_norm_reference(x + residual, model["norm"].weight, 1e-6))
-    torch.testing.assert_close(model["act"](x), silu_and_mul_reference(x))
-    q, k = randn(2, 2, 16, device=device), randn(2, 1, 16, device=device, seed=4)
-    positions = torch.tensor([3, 9], device=device)
-    expected = apply_rotary_reference(positions, q.clone(), k.clone(), model["rope"].cos_sin_cache)
-    torch.testing.assert_close(model["rope"](positions, q, k), expected)
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize(
+    "kernel,ref", [(gelu_and_mul, reference.gelu_and_mul), (gelu_tanh_and_mul, reference.gelu_tanh_and_mul)],
+    ids=["exact", "tanh"],
+)
+def test_gelu_and_mul(kernel, ref, dtype, device):
+    x = randn(3, 2 * 1100, dtype=dtype, device=device) * 4
+    torch.testing.assert_close(kernel(x), ref(x), **TOLERANCES[dtype])
 
 
-def test_install_triton_ops_gives_unquantized_linears_the_gemv(device):
-    from octavo.models.layers.embedding import ParallelLMHead
-    from octavo.models.layers.linear import MergedColumnParallelLinear, ReplicatedLinear
+def test_builtin_plugin_registers_the_kernels_for_cuda_only():
+    from octavo.kernels.builtin import builtin_layer_ops
 
-    class Mlp(torch.nn.Module):  # the hooks DecoderMLP offers
-        def __init__(self):
-            super().__init__()
-            self.gate_up_proj = MergedColumnParallelLinear(32, [24, 24])
-            self.fused_gate_up_act, self.fused_gate_up_max_tokens = None, 0
-
-    model = torch.nn.ModuleDict({"proj": ReplicatedLinear(32, 40, bias=True), "mlp": Mlp(),
-                                 "head": ParallelLMHead(50, 32, torch.float32)})
-    for p in model.parameters():
-        p.data.copy_(randn(*p.shape, seed=p.numel()))
-    model.to(device)
-    installed = install_triton_ops(model)
-    assert (installed.num_gemv_layers, installed.num_fused_gate_up_acts) == (3, 1)
-    tol = TOLERANCES[torch.float32]
-    for num_tokens in (1, 4, 7):  # past GEMV_MAX_TOKENS: F.linear
-        x = randn(num_tokens, 32, device=device, seed=num_tokens)
-        proj, mlp = model["proj"], model["mlp"]
-        torch.testing.assert_close(proj(x), torch.nn.functional.linear(x, proj.weight, proj.bias), **tol)
-        logits = model["head"].compute_logits(x)
-        torch.testing.assert_close(logits, torch.nn.functional.linear(x, model["head"].weight), **tol)
-    x = randn(2, 32, device=device)
-    gate_up = mlp.gate_up_proj
-    expected = silu_and_mul_reference(torch.nn.functional.linear(x, gate_up.weight))
-    torch.testing.assert_close(mlp.fused_gate_up_act(x, gate_up.weight, gate_up.bias), expected, **tol)
+    triton_impls = {impl.op: impl for impl in builtin_layer_ops() if impl.name in ("triton", "gemv")}
+    assert {"rms_norm", "rotary_and_cache", "gelu_tanh_and_mul", "linear", "linear_silu_and_mul"} <= set(triton_impls)
+    assert all(impl.device_types == ("cuda",) for impl in triton_impls.values())
+    assert triton_impls["linear"].max_tokens == 1  # OCTAVO_GEMV_MAX_TOKENS's default
+    for impl in triton_impls.values():  # importable, and taking the op's arguments
+        assert impl.load() is not None

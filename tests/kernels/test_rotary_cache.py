@@ -17,6 +17,7 @@ from octavo.kernels.rotary import apply_rotary, rotary_and_cache  # noqa: E402
 from octavo.models.layers.rotary import RotaryEmbedding  # noqa: E402
 from octavo.runtime.attention.triton_paged import TritonPagedAttention  # noqa: E402
 from tests.kernels.batches import BatchSpec, make_batch, mixed_requests  # noqa: E402
+from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 4, 2, 32, 16
 
@@ -72,7 +73,7 @@ def test_backend_forward_with_rotary(device):
 
     fused_cache = batch.kv_cache.clone()
     fused = backend.forward_with_rotary(
-        batch.query.clone(), batch.key.clone(), batch.value, fused_cache, metadata, positions, cos_sin
+        batch.query.clone(), batch.key.clone(), batch.value, fused_cache, metadata, positions, cos_sin, rotary_and_cache
     )
     plain_cache = batch.kv_cache.clone()
     q, k = apply_rotary(positions, batch.query.clone(), batch.key.clone(), cos_sin)
@@ -81,23 +82,26 @@ def test_backend_forward_with_rotary(device):
     assert torch.equal(fused, plain)
 
 
-def test_llm_on_fused_path_matches_reference(llama_dir, make_llm, monkeypatch):
+def test_llm_on_fused_path_matches_reference(llama_dir, make_llm, monkeypatch, sandbox):
     from octavo import SamplingParams
-    from octavo.kernels.fused_ops import install_triton_ops
+    from octavo.plugins.manager import reset_plugin_manager
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu
     from tests.models.test_hf_parity import make_prompts
     from tests.runtime.test_decode_overlap import vocab
 
     prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))[:2]]
     params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     reference = make_llm(llama_dir, max_num_seqs=2).generate(prompts, params)
+    add_triton_on_cpu(sandbox)  # Octavo's kernels for the cpu platform, as the cuda platform gets them
+    reset_plugin_manager()
     monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "triton_paged")
     llm = make_llm(llama_dir, max_num_seqs=2, enforce_eager=True)
-    model = llm.engine.executor.worker.runner.model
-    install_triton_ops(model)  # what the cuda platform does: the rotary impl makes the layer take the fused path
+    ops = llm.engine.executor.worker.runner.loaded.ops
+    assert (ops.choice("rotary_and_cache").impl, ops.choice("rotary_and_cache").plugin) == ("triton", "triton_on_cpu")
     calls = []
     backend_cls = TritonPagedAttention
     original = backend_cls.forward_with_rotary
-    monkeypatch.setattr(backend_cls, "forward_with_rotary", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(backend_cls, "forward_with_rotary", lambda self, *a: calls.append(a[-1]) or original(self, *a))
     outputs = llm.generate(prompts, params)
-    assert calls
+    assert calls and all(op is rotary_and_cache for op in calls)  # the kernel, handed over by the layer
     assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in reference]

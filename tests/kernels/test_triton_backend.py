@@ -15,6 +15,7 @@ from octavo.runtime.attention.torch_paged import TorchPagedAttention  # noqa: E4
 from octavo.runtime.attention.triton_paged import TritonPagedAttention  # noqa: E402
 from octavo.runtime.attention.triton_plan import SplitKvPolicy  # noqa: E402
 from tests.kernels.batches import BatchSpec, decode_requests, make_batch, mixed_requests  # noqa: E402
+from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
 
 
 def attention_spec(batch_spec: BatchSpec, sliding_window=None) -> AttentionSpec:
@@ -117,21 +118,23 @@ def test_registered_by_the_builtin_plugin():
 
 
 @pytest.mark.parametrize("min_split_seq_len", [1024, 1], ids=["one-launch", "split-decode"])
-def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, make_llm, monkeypatch):
+def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, make_llm, monkeypatch, sandbox):
     from octavo import SamplingParams
-    from octavo.kernels.fused_ops import install_triton_ops
     from octavo.platforms.cpu import CpuPlatform
+    from octavo.plugins.manager import reset_plugin_manager
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu
 
     prompts = [{"prompt_token_ids": [5, 9, 23, 7, 41, 3]}, {"prompt_token_ids": [12, 8, 30]}]
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in make_llm(llama_dir).generate(prompts, params)]
 
-    # The lightest way to run the triton path on the CPU platform: swap its
-    # backend and let optimize_model install the fused layer ops.
+    # The triton path on the CPU platform: swap its backend, and register
+    # Octavo's kernels for it as a vendor would (the GEMV up to the two
+    # decode rows of both requests).
     policy = SplitKvPolicy(min_seq_len=min_split_seq_len, min_tokens_per_split=1)
     monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec, policy))
-    monkeypatch.setattr(CpuPlatform, "optimize_model", lambda self, model: install_triton_ops(model))
-    monkeypatch.setattr("octavo.kernels.gemv.GEMV_MAX_TOKENS", 2)  # the decode steps of both requests
+    add_triton_on_cpu(sandbox, gemv_max_tokens=2)
+    reset_plugin_manager()
     plans = []
     build_metadata = TritonPagedAttention.build_metadata
 
@@ -144,9 +147,12 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     llm = make_llm(llama_dir, max_num_batched_tokens=5)  # the long prompt is chunked
     layer = llm.engine.executor.worker.runner.model.model.layers[0]
     assert isinstance(layer.self_attn.attn.backend, TritonPagedAttention)
-    assert layer.input_layernorm.impl is not None
+    ops = layer.input_layernorm.ops
+    assert ops.choice("rms_norm").impl == "triton" and ops.choice("fused_add_rms_norm").impl == "triton"
     # The decode steps run the GEMV, fused with the MLP's activation.
-    assert layer.self_attn.qkv_proj.small_batch_impl is not None and layer.mlp.fused_gate_up_act is not None
+    assert ops.choice("linear").describe() == "linear: gemv [triton_on_cpu] up to 2 tokens, else reference"
+    assert layer.mlp.linear_silu_and_mul is ops.linear_silu_and_mul
+    assert ops.choice("linear_silu_and_mul").fallback == "composed (linear, silu_and_mul)"
     outputs = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected
     assert (max(plans) > 1) == (min_split_seq_len == 1)

@@ -53,13 +53,13 @@ def test_quantize_on_load(quantization, quant_llama_dir, reference):
 
 
 def test_cpu_paths(quant_llama_dir):
-    """fp8 falls back to weight-only on the CPU; int8 runs W8A8 via torch._int_mm."""
-    from octavo.kernels.quant import scaled_mm
-
+    """fp8 falls back to weight-only (its layer op's reference) on the CPU; int8
+    runs W8A8 via torch._int_mm (the built-in plugin's int8_linear)."""
     fp8 = helpers.load(quant_llama_dir, "fp8")
-    assert not any(layer.use_w8a8 for layer in helpers.linear_layers(fp8.model).values())
+    assert fp8.ops.choice("fp8_linear").is_reference
     int8 = helpers.load(quant_llama_dir, "int8")
-    assert all(layer.int8_kernel is scaled_mm.int8_w8a8_linear for layer in helpers.linear_layers(int8.model).values())
+    choice = int8.ops.choice("int8_linear")
+    assert (choice.impl, choice.plugin) == ("int_mm", "octavo_builtin")
 
 
 def _check_meaning(loaded, meanings) -> None:

@@ -1,23 +1,12 @@
-"""Quantization kernels: plain-torch references (the CPU path) and Triton
-kernels (the GPU path), one format per module.
+"""Quantization kernels: the formats' layouts and torch dequantizers (the
+references' building blocks), and Triton kernels for the GPU path, one
+format per module.
 
-Every Triton entry point has a torch reference in the same family of
-modules and is tested against it, on the CPU through Triton's interpreter
-(``TRITON_INTERPRET=1``). Triton modules are imported lazily, only when a
-tensor on a GPU reaches them, so that a CPU-only install never needs Triton.
+The quantized GEMMs reach the layers as layer ops (``fp8_linear``,
+``int8_linear``, ``int4_linear``, ``gguf_linear``, ...; references in
+``octavo.ops.quant_reference``), registered for the GPU by
+``octavo.kernels.builtin``. Triton modules are imported only on a platform
+they serve, so that a CPU-only install never needs Triton; every Triton
+entry point is tested against its reference, on the CPU through Triton's
+interpreter (``TRITON_INTERPRET=1``).
 """
-
-from __future__ import annotations
-
-import torch
-
-
-def use_triton(x: torch.Tensor) -> bool:
-    """True when ``x`` lives on a GPU that Triton can compile for."""
-    if x.device.type != "cuda":
-        return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True

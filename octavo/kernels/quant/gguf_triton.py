@@ -14,10 +14,11 @@ values and are handled in torch.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from octavo.kernels.quant.gguf_dequant import GGMLType
+from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.quant.int4_triton import upcast_dot
 
 # Type codes inside the kernels (constexpr).
@@ -154,3 +155,20 @@ def gguf_dequantize(raw: torch.Tensor, ggml_type: GGMLType, dtype: torch.dtype) 
     _gguf_dequant_kernel[grid](raw, out, num_out, num_in, raw.shape[1], TYPE=_CODES[ggml_type.name],
                                BLOCK_N=block_n, BLOCK_K=block_k)
     return out
+
+
+# Batches up to this many tokens use the fused dequant-matmul kernel; larger
+# ones dequantize the weight once and take the dense matmul.
+FUSED_MAX_TOKENS = 32
+
+
+def gguf_linear(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType) -> torch.Tensor:
+    """The ``gguf_linear`` layer op on a GPU: ``x @ W.T`` for raw ggml rows ``[N, row_bytes]``."""
+    if ggml_type.name not in _CODES:  # plain F32/F16/BF16 rows: nothing to dequantize in a kernel
+        return F.linear(x, dequantize_gguf(raw, ggml_type, x.dtype))
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.shape[0] <= FUSED_MAX_TOKENS:
+        out = gguf_matmul(x2, raw, ggml_type)
+    else:
+        out = F.linear(x2, gguf_dequantize(raw, ggml_type, x.dtype))
+    return out.reshape(*x.shape[:-1], -1)

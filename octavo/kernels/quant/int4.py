@@ -14,17 +14,14 @@ with ``K`` inputs, ``N`` outputs and groups of ``group_size`` inputs:
 ``W[n, k] = (q[k, n] - zeros[g, n]) * scales[g, n]`` with ``g = k // group_size``,
 computed in float32 and rounded once to the activation dtype (the Triton
 kernel does the same, so both paths agree to the GEMM's accumulation order).
-GPTQ and AWQ checkpoints are converted into this layout after loading.
+GPTQ and AWQ checkpoints are converted into this layout after loading. The
+matmul is the ``int4_linear`` layer op (reference in
+``octavo.ops.quant_reference``, Triton kernel in ``int4_triton``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.nn.functional as F
-
-from octavo.kernels.quant import use_triton
 
 PACK_FACTOR = 8  # 4-bit values per int32
 _SHIFTS = tuple(range(0, 32, 4))
@@ -109,28 +106,3 @@ def quantize_int4_rtn(weight: torch.Tensor, group_size: int) -> tuple[torch.Tens
     values = torch.round(groups / scale[..., None] + zero[..., None]).clamp(0, 15)
     qweight = pack_int4_rows(values.reshape(out_features, in_features).t().to(torch.uint8))
     return qweight, scale.t().contiguous().to(weight.dtype), zero.t().contiguous().to(torch.uint8)
-
-
-@dataclass
-class Int4Weight:
-    """One layer's weight in Octavo's int4 layout (see the module docstring)."""
-
-    qweight: torch.Tensor
-    scales: torch.Tensor
-    zeros: torch.Tensor
-    group_size: int
-    input_perm: torch.Tensor | None = None
-
-
-def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ W.T + bias`` for an int4 weight: Triton on a GPU, torch elsewhere."""
-    if weight.input_perm is not None:
-        x = x.index_select(-1, weight.input_perm)
-    if use_triton(x):
-        from octavo.kernels.quant import int4_triton
-
-        out = int4_triton.int4_matmul(x.reshape(-1, x.shape[-1]), weight.qweight, weight.scales, weight.zeros, weight.group_size)
-        out = out.reshape(*x.shape[:-1], out.shape[-1])
-        return out if bias is None else out + bias
-    dense = dequantize_int4(weight.qweight, weight.scales, weight.zeros, weight.group_size, dtype=x.dtype)
-    return F.linear(x, dense, bias)

@@ -115,3 +115,17 @@ def int4_matmul(
         UPCAST_DOT=upcast_dot(x.dtype),
     )
     return out if split_k == 1 else out.to(x.dtype)
+
+
+def int4_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """The ``int4_linear`` layer op: ``x @ W.T + bias`` on a GPU."""
+    out = int4_matmul(x.reshape(-1, x.shape[-1]), qweight, scales, zeros, group_size)
+    out = out.reshape(*x.shape[:-1], out.shape[-1])
+    return out if bias is None else out + bias

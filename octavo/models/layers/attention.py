@@ -2,11 +2,15 @@
 
 Which backend runs is decided when the model is built (the platform picks
 it); the per-step metadata and the KV caches arrive in the ``ForwardContext``
-passed down the model.
+passed down the model. With a backend that ``fuses_rotary``, the rotary
+embedding and the KV write run as one ``rotary_and_cache`` layer op (the
+one resolved for this model), which the backend calls in
+``forward_with_rotary``.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +18,7 @@ import torch
 from torch import nn
 
 from octavo.core.attention import AttentionBackend
+from octavo.ops import LayerOps, current_layer_ops
 
 
 @dataclass
@@ -24,14 +29,23 @@ class ForwardContext:
     kv_caches: list[torch.Tensor]
 
 
+def _takes_rotary_op(backend: AttentionBackend) -> bool:
+    """Plugin API 1.1 passes the resolved ``rotary_and_cache`` op to
+    ``forward_with_rotary``; a 1.0 backend's method takes one argument fewer."""
+    return len(inspect.signature(backend.forward_with_rotary).parameters) >= 8
+
+
 class Attention(nn.Module):
-    def __init__(self, backend: AttentionBackend, layer_index: int) -> None:
+    def __init__(self, backend: AttentionBackend, layer_index: int, ops: LayerOps | None = None) -> None:
         super().__init__()
         self.backend = backend
         self.layer_index = layer_index
         self.num_heads = backend.spec.num_heads
         self.num_kv_heads = backend.spec.num_kv_heads
         self.head_size = backend.spec.head_size
+        ops = ops or current_layer_ops()
+        self.fuses_rotary = bool(backend.fuses_rotary)
+        self.rotary_args = (ops.rotary_and_cache,) if self.fuses_rotary and _takes_rotary_op(backend) else ()
 
     def forward(
         self,
@@ -49,10 +63,10 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_size)
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
         kv_cache = ctx.kv_caches[self.layer_index]
-        # The fused kernel replaces the platform's rotary kernel, so only
-        # where one is installed: elsewhere the layer's torch code is the reference.
-        if rotary is not None and self.backend.fuses_rotary and rotary.impl is not None:
-            out = self.backend.forward_with_rotary(q, k, v, kv_cache, ctx.attn_metadata, positions, rotary.cos_sin_cache)
+        if rotary is not None and self.fuses_rotary:
+            out = self.backend.forward_with_rotary(
+                q, k, v, kv_cache, ctx.attn_metadata, positions, rotary.cos_sin_cache, *self.rotary_args
+            )
         else:
             if rotary is not None:
                 q, k = rotary(positions, q, k)

@@ -1,4 +1,8 @@
-"""Token embedding and LM head, split along the vocabulary across TP ranks."""
+"""Token embedding and LM head, split along the vocabulary across TP ranks.
+
+The LM head's projection is the ``linear`` layer op (a skinny-batch kernel
+at decode, where the platform has one).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from octavo.distributed.parallel_state import (
     tensor_model_parallel_all_reduce,
 )
 from octavo.errors import ModelLoadError
+from octavo.ops import LayerOps, current_layer_ops
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -51,18 +56,22 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(VocabParallelEmbedding):
     """The output projection; ``tie_to`` shares the embedding's weight."""
 
-    def __init__(self, vocab_size, hidden_size, dtype, prefix: str = "", tie_to: VocabParallelEmbedding | None = None):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        dtype,
+        prefix: str = "",
+        tie_to: VocabParallelEmbedding | None = None,
+        ops: LayerOps | None = None,
+    ):
         super().__init__(vocab_size, hidden_size, dtype, prefix)
         if tie_to is not None:
             self.weight = tie_to.weight
-        # fn(x, weight, bias) a platform may install for skinny (decode) batches.
-        self.small_batch_impl = None
+        self.ops = ops or current_layer_ops()
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.small_batch_impl is not None:
-            logits = self.small_batch_impl(hidden_states, self.weight, None)
-        else:
-            logits = F.linear(hidden_states, self.weight)
+        logits = self.ops.linear(hidden_states, self.weight, None)
         if self.tp_size > 1:
             logits = tensor_model_parallel_all_gather(logits, dim=-1)
         return logits[..., : self.vocab_size]

@@ -2,7 +2,8 @@
 
 The math is delegated to a ``LinearMethod`` (unquantized or a quantization
 plugin), so every format gets fused QKV / gate-up layers and tensor
-parallelism for free. ``weight_loader`` copies a checkpoint tensor into the
+parallelism for free; methods compute through the layer ops the layer was
+built with (``layer.ops``: ``linear``, ``fp8_linear``, ``int4_linear``, ...). ``weight_loader`` copies a checkpoint tensor into the
 right slice of a parameter: the shard of a fused layer (``shard_id``) and
 this rank's part of the split dimension, found from the parameter's
 ``output_dim`` / ``input_dim`` / ``packed_dim`` hints.
@@ -15,6 +16,7 @@ from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
 from octavo.errors import ModelLoadError
+from octavo.ops import LayerOps, current_layer_ops
 from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
 
 
@@ -40,13 +42,14 @@ class LinearBase(nn.Module):
         quant_config: QuantizationConfig | None,
         prefix: str,
         params_dtype: torch.dtype,
+        ops: LayerOps | None = None,
     ) -> None:
         super().__init__()
         self.input_size = input_size
         self.output_size = sum(output_sizes)
         self.prefix = prefix
-        # fn(x, weight, bias) a platform may install for unquantized layers.
-        self.small_batch_impl = None
+        # The model's resolved layer ops; the linear method computes through them.
+        self.ops = ops or current_layer_ops()
         tp = get_tp_group()
         self.tp_rank, self.tp_size = tp.rank, tp.world_size
         self.quant_method = (

@@ -3,7 +3,8 @@
 Supported ``rope_type``s: default, linear, llama3 (Llama 3.1), yarn. The
 cos/sin table is computed once in float32 and indexed by position; layers
 with the same rotary parameters share one table (computing it per layer was
-a measurable part of a small model's start-up).
+a measurable part of a small model's start-up). The rotation is the
+``rotary_embedding`` layer op (``octavo.ops``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import torch
 from torch import nn
 
 from octavo.errors import UnsupportedModelError
+from octavo.ops import LayerOps, current_layer_ops
+from octavo.ops.reference import rotary_embedding as apply_rotary_reference
+
+__all__ = ["RotaryEmbedding", "apply_rotary_reference", "compute_inv_freq", "cos_sin_table"]
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
@@ -69,21 +74,6 @@ def compute_inv_freq(head_size: int, base: float, rope_params: dict[str, Any] | 
     raise UnsupportedModelError(f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn are)")
 
 
-def apply_rotary_reference(positions, query, key, cos_sin_cache):
-    """Rotate ``query`` [T, H, D] and ``key`` [T, Hkv, D] in place of HF's math."""
-    cos_sin = cos_sin_cache[positions]  # [T, D] = cat(cos_half, sin_half)
-    half = cos_sin.shape[-1] // 2
-    cos = torch.cat([cos_sin[:, :half]] * 2, dim=-1)[:, None, :]
-    sin = torch.cat([cos_sin[:, half:]] * 2, dim=-1)[:, None, :]
-
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        c, s = cos.to(x.dtype), sin.to(x.dtype)
-        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-        return x * c + torch.cat((-x2, x1), dim=-1) * s
-
-    return rotate(query), rotate(key)
-
-
 # (head_size, max_position, base, rope params, device) -> the table, while some module holds it.
 _shared_tables: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -101,13 +91,19 @@ def cos_sin_table(head_size: int, max_position: int, base: float, rope_params: d
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_size: int, max_position: int, base: float, rope_params: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        head_size: int,
+        max_position: int,
+        base: float,
+        rope_params: dict[str, Any] | None,
+        ops: LayerOps | None = None,
+    ) -> None:
         super().__init__()
         self.head_size = head_size
         self.register_buffer("cos_sin_cache", cos_sin_table(head_size, max_position, base, rope_params), persistent=False)
-        self.impl = None  # a platform may swap in a fused kernel
+        self.ops = ops or current_layer_ops()
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
-        if self.impl is not None:
-            return self.impl(positions, query, key, self.cos_sin_cache)
-        return apply_rotary_reference(positions, query, key, self.cos_sin_cache)
+        """``(query, key)`` rotated at ``positions`` (possibly in place: use the result)."""
+        return self.ops.rotary_embedding(positions, query, key, self.cos_sin_cache)

@@ -106,11 +106,11 @@ class TritonPagedAttention(AttentionBackend):
         reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         return self._attend(query, kv_cache, metadata)
 
-    def forward_with_rotary(self, query, key, value, kv_cache, metadata, positions, cos_sin_cache) -> torch.Tensor:
-        from octavo.kernels.rotary import rotary_and_cache
-
+    def forward_with_rotary(
+        self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
+    ) -> torch.Tensor:
         self._check_slots(key, metadata)
-        rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
+        query = rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
         return self._attend(query, kv_cache, metadata)
 
     @staticmethod

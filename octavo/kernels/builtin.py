@@ -1,0 +1,90 @@
+"""Octavo's own kernels as layer-op implementations (the built-in plugin's
+``octavo_layer_ops``), registered exactly as a vendor's would be.
+
+Triton kernels serve the ``cuda`` device type (NVIDIA, and AMD through
+ROCm's HIP build of torch); they are listed only when Triton is installed,
+and imported only on a platform they serve. ``torch._int_mm`` (int8 W8A8)
+and ``torch._scaled_mm`` (fp8 W8A8) serve wherever a one-off probe on the
+device says they run. Priority 0: a vendor's implementation with a higher
+priority replaces any of these.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from octavo.errors import InvalidArgumentError
+from octavo.ops.impl import OpContext, OpImpl
+
+GEMV_MAX_TOKENS_ENV = "OCTAVO_GEMV_MAX_TOKENS"
+CUDA = ("cuda",)
+
+
+def gemv_max_tokens() -> int:
+    """Token counts up to this take the skinny-batch GEMV (``OCTAVO_GEMV_MAX_TOKENS``,
+    default 1; 0 turns it off for A/B runs against cuBLAS). On the H200 it
+    beats cuBLAS at 1 token only (a 4-layer chain: 1.15x at 1 token, 0.84x
+    at 2, 0.56x at 4; round 15 of benchmarks/RESULTS.md)."""
+    value = os.environ.get(GEMV_MAX_TOKENS_ENV, "1")
+    if not value.isdigit() or int(value) > 8:
+        raise InvalidArgumentError(f"{GEMV_MAX_TOKENS_ENV}={value!r}: expected a number of tokens from 0 (off) to 8")
+    return int(value)
+
+
+def _fp8_mm_runs(ctx: OpContext) -> str | None:
+    from octavo.kernels.quant.scaled_mm import fp8_w8a8_supported
+
+    return None if fp8_w8a8_supported(ctx.device) else "torch._scaled_mm does not run on this device"
+
+
+def _int_mm_runs(ctx: OpContext) -> str | None:
+    from octavo.kernels.quant.scaled_mm import int8_w8a8_supported
+
+    return None if int8_w8a8_supported(ctx.device) else "torch._int_mm does not run on this device"
+
+
+def _fp8_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
+    return qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+
+
+def _int_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
+    # CUDA's _int_mm wants dims in multiples of 8; the CPU's takes any.
+    return qweight.device.type != "cuda" or (qweight.shape[0] % 8 == 0 and qweight.shape[1] % 8 == 0)
+
+
+def builtin_layer_ops() -> list[OpImpl]:
+    scaled_mm = "octavo.kernels.quant.scaled_mm"
+    impls = [
+        OpImpl("int8_linear", "int_mm", f"{scaled_mm}:int8_w8a8_linear", supports=_int_mm_runs, accepts=_int_mm_shape_ok),
+        OpImpl(
+            "fp8_linear", "scaled_mm", f"{scaled_mm}:fp8_w8a8_linear", device_types=CUDA,
+            supports=_fp8_mm_runs, accepts=_fp8_mm_shape_ok,
+        ),
+    ]
+    if importlib.util.find_spec("triton") is None:
+        return impls
+    impls += [
+        OpImpl("rms_norm", "triton", "octavo.kernels.rms_norm:rms_norm", device_types=CUDA),
+        OpImpl("fused_add_rms_norm", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm", device_types=CUDA),
+        OpImpl("rotary_embedding", "triton", "octavo.kernels.rotary:apply_rotary", device_types=CUDA),
+        OpImpl("rotary_and_cache", "triton", "octavo.kernels.rotary:rotary_and_cache", device_types=CUDA),
+        OpImpl("silu_and_mul", "triton", "octavo.kernels.activation:silu_and_mul", device_types=CUDA),
+        OpImpl("gelu_and_mul", "triton", "octavo.kernels.activation:gelu_and_mul", device_types=CUDA),
+        OpImpl("gelu_tanh_and_mul", "triton", "octavo.kernels.activation:gelu_tanh_and_mul", device_types=CUDA),
+        OpImpl("int4_linear", "triton", "octavo.kernels.quant.int4_triton:int4_linear", device_types=CUDA),
+        OpImpl("gguf_linear", "triton", "octavo.kernels.quant.gguf_triton:gguf_linear", device_types=CUDA),
+    ]
+    try:
+        max_tokens = gemv_max_tokens()
+    except InvalidArgumentError:
+        max_tokens = 0  # the engine refuses the value at startup (check_layer_op_config)
+    if max_tokens:
+        impls += [
+            OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),
+            OpImpl(
+                "linear_silu_and_mul", "gemv", "octavo.kernels.gemv:gemv_silu_mul", device_types=CUDA,
+                max_tokens=max_tokens,
+            ),
+        ]
+    return impls

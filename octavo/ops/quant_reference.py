@@ -1,0 +1,82 @@
+"""Plain-torch references of the quantized GEMM ops, one per weight format.
+
+Each is the meaning of its op: dequantize the weight exactly as the format
+defines it (``octavo.kernels.quant``), then an ordinary matmul; W8A8 ops
+also define how activations are quantized. Implementations (a Triton
+dequant-GEMM, ``torch._scaled_mm``, a vendor's kernel) are tested against
+these within the op's tolerance. All take ``x`` as ``[num_tokens, K]`` in
+the activation dtype and return ``[num_tokens, N]`` in that dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
+from octavo.kernels.quant.int4 import dequantize_int4
+from octavo.kernels.quant.scaled_mm import quantize_int8_per_token, weight_only_linear
+
+
+def fp8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ (qweight * weight_scale[:, None]).T + bias``.
+
+    ``qweight``: float8_e4m3fn ``[N, K]``; ``weight_scale``: float32 ``[N]``
+    (one per output channel). The reference casts the weight to ``x.dtype``
+    (exact) and scales the output. An implementation may also quantize the
+    activations to fp8 per token (W8A8, as ``torch._scaled_mm`` does): the
+    op's tolerance allows for it.
+    """
+    return weight_only_linear(x, qweight, weight_scale, bias)
+
+
+def int8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """W8A8 int8: activations quantized per token (symmetric, ``amax / 127``,
+    round to nearest), times the int8 weight ``[N, K]`` with float32
+    ``weight_scale [N]``; the integer product is exact (int32 or float32
+    accumulation), then scaled by both scales in float32 and rounded to
+    ``x.dtype``."""
+    xq, x_scale = quantize_int8_per_token(x)
+    acc = xq.to(torch.float32) @ qweight.to(torch.float32).t()
+    out = (acc * x_scale * weight_scale.reshape(1, -1)).to(x.dtype)
+    return out if bias is None else out + bias
+
+
+def int8_weight_only_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ (qweight * weight_scale[:, None]).T + bias`` for an int8 ``[N, K]``
+    weight with float32 per-channel ``weight_scale [N]``; activations untouched."""
+    return weight_only_linear(x, qweight, weight_scale, bias)
+
+
+def int4_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """``x @ W.T + bias`` for Octavo's int4 layout (``octavo.kernels.quant.int4``).
+
+    ``qweight``: int32 ``[K // 8, N]`` (input ``k`` in nibble ``k % 8`` of
+    row ``k // 8``); ``scales``: ``[K // group_size, N]`` in ``x.dtype``;
+    ``zeros``: uint8 ``[K // group_size, N]``; ``W[n, k] = (q[k, n] -
+    zeros[g, n]) * scales[g, n]``, ``g = k // group_size``, in float32 rounded
+    once to ``x.dtype``. Act-order permutations are applied by the caller.
+    """
+    dense = dequantize_int4(qweight, scales, zeros, group_size, dtype=x.dtype)
+    return F.linear(x, dense, bias)
+
+
+def gguf_linear(x: torch.Tensor, qweight: torch.Tensor, ggml_type: GGMLType) -> torch.Tensor:
+    """``x @ W.T`` for raw ggml rows: ``qweight`` uint8 ``[N, row_bytes]`` of
+    ``ggml_type`` (``octavo.kernels.quant.gguf_dequant``: F32/F16/BF16, Q8_0,
+    Q4_0, Q4_K, Q5_K, Q6_K), dequantized in float32 then rounded to
+    ``x.dtype``. No bias: the GGUF method adds it."""
+    return F.linear(x, dequantize_gguf(qweight, ggml_type, x.dtype))

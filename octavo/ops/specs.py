@@ -1,0 +1,116 @@
+"""The registry of named layer ops: each op's signature, reference and tolerance.
+
+An op's *signature* is its reference's (``reference.py``,
+``quant_reference.py``): an implementation must accept the same
+positional arguments and return the same kind of result. Its *contract*
+is the reference's docstring. Its *tolerance* is how far an
+implementation's output may be from the reference's on the same inputs,
+per activation dtype: elementwise ``|ours - ref| <= atol + rtol * |ref|``,
+or, for ops whose implementations may quantize activations, a bound on
+``||ours - ref|| / ||ref||``. The conformance kit checks every registered
+implementation against these.
+
+Adding an op is additive (a plugin API minor version): a reference, a
+spec here, and a field of ``LayerOps``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from octavo.ops import quant_reference, reference
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+ACTIVATION_DTYPES = (F32, BF16, F16)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = 0.0
+    rtol: float = 0.0
+    # When set, the bound is on the relative error norm instead of elementwise.
+    relative_norm: float | None = None
+
+    def describe(self) -> str:
+        if self.relative_norm is not None:
+            return f"||err|| <= {self.relative_norm:g} ||ref||"
+        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+# Elementwise ops and skinny GEMMs: float32 to accumulation order; half
+# precision within about two ulps of the output (kernels round once where
+# the reference rounds per operation).
+ELEMENTWISE = {F32: Tolerance(1e-5, 1e-5), F16: Tolerance(2e-3, 2e-3), BF16: Tolerance(1.6e-2, 1.6e-2)}
+GEMM = {F32: Tolerance(1e-4, 1e-4), F16: Tolerance(4e-3, 4e-3), BF16: Tolerance(2e-2, 2e-2)}
+# fp8 W8A8 quantizes activations to 3 mantissa bits: up to 2**-4 relative per element.
+FP8 = {dtype: Tolerance(relative_norm=0.08) for dtype in ACTIVATION_DTYPES}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    reference: Callable
+    tolerance: dict[torch.dtype, Tolerance]
+    summary: str
+    # Fused ops whose fallback is a composition of already-resolved ops
+    # (e.g. linear then silu_and_mul) rather than their own reference.
+    compose: Callable[[dict[str, Callable]], Callable] | None = None
+    composed_of: tuple[str, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = ACTIVATION_DTYPES
+    params: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(inspect.signature(self.reference).parameters)
+        object.__setattr__(self, "params", names)
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.reference)
+
+    def describe_signature(self) -> str:
+        return f"{self.name}{self.signature}"
+
+
+def _compose_linear_silu_and_mul(ops: dict[str, Callable]) -> Callable:
+    linear, silu_and_mul = ops["linear"], ops["silu_and_mul"]
+
+    def linear_then_silu_and_mul(x, weight, bias):
+        return silu_and_mul(linear(x, weight, bias))
+
+    return linear_then_silu_and_mul
+
+
+_SPECS = (
+    OpSpec("rms_norm", reference.rms_norm, ELEMENTWISE, "RMSNorm"),
+    OpSpec("fused_add_rms_norm", reference.fused_add_rms_norm, ELEMENTWISE, "residual add, then RMSNorm"),
+    OpSpec("rotary_embedding", reference.rotary_embedding, ELEMENTWISE, "rotary embedding (rotate half) of q and k"),
+    OpSpec(
+        "rotary_and_cache", reference.rotary_and_cache, ELEMENTWISE,
+        "rotary embedding and the KV-cache write in one (backends with fuses_rotary)",
+    ),
+    OpSpec("silu_and_mul", reference.silu_and_mul, ELEMENTWISE, "SiLU(gate) * up"),
+    OpSpec("gelu_and_mul", reference.gelu_and_mul, ELEMENTWISE, "GELU(gate) * up, exact"),
+    OpSpec("gelu_tanh_and_mul", reference.gelu_tanh_and_mul, ELEMENTWISE, "GELU(gate) * up, tanh approximation"),
+    OpSpec("linear", reference.linear, GEMM, "unquantized linear layer (skinny-batch kernels)"),
+    OpSpec(
+        "linear_silu_and_mul", reference.linear_silu_and_mul, GEMM, "gate-up projection fused with SiLU-and-mul",
+        compose=_compose_linear_silu_and_mul, composed_of=("linear", "silu_and_mul"),
+    ),
+    OpSpec("fused_moe", reference.fused_moe, GEMM, "routed experts' weighted MLP sum"),
+    OpSpec("fp8_linear", quant_reference.fp8_linear, FP8, "fp8 e4m3 per-channel weights"),
+    OpSpec("int8_linear", quant_reference.int8_linear, GEMM, "int8 W8A8, dynamic per-token activations"),
+    OpSpec("int8_weight_only_linear", quant_reference.int8_weight_only_linear, GEMM, "int8 per-channel weights"),
+    OpSpec("int4_linear", quant_reference.int4_linear, GEMM, "int4 grouped weights (GPTQ/AWQ/RTN layout)"),
+    OpSpec("gguf_linear", quant_reference.gguf_linear, GEMM, "GGUF (ggml) quantized rows"),
+)
+
+# In resolution order: an op composed of others comes after them.
+OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def op_names() -> list[str]:
+    return list(OP_SPECS)

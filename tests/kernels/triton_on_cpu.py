@@ -1,0 +1,29 @@
+"""A test plugin that registers Octavo's own Triton kernels for the ``cpu``
+platform (Triton's interpreter runs them there), exactly as a vendor
+registers its kernels: the way kernel tests run a whole model on the fast
+path without a GPU. ``gemv_max_tokens`` lets a test widen the GEMV's
+per-call condition so that decode steps of a few requests take it too.
+"""
+
+from __future__ import annotations
+
+SOURCE = '''
+OCTAVO_PLUGIN_API_VERSION = "1.1"
+import dataclasses
+from octavo.kernels.builtin import CUDA, builtin_layer_ops
+
+@hookimpl
+def octavo_layer_ops():
+    impls = []
+    for impl in builtin_layer_ops():
+        if impl.device_types != CUDA or impl.supports is not None:
+            continue  # the torch._scaled_mm path needs a GPU
+        max_tokens = {gemv_max_tokens} if impl.max_tokens is not None else None
+        impls.append(dataclasses.replace(impl, device_types=(), platforms=("cpu",), priority=1, max_tokens=max_tokens))
+    return impls
+'''
+
+
+def add_triton_on_cpu(sandbox, gemv_max_tokens: int = 1, name: str = "triton_on_cpu") -> None:
+    """Register the plugin in a ``tests.plugins.fake_plugins`` sandbox."""
+    sandbox.add(name, SOURCE.format(gemv_max_tokens=gemv_max_tokens))
