@@ -58,13 +58,9 @@ def check(name: str, got: torch.Tensor, expected: torch.Tensor, tolerance: float
 
 def random_gguf(type_name: str, rows: int, cols: int, device) -> torch.Tensor:
     """Random bytes of ``type_name`` with sane fp16 scales (no inf/NaN)."""
-    t = GGML_TYPES_BY_NAME[type_name]
-    blocks = torch.randint(0, 256, (rows * cols // t.block_elems, t.block_bytes), dtype=torch.uint8)
-    scale_offsets = {"Q8_0": (0,), "Q4_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}[type_name]
-    for offset in scale_offsets:
-        scales = (torch.rand(blocks.shape[0], 1) * 0.002).to(torch.float16)
-        blocks[:, offset : offset + 2] = scales.view(torch.uint8)
-    return blocks.reshape(rows, -1).to(device)
+    from octavo.kernels.quant.gguf_dequant import random_gguf_rows
+
+    return random_gguf_rows(type_name, rows, cols).to(device)
 
 
 def correctness(device: torch.device) -> None:

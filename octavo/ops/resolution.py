@@ -97,6 +97,16 @@ def check_layer_op_overrides(platform_name: str) -> None:
             )
 
 
+@dataclass
+class Candidates:
+    """The implementations of every op that serve a model here, best first,
+    and those that refused it (``octavo env``, the conformance kit)."""
+
+    registered: list[Registered]
+    serving: dict[str, list[Loaded]]
+    refused: dict[str, list[tuple[Loaded, str]]]
+
+
 def _load_for_platform(registered: list[Registered], ctx: OpContext) -> list[Loaded]:
     loaded = []
     for entry in registered:
@@ -118,6 +128,34 @@ def _refusal(entry: Registered, ctx: OpContext) -> str | None:
         raise _PluginFailed(entry.plugin, f"layer op {entry.impl.label}: supports raised {type(exc).__name__}: {exc}") from exc
 
 
+def _candidates(registered: list[Registered], ctx: OpContext) -> Candidates:
+    serving: dict[str, list[Loaded]] = {op: [] for op in OP_SPECS}
+    refused: dict[str, list[tuple[Loaded, str]]] = {op: [] for op in OP_SPECS}
+    for item in _load_for_platform(registered, ctx):
+        reason = _refusal(item.registered, ctx)
+        if reason is None:
+            serving[item.registered.impl.op].append(item)
+        else:
+            refused[item.registered.impl.op].append((item, reason))
+    for items in serving.values():
+        items.sort(key=lambda item: (-item.registered.impl.priority, -item.registered.order))
+    return Candidates(registered, serving, refused)
+
+
+def find_candidates(ctx: OpContext) -> Candidates:
+    """Every op's implementations for ``ctx``; plugins failing here are recorded
+    as broken and dropped whole (never half-installed)."""
+    from octavo.plugins.manager import record_broken
+
+    registered = registered_layer_ops()
+    while True:
+        try:
+            return _candidates(registered, ctx)
+        except _PluginFailed as failure:
+            record_broken(failure.plugin, failure.problem)
+            registered = [r for r in registered if r.plugin != failure.plugin]
+
+
 def _step(item: Loaded) -> ResolvedStep:
     impl = item.registered.impl
     conditions = []
@@ -129,63 +167,39 @@ def _step(item: Loaded) -> ResolvedStep:
     return ResolvedStep(item.fn, step, impl.max_tokens, impl.accepts)
 
 
-def _forced_chain(op: str, name: str, candidates: list[Loaded], registered: list[Registered], ctx: OpContext):
+def _forced(op: str, name: str, candidates: Candidates, ctx: OpContext) -> list[Loaded]:
     if name == REFERENCE:
         return []
-    serving, refusals = [], []
-    for item in candidates:
-        if item.registered.impl.name == name:
-            reason = _refusal(item.registered, ctx)
-            if reason is None:
-                serving.append(item)
-            else:
-                refusals.append(f"{item.registered.plugin}: {reason}")
-    for entry in registered:
-        if entry.impl.op == op and entry.impl.name == name and entry.impl.platform_mismatch(ctx.platform):
-            refusals.append(f"{entry.plugin}: {entry.impl.platform_mismatch(ctx.platform)}")
-    if not serving:
-        why = f" ({'; '.join(refusals)})" if refusals else ""
-        raise PlatformError(
-            f"{LAYER_OPS_ENV}: {op}={name} does not serve this model on {ctx.platform.name}{why} "
-            f"(installed: {_names_for(op, registered)})"
-        )
-    return serving
-
-
-def _resolve(loaded: list[Loaded], registered: list[Registered], ctx: OpContext, overrides: dict[str, str]) -> LayerOps:
-    chains: dict[str, list[ResolvedStep]] = {}
-    skipped: dict[str, list[str]] = {}
-    for op in OP_SPECS:
-        candidates = [item for item in loaded if item.registered.impl.op == op]
-        if op in overrides:
-            serving = _forced_chain(op, overrides[op], candidates, registered, ctx)
-        else:
-            serving = []
-            for item in candidates:
-                reason = _refusal(item.registered, ctx)
-                if reason is None:
-                    serving.append(item)
-                else:
-                    skipped.setdefault(op, []).append(f"{item.registered.impl.name} [{item.registered.plugin}] ({reason})")
-        serving.sort(key=lambda item: (-item.registered.impl.priority, -item.registered.order))
-        chains[op] = [_step(item) for item in serving]
-    return assemble_layer_ops(chains, skipped, set(overrides))
+    serving = [item for item in candidates.serving[op] if item.registered.impl.name == name]
+    if serving:
+        return serving
+    refusals = [f"{item.registered.plugin}: {why}" for item, why in candidates.refused[op] if item.registered.impl.name == name]
+    for entry in candidates.registered:
+        mismatch = entry.impl.platform_mismatch(ctx.platform)
+        if entry.impl.op == op and entry.impl.name == name and mismatch:
+            refusals.append(f"{entry.plugin}: {mismatch}")
+    why = f" ({'; '.join(refusals)})" if refusals else ""
+    raise PlatformError(
+        f"{LAYER_OPS_ENV}: {op}={name} does not serve this model on {ctx.platform.name}{why} "
+        f"(installed: {_names_for(op, candidates.registered)})"
+    )
 
 
 def resolve_layer_ops(platform, device: torch.device, dtype: torch.dtype) -> LayerOps:
     """The layer-op table for a model of ``dtype`` on ``device`` of ``platform``."""
-    from octavo.plugins.manager import record_broken
-
     ctx = OpContext(platform, device, dtype)
     overrides = parse_layer_op_overrides(os.environ.get(LAYER_OPS_ENV), platform.name)
-    registered = registered_layer_ops()
-    while True:
-        try:
-            loaded = _load_for_platform(registered, ctx)
-            return _resolve(loaded, registered, ctx, overrides)
-        except _PluginFailed as failure:
-            record_broken(failure.plugin, failure.problem)
-            registered = [r for r in registered if r.plugin != failure.plugin]
+    candidates = find_candidates(ctx)
+    chains: dict[str, list[ResolvedStep]] = {}
+    skipped: dict[str, list[str]] = {}
+    for op in OP_SPECS:
+        if op in overrides:
+            serving = _forced(op, overrides[op], candidates, ctx)
+        else:
+            serving = candidates.serving[op]
+            skipped[op] = [f"{i.registered.impl.name} [{i.registered.plugin}] ({why})" for i, why in candidates.refused[op]]
+        chains[op] = [_step(item) for item in serving]
+    return assemble_layer_ops(chains, skipped, set(overrides))
 
 
 def log_layer_ops(ops: LayerOps, platform_name: str, dtype: torch.dtype) -> None:

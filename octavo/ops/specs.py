@@ -60,6 +60,11 @@ class OpSpec:
     # (e.g. linear then silu_and_mul) rather than their own reference.
     compose: Callable[[dict[str, Callable]], Callable] | None = None
     composed_of: tuple[str, ...] = ()
+    # Arguments an implementation may overwrite (rotated in place), and
+    # arguments that are outputs (a cache it writes into); all others must
+    # come back unchanged. The conformance kit checks both.
+    may_modify: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
     dtypes: tuple[torch.dtype, ...] = ACTIVATION_DTYPES
     params: tuple[str, ...] = field(init=False)
 
@@ -87,10 +92,14 @@ def _compose_linear_silu_and_mul(ops: dict[str, Callable]) -> Callable:
 _SPECS = (
     OpSpec("rms_norm", reference.rms_norm, ELEMENTWISE, "RMSNorm"),
     OpSpec("fused_add_rms_norm", reference.fused_add_rms_norm, ELEMENTWISE, "residual add, then RMSNorm"),
-    OpSpec("rotary_embedding", reference.rotary_embedding, ELEMENTWISE, "rotary embedding (rotate half) of q and k"),
+    OpSpec(
+        "rotary_embedding", reference.rotary_embedding, ELEMENTWISE, "rotary embedding (rotate half) of q and k",
+        may_modify=("query", "key"),
+    ),
     OpSpec(
         "rotary_and_cache", reference.rotary_and_cache, ELEMENTWISE,
         "rotary embedding and the KV-cache write in one (backends with fuses_rotary)",
+        may_modify=("query",), writes=("kv_cache",),
     ),
     OpSpec("silu_and_mul", reference.silu_and_mul, ELEMENTWISE, "SiLU(gate) * up"),
     OpSpec("gelu_and_mul", reference.gelu_and_mul, ELEMENTWISE, "GELU(gate) * up, exact"),

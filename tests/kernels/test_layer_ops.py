@@ -20,6 +20,7 @@ from octavo.kernels.rotary import apply_rotary  # noqa: E402
 from octavo.models.layers.rotary import RotaryEmbedding  # noqa: E402
 from octavo.ops import reference  # noqa: E402
 from tests.kernels.tolerances import assert_same_rounding  # noqa: E402
+from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 IDS = ["fp32", "bf16", "fp16"]
@@ -107,3 +108,24 @@ def test_builtin_plugin_registers_the_kernels_for_cuda_only():
     assert triton_impls["linear"].max_tokens == 1  # OCTAVO_GEMV_MAX_TOKENS's default
     for impl in triton_impls.values():  # importable, and taking the op's arguments
         assert impl.load() is not None
+
+
+def test_conformance_kit_passes_octavo_kernels_and_the_fused_rotary_path(sandbox, monkeypatch, tmp_path):
+    # The kit a vendor runs, on Octavo's own kernels (registered for the cpu
+    # platform, float32 only to keep the interpreter's time down).
+    from octavo.platforms.cpu import CpuPlatform
+    from octavo.runtime.attention.triton_paged import TritonPagedAttention
+    from octavo.testing.conformance.checks import check_fused_rotary, make_context
+    from octavo.testing.conformance.ops import check_ops
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu
+
+    elementwise = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear")
+    add_triton_on_cpu(sandbox, ops=elementwise)
+    monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec))
+    ctx = make_context(CpuPlatform(), tmp_path)
+    ctx.dtypes = [torch.float32]
+    summary = check_ops(ctx)
+    for op in elementwise:
+        assert f"{op}={'gemv' if op == 'linear' else 'triton'} [triton_on_cpu]" in summary
+    assert "partly: linear: gemv [triton_on_cpu] up to 1 token, else reference" in summary
+    assert check_fused_rotary(ctx).startswith("2 configurations of forward_with_rotary match rotary + torch_paged")

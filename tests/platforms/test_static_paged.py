@@ -103,10 +103,10 @@ def test_batches_in_one_bucket_share_every_shape():
 
 def test_end_to_end_on_cpu_matches_hugging_face(tmp_path, fresh_plugins, monkeypatch, caplog):
     from octavo.platforms.cpu import CpuPlatform
-    from octavo.testing.conformance.model import compare_with_hf
+    from octavo.testing.conformance.model import build_tiny_llama, compare_with_hf
 
     monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "static_paged")
     with caplog.at_level("INFO", logger="octavo.platforms.attention_selection"):
-        summary = compare_with_hf(CpuPlatform(), tmp_path, torch.float32)
+        summary = compare_with_hf(CpuPlatform(), build_tiny_llama(tmp_path / "tiny-llama"), torch.float32)
     assert "cpu: attention backend static_paged (requested by OCTAVO_ATTENTION_BACKEND)" in caplog.messages
     assert summary.startswith("float32: 7/7 prompts token-identical to HF")

@@ -1,5 +1,6 @@
 """The example out-of-tree plugin (plugins/octavo-example-accelerator): its
-platform passes the conformance suite, and its quantization method runs.
+platform passes the conformance suite, its layer-op kernels are chosen and
+run inside Octavo's layers, and its quantization method runs.
 
 CI installs the package (so its entry point is used); from a bare checkout
 the tests import it from its source tree through ``OCTAVO_PLUGINS``.
@@ -52,9 +53,47 @@ def test_example_platform_passes_the_conformance_suite(example_plugin, tmp_path)
         ("interface", "passed"),
         ("kv_cache", "passed"),
         ("attention", "passed"),
+        ("fused_rotary", "skipped"),
+        ("ops", "passed"),
+        ("quantization", "passed"),
         ("model", "passed"),
+        ("plugin_models", "passed"),
+        ("two_devices", "skipped"),
     ], results
-    assert "example_paged x4, torch_paged x2" in results[2].detail  # sliding windows fall back
+    details = {r.name: r.detail for r in results}
+    assert "example_paged x4, torch_paged x2" in details["attention"]  # sliding windows fall back
+    assert "rms_norm=example [example_accelerator]" in details["ops"]
+    assert "linear=example_skinny [example_accelerator]" in details["ops"]
+    assert "partly: linear: example_skinny [example_accelerator] up to 4 tokens, else reference" in details["ops"]
+    assert details["quantization"].startswith("1 methods match their dequantized references (relative error): example_int8")
+    assert "ExampleLlamaForCausalLM [example_accelerator] vs LlamaForCausalLM: float32: 7/7" in details["plugin_models"]
+    assert details["two_devices"] == "1 example device visible; this check needs 2"
+
+
+def test_env_shows_the_example_kernels_chosen(example_plugin, capsys):
+    from octavo.entrypoints.cli.main import main
+
+    assert main(["env", "--platform", "example", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "    rms_norm: example [example_accelerator]\n" in out
+    assert "    linear: example_skinny [example_accelerator] up to 4 tokens, else reference\n" in out
+    assert "    fused_add_rms_norm: reference\n" in out
+
+
+def test_example_kernels_run_inside_octavo_layers(example_plugin, llama_dir, make_llm, monkeypatch):
+    from octavo_example_accelerator import ops
+
+    from octavo import SamplingParams
+
+    calls = []
+    for name in ("example_rms_norm", "example_skinny_linear"):
+        original = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    expected = make_llm(llama_dir).generate([[5, 6, 7, 8]], params)[0].outputs[0].token_ids
+    llm = make_llm(llama_dir, platform="example")
+    assert llm.generate([[5, 6, 7, 8]], params)[0].outputs[0].token_ids == expected
+    assert calls.count("example_rms_norm") == 6 and calls.count("example_skinny_linear") > 0
 
 
 def test_int8_linear_method_quantizes_per_output_channel(example_plugin):

@@ -220,3 +220,42 @@ def test_a_vendor_kernel_runs_inside_a_model(sandbox, llama_dir, make_llm):
     assert llm.generate([[5, 6, 7, 8]], params)[0].outputs[0].token_ids == expected
     # rms_norm without a residual: the first layer's input norm, once in each of the 4 steps.
     assert calls.count("rms_norm") == 4 and calls.count("gemv") > 0
+
+
+WRONG_KERNEL = '''
+OCTAVO_PLUGIN_API_VERSION = "1.1"
+from octavo.ops import OpImpl, reference
+
+def norm_without_eps(x, weight, eps):
+    return reference.rms_norm(x, weight, 0.5)
+
+def silu_in_place(x):
+    out = reference.silu_and_mul(x)
+    x.zero_()
+    return out
+
+@hookimpl
+def octavo_layer_ops():
+    return [OpImpl("{op}", "broken_kernel", {fn}, platforms=("cpu",))]
+'''
+
+
+@pytest.mark.parametrize(
+    "op, fn, problem",
+    [
+        ("rms_norm", "norm_without_eps", "rms_norm=broken_kernel [wrong_kernel] float32, 1 tokens x 64: output 0: max abs error"),
+        (
+            "silu_and_mul", "silu_in_place",
+            "silu_and_mul=broken_kernel [wrong_kernel] float32, 1 tokens x 2*300: it modified its argument x",
+        ),
+    ],
+)
+def test_the_conformance_kit_names_the_op_that_fails(sandbox, tmp_path, op, fn, problem):
+    from octavo.testing.conformance.checks import ConformanceFailure, make_context
+    from octavo.testing.conformance.ops import check_ops
+
+    sandbox.add("wrong_kernel", WRONG_KERNEL.format(op=op, fn=fn))
+    ctx = make_context(CpuPlatform(), tmp_path)
+    with pytest.raises(ConformanceFailure) as excinfo:
+        check_ops(ctx)
+    assert str(excinfo.value).startswith(problem)

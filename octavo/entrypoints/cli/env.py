@@ -1,7 +1,10 @@
 """``octavo env``: platforms found, the one selected and why, plugins, versions.
 
 Runs every installed platform's cheap probe (and nothing heavier) except for
-the selected platform, whose ``versions()`` may name its devices.
+the selected platform, whose ``versions()`` may name its devices and whose
+layer ops are resolved as a model of ``--dtype`` would get them (which
+implementation serves each op, from which plugin; plugins whose
+implementations fail to resolve are reported broken).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import platform as host
 ENV_VARIABLES = (
     "OCTAVO_PLATFORM", "OCTAVO_PLUGINS", "OCTAVO_DISABLE_PLUGIN_AUTOLOAD", "OCTAVO_ATTENTION_BACKEND",
     "OCTAVO_TILES_DECODE", "OCTAVO_TILES_SPLIT", "OCTAVO_TILES_PREFILL", "OCTAVO_SPLIT_MIN_SEQ_LEN",
-    "OCTAVO_GEMV", "OCTAVO_GEMV_SILU", "OCTAVO_GEMV_MAX_TOKENS",
+    "OCTAVO_GEMV", "OCTAVO_GEMV_SILU", "OCTAVO_GEMV_MAX_TOKENS", "OCTAVO_LAYER_OPS",
 )
 
 
@@ -22,11 +25,13 @@ def add_parser(sub) -> None:
     parser.add_argument("--platform", default=None, help="explain selecting this platform")
     parser.add_argument("--model", "-m", default=None, help="also report this model's weight memory")
     parser.add_argument("--quantization", "-q", default=None, help="with --model: quantize as when serving")
-    parser.add_argument("--dtype", default="bfloat16", help="with --model: the model dtype (default bfloat16)")
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="the model dtype for layer ops and --model (default bfloat16, if supported)"
+    )
     parser.set_defaults(func=run)
 
 
-def describe(requested: str | None = None) -> str:
+def describe(requested: str | None = None, dtype: str = "bfloat16") -> str:
     from octavo.plugins import API_VERSION
     from octavo.plugins.manager import broken_plugins, get_plugin_manager
     from octavo.version import __version__
@@ -37,13 +42,14 @@ def describe(requested: str | None = None) -> str:
     overrides = [f"{name}={os.environ[name]}" for name in ENV_VARIABLES if os.environ.get(name)]
     lines.append("environment: " + (", ".join(overrides) if overrides else "no OCTAVO_* overrides"))
     lines.append("plugins: " + ", ".join(get_plugin_manager().plugin_names()))
+    platform_lines = _describe_platforms(requested, dtype)  # resolving layer ops may find broken plugins
     for broken in broken_plugins():
         lines.append(f"  broken plugin {broken.name} (skipped): {broken.error}")
-    lines.extend(_describe_platforms(requested))
+    lines.extend(platform_lines)
     return "\n".join(lines)
 
 
-def _describe_platforms(requested: str | None) -> list[str]:
+def _describe_platforms(requested: str | None, dtype: str = "bfloat16") -> list[str]:
     from octavo.errors import OctavoError
     from octavo.plugins.selection import installed_platform_entries, probe_candidates, select_platform
 
@@ -62,6 +68,29 @@ def _describe_platforms(requested: str | None) -> list[str]:
         lines.append(_candidate_line(candidate, candidate.name == selection.platform.name))
     lines.append(f"selected: {selection.platform.name} ({selection.reason})")
     lines.extend(_describe_selected(selection.platform))
+    lines.extend(describe_layer_ops(selection.platform, dtype))
+    return lines
+
+
+def describe_layer_ops(platform, dtype_name: str) -> list[str]:
+    """Which implementation serves each layer op on ``platform`` for a model of ``dtype_name``."""
+    from octavo.errors import OctavoError
+    from octavo.ops import OP_SPECS, resolve_layer_ops
+    from octavo.runtime.config import dtype_from_name
+
+    dtype = dtype_from_name(dtype_name)
+    if dtype not in platform.supported_dtypes:
+        dtype = platform.supported_dtypes[0]
+    name = str(dtype).removeprefix("torch.")
+    try:
+        ops = resolve_layer_ops(platform, platform.device(0), dtype)
+    except OctavoError as exc:
+        return [f"  layer ops ({name}): cannot be resolved: {exc.message}"]
+    lines = [f"  layer ops ({name}; OCTAVO_LAYER_OPS=[platform:]op=impl overrides):"]
+    for op in OP_SPECS:
+        choice = ops.choice(op)
+        skipped = f" (not serving here: {'; '.join(choice.skipped)})" if choice.skipped else ""
+        lines.append(f"    {choice.describe()}{skipped}")
     return lines
 
 
@@ -109,7 +138,7 @@ def _version(package: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(describe(args.platform))
+    print(describe(args.platform, args.dtype))
     if args.model is not None:
         from octavo.quantization.memory import measure_weight_memory
 

@@ -12,10 +12,15 @@ def add_parser(sub) -> None:
     commands = parser.add_subparsers(dest="plugins_command", required=True)
     listing = commands.add_parser("list", help="loaded plugins and what each one provides")
     listing.set_defaults(func=run_list)
-    check = commands.add_parser("check", help="run the conformance suite against platform NAME")
+    check = commands.add_parser(
+        "check", help="run the conformance suite against platform NAME (and every plugin's ops, methods, models)"
+    )
     check.add_argument("name", help="platform name, e.g. cpu, cuda, example")
     check.add_argument(
-        "--only", default=None, help="comma-separated checks to run (interface, kv_cache, attention, model)"
+        "--only",
+        default=None,
+        help="comma-separated checks to run (interface, kv_cache, attention, fused_rotary, ops, quantization, "
+        "model, plugin_models, two_devices)",
     )
     check.add_argument("--workdir", default=None, help="keep the tiny checkpoint here instead of a temp dir")
     check.set_defaults(func=run_check)
@@ -46,7 +51,16 @@ def describe_plugins() -> str:
         for plugin, result in getattr(manager.hook, hook).with_plugin_names():
             if result:
                 lines.append(f"  [{plugin}] {', '.join(sorted(result))}")
+    lines.append("layer ops (op=implementation, for platforms / device types):")
+    for plugin, impls in manager.hook.octavo_layer_ops.with_plugin_names():
+        if impls:
+            lines.append(f"  [{plugin}] " + ", ".join(f"{impl.label}{_where(impl)}" for impl in impls))
     return "\n".join(lines)
+
+
+def _where(impl) -> str:
+    where = ", ".join(impl.platforms + impl.device_types)
+    return f" ({where})" if where else ""
 
 
 def run_list(args: argparse.Namespace) -> int:

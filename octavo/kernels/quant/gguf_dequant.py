@@ -145,3 +145,18 @@ def dequantize_gguf(raw: torch.Tensor, ggml_type: GGMLType, dtype: torch.dtype =
     blocks = raw.reshape(-1, ggml_type.block_bytes)
     values = _DEQUANTIZERS[ggml_type.name](blocks)
     return values.reshape(*raw.shape[:-1], num_elems).to(dtype)
+
+
+# Where each quantized type keeps its float16 scale fields, inside a block.
+SCALE_OFFSETS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def random_gguf_rows(type_name: str, rows: int, cols: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random ggml rows ``[rows, row_bytes]`` of ``type_name`` with sane float16
+    scales (no inf/NaN): inputs for kernel checks and benchmarks."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    blocks = torch.randint(0, 256, (rows * cols // t.block_elems, t.block_bytes), dtype=torch.uint8, generator=generator)
+    for offset in SCALE_OFFSETS[type_name]:
+        scales = (torch.rand(blocks.shape[0], 1, generator=generator) * 0.002).to(torch.float16)
+        blocks[:, offset : offset + 2] = scales.view(torch.uint8)
+    return blocks.reshape(rows, -1)

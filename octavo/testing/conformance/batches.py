@@ -18,6 +18,7 @@ backend runs the scenario against its own KV cache (allocated from its own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -116,13 +117,47 @@ def _random_inputs(scenario: Scenario, num_tokens: int, step_index: int, dtype: 
     return rand(spec.num_heads), rand(spec.num_kv_heads), rand(spec.num_kv_heads)
 
 
+@dataclass
+class RotaryInputs:
+    """Rotate q and k first: through ``forward_with_rotary`` with ``op`` (the
+    fused path), or, when ``op`` is None, with the reference rotary then ``forward``."""
+
+    cos_sin_cache: torch.Tensor  # float32 [max_position, head_size], on the CPU
+    op: Callable | None = None
+
+
+def _step_positions(scenario: Scenario, step: StepPlan) -> torch.Tensor:
+    positions = []
+    for request_id, num_new in step.scheduled.items():
+        start = scenario.requests[request_id].num_computed_tokens
+        positions.extend(range(start, start + num_new))
+    return torch.tensor(positions, dtype=torch.int64)
+
+
+def _attend(backend, query, key, value, kv_cache, metadata, positions, rotary: RotaryInputs | None):
+    if rotary is None:
+        return backend.forward(query, key, value, kv_cache, metadata)
+    cos_sin = rotary.cos_sin_cache.to(query.device)
+    if rotary.op is None:
+        from octavo.ops.reference import rotary_embedding
+
+        query, key = rotary_embedding(positions, query, key, cos_sin)
+        return backend.forward(query, key, value, kv_cache, metadata)
+    return backend.forward_with_rotary(query, key, value, kv_cache, metadata, positions, cos_sin, rotary.op)
+
+
 def run_scenario(
-    scenario: Scenario, backend: AttentionBackend, device: torch.device, input_dtype: torch.dtype | None = None
+    scenario: Scenario,
+    backend: AttentionBackend,
+    device: torch.device,
+    input_dtype: torch.dtype | None = None,
+    rotary: RotaryInputs | None = None,
 ) -> list[torch.Tensor]:
     """Each step's attention output (moved to the CPU, float32) from ``backend``.
 
     q/k/v are drawn in ``input_dtype`` (default: the backend's dtype) and
-    handed to the backend in its own dtype."""
+    handed to the backend in its own dtype; with ``rotary``, q and k are
+    rotated at the tokens' positions first."""
     spec = backend.spec
     kv_cache = torch.zeros(backend.kv_cache_shape(scenario.num_blocks), dtype=spec.kv_cache_dtype, device=device)
     computed = {rid: plan.num_computed_tokens for rid, plan in scenario.requests.items()}
@@ -133,7 +168,8 @@ def run_scenario(
             inputs = _random_inputs(scenario, batch.num_actual_tokens, index, spec.dtype, input_dtype or spec.dtype)
             query, key, value = (t.to(device) for t in inputs)
             metadata = backend.build_metadata(batch)
-            out = backend.forward(query, key, value, kv_cache, metadata)
+            positions = _step_positions(scenario, step).to(device)
+            out = _attend(backend, query, key, value, kv_cache, metadata, positions, rotary)
             outputs.append(out.to("cpu", torch.float32))
             if step.write_kv:
                 for request_id, num_new in step.scheduled.items():

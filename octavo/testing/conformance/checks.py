@@ -2,21 +2,34 @@
 one-line summary, or raises ``ConformanceFailure`` saying what is wrong (or
 ``ConformanceSkip`` when the platform legitimately cannot run it).
 
-1. ``check_interface``: the class attributes are well-formed, the probe says
+1. ``interface``: the class attributes are well-formed, the probe says
    available, a device computes a matmul equal to the CPU's, memory info is
    sane, ``synchronize`` returns.
-2. ``check_kv_cache``: the attention backend's KV cache is allocated on the
+2. ``kv_cache``: the attention backend's KV cache is allocated on the
    device, and its size is linear in the number of blocks (the runner sizes
    the cache from the size of one block).
-3. ``check_attention``: for every dtype the platform supports and a few
+3. ``attention``: for every dtype the platform supports and a few
    attention shapes (MHA, GQA, MQA with a sliding window), the platform's
    backend runs the mixed-batch scenario of ``batches`` (prefill and decode
    together, chunked prefill, prefix-cache hits, a step that writes no KV)
    and matches ``torch_paged`` run on the CPU in float32.
-4. ``check_model``: a tiny random Llama checkpoint (built with transformers)
+4. ``fused_rotary``: a backend that ``fuses_rotary``, called through
+   ``forward_with_rotary`` with the platform's resolved ``rotary_and_cache``,
+   matches the reference rotary followed by ``torch_paged`` (skipped when no
+   backend of the platform fuses it).
+5. ``ops``: every layer-op implementation serving this platform against
+   its op's reference over a grid of shapes and dtypes (``ops.py``); the
+   summary lists the ops that run their reference here.
+6. ``quantization``: every quantization method the platform runs against
+   its own dequantized reference (``quant.py``).
+7. ``model``: a tiny random Llama checkpoint (built with transformers)
    runs end to end through ``LLM`` on this platform (KV cache sized by the
    platform's ``kv_cache_budget``), with chunked prefill and prefix-cache
    hits, and its greedy tokens match Hugging Face's on the same device.
+8. ``plugin_models``: every model architecture a plugin registers, against
+   the transformers class it reproduces (``plugin_models.py``).
+9. ``two_devices``: tensor parallelism over two devices with the platform's
+   distributed backend gives one device's tokens (skipped with fewer).
 """
 
 from __future__ import annotations
@@ -30,7 +43,8 @@ import torch
 from octavo.core.attention import AttentionSpec
 from octavo.platforms.interface import Platform
 from octavo.runtime.attention.torch_paged import TorchPagedAttention
-from octavo.testing.conformance.batches import mixed_scenario, run_scenario
+from octavo.testing.conformance.batches import RotaryInputs, mixed_scenario, run_scenario
+from octavo.testing.conformance.op_cases import cos_sin_table
 
 # Attention output tolerance (absolute, outputs are O(1)) per dtype.
 ATTENTION_ATOL = {torch.float32: 2e-3, torch.bfloat16: 3e-2, torch.float16: 5e-3}
@@ -137,12 +151,20 @@ def check_attention(ctx: ConformanceContext) -> str:
     return summary + (f"; skipped: {', '.join(skipped)}" if skipped else "")
 
 
-def _attention_error(ctx: ConformanceContext, backend, spec: AttentionSpec) -> float:
+def _attention_error(ctx: ConformanceContext, backend, spec: AttentionSpec, rotary_op=None) -> float:
+    """Max abs error of ``backend`` against torch_paged on the CPU in float32;
+    with ``rotary_op``, through ``forward_with_rotary`` against the reference
+    rotary followed by ``forward``."""
     scenario = mixed_scenario(spec, seed=len(ctx.dtypes))
-    outputs = run_scenario(scenario, backend, ctx.device)
+    table = cos_sin_table(spec.head_size, 256) if rotary_op is not None else None
+    fused = RotaryInputs(table, rotary_op) if rotary_op is not None else None
+    outputs = run_scenario(scenario, backend, ctx.device, rotary=fused)
     ctx.platform.synchronize()
     reference_spec = _spec((spec.num_heads, spec.num_kv_heads, spec.head_size, spec.sliding_window), torch.float32)
-    reference = run_scenario(scenario, TorchPagedAttention(reference_spec), torch.device("cpu"), input_dtype=spec.dtype)
+    plain = RotaryInputs(table) if rotary_op is not None else None
+    reference = run_scenario(
+        scenario, TorchPagedAttention(reference_spec), torch.device("cpu"), input_dtype=spec.dtype, rotary=plain
+    )
     error = 0.0
     for step, (ours, ref) in enumerate(zip(outputs, reference)):
         shapes = f"output shape {tuple(ours.shape)}, expected {tuple(ref.shape)}"
@@ -153,19 +175,74 @@ def _attention_error(ctx: ConformanceContext, backend, spec: AttentionSpec) -> f
     return error
 
 
+def check_fused_rotary(ctx: ConformanceContext) -> str:
+    """Backends that fuse the rotary embedding into the KV write, with the
+    platform's resolved ``rotary_and_cache``, against rotary then attention."""
+    from octavo.ops import resolve_layer_ops
+
+    checked, unfused, worst = [], set(), 0.0
+    for dtype in ctx.dtypes:
+        op = resolve_layer_ops(ctx.platform, ctx.device, dtype).rotary_and_cache
+        for shape in ATTENTION_SHAPES[:2]:
+            spec = _spec(shape, dtype)
+            backend = ctx.platform.attention_backend(spec)
+            if not backend.fuses_rotary:
+                unfused.add(backend.name)
+                continue
+            error = _attention_error(ctx, backend, spec, rotary_op=op)
+            atol = ATTENTION_ATOL[dtype]
+            label = f"{backend.name} {str(dtype).removeprefix('torch.')} heads={shape[0]}/{shape[1]}"
+            _require(error <= atol, f"{label}: forward_with_rotary is {error:.2e} from rotary + torch_paged (tolerance {atol})")
+            checked.append(backend.name)
+            worst = max(worst, error)
+    if not checked:
+        raise ConformanceSkip(f"the platform's attention backends ({', '.join(sorted(unfused))}) do not fuse the rotary embedding")
+    return f"{len(checked)} configurations of forward_with_rotary match rotary + torch_paged (max abs error {worst:.1e})"
+
+
 def check_model(ctx: ConformanceContext) -> str:
-    from octavo.testing.conformance.model import compare_with_hf
+    from octavo.testing.conformance.model import build_tiny_llama, compare_with_hf
 
     summaries = []
+    path = build_tiny_llama(ctx.workdir / "tiny-llama")
     for dtype in ctx.dtypes[:2]:
-        summaries.append(compare_with_hf(ctx.platform, ctx.workdir, dtype))
+        summaries.append(compare_with_hf(ctx.platform, path, dtype))
         gc.collect()
     return "; ".join(summaries)
+
+
+def check_ops(ctx: ConformanceContext) -> str:
+    from octavo.testing.conformance.ops import check_ops as run
+
+    return run(ctx)
+
+
+def check_quantization(ctx: ConformanceContext) -> str:
+    from octavo.testing.conformance.quant import check_quantization as run
+
+    return run(ctx)
+
+
+def check_plugin_models(ctx: ConformanceContext) -> str:
+    from octavo.testing.conformance.plugin_models import check_plugin_models as run
+
+    return run(ctx)
+
+
+def check_two_devices(ctx: ConformanceContext) -> str:
+    from octavo.testing.conformance.plugin_models import check_two_devices as run
+
+    return run(ctx)
 
 
 CHECKS = {
     "interface": check_interface,
     "kv_cache": check_kv_cache,
     "attention": check_attention,
+    "fused_rotary": check_fused_rotary,
+    "ops": check_ops,
+    "quantization": check_quantization,
     "model": check_model,
+    "plugin_models": check_plugin_models,
+    "two_devices": check_two_devices,
 }

@@ -38,32 +38,44 @@ class Greedy:
     top5: list[list[int]]
 
 
+# The size fields of a tiny decoder, understood by most transformers configs.
+TINY_CONFIG = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    bos_token_id=0,
+    eos_token_id=1,
+    rms_norm_eps=1e-6,
+)
+
+
 def build_tiny_llama(out_dir: Path, seed: int = 0) -> Path:
     """A random 2-layer Llama checkpoint (safetensors) in ``out_dir``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    return build_tiny_checkpoint(out_dir, "LlamaForCausalLM", seed=seed)
+
+
+def build_tiny_checkpoint(out_dir: Path, hf_class: str, architecture: str | None = None, seed: int = 0) -> Path:
+    """A random 2-layer checkpoint of the transformers class ``hf_class``,
+    with ``architectures = [architecture]`` (default: the class's name)."""
+    import transformers
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     if (out_dir / "config.json").exists():
         return out_dir
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=0,
-        eos_token_id=1,
-        rms_norm_eps=1e-6,
-    )
+    model_class = getattr(transformers, hf_class)
+    config = model_class.config_class(**TINY_CONFIG)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = model_class(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" not in name:
                 param.normal_(0.0, 0.08)
+    model.config.architectures = [architecture or hf_class]
     model.save_pretrained(str(out_dir))
     return out_dir
 
@@ -139,12 +151,12 @@ def compare(ours: Greedy, ref: Greedy, tolerance: float, label: str) -> float:
     return worst
 
 
-def compare_with_hf(platform: Platform, workdir: Path, dtype: torch.dtype) -> str:
-    """Run both rounds on ``platform`` in ``dtype``; a one-line summary."""
+def octavo_greedy_rounds(platform: Platform, path: Path, dtype: torch.dtype, **options) -> tuple[list, int, int, int]:
+    """Both rounds through ``LLM`` on ``platform``: (greedy results per round,
+    prefix-hit tokens, free blocks, total blocks)."""
     from octavo import LLM, SamplingParams
     from octavo.runtime.config import dtype_name
 
-    path = build_tiny_llama(workdir / "tiny-llama")
     first, second = make_prompts()
     params = SamplingParams(temperature=0.0, max_tokens=NUM_NEW_TOKENS, ignore_eos=True, logprobs=5)
     llm = LLM(
@@ -155,6 +167,7 @@ def compare_with_hf(platform: Platform, workdir: Path, dtype: torch.dtype) -> st
         max_num_seqs=8,
         max_num_batched_tokens=24,
         skip_tokenizer_init=True,
+        **options,
     )
     try:
         ours = [
@@ -162,11 +175,19 @@ def compare_with_hf(platform: Platform, workdir: Path, dtype: torch.dtype) -> st
             for prompts in (first, second)
         ]
         kv = llm.engine.scheduler.kv
-        hits = kv.prefix_cache_stats.num_hits
-        free, total = kv.num_free_blocks, kv.num_blocks
+        return ours, kv.prefix_cache_stats.num_hits, kv.num_free_blocks, kv.num_blocks
     finally:
         llm.engine.shutdown()
         del llm
+
+
+def compare_with_hf(platform: Platform, path: Path, dtype: torch.dtype) -> str:
+    """Run both rounds of the checkpoint at ``path`` on ``platform`` in ``dtype``,
+    and Hugging Face on the same device; a one-line summary."""
+    from octavo.runtime.config import dtype_name
+
+    first, second = make_prompts()
+    ours, hits, free, total = octavo_greedy_rounds(platform, path, dtype)
     refs = [hf_greedy(path, prompts, dtype, platform.device(0)) for prompts in (first, second)]
     name = dtype_name(dtype)
     worst = 0.0

@@ -1,1 +1,1 @@
-"""An example out-of-tree Octavo plugin (platform ``example``, quantization ``example_int8``)."""
+"""An example out-of-tree Octavo plugin (platform ``example`` with its own layer-op kernels, quantization ``example_int8``, model ``ExampleLlamaForCausalLM``)."""

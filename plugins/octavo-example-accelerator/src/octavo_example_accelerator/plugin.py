@@ -1,12 +1,14 @@
 """The plugin module named by the entry point: the hooks, and the API version.
 
-Hooks return classes; the modules that define them import only torch and
-Octavo's public interfaces, so loading the plugin stays cheap.
+Hooks return classes (or OpImpl entries); the modules that define them
+import only torch and Octavo's public interfaces, so loading the plugin
+stays cheap. ``octavo_layer_ops`` is new in plugin API 1.1, hence the
+version declared here.
 """
 
 from octavo.plugins import hookimpl
 
-OCTAVO_PLUGIN_API_VERSION = "1.0"
+OCTAVO_PLUGIN_API_VERSION = "1.1"
 
 
 @hookimpl
@@ -28,3 +30,16 @@ def octavo_quantization_methods():
     from octavo_example_accelerator.quantization import ExampleInt8Config
 
     return {ExampleInt8Config.name: ExampleInt8Config}
+
+
+@hookimpl
+def octavo_layer_ops():
+    from octavo_example_accelerator.ops import example_layer_ops
+
+    return example_layer_ops()
+
+
+@hookimpl
+def octavo_models():
+    # A string: the model module is imported only when such a model loads.
+    return {"ExampleLlamaForCausalLM": "octavo_example_accelerator.model:ExampleLlamaForCausalLM"}

@@ -2,11 +2,13 @@
 
 The checkpoint is an ordinary floating-point one; weights are quantized once,
 after loading (``process_weights_after_loading``): ``scale = max|w| / 127``
-per output row, ``q = round(w / scale)``. ``apply`` dequantizes and runs a
-plain matmul, so it runs wherever torch does; a real method would call a
-fused int8 kernel there. Parameters keep the loader hints of the unquantized
-method (``output_dim`` / ``input_dim``), so tensor-parallel splitting works
-unchanged.
+per output row (float32), ``q = round(w / scale)``. ``apply`` computes
+through the layer's ``int8_weight_only_linear`` layer op (``layer.ops``),
+so any platform that registers a kernel for that op accelerates this
+method too, and elsewhere the op's reference runs (the weight cast to the
+activation dtype, the scale on the output). Parameters keep the loader
+hints of the unquantized method (``output_dim`` / ``input_dim``), so
+tensor-parallel splitting works unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod, set_weight_attrs
@@ -26,16 +27,11 @@ class ExampleInt8LinearMethod(UnquantizedLinearMethod):
         scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
         quantized = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
         layer.weight = nn.Parameter(quantized, requires_grad=False)
-        layer.weight_scale = nn.Parameter(scale.to(layer.weight_dtype_before_quantization), requires_grad=False)
+        layer.weight_scale = nn.Parameter(scale, requires_grad=False)
         set_weight_attrs(layer.weight, output_dim=0, input_dim=1)
 
-    def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
-        super().create_weights(layer, input_size, output_partition_sizes, params_dtype, bias)
-        layer.weight_dtype_before_quantization = params_dtype
-
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        weight = layer.weight.to(x.dtype) * layer.weight_scale.to(x.dtype)[:, None]
-        return F.linear(x, weight, layer.bias)
+        return layer.ops.int8_weight_only_linear(x, layer.weight, layer.weight_scale, layer.bias)
 
 
 class ExampleInt8Config(QuantizationConfig):

@@ -1,0 +1,183 @@
+"""The grid of inputs every layer-op implementation is checked on.
+
+Per op, a few cases: token counts of 1 (decode), 3 and 17 (partial tiles),
+odd feature sizes, strided views where layers pass them (per-head norms on
+a fused qkv output, rotary on q/k views), biases and none, negative slots
+in the KV write, an expert that gets no token. Each case makes the op's
+positional arguments on a device in a dtype from a seed, so that the
+reference (on the CPU) and the implementation (on the device) see equal
+inputs. Quantized weights are made by the formats' own quantizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Maker = Callable[[torch.dtype, torch.device, torch.Generator], tuple]
+
+
+@dataclass(frozen=True)
+class OpCase:
+    label: str
+    num_tokens: int
+    make: Maker
+
+
+def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen) * scale
+
+
+def _on(device: torch.device, dtype: torch.dtype | None, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.to(device=device, dtype=dtype) if dtype is not None else t.to(device) for t in tensors]
+
+
+def _norm_case(tokens: int, hidden: int, heads: int | None = None) -> OpCase:
+    def make(dtype, device, gen):
+        if heads is None:
+            x = _randn(gen, tokens, hidden, scale=3.0)
+        else:  # per-head norm on a view of a wider (fused qkv) row
+            x = _randn(gen, tokens, heads * hidden + 3 * hidden)[:, : heads * hidden].reshape(tokens, heads, hidden)
+        x, weight = _on(device, dtype, x, _randn(gen, hidden))
+        return x, weight, 1e-6
+
+    return OpCase(f"{tokens} tokens x {hidden}" + (f" ({heads} head views)" if heads else ""), tokens, make)
+
+
+def _fused_add_case(tokens: int, hidden: int) -> OpCase:
+    def make(dtype, device, gen):
+        x, residual, weight = _on(device, dtype, _randn(gen, tokens, hidden), _randn(gen, tokens, hidden), _randn(gen, hidden))
+        return x, residual, weight, 1e-5
+
+    return OpCase(f"{tokens} tokens x {hidden}", tokens, make)
+
+
+def cos_sin_table(head_size: int, max_position: int) -> torch.Tensor:
+    """A rotary cos/sin table (base 10000) as ``RotaryEmbedding`` builds it."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_size, 2, dtype=torch.float32) / head_size))
+    freqs = torch.arange(max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+
+
+def _qkv_views(gen, tokens, heads, kv_heads, head_size, dtype, device):
+    width = (heads + 2 * kv_heads) * head_size
+    (qkv,) = _on(device, dtype, _randn(gen, tokens, width))
+    q = qkv[:, : heads * head_size].view(tokens, heads, head_size)
+    k = qkv[:, heads * head_size : (heads + kv_heads) * head_size].view(tokens, kv_heads, head_size)
+    v = qkv[:, (heads + kv_heads) * head_size :].view(tokens, kv_heads, head_size)
+    return q, k, v
+
+
+def _rotary_case(tokens: int, heads: int, kv_heads: int, head_size: int) -> OpCase:
+    def make(dtype, device, gen):
+        q, k, _ = _qkv_views(gen, tokens, heads, kv_heads, head_size, dtype, device)
+        positions = torch.randint(0, 256, (tokens,), generator=gen).to(device)
+        return positions, q, k, cos_sin_table(head_size, 256).to(device)
+
+    return OpCase(f"{tokens} tokens, heads {heads}/{kv_heads} x {head_size} (qkv views)", tokens, make)
+
+
+def _rotary_cache_case(tokens: int, heads: int, kv_heads: int, head_size: int, block_size: int = 16) -> OpCase:
+    def make(dtype, device, gen):
+        q, k, v = _qkv_views(gen, tokens, heads, kv_heads, head_size, dtype, device)
+        positions = torch.randint(0, 256, (tokens,), generator=gen).to(device)
+        num_blocks = 4
+        slots = torch.randperm(num_blocks * block_size, generator=gen)[: tokens + 2]
+        slots[1] = -1  # a padding token: not written
+        cache = _randn(gen, 2, num_blocks, block_size, kv_heads, head_size)
+        (cache,) = _on(device, dtype, cache)
+        return positions, q, k, v, cos_sin_table(head_size, 256).to(device), cache, slots.to(device)
+
+    return OpCase(f"{tokens} tokens, heads {heads}/{kv_heads} x {head_size}, a negative slot", tokens, make)
+
+
+def _gated_case(tokens: int, width: int) -> OpCase:
+    def make(dtype, device, gen):
+        return tuple(_on(device, dtype, _randn(gen, tokens, 2 * width, scale=3.0)))
+
+    return OpCase(f"{tokens} tokens x 2*{width}", tokens, make)
+
+
+def _linear_case(tokens: int, out_features: int, in_features: int, bias: bool) -> OpCase:
+    def make(dtype, device, gen):
+        x, weight, b = _on(device, dtype, _randn(gen, tokens, in_features), _randn(gen, out_features, in_features, scale=0.1),
+                           _randn(gen, out_features))
+        return x, weight, b if bias else None
+
+    return OpCase(f"{tokens} tokens, {in_features} -> {out_features}" + (", bias" if bias else ""), tokens, make)
+
+
+def _moe_case(tokens: int, experts: int, top_k: int, hidden: int, inter: int, activation: str) -> OpCase:
+    def make(dtype, device, gen):
+        x, w13, w2 = _on(device, dtype, _randn(gen, tokens, hidden), _randn(gen, experts, 2 * inter, hidden, scale=0.2),
+                         _randn(gen, experts, hidden, inter, scale=0.2))
+        scores = _randn(gen, tokens, experts - 1)  # the last expert gets no token
+        weights, ids = torch.topk(scores.softmax(dim=-1), top_k, dim=-1)
+        return x, w13, w2, weights.to(device), ids.to(device), activation
+
+    return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}, {activation}", tokens, make)
+
+
+def _channel_quant_case(tokens: int, out_features: int, in_features: int, kind: str, bias: bool) -> OpCase:
+    def make(dtype, device, gen):
+        from octavo.kernels.quant import scaled_mm
+
+        weight = _randn(gen, out_features, in_features, scale=0.05)
+        quantize = scaled_mm.quantize_fp8_per_channel if kind == "fp8" else scaled_mm.quantize_int8_per_channel
+        qweight, scale = quantize(weight)
+        x, b = _on(device, dtype, _randn(gen, tokens, in_features), _randn(gen, out_features))
+        return x, qweight.to(device), scale.to(device), b if bias else None
+
+    return OpCase(f"{tokens} tokens, {in_features} -> {out_features}" + (", bias" if bias else ""), tokens, make)
+
+
+def _int4_case(tokens: int, out_features: int, in_features: int, group_size: int, bias: bool) -> OpCase:
+    def make(dtype, device, gen):
+        from octavo.kernels.quant.int4 import quantize_int4_rtn
+
+        qweight, scales, zeros = quantize_int4_rtn(_randn(gen, out_features, in_features, scale=0.05).to(dtype), group_size)
+        x, b = _on(device, dtype, _randn(gen, tokens, in_features), _randn(gen, out_features))
+        return x, qweight.to(device), scales.to(device), zeros.to(device), group_size, b if bias else None
+
+    label = f"{tokens} tokens, {in_features} -> {out_features}, groups of {group_size}" + (", bias" if bias else "")
+    return OpCase(label, tokens, make)
+
+
+def _gguf_case(tokens: int, out_features: int, in_features: int, type_name: str) -> OpCase:
+    def make(dtype, device, gen):
+        from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, random_gguf_rows
+
+        raw = random_gguf_rows(type_name, out_features, in_features, gen)
+        (x,) = _on(device, dtype, _randn(gen, tokens, in_features))
+        return x, raw.to(device), GGML_TYPES_BY_NAME[type_name]
+
+    return OpCase(f"{tokens} tokens, {type_name} {in_features} -> {out_features}", tokens, make)
+
+
+def _tokens_grid(make_case, *args) -> list[OpCase]:
+    return [make_case(tokens, *args) for tokens in (1, 3, 17)]
+
+
+OP_CASES: dict[str, list[OpCase]] = {
+    "rms_norm": [_norm_case(1, 64), _norm_case(3, 96), _norm_case(17, 256), _norm_case(5, 32, heads=4)],
+    "fused_add_rms_norm": _tokens_grid(_fused_add_case, 96),
+    "rotary_embedding": [_rotary_case(1, 4, 2, 32), _rotary_case(3, 8, 1, 64), _rotary_case(17, 4, 4, 128)],
+    "rotary_and_cache": [_rotary_cache_case(1, 4, 2, 32), _rotary_cache_case(3, 8, 1, 64), _rotary_cache_case(17, 4, 4, 128)],
+    "silu_and_mul": _tokens_grid(_gated_case, 300),
+    "gelu_and_mul": _tokens_grid(_gated_case, 300),
+    "gelu_tanh_and_mul": _tokens_grid(_gated_case, 300),
+    "linear": [_linear_case(1, 44, 96, True), _linear_case(1, 64, 256, False), _linear_case(3, 40, 64, True),
+               _linear_case(17, 64, 96, False)],
+    "linear_silu_and_mul": [_linear_case(1, 2 * 36, 80, False), _linear_case(1, 2 * 64, 256, True),
+                            _linear_case(3, 2 * 36, 80, True), _linear_case(17, 2 * 32, 64, False)],
+    "fused_moe": [_moe_case(1, 8, 2, 64, 32, "silu"), _moe_case(5, 8, 2, 64, 32, "silu"),
+                  _moe_case(17, 8, 7, 32, 48, "gelu_tanh"), _moe_case(3, 4, 3, 32, 16, "gelu")],
+    "fp8_linear": [_channel_quant_case(t, 64, 128, "fp8", bias) for t, bias in ((1, False), (3, True), (17, False))],
+    "int8_linear": [_channel_quant_case(t, 64, 128, "int8", bias) for t, bias in ((1, False), (3, True), (17, False))],
+    "int8_weight_only_linear": [_channel_quant_case(t, 64, 128, "int8", bias) for t, bias in ((1, True), (17, False))],
+    "int4_linear": [_int4_case(1, 64, 256, 128, False), _int4_case(3, 64, 128, 32, True), _int4_case(17, 48, 256, 64, False)],
+    "gguf_linear": [_gguf_case(1, 32, 256, name) for name in ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K")]
+    + [_gguf_case(17, 32, 256, "Q4_K"), _gguf_case(40, 32, 256, "Q8_0")],
+}
