@@ -41,6 +41,7 @@ class CudaPlatform(TorchDevicePlatform):
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
     supported_quantization = None  # every installed method has a torch path on CUDA
     supports_graphs = True
+    pins_host_memory = True
     attention_backends = ("triton_paged", "torch_paged")
 
     @classmethod

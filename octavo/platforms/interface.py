@@ -14,7 +14,9 @@ quantization methods). Invariants every platform keeps:
 * ``priority`` orders the available platforms (higher wins, cpu is 0); a
   negative priority means "only when asked for by name".
 
-Plugin API version 1.0: see docs/plugins.md.
+Plugin API version 1.1: see docs/plugins.md. What the objects handed to
+these methods offer (the runner, the worker config, graph runners, events)
+is in ``octavo.platforms.contract``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 if TYPE_CHECKING:
     from octavo.core.attention import AttentionBackend, AttentionSpec
+    from octavo.platforms.contract import DeviceEvent, GraphRunnerFactory, RunnerView
 
 
 @dataclass
@@ -49,8 +52,12 @@ class Platform(ABC):
     # Quantization method names that may run here; None: every installed
     # method (all of them have a plain-torch path on this device).
     supported_quantization: ClassVar[tuple[str, ...] | None] = ()
-    # True when decode steps can be captured and replayed as graphs.
+    # True when decode steps can be captured and replayed as graphs
+    # (``graph_runner``), which also turns on decode overlap by default.
     supports_graphs: ClassVar[bool] = False
+    # True when host staging buffers should be pinned (page-locked), so that
+    # host-to-device copies run asynchronously (plugin API 1.1).
+    pins_host_memory: ClassVar[bool] = False
     # Attention backends by name, most preferred first. Resolved through the
     # ``octavo_attention_backends`` hook, so a plugin may add one and a
     # platform may name it; torch_paged (the reference) is the last resort.
@@ -97,8 +104,19 @@ class Platform(ABC):
 
         return resolve_attention_backend(self, spec)
 
-    def graph_runner(self) -> Any | None:
-        """A factory for step graphs (CUDA/HIP graphs), or None: run eagerly."""
+    def graph_runner(self) -> "GraphRunnerFactory | None":
+        """A factory for step graphs (CUDA/HIP graphs), or None: run eagerly.
+
+        Called in each worker once its KV cache exists; the factory gets the
+        runner (a ``RunnerView``) and the batch sizes to capture and returns
+        ``StepGraphs`` (``octavo.platforms.contract``)."""
+        return None
+
+    def create_event(self) -> "DeviceEvent | None":
+        """An event on the current device (``record()``, ``synchronize()``), used
+        to wait for asynchronous copies; None (the default) when the host need
+        not wait for them (plugin API 1.1). Octavo asks for events only through
+        this method, never from ``torch.cuda`` directly."""
         return None
 
     def check_config(self, config: Any) -> None:
@@ -120,12 +138,13 @@ class Platform(ABC):
 
         raise InvalidArgumentError(f"kv_cache_dtype {name!r} is not supported on {self.name}", param="kv_cache_dtype")
 
-    def kv_cache_budget(self, runner: Any, memory_utilization: float) -> int | None:
+    def kv_cache_budget(self, runner: "RunnerView", memory_utilization: float) -> int | None:
         """Bytes for the KV cache once ``runner`` has loaded its model; None: default.
 
         Called in each worker process after loading, before the KV cache
-        exists. ``runner`` is the ``ModelRunner``; see
-        ``octavo.platforms.profiling`` for a dummy-step profile."""
+        exists. ``runner`` offers what ``RunnerView`` lists (config, device,
+        ``kv_bytes_per_block()``, ``profile_run()``); see
+        ``octavo.platforms.profiling`` for the usual dummy-step profile."""
         return None
 
     def allocate_kv_cache(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -133,7 +152,9 @@ class Platform(ABC):
         return torch.zeros(shape, dtype=dtype, device=device)
 
     def optimize_model(self, model: torch.nn.Module) -> None:
-        """Swap in fused kernels after weights are loaded; default: keep torch code."""
+        """Plugin API 1.0, kept for compatibility: called after weights are
+        loaded; default nothing. Kernels reach the layers as layer ops
+        (``octavo_layer_ops``), not by changing a built model."""
 
     def default_max_num_batched_tokens(self) -> int:
         """Token budget of one step when the user sets none."""

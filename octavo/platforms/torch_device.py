@@ -11,6 +11,7 @@ their vendor package is imported. A subclass names that package in
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -19,6 +20,18 @@ import torch
 from octavo.platforms.interface import MemoryInfo, Platform
 from octavo.platforms.probe import module_installed
 from octavo.platforms.profiling import profile_kv_cache_budget
+
+logger = logging.getLogger(__name__)
+
+
+def _import_optional(module: str) -> None:
+    # An optional package built for another torch (IPEX pins its torch)
+    # fails to import: run without its extra kernels rather than not at all.
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        logger.warning("optional package %s is installed but does not import (%s: %s); continuing without it",
+                       module, type(exc).__name__, exc)
 
 
 class TorchDevicePlatform(Platform):
@@ -37,7 +50,7 @@ class TorchDevicePlatform(Platform):
                 importlib.import_module(module)
             for module in self.optional_vendor_modules:
                 if module_installed(module.partition(".")[0]):
-                    importlib.import_module(module)
+                    _import_optional(module)
             self._namespace = getattr(torch, self.device_type)
         return self._namespace
 
@@ -53,6 +66,9 @@ class TorchDevicePlatform(Platform):
     def memory_info(self, index: int = 0) -> MemoryInfo:
         free, total = self.torch_namespace().mem_get_info(index)
         return MemoryInfo(free_bytes=int(free), total_bytes=int(total))
+
+    def create_event(self) -> Any:
+        return self.torch_namespace().Event()
 
     def kv_cache_budget(self, runner: Any, memory_utilization: float) -> int | None:
         return profile_kv_cache_budget(runner, memory_utilization, self.torch_namespace())

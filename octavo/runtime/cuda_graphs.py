@@ -78,7 +78,22 @@ def capture_graph(run, pool, stream: torch.cuda.Stream) -> tuple[torch.cuda.CUDA
     return graph, output
 
 
+def placeholder_decode_inputs(runner, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
+    """A decode step of ``size`` placeholder requests written into the runner's
+    persistent buffers (nothing is written to the KV cache: slots -1)."""
+    buffers = runner.inputs.buffers
+    buffers.query_start_loc.np[: size + 1] = np.arange(size + 1)
+    buffers.seq_lens.np[:size] = 1
+    buffers.input_ids.np[:size] = 0
+    buffers.positions.np[:size] = 0
+    buffers.slot_mapping.np[:size] = -1
+    buffers.graph_block_table.zero_()
+    return graph_inputs(runner, size, size, max_query_len=1)
+
+
 class DecodeGraphs:
+    """CUDA's ``StepGraphs`` (``octavo.platforms.contract``), made by ``CudaPlatform.graph_runner``."""
+
     def __init__(self, runner, sizes: list[int]) -> None:
         self.runner = runner
         self.sizes = sorted(sizes)
@@ -89,28 +104,13 @@ class DecodeGraphs:
         index = bisect.bisect_left(self.sizes, num_reqs)
         return self.sizes[index] if index < len(self.sizes) else None
 
-    def _static_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch]:
-        buffers = self.runner.inputs.buffers
-        buffers.query_start_loc.np[: size + 1] = np.arange(size + 1)
-        buffers.seq_lens.np[:size] = 1
-        buffers.input_ids.np[:size] = 0
-        buffers.positions.np[:size] = 0
-        buffers.slot_mapping.np[:size] = -1
-        buffers.graph_block_table.zero_()
-        return graph_inputs(self.runner, size, size, max_query_len=1)
-
-    def _step(self, input_ids, positions, batch: AttentionBatch) -> torch.Tensor:
-        hidden = graph_forward(self.runner, input_ids, positions, batch)
-        return self.runner.model.compute_logits(hidden)
-
     @torch.inference_mode()
     def capture(self) -> None:
         started = time.perf_counter()
         self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
         for size in reversed(self.sizes):  # largest first: later ones reuse its pool
-            inputs = self._static_batch(size)
-            self.graphs[size] = capture_graph(lambda inputs=inputs: self._step(*inputs), self.pool, stream)
+            self.graphs[size] = capture_graph(self.runner.decode_step_for_capture(size), self.pool, stream)
         torch.cuda.synchronize()
         logger.info("captured %d decode graphs (%s) in %.1fs", len(self.sizes), self.sizes, time.perf_counter() - started)
 
@@ -118,3 +118,10 @@ class DecodeGraphs:
         graph, logits = self.graphs[size]
         graph.replay()
         return logits[:num_reqs]
+
+    def prefill_graphs(self, buckets: list[int], max_num_reqs: int):
+        """Graphs for steps of up to ``buckets[-1]`` tokens, in the decode graphs'
+        memory pool (steps replay one at a time)."""
+        from octavo.runtime.prefill_graphs import PrefillGraphs
+
+        return PrefillGraphs(self.runner, buckets, max_num_reqs, pool=self.pool)

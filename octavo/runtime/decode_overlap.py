@@ -150,10 +150,12 @@ class DecodeOverlap:
         else:
             index = {r: i for i, r in enumerate(step.request_ids)}
             gather = torch.tensor([index[r] for r in request_ids], dtype=torch.int64)
-            if step.device_tokens.device.type != "cpu":
+            if step.device_tokens.device.type != "cpu" and runner.platform.pins_host_memory:
                 # From pinned memory, asynchronously: a pageable copy would
                 # wait for the device to finish the running step.
                 gather = gather.pin_memory().to(step.device_tokens.device, non_blocking=True)
+            else:
+                gather = gather.to(step.device_tokens.device)
             tokens = step.device_tokens.index_select(0, gather)
         graph_size = runner.graphs.padded_size(len(request_ids)) if runner.graphs else None
         batch = runner.inputs.prepare_decode_from_device(request_ids, positions, tokens, graph_size)
@@ -168,11 +170,14 @@ class DecodeOverlap:
             hidden = runner.run_model(batch)
             logits = runner.model.compute_logits(hidden[:num_reqs])
         device_tokens = logits.argmax(dim=-1)
-        on_device = device_tokens.device.type != "cpu"
-        host_tokens = torch.empty(num_reqs, dtype=torch.int64, pin_memory=on_device)
-        host_tokens.copy_(device_tokens, non_blocking=on_device)
-        done = None
-        if on_device:
-            done = torch.cuda.Event()
+        # An asynchronous copy needs pinned memory and an event to wait on,
+        # both from the platform; otherwise the copy waits for the step.
+        done = runner.platform.create_event() if device_tokens.device.type != "cpu" else None
+        asynchronous = done is not None and runner.platform.pins_host_memory
+        host_tokens = torch.empty(num_reqs, dtype=torch.int64, pin_memory=asynchronous)
+        host_tokens.copy_(device_tokens, non_blocking=asynchronous)
+        if not asynchronous:
+            done = None
+        elif done is not None:
             done.record()
         return LaunchedStep(list(batch.sample_request_ids), positions, device_tokens, host_tokens, done)

@@ -18,7 +18,9 @@ slot -1 and position 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,11 +52,20 @@ class PreparedBatch:
 
 
 class InputPreparer:
-    def __init__(self, states: RequestStates, buffers: InputBuffers, block_size: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        states: RequestStates,
+        buffers: InputBuffers,
+        block_size: int,
+        device: torch.device,
+        create_event: Callable[[], Any] | None = None,
+    ) -> None:
         self.states = states
         self.buffers = buffers
         self.block_size = block_size
         self.device = device
+        # The platform's ``create_event`` (None where uploads need no waiting).
+        self._create_event = create_event
         # Recorded after each step's uploads: the pinned staging buffers may
         # be rewritten only once the copies out of them have run.
         self._staging_event = None
@@ -175,9 +186,10 @@ class InputPreparer:
             self._staging_event.synchronize()
 
     def _record_staging(self) -> None:
-        if self.device.type == "cuda":
-            self._staging_event = torch.cuda.Event()
-            self._staging_event.record()
+        event = self._create_event() if self._create_event is not None else None
+        if event is not None:
+            event.record()
+        self._staging_event = event
 
     def _pad_decode(self, num_reqs: int, padded: int) -> None:
         buffers = self.buffers

@@ -37,9 +37,10 @@ class ModelRunner:
         max_blocks_per_req = -(-config.max_model_len // config.block_size)
         self.states = RequestStates(config.max_num_seqs, max_blocks_per_req)
         buffers = InputBuffers(
-            max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs, max_blocks_per_req, device
+            max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs, max_blocks_per_req, device,
+            pin_memory=platform.pins_host_memory,
         )
-        self.inputs = InputPreparer(self.states, buffers, config.block_size, device)
+        self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
         self.sampler = Sampler(seed=config.seed)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
@@ -74,6 +75,20 @@ class ModelRunner:
             element_size = torch.empty((), dtype=layer_backend.spec.kv_cache_dtype).element_size()
             total += int(torch.Size(shape).numel()) * element_size
         return total
+
+    def profile_run(self) -> None:
+        """The largest step, writing no KV (``RunnerView``: for ``kv_cache_budget``)."""
+        from octavo.platforms.profiling import profile_run
+
+        profile_run(self)
+
+    def decode_step_for_capture(self, num_reqs: int):
+        """``RunnerView``: placeholder decode inputs of ``num_reqs`` requests in
+        the persistent buffers, and the step (metadata, model, logits) a graph captures."""
+        from octavo.runtime.cuda_graphs import graph_forward, placeholder_decode_inputs
+
+        inputs = placeholder_decode_inputs(self, num_reqs)
+        return lambda: self.model.compute_logits(graph_forward(self, *inputs))
 
     def determine_num_kv_blocks(self) -> int:
         config = self.config
@@ -124,14 +139,15 @@ class ModelRunner:
         self._maybe_capture_prefill_graphs()
 
     def _maybe_capture_prefill_graphs(self) -> None:
-        from octavo.runtime.prefill_graphs import PrefillGraphs, prefill_graph_buckets
+        from octavo.runtime.prefill_graphs import prefill_graph_buckets
 
         max_tokens = min(self.config.max_prefill_graph_tokens, self.config.max_num_batched_tokens)
         buckets = prefill_graph_buckets(max_tokens)
-        if not buckets or not hasattr(self.graphs, "pool"):
+        # An optional member of the graph-runner protocol (StepGraphs).
+        make_prefill_graphs = getattr(self.graphs, "prefill_graphs", None)
+        if not buckets or make_prefill_graphs is None:
             return
-        # Same memory pool as the decode graphs: steps replay one at a time.
-        self.prefill_graphs = PrefillGraphs(self, buckets, self.config.max_num_seqs, pool=self.graphs.pool)
+        self.prefill_graphs = make_prefill_graphs(buckets, self.config.max_num_seqs)
         self.prefill_graphs.capture()
 
     # ------------------------------------------------------------------ step

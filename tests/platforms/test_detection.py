@@ -130,6 +130,13 @@ def test_xpu_with_and_without_ipex(vendor_env, fresh_plugins):
         assert sys.modules["intel_extension_for_pytorch"].LOADED
     finally:
         sys.modules.pop("intel_extension_for_pytorch", None)
+    # An IPEX built for another torch fails to import: the platform runs without it.
+    (vendor_env.packages / "intel_extension_for_pytorch.py").write_text("raise RuntimeError('built for torch 2.8')\n")
+    importlib.invalidate_caches()
+    try:
+        assert XpuPlatform().memory_info().total_bytes == 80 << 30
+    finally:
+        sys.modules.pop("intel_extension_for_pytorch", None)
 
 
 def test_tpu_detection_never_imports_torch_xla(vendor_env, monkeypatch):
