@@ -5,7 +5,9 @@ platform only names them, most preferred first (``Platform.attention_backends``)
 The rule:
 
 1. ``OCTAVO_ATTENTION_BACKEND=name`` wins; if that backend is not installed
-   or refuses the model, startup fails (it was asked for explicitly).
+   or refuses the model, startup fails (it was asked for explicitly). Values
+   may be scoped to a platform (``cuda:triton_paged,cpu:torch_paged``; see
+   ``scoped_env``): a value scoped to another platform does not apply.
 2. Otherwise the first backend of the platform's list that is installed and
    whose ``supports(spec)`` returns None; every one skipped is logged with
    its reason.
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from octavo.errors import PlatformError
+from octavo.platforms.scoped_env import scoped_value
 
 if TYPE_CHECKING:
     from octavo.core.attention import AttentionBackend, AttentionSpec
@@ -54,7 +57,7 @@ class BackendChoice:
 def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> BackendChoice:
     """The backend class for ``spec`` on ``platform``, by the rule above."""
     backends = installed_attention_backends()
-    override = os.environ.get(OVERRIDE_ENV)
+    override = attention_override(platform.name)
     if override:
         backend_class = backends.get(override)
         if backend_class is None:
@@ -74,6 +77,11 @@ def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> Backend
             return BackendChoice(backend_class, reason, skipped)
         skipped.append(f"{name} ({refusal})")
     raise PlatformError(f"no attention backend on {platform.name} can run this model ({'; '.join(skipped)})")
+
+
+def attention_override(platform_name: str) -> str | None:
+    """The backend ``OCTAVO_ATTENTION_BACKEND`` forces on ``platform_name``, if any."""
+    return scoped_value(OVERRIDE_ENV, os.environ.get(OVERRIDE_ENV), platform_name)
 
 
 def _with_reference(names: tuple[str, ...]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from octavo.core.attention import AttentionSpec
-from octavo.errors import PlatformError
+from octavo.errors import InvalidArgumentError, PlatformError
 from octavo.platforms.attention_selection import choose_attention_backend
 from octavo.platforms.cpu import CpuPlatform
 from octavo.platforms.cuda import CudaPlatform
@@ -77,6 +77,18 @@ def test_override_by_environment(fresh_plugins, monkeypatch):
     choice = choose_attention_backend(CpuPlatform(), SPEC)
     assert choice.backend_class is StaticPagedAttention
     assert choice.reason == "requested by OCTAVO_ATTENTION_BACKEND"
+
+
+def test_override_scoped_to_a_platform(fresh_plugins, monkeypatch):
+    monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "cuda:triton_paged,cpu:static_paged")
+    assert choose_attention_backend(CpuPlatform(), SPEC).backend_class is StaticPagedAttention
+    monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "cuda:triton_paged")  # not for this platform: its preference
+    assert choose_attention_backend(CpuPlatform(), SPEC).backend_class is TorchPagedAttention
+    monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "static_paged,cpu:torch_paged")  # scoped wins over unscoped
+    assert choose_attention_backend(CpuPlatform(), SPEC).backend_class is TorchPagedAttention
+    monkeypatch.setenv("OCTAVO_ATTENTION_BACKEND", "static_paged,torch_paged")
+    with pytest.raises(InvalidArgumentError, match="several values without a platform prefix"):
+        choose_attention_backend(CpuPlatform(), SPEC)
 
 
 def test_override_with_an_unknown_backend_fails(fresh_plugins, monkeypatch):

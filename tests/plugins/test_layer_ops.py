@@ -259,3 +259,13 @@ def test_the_conformance_kit_names_the_op_that_fails(sandbox, tmp_path, op, fn, 
     with pytest.raises(ConformanceFailure) as excinfo:
         check_ops(ctx)
     assert str(excinfo.value).startswith(problem)
+
+
+def test_docs_state_every_ops_contract():
+    from pathlib import Path
+
+    from octavo.ops import OP_SPECS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
+    for name, spec in OP_SPECS.items():
+        assert f"| `{name}` | `({', '.join(spec.params)})` |" in docs, name

@@ -102,7 +102,7 @@ def _candidate_line(candidate, selected: bool) -> str:
 
 
 def _describe_selected(platform) -> list[str]:
-    from octavo.platforms.attention_selection import OVERRIDE_ENV, installed_attention_backends
+    from octavo.platforms.attention_selection import OVERRIDE_ENV, attention_override, installed_attention_backends
 
     backends = installed_attention_backends()
     preference = ", ".join(
@@ -118,8 +118,8 @@ def _describe_selected(platform) -> list[str]:
     ]
     if "torch_paged" not in platform.attention_backends:
         lines[-1] += "; then torch_paged (the reference) as a fallback"
-    if os.environ.get(OVERRIDE_ENV):
-        lines.append(f"  attention backend forced by {OVERRIDE_ENV}={os.environ[OVERRIDE_ENV]}")
+    if attention_override(platform.name):
+        lines.append(f"  attention backend forced by {OVERRIDE_ENV}: {attention_override(platform.name)}")
     try:
         for key, value in platform.versions().items():
             lines.append(f"  {key}: {value}")
