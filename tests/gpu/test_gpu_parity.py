@@ -90,3 +90,13 @@ def test_decode_overlap_on_gpu_matches_plain(llama_dir, make_llm):
     outputs = overlapped.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in plain]
     assert overlapped.engine.executor.worker.runner.overlap.num_reused >= 30
+
+
+def test_cuda_resolves_octavo_kernels_as_layer_ops(llama_dir, make_llm):
+    llm = make_llm(llama_dir, platform="cuda", dtype="bfloat16")
+    ops = llm.engine.executor.worker.runner.loaded.ops
+    for op in ("rms_norm", "fused_add_rms_norm", "rotary_and_cache", "silu_and_mul"):
+        assert (ops.choice(op).impl, ops.choice(op).plugin) == ("triton", "octavo_builtin"), ops.choice(op).describe()
+    assert ops.choice("linear").describe() == "linear: gemv [octavo_builtin] up to 1 token, else reference"
+    layer = llm.engine.executor.worker.runner.model.model.layers[0]
+    assert layer.self_attn.attn.rotary_args == (ops.rotary_and_cache,)  # the fused rotary + KV write path

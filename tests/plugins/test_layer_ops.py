@@ -269,3 +269,14 @@ def test_docs_state_every_ops_contract():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
     for name, spec in OP_SPECS.items():
         assert f"| `{name}` | `({', '.join(spec.params)})` |" in docs, name
+
+
+def test_env_reports_a_plugin_broken_at_resolution(sandbox, capsys):
+    from octavo.entrypoints.cli.main import main
+
+    bad, entry, _ = BAD_AT_RESOLUTION[0]
+    sandbox.add("half_good", HALF_GOOD.format(bad=bad, entry=entry))
+    assert main(["env", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "  broken plugin half_good (skipped): layer op silu_and_mul=bad: TypeError: signature" in out
+    assert "    rms_norm: reference\n" in out  # its good implementation was not installed either

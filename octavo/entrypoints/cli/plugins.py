@@ -83,5 +83,6 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"  {result.status.upper():<7} {result.name:<10} {result.detail}")
     failed = [r.name for r in results if r.status == "failed"]
     passed = sum(r.status == "passed" for r in results)
-    print(f"{passed} passed, {len(failed)} failed")
+    skipped = sum(r.status == "skipped" for r in results)
+    print(f"{passed} passed, {skipped} skipped, {len(failed)} failed")
     return 1 if failed else 0
