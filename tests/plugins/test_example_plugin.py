@@ -48,7 +48,11 @@ def test_example_platform_is_installed_but_never_chosen_by_itself(example_plugin
 def test_example_platform_passes_the_conformance_suite(example_plugin, tmp_path):
     from octavo.testing.conformance import run_conformance
 
-    results = run_conformance("example", workdir=tmp_path)
+    from octavo.testing.conformance.checks import CHECKS
+
+    # Every check but "model": "plugin_models" runs the same end-to-end
+    # comparison through the example's own architecture (CI runs them all).
+    results = run_conformance("example", [name for name in CHECKS if name != "model"], workdir=tmp_path)
     assert [(r.name, r.status) for r in results] == [
         ("interface", "passed"),
         ("kv_cache", "passed"),
@@ -56,7 +60,6 @@ def test_example_platform_passes_the_conformance_suite(example_plugin, tmp_path)
         ("fused_rotary", "skipped"),
         ("ops", "passed"),
         ("quantization", "passed"),
-        ("model", "passed"),
         ("plugin_models", "passed"),
         ("two_devices", "skipped"),
     ], results
