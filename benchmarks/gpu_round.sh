@@ -2,7 +2,7 @@
 # One round of GPU checks and timings on the H200 (through the device tool).
 # Usage: bash benchmarks/gpu_round.sh STEP...   (steps below; logs in $OUT)
 set -u
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 O=${OUT:-/tmp/octavo-gpu}; mkdir -p "$O"
 CLI="python -m octavo.entrypoints.cli.main"
 M8B="--model benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat16"
