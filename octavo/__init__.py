@@ -2,6 +2,7 @@
 
 from octavo.core.outputs import CompletionOutput, Logprob, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.version import __version__
 
 
@@ -26,5 +27,6 @@ __all__ = [
     "RequestOutput",
     "RequestOutputKind",
     "SamplingParams",
+    "StructuredOutputsParams",
     "__version__",
 ]

@@ -100,3 +100,16 @@ class RequestAbortedError(OctavoError):
     """The request was aborted before it finished."""
 
     http_status = 499
+
+
+class StructuredOutputError(InvalidArgumentError):
+    """A structured-output constraint (JSON schema, regex, choice, grammar) is
+    invalid, uses something the grammar cannot enforce, or does not compile."""
+
+
+class GrammarTooLargeError(StructuredOutputError):
+    """A constraint, or the grammar compiled from it, is over the size limit."""
+
+
+class GrammarTimeoutError(StructuredOutputError):
+    """Compiling a constraint took longer than the time limit."""

@@ -88,3 +88,67 @@ def build_checkpoint(out_dir: Path, arch: str, tokenizer_dir: Path, seed: int = 
 def build_tokenizer(out_dir: Path) -> Path:
     build_byte_bpe_tokenizer(out_dir)
     return out_dir
+
+
+# A Qwen-style (ChatML) template that renders tools the Hermes way, tool
+# calls and tool results in the history, and Qwen3's enable_thinking switch.
+TOOL_CHAT_TEMPLATE = r"""
+{%- if tools %}
+<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You may call one or more functions. Function signatures are within <tools></tools>:
+<tools>
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}
+</tools>
+Return each call as <tool_call>{"name": <function-name>, "arguments": <args-json-object>}</tool_call><|im_end|>
+{%- elif messages[0].role == 'system' %}
+<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
+<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{%- elif message.role == 'assistant' %}
+<|im_start|>assistant
+{% if message.reasoning_content %}<think>
+{{ message.reasoning_content }}
+</think>
+
+{% endif %}{{ message.content or '' }}
+{%- for call in message.tool_calls or [] %}
+<tool_call>{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}</tool_call>
+{%- endfor %}<|im_end|>
+{%- elif message.role == 'tool' %}
+<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% endif %}
+{%- endif %}
+"""
+
+
+def build_chat_checkpoint(out_dir: Path, tokenizer_dir: Path) -> Path:
+    """A random Llama with a real tokenizer (``tokenizer_dir``) and ``TOOL_CHAT_TEMPLATE``."""
+    import json
+
+    build_checkpoint(out_dir, "llama", tokenizer_dir)
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = TOOL_CHAT_TEMPLATE.strip()
+    config_path.write_text(json.dumps(config, indent=2))
+    return out_dir

@@ -9,10 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkpoints import ARCHITECTURES, build_checkpoint, build_tokenizer
+from tests.checkpoints import ARCHITECTURES, build_chat_checkpoint, build_checkpoint, build_tokenizer
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-SHARED_LLAMA2_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama2"
+# The shared folder sits next to the checkout (/work/main -> /work/shared); a
+# worktree one level deeper (/work/wt/NAME) finds it one more level up.
+SHARED_LLAMA2_TOKENIZER = next(
+    (
+        path
+        for parent in Path(__file__).resolve().parents[2:4]
+        if (path := parent / "shared" / "tokenizers" / "llama2").exists()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama2",
+)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +45,12 @@ def llama2_tokenizer_dir() -> Path:
     if not (SHARED_LLAMA2_TOKENIZER / "tokenizer.json").exists():
         pytest.skip(f"the Llama 2 tokenizer is not at {SHARED_LLAMA2_TOKENIZER}")
     return SHARED_LLAMA2_TOKENIZER
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory, llama2_tokenizer_dir) -> Path:
+    """A tiny random Llama with the real Llama 2 tokenizer and a tool-calling chat template."""
+    return build_chat_checkpoint(tmp_path_factory.mktemp("chat-model"), llama2_tokenizer_dir)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,13 +36,18 @@ from octavo.core.output_processor import OutputProcessor, ParentRequest
 from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
-from octavo.core.scheduler import Scheduler, SchedulerStats
+from octavo.core.scheduler import Scheduler, SchedulerStats, check_admissible
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.core.structured_output.compiler import GrammarCompiler, StructuredOutputLimits
+from octavo.core.structured_output.manager import StructuredOutputManager
 from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
 
 logger = logging.getLogger(__name__)
+# An engine with only requests waiting for their grammar waits this long for one.
+GRAMMAR_POLL_S = 0.005
+_COMPILER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -73,6 +79,7 @@ class EngineLimits:
     block_size: int
     eos_token_ids: frozenset[int]
     max_logprobs: int = 20
+    structured_outputs: StructuredOutputLimits = field(default_factory=StructuredOutputLimits)
 
 
 def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
@@ -134,6 +141,37 @@ class RequestValidator:
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
 
+    @property
+    def grammar_compiler(self) -> GrammarCompiler:
+        """This process's grammar compiler (and cache), made on first use."""
+        compiler = getattr(self, "_grammar_compiler", None)
+        if compiler is None:
+            with _COMPILER_LOCK:
+                compiler = getattr(self, "_grammar_compiler", None)
+                if compiler is None:
+                    compiler = self._grammar_compiler = self._make_grammar_compiler()
+        return compiler
+
+    def _make_grammar_compiler(self) -> GrammarCompiler:
+        if self.tokenizer is None:
+            raise InvalidArgumentError("structured outputs need a tokenizer", param="structured_outputs")
+        try:
+            import xgrammar  # noqa: F401
+        except ImportError:
+            raise InvalidArgumentError(
+                "structured outputs need xgrammar: pip install 'octavo[serve]'", param="structured_outputs"
+            ) from None
+        limits = self.limits
+        return GrammarCompiler(self.tokenizer, limits.vocab_size, limits.eos_token_ids, limits.structured_outputs)
+
+    def check_structured_outputs(self, params: SamplingParams) -> None:
+        """Compile the request's constraint now (blocking, bounded by the time
+        limit): front ends call this so that a constraint that does not
+        compile is refused before the request is queued."""
+        if params.structured_outputs is not None:
+            compiler = self.grammar_compiler
+            compiler.wait(compiler.submit(params.structured_outputs))
+
     def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         max_tokens = self.limits.max_model_len - len(prompt_token_ids)
         if params.max_tokens is not None:
@@ -168,6 +206,13 @@ class LLMEngine(RequestValidator):
         # Called with each batch's SchedulerOutput as its outputs are
         # processed; benchmarks set it to trace steps (None: no cost).
         self.step_observer: Callable[[SchedulerOutput], None] | None = None
+        self._structured: StructuredOutputManager | None = None
+
+    @property
+    def structured(self) -> StructuredOutputManager:
+        if self._structured is None:
+            self._structured = StructuredOutputManager(self.grammar_compiler)
+        return self._structured
 
     # ------------------------------------------------------------------ input
 
@@ -208,10 +253,18 @@ class LLMEngine(RequestValidator):
             children.append(request)
         # Children are identical in size, so the first one's admission check
         # (KV capacity) decides for all of them before any is queued.
+        constraint = params.structured_outputs
+        if constraint is not None:
+            # Queued once their grammar is compiled (``_admit_compiled``).
+            scheduler = self.scheduler
+            check_admissible(children[0], scheduler.config, scheduler.kv.num_blocks, scheduler.kv.block_size)
         queued: list[str] = []
         try:
             for index, request in enumerate(children):
-                self.scheduler.add_request(request)
+                if constraint is None:
+                    self.scheduler.add_request(request)
+                else:
+                    self.structured.add(request, constraint)
                 queued.append(request.request_id)
                 self.output_processor.add_request(request.request_id, index, parent, request.sampling_params)
         except BaseException:
@@ -222,6 +275,8 @@ class LLMEngine(RequestValidator):
 
     def _drop_children(self, child_ids: list[str], status: RequestStatus) -> None:
         self.scheduler.finish_requests(child_ids, status)
+        if self._structured is not None:
+            self._structured.remove(set(child_ids))
         self.output_processor.abort(child_ids)
 
     def abort_request(self, request_ids: str | list[str]) -> None:
@@ -235,16 +290,19 @@ class LLMEngine(RequestValidator):
     # ------------------------------------------------------------------- loop
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return self.scheduler.has_unfinished_requests() or bool(self._structured and self._structured.awaiting)
 
     def step(self) -> list[RequestOutput]:
         if self._dead is not None:
             raise self._dead
+        failed = self._admit_compiled()
+        if failed:
+            return failed
         if self.max_concurrent_batches > 1:
             return self._step_pipelined()
         if not self.scheduler.has_unfinished_requests():
             return []
-        scheduler_output = self.scheduler.schedule()
+        scheduler_output = self._schedule()
         if scheduler_output.is_empty:
             return []
         self.output_processor.mark_scheduled(scheduler_output)
@@ -258,7 +316,7 @@ class LLMEngine(RequestValidator):
         """Keep up to ``max_concurrent_batches`` in flight; finish the oldest."""
         try:
             while len(self._batches_in_flight) < self.max_concurrent_batches and self.scheduler.has_unfinished_requests():
-                scheduler_output = self.scheduler.schedule()
+                scheduler_output = self._schedule()
                 if scheduler_output.is_empty:
                     break  # every schedulable request is already in flight
                 self.output_processor.mark_scheduled(scheduler_output)
@@ -271,6 +329,34 @@ class LLMEngine(RequestValidator):
         except EngineDeadError as exc:
             self._fail(exc)
         return self._process(scheduler_output, runner_output)
+
+    def _schedule(self) -> SchedulerOutput:
+        scheduler_output = self.scheduler.schedule()
+        if self._structured is not None and not scheduler_output.is_empty:
+            scheduler_output.grammar_bitmask = self._structured.bitmask(scheduler_output, self.scheduler.requests)
+        return scheduler_output
+
+    def _admit_compiled(self) -> list[RequestOutput]:
+        """Queue the requests whose grammar is ready; error out those whose
+        grammar failed. Returns the failed requests' outputs."""
+        structured = self._structured
+        if structured is None or not structured.awaiting:
+            return []
+        if not self.scheduler.has_unfinished_requests():
+            structured.wait_for_any(GRAMMAR_POLL_S)  # nothing else to do meanwhile
+        ready, failed = structured.take_ready()
+        for request in ready:
+            self.scheduler.add_request(request)
+        errors = []
+        for request, problem in failed:
+            logger.warning("request %s failed: its constraint %s", request.request_id, problem)
+            request.status = RequestStatus.FINISHED_ERROR
+            errors.append(EngineCoreOutput(request.request_id, [], finish_reason=request.status.finish_reason))
+        outputs, _ = self._process_outputs(errors)
+        for output in outputs:
+            if output.finished:
+                self._parent_children.pop(output.request_id, None)
+        return outputs
 
     def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
         if self.step_observer is not None:
@@ -314,6 +400,9 @@ class LLMEngine(RequestValidator):
         self._batches_in_flight.clear()
         request_ids = [r.request_id for r in [*self.scheduler.running, *self.scheduler.waiting]]
         self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ERROR)
+        if self._structured is not None:
+            request_ids += [r.request_id for r in self._structured.awaiting]
+            self._structured.awaiting.clear()
         self.output_processor.abort(request_ids)
         self._parent_children.clear()
         self.executor.shutdown()
@@ -330,4 +419,6 @@ class LLMEngine(RequestValidator):
 
     def shutdown(self) -> None:
         self._batches_in_flight.clear()
+        if self._structured is not None:
+            self._structured.shutdown()
         self.executor.shutdown()

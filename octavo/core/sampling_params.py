@@ -16,6 +16,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.errors import InvalidSamplingParamsError
 
 # Below this temperature sampling is greedy (softmax would overflow anyway).
@@ -56,8 +57,12 @@ class SamplingParams:
     skip_special_tokens: bool = True
     detokenize: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    # Constrain the output to a JSON schema, regex, choice or grammar.
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputsParams(**self.structured_outputs)
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -88,6 +93,7 @@ class SamplingParams:
     def _validate(self) -> None:
         _check_representable(self)
         _check_ranges(self)
+        _check_structured(self)
 
 
 def _fail(param: str, message: str) -> None:
@@ -160,3 +166,13 @@ def _check_ranges(p: SamplingParams) -> None:
     for token_id in p.stop_token_ids:
         if token_id < 0:
             _fail("stop_token_ids", f"stop_token_ids must be non-negative integers, got {token_id}")
+
+
+def _check_structured(p: SamplingParams) -> None:
+    if p.structured_outputs is None:
+        return
+    if not isinstance(p.structured_outputs, StructuredOutputsParams):
+        _fail("structured_outputs", "structured_outputs must be a StructuredOutputsParams (or a dict of its fields)")
+    if p.min_tokens:
+        # The grammar ends the output when it is complete; it cannot also be held open.
+        _fail("min_tokens", "min_tokens cannot be combined with structured outputs")

@@ -23,6 +23,7 @@ one batch at a time (the default) none of this changes anything.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ from octavo.core.scheduler_output import (
 )
 from octavo.core.types import RequestId
 from octavo.errors import RequestTooLargeError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -321,6 +324,8 @@ class Scheduler:
 
     def _check_stop(self, request: Request) -> bool:
         last_token_id = request.output_token_ids[-1]
+        if request.grammar is not None and self._grammar_ends(request, last_token_id):
+            return True
         params = request.sampling_params
         if request.num_output_tokens >= params.min_tokens:
             if not params.ignore_eos and last_token_id in request.eos_token_ids:
@@ -332,6 +337,19 @@ class Scheduler:
                 return True
         if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            return True
+        return False
+
+    @staticmethod
+    def _grammar_ends(request: Request, token_id: int) -> bool:
+        """Advance the request's grammar; True once it is complete (or broken)."""
+        if not request.grammar.accept(token_id):
+            # Cannot happen when the mask was applied; never continue off the grammar.
+            logger.error("request %s: token %d is outside its grammar", request.request_id, token_id)
+            request.status = RequestStatus.FINISHED_ERROR
+            return True
+        if request.grammar.is_terminated:
+            request.status = RequestStatus.FINISHED_STOPPED
             return True
         return False
 

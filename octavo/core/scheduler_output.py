@@ -37,6 +37,20 @@ class CachedRequestData:
 
 
 @dataclass
+class GrammarBitmask:
+    """Which tokens each constrained request may sample this step.
+
+    Row ``i`` belongs to ``request_ids[i]``; it is ``num_words`` little-endian
+    int32 words where bit ``j`` of word ``w`` allows token ``32 * w + j``
+    (xgrammar's layout). Bytes, so that it crosses processes as it is.
+    """
+
+    request_ids: list[str]
+    words: bytes
+    num_words: int
+
+
+@dataclass
 class SchedulerOutput:
     new_requests: list[NewRequestData] = field(default_factory=list)
     cached_requests: list[CachedRequestData] = field(default_factory=list)
@@ -44,6 +58,8 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     # Requests whose runner state must be dropped (finished, aborted, preempted).
     finished_request_ids: set[str] = field(default_factory=set)
+    # Token masks of the requests that sample under a grammar this step.
+    grammar_bitmask: GrammarBitmask | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -27,11 +27,14 @@ from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerConfig, SchedulerStats
 from octavo.core.scheduler_output import (
     CachedRequestData,
+    GrammarBitmask,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
     TokenLogprobs,
 )
+from octavo.core.structured_output.compiler import StructuredOutputLimits
+from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.runtime.config import WorkerConfig
 
 _EXT_DATACLASS = 1
@@ -73,6 +76,9 @@ for _cls in (
     PrefixCacheStats,
     EngineLimits,
     ModelInfo,
+    GrammarBitmask,
+    StructuredOutputsParams,
+    StructuredOutputLimits,
 ):
     register(_cls)
 

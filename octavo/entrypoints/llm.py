@@ -49,6 +49,9 @@ class LLM:
     ) -> list[RequestOutput]:
         prompt_list = normalize_prompts(prompts)
         params_list = self._params_list(sampling_params, len(prompt_list))
+        for params in params_list:
+            # A constraint that does not compile is refused before anything is queued.
+            self.engine.check_structured_outputs(params)
         request_ids = []
         try:
             for prompt, params in zip(prompt_list, params_list):

@@ -19,6 +19,12 @@ tokens only); when the real step differs, it is computed afresh and the
 speculation is dropped (its work wasted, its writes harmless: stream order
 puts them before any later write or read). The tokens are the ones the plain
 path would sample: the same graph, the same greedy argmax.
+
+Grammar-constrained requests (structured outputs) overlap too: only the
+forward pass of the speculated step is launched; its logits wait on the
+device for the step's grammar masks, which the engine computes from step N's
+tokens while the device runs step N+1. The real step then applies them and
+takes the argmax, before it launches step N+2.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.runtime.input_batch import PreparedBatch
+from octavo.runtime.sampler import apply_token_bitmask_
 
 
 @dataclass
@@ -38,9 +45,14 @@ class LaunchedStep:
 
     request_ids: list[str]
     positions: dict[str, int]  # the position each request computes
-    device_tokens: torch.Tensor  # [num_reqs] sampled token ids, on the device
-    host_tokens: torch.Tensor  # pinned copy, valid once ``done`` has fired
-    done: object | None  # a device event, None where copies are synchronous
+    logits: torch.Tensor | None = None  # kept until sampled (grammar masks come later)
+    device_tokens: torch.Tensor | None = None  # [num_reqs] sampled token ids, on the device
+    host_tokens: torch.Tensor | None = None  # pinned copy, valid once ``done`` has fired
+    done: object | None = None  # a device event, None where copies are synchronous
+
+    @property
+    def sampled(self) -> bool:
+        return self.device_tokens is not None
 
     def tokens(self) -> list[int]:
         if self.done is not None:
@@ -121,6 +133,8 @@ class DecodeOverlap:
             if self.pending is not None:
                 self.num_dropped += 1
             step = self._launch_planned(scheduler_output)
+        if not step.sampled:
+            self._sample(step, scheduler_output)
         continuing = self._continuing(request_ids)
         self.pending = self._launch_next(continuing, step) if continuing and self._can_speculate(continuing) else None
         tokens = step.tokens()
@@ -139,7 +153,7 @@ class DecodeOverlap:
         batch = runner.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
         states = runner.states
         positions = {r: states[r].num_computed_tokens for r in batch.sample_request_ids}
-        return self._run(batch, graph_size, positions)
+        return self._run(batch, graph_size, positions, sample=False)
 
     def _launch_next(self, request_ids: list[str], step: LaunchedStep) -> LaunchedStep:
         runner = self.runner
@@ -159,9 +173,11 @@ class DecodeOverlap:
             tokens = step.device_tokens.index_select(0, gather)
         graph_size = runner.graphs.padded_size(len(request_ids)) if runner.graphs else None
         batch = runner.inputs.prepare_decode_from_device(request_ids, positions, tokens, graph_size)
-        return self._run(batch, graph_size, dict(zip(request_ids, positions.tolist())))
+        # Constrained requests need the step's masks first: sample when it is asked for.
+        sample = not any(runner.states[r].sampling_params.structured_outputs for r in request_ids)
+        return self._run(batch, graph_size, dict(zip(request_ids, positions.tolist())), sample)
 
-    def _run(self, batch: PreparedBatch, graph_size: int | None, positions: dict[str, int]) -> LaunchedStep:
+    def _run(self, batch: PreparedBatch, graph_size: int | None, positions: dict[str, int], sample: bool) -> LaunchedStep:
         runner = self.runner
         num_reqs = batch.attn_batch.num_reqs
         if graph_size is not None:
@@ -169,15 +185,27 @@ class DecodeOverlap:
         else:
             hidden = runner.run_model(batch)
             logits = runner.model.compute_logits(hidden[:num_reqs])
-        device_tokens = logits.argmax(dim=-1)
+        step = LaunchedStep(list(batch.sample_request_ids), positions, logits)
+        if sample:
+            self._sample(step, None)
+        return step
+
+    def _sample(self, step: LaunchedStep, scheduler_output: SchedulerOutput | None) -> None:
+        """Greedy tokens of ``step`` under its grammar masks, and their copy to the host."""
+        logits, step.logits = step.logits, None
+        if scheduler_output is not None and scheduler_output.grammar_bitmask is not None:
+            rows = {request_id: row for row, request_id in enumerate(step.request_ids)}
+            allowed = self.runner.grammar_masks.upload(scheduler_output.grammar_bitmask, rows)
+            if allowed is not None:
+                logits = apply_token_bitmask_(logits, allowed)
+        step.device_tokens = logits.argmax(dim=-1)
         # An asynchronous copy needs pinned memory and an event to wait on,
         # both from the platform; otherwise the copy waits for the step.
-        done = runner.platform.create_event() if device_tokens.device.type != "cpu" else None
-        asynchronous = done is not None and runner.platform.pins_host_memory
-        host_tokens = torch.empty(num_reqs, dtype=torch.int64, pin_memory=asynchronous)
-        host_tokens.copy_(device_tokens, non_blocking=asynchronous)
-        if not asynchronous:
-            done = None
-        elif done is not None:
+        platform = self.runner.platform
+        done = platform.create_event() if step.device_tokens.device.type != "cpu" else None
+        asynchronous = done is not None and platform.pins_host_memory
+        step.host_tokens = torch.empty(len(step.request_ids), dtype=torch.int64, pin_memory=asynchronous)
+        step.host_tokens.copy_(step.device_tokens, non_blocking=asynchronous)
+        if asynchronous:
             done.record()
-        return LaunchedStep(list(batch.sample_request_ids), positions, device_tokens, host_tokens, done)
+            step.done = done

@@ -16,6 +16,7 @@ from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.layers.attention import ForwardContext
 from octavo.platforms.interface import Platform
 from octavo.runtime.config import WorkerConfig
+from octavo.runtime.grammar_mask import GrammarMaskUploader
 from octavo.runtime.input_batch import InputPreparer, PreparedBatch
 from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.model_loading import LoadedModel, load_model
@@ -42,6 +43,7 @@ class ModelRunner:
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
         self.sampler = Sampler(seed=config.seed)
+        self.grammar_masks = GrammarMaskUploader(device, platform.pins_host_memory, platform.create_event)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
@@ -171,7 +173,7 @@ class ModelRunner:
         if graph_size is not None:
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
             logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
-            self._sample(logits, batch, output)
+            self._sample(logits, batch, output, scheduler_output)
             return output
         bucket = self._prefill_bucket(scheduler_output, intermediate)
         if bucket is not None:
@@ -185,7 +187,7 @@ class ModelRunner:
             return hidden
         if batch.sample_request_ids:
             logits = self.model.compute_logits(hidden[batch.logits_indices])
-            self._sample(logits, batch, output)
+            self._sample(logits, batch, output, scheduler_output)
         if batch.prompt_logprob_spans:
             self._prompt_logprobs(hidden, batch, output)
         return output
@@ -215,12 +217,18 @@ class ModelRunner:
             return self.model(batch.input_ids, batch.positions, ctx)
         return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
-    def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def _sample(
+        self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput, scheduler_output: SchedulerOutput
+    ) -> None:
         rows = []
         for request_id in batch.sample_request_ids:
             state = self.states[request_id]
             rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
-        token_ids, logprobs = self.sampler(logits, rows)
+        allowed = None
+        if scheduler_output.grammar_bitmask is not None:
+            logits_rows = {request_id: row for row, request_id in enumerate(batch.sample_request_ids)}
+            allowed = self.grammar_masks.upload(scheduler_output.grammar_bitmask, logits_rows)
+        token_ids, logprobs = self.sampler(logits, rows, allowed)
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]
             if token_logprobs is not None:

@@ -1,8 +1,10 @@
 """Sampling one token per row of logits, batch-independently.
 
 Pipeline: raw logprobs (what ``logprobs`` reports) -> min_tokens masking ->
-repetition / presence / frequency penalties -> greedy argmax, or temperature,
-top-k, top-p, min-p and a draw. Draws use the "exponential race"
+repetition / presence / frequency penalties -> grammar masks (structured
+outputs: tokens the grammar forbids get -inf, on the device, all constrained
+rows at once) -> greedy argmax, or temperature, top-k, top-p, min-p and a
+draw. Draws use the "exponential race"
 (``argmax(p / q)`` with ``q ~ Exp(1)``), which is exactly sampling from ``p``;
 a seeded row draws its ``q`` from a generator seeded by (seed, output index),
 so its tokens do not depend on what else is in the batch or on preemption.
@@ -16,6 +18,30 @@ import torch
 
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler_output import TokenLogprobs
+
+
+@dataclass
+class AllowedTokens:
+    """Grammar masks on the device: ``words[i]`` masks logits row ``rows[i]``.
+
+    ``words`` is int32 ``[k, ceil(vocab / 32)]``; bit ``j`` of word ``w``
+    allows token ``32 * w + j`` (xgrammar's layout)."""
+
+    words: torch.Tensor
+    rows: torch.Tensor
+
+
+def apply_token_bitmask_(logits: torch.Tensor, allowed: AllowedTokens) -> torch.Tensor:
+    """Set the logits of forbidden tokens to -inf, in place, for every masked row at once."""
+    num_rows, vocab_size = allowed.words.shape[0], logits.shape[-1]
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    bits = ((allowed.words.unsqueeze(-1) >> shifts) & 1).view(num_rows, -1)
+    if bits.shape[1] < vocab_size:  # tokens past the mask's width are never allowed
+        bits = torch.nn.functional.pad(bits, (0, vocab_size - bits.shape[1]))
+    banned = bits[:, :vocab_size] == 0
+    masked = logits.index_select(0, allowed.rows).masked_fill_(banned, float("-inf"))
+    logits.index_copy_(0, allowed.rows, masked)
+    return logits
 
 
 @dataclass
@@ -115,15 +141,21 @@ class Sampler:
             self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
         return self._generators[device]
 
-    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> tuple[list[int], list[TokenLogprobs | None]]:
+    def __call__(
+        self, logits: torch.Tensor, rows: list[SamplingRow], allowed: AllowedTokens | None = None
+    ) -> tuple[list[int], list[TokenLogprobs | None]]:
         if all(_is_plain_greedy(row) for row in rows):
             # The common serving case: one argmax, one device-to-host copy.
+            if allowed is not None:
+                logits = apply_token_bitmask_(logits, allowed)
             return logits.argmax(dim=-1).tolist(), [None] * len(rows)
         logits = logits.to(torch.float32)
         want_logprobs = any(row.params.logprobs is not None for row in rows)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
         logits = apply_min_tokens(logits.clone(), rows)
         logits = apply_penalties(logits, rows)
+        if allowed is not None:
+            logits = apply_token_bitmask_(logits, allowed)
         sampled = self._sample(logits, rows)
         token_ids = sampled.tolist()
         logprobs: list[TokenLogprobs | None] = [None] * len(rows)

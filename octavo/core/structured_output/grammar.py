@@ -1,0 +1,66 @@
+"""A ``StructuredOutputsParams`` -> an xgrammar ``Grammar`` (tokenizer-free).
+
+JSON schemas are checked first (``schema_check``), then converted in strict
+mode: properties the schema does not list are never generated, so an output
+validates whatever ``additionalProperties`` says. Whitespace between JSON
+tokens is free but each run is capped, so that a model cannot stall in
+whitespace forever. ``json_object`` is any JSON object; ``choice`` is an
+alternation of literal strings; ``grammar`` is EBNF with a ``root`` rule.
+Any conversion error (bad regex, undefined rule, unsupported schema type)
+becomes ``StructuredOutputError`` naming the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from octavo.core.structured_output.params import StructuredOutputsParams
+from octavo.core.structured_output.schema_check import check_json_schema
+from octavo.errors import StructuredOutputError
+
+# Longest run of whitespace allowed between two JSON tokens.
+MAX_JSON_WHITESPACE = 16
+
+
+def build_grammar(params: StructuredOutputsParams) -> Any:
+    import xgrammar as xgr
+
+    kind = params.kind
+    try:
+        if kind == "json":
+            check_json_schema(params.schema())
+            return xgr.Grammar.from_json_schema(params.spec, strict_mode=True, max_whitespace_cnt=MAX_JSON_WHITESPACE)
+        if kind == "json_object":
+            return xgr.Grammar.from_json_schema(
+                '{"type": "object"}', strict_mode=False, max_whitespace_cnt=MAX_JSON_WHITESPACE
+            )
+        if kind == "regex":
+            return xgr.Grammar.from_regex(params.regex)
+        if kind == "choice":
+            alternatives = " | ".join(json.dumps(choice, ensure_ascii=False) for choice in params.choice)
+            return xgr.Grammar.from_ebnf(f"root ::= {alternatives}")
+        return xgr.Grammar.from_ebnf(params.grammar)
+    except StructuredOutputError:
+        raise
+    except Exception as exc:  # xgrammar reports every conversion error as RuntimeError/ValueError
+        raise StructuredOutputError(f"the {_NAMES[kind]} does not compile: {_reason(exc)}") from None
+
+
+_NAMES = {
+    "json": "JSON schema",
+    "json_object": "JSON object grammar",
+    "regex": "regex",
+    "choice": "choice list",
+    "grammar": "grammar",
+}
+
+
+def _reason(exc: Exception) -> str:
+    """xgrammar's message without its C++ source location prefix."""
+    text = str(exc).strip()
+    last = text.splitlines()[-1] if text else type(exc).__name__
+    # "[15:48:22] /project/cpp/regex_converter.cc:94: Regex parsing error ..."
+    if last.startswith("[") and ".cc:" in last:
+        last = last.split(": ", 1)[-1]
+    return last

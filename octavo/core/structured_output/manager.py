@@ -1,0 +1,119 @@
+"""The engine's side of structured outputs: requests waiting for their
+grammar, each request's matcher, and the token masks of every step.
+
+Lifecycle of a constrained request: ``add`` submits its constraint to the
+compiler and parks it; ``take_ready`` hands it to the scheduler once its
+grammar is compiled (with a matcher of its own: the ``n`` children of a
+request share the grammar, not the matcher) or fails it if compiling
+failed; ``bitmask`` writes its mask in each step where it samples; the
+scheduler advances its matcher with each token it commits
+(``Scheduler.update_from_output``) and ends it when the grammar is complete.
+
+Why there is nothing to roll back: the matcher only ever sees committed
+tokens, exactly once each. Preemption keeps a request's output tokens (only
+its KV cache is recomputed), and a request is in at most one batch in flight,
+so its mask is always computed from all of its tokens so far.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import FIRST_COMPLETED, wait
+from typing import Any
+
+from octavo.core.request import Request
+from octavo.core.scheduler_output import GrammarBitmask, SchedulerOutput
+from octavo.core.structured_output.compiler import CompileJob, GrammarCompiler
+from octavo.core.structured_output.params import StructuredOutputsParams
+
+logger = logging.getLogger(__name__)
+
+
+class RequestGrammar:
+    """One request's way through its grammar."""
+
+    def __init__(self, job: CompileJob) -> None:
+        self.job = job
+        self.matcher: Any = None
+
+    def start(self) -> None:
+        import xgrammar as xgr
+
+        self.matcher = xgr.GrammarMatcher(self.job.result())
+
+    def accept(self, token_id: int) -> bool:
+        return self.matcher.accept_token(token_id)
+
+    @property
+    def is_terminated(self) -> bool:
+        return self.matcher.is_terminated()
+
+    def fill(self, bitmask: Any, row: int) -> None:
+        self.matcher.fill_next_token_bitmask(bitmask, row)
+
+
+class StructuredOutputManager:
+    def __init__(self, compiler: GrammarCompiler) -> None:
+        self.compiler = compiler
+        self.awaiting: list[Request] = []
+        self._bitmask: Any = None  # int32 [rows, words] on the host, grown on demand
+
+    # ------------------------------------------------------------ requests
+
+    def add(self, request: Request, params: StructuredOutputsParams) -> None:
+        request.grammar = RequestGrammar(self.compiler.submit(params))
+        self.awaiting.append(request)
+
+    def take_ready(self) -> tuple[list[Request], list[tuple[Request, str]]]:
+        """Requests whose grammar is compiled (matchers started), and those whose failed (with why)."""
+        ready, failed, still = [], [], []
+        for request in self.awaiting:
+            problem = self.compiler.check(request.grammar.job)
+            if problem is not None:
+                failed.append((request, problem))
+            elif request.grammar.job.done():
+                request.grammar.start()
+                ready.append(request)
+            else:
+                still.append(request)
+        self.awaiting = still
+        return ready, failed
+
+    def remove(self, request_ids: set[str]) -> list[Request]:
+        removed = [r for r in self.awaiting if r.request_id in request_ids]
+        self.awaiting = [r for r in self.awaiting if r.request_id not in request_ids]
+        return removed
+
+    def wait_for_any(self, timeout_s: float) -> None:
+        """Block until a waiting grammar is done, at most ``timeout_s`` (an idle engine)."""
+        if self.awaiting:
+            wait([r.grammar.job.future for r in self.awaiting], timeout=timeout_s, return_when=FIRST_COMPLETED)
+
+    # --------------------------------------------------------------- masks
+
+    def bitmask(self, scheduler_output: SchedulerOutput, requests: dict[str, Request]) -> GrammarBitmask | None:
+        """Masks for the constrained requests that sample in this step (None if there are none)."""
+        sampling = []
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = requests[request_id]
+            if request.grammar is not None and request.num_computed_tokens + num_tokens == request.num_tokens:
+                sampling.append(request)
+        if not sampling:
+            return None
+        bitmask = self._rows(len(sampling))
+        for row, request in enumerate(sampling):
+            request.grammar.fill(bitmask, row)
+        rows = bitmask[: len(sampling)]
+        return GrammarBitmask([r.request_id for r in sampling], rows.numpy().tobytes(), rows.shape[1])
+
+    def _rows(self, num_rows: int) -> Any:
+        if self._bitmask is None or self._bitmask.shape[0] < num_rows:
+            import xgrammar as xgr
+
+            capacity = max(num_rows, 2 * (self._bitmask.shape[0] if self._bitmask is not None else 8))
+            self._bitmask = xgr.allocate_token_bitmask(capacity, self.compiler.vocab_size)
+        return self._bitmask
+
+    def shutdown(self) -> None:
+        self.awaiting.clear()
+        self.compiler.shutdown()

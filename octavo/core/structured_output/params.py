@@ -1,0 +1,97 @@
+"""What a request's output must match (vLLM's ``StructuredOutputsParams``).
+
+Exactly one kind is set: a JSON schema (``json``), any JSON object
+(``json_object``), a regular expression (``regex``), one of a list of
+strings (``choice``) or an EBNF grammar (``grammar``, xgrammar's dialect:
+``root ::= ...``). Validation here is about shape only (one kind, right
+types, bounded size); whether the schema, regex or grammar compiles is the
+compiler's business (``compiler.py``), which front ends ask before a request
+is queued.
+
+``key`` names the constraint for the grammar cache: two requests with the
+same key share one compiled grammar. A schema given as a dict is keyed by its
+JSON text with the property order kept (the order is the order the output
+follows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from octavo.errors import InvalidSamplingParamsError
+
+KINDS = ("json", "regex", "choice", "grammar", "json_object")
+
+
+@dataclass
+class StructuredOutputsParams:
+    json: str | dict | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool = False
+
+    def __post_init__(self) -> None:
+        set_kinds = [kind for kind in KINDS if self._value(kind) not in (None, False)]
+        if len(set_kinds) != 1:
+            found = ", ".join(set_kinds) or "none"
+            raise InvalidSamplingParamsError(
+                f"structured_outputs needs exactly one of {', '.join(KINDS)} (got {found})", param="structured_outputs"
+            )
+        self._check_types(set_kinds[0])
+
+    def _value(self, kind: str):
+        return getattr(self, kind)
+
+    def _check_types(self, kind: str) -> None:
+        def fail(message: str) -> None:
+            raise InvalidSamplingParamsError(message, param=f"structured_outputs.{kind}")
+
+        value = self._value(kind)
+        if kind == "json":
+            if isinstance(value, str):
+                try:
+                    json.loads(value)
+                except ValueError as exc:
+                    fail(f"the JSON schema is not valid JSON: {exc}")
+            elif not isinstance(value, dict):
+                fail(f"a JSON schema must be an object (or its JSON text), got {type(value).__name__}")
+        elif kind in ("regex", "grammar"):
+            if not isinstance(value, str) or not value:
+                fail(f"{kind} must be a non-empty string")
+        elif kind == "choice":
+            if not isinstance(value, (list, tuple)) or not value:
+                fail("choice must be a non-empty list of strings")
+            if not all(isinstance(c, str) and c for c in value):
+                fail("every choice must be a non-empty string")
+            self.choice = list(value)
+        elif value is not True:
+            fail("json_object must be true or false")
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in KINDS if self._value(kind) not in (None, False))
+
+    @property
+    def spec(self) -> str:
+        """The constraint as text (what the compiler reads and the cache keys)."""
+        kind = self.kind
+        value = self._value(kind)
+        if kind == "json":
+            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if kind == "choice":
+            return json.dumps(value, ensure_ascii=False)
+        if kind == "json_object":
+            return ""
+        return value
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.kind, self.spec
+
+    def schema(self) -> dict | None:
+        """The JSON schema as an object (``json`` kind only)."""
+        if self.json is None:
+            return None
+        return json.loads(self.json) if isinstance(self.json, str) else self.json

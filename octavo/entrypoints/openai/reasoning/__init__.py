@@ -1,0 +1,14 @@
+"""Reasoning parsers by name (vLLM's ``--reasoning-parser`` names)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from octavo.entrypoints.openai.reasoning.base import DeepSeekR1ReasoningParser, Qwen3ReasoningParser, ReasoningParser
+
+REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
+    "qwen3": Qwen3ReasoningParser,
+    "deepseek_r1": DeepSeekR1ReasoningParser,
+}
+
+__all__ = ["REASONING_PARSERS", "ReasoningParser"]

@@ -1,0 +1,82 @@
+"""Reasoning out of generated text, as the text streams in: ``<think> ...
+</think>`` becomes ``reasoning_content`` (chat) or a ``thinking`` block
+(Anthropic); what follows is the answer.
+
+Like the tool parsers, a parser is fed pieces of text (or the whole text
+once) and returns, for each piece, ``(reasoning, content)``; text that may
+still be part of a tag is held back. The answer's leading blank lines right
+after ``</think>`` are dropped (templates put them there).
+"""
+
+from __future__ import annotations
+
+from octavo.entrypoints.openai.tool_parsers.base import held_back
+
+START, END = "<think>", "</think>"
+
+
+class ReasoningParser:
+    """``starts_in_reasoning``: the prompt opened the ``<think>`` block (the
+    output begins with reasoning even without the tag). Otherwise reasoning
+    happens only if the output starts with ``<think>``."""
+
+    starts_in_reasoning = False
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.position = 0
+        self.mode = "start"  # start (undecided) -> reasoning -> content, or start -> content
+        self.strip_blank = False
+
+    def feed(self, delta: str) -> tuple[str, str]:
+        self.text += delta
+        return self._advance(final=False)
+
+    def finish(self) -> tuple[str, str]:
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> tuple[str, str]:
+        reasoning = content = ""
+        if self.mode == "start" and not self._decide(final):
+            return "", ""
+        text = self.text
+        if self.mode == "reasoning":
+            found = text.find(END, self.position)
+            if found < 0:
+                stop = len(text) if final else held_back(text, self.position, END)
+                reasoning, self.position = text[self.position : stop], stop
+                return reasoning, ""
+            reasoning = text[self.position : found]
+            self.mode, self.position, self.strip_blank = "content", found + len(END), True
+        if self.strip_blank:
+            rest = text[self.position :].lstrip("\r\n")
+            if not rest and not final:
+                self.position = len(text)
+                return reasoning, ""
+            self.strip_blank = False
+            self.position = len(text) - len(rest)
+        content, self.position = text[self.position :], len(text)
+        return reasoning, content
+
+    def _decide(self, final: bool) -> bool:
+        text = self.text
+        stripped = text.lstrip()
+        if stripped.startswith(START):
+            self.mode, self.position = "reasoning", len(text) - len(stripped) + len(START)
+        elif START.startswith(stripped) and not final:
+            return False  # nothing but (part of) the start tag yet
+        else:
+            self.mode = "reasoning" if self.starts_in_reasoning else "content"
+        return True
+
+
+class Qwen3ReasoningParser(ReasoningParser):
+    """Qwen3: the model opens ``<think>`` itself (``enable_thinking=False``
+    puts an empty block in the prompt, and the output is all answer)."""
+
+
+class DeepSeekR1ReasoningParser(ReasoningParser):
+    """DeepSeek-R1: the template opens ``<think>`` in the prompt, so the
+    output is reasoning until ``</think>`` (a leading ``<think>`` is dropped)."""
+
+    starts_in_reasoning = True

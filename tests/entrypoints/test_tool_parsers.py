@@ -1,0 +1,124 @@
+"""Tool-call and reasoning parsers: the same calls and text whether the
+output arrives whole or a few characters at a time, and OpenAI's delta shape
+(the first delta of a call has its id and name, later ones argument pieces)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from octavo.entrypoints.openai.tool_parsers import TOOL_PARSERS
+
+
+def parse(name: str, text: str, chunk: int | None = None, seed: int = 0):
+    """(content, [(name, arguments)]) with the deltas checked for shape."""
+    parser = TOOL_PARSERS[name]()
+    rng = random.Random(seed)
+    pieces, position = [], 0
+    while position < len(text):
+        size = len(text) if chunk is None else rng.randint(1, chunk)
+        pieces.append(text[position : position + size])
+        position += size
+    deltas = [parser.feed(piece) for piece in pieces] + [parser.finish()]
+    content = "".join(d.content for d in deltas)
+    calls: dict[int, list] = {}
+    for delta in (c for d in deltas for c in d.tool_calls):
+        if delta.index not in calls:
+            assert delta.id and delta.name, "a call's first delta names it"
+            calls[delta.index] = [delta.name, delta.arguments]
+        else:
+            assert delta.id is None and delta.name is None
+            calls[delta.index][1] += delta.arguments
+    assert sorted(calls) == list(range(len(calls)))
+    return content, [tuple(calls[i]) for i in sorted(calls)]
+
+
+def same_whole_and_streamed(name: str, text: str):
+    whole = parse(name, text)
+    for seed in range(8):
+        assert parse(name, text, chunk=3, seed=seed) == whole
+    assert parse(name, text, chunk=1) == whole
+    return whole
+
+
+def test_hermes_calls_between_text():
+    text = (
+        'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}\n'
+        '</tool_call>\n<tool_call>{"name": "get_time", "arguments": {"tz": "a}\\"b"}}</tool_call> done'
+    )
+    content, calls = same_whole_and_streamed("hermes", text)
+    assert content == "Let me check. \n done"
+    assert [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "Paris", "days": [1, 2]}),
+        ("get_time", {"tz": 'a}"b'}),
+    ]
+
+
+def test_hermes_not_a_call_stays_text():
+    text = "a <tool_call>not json</tool_call> b <tool_ca"
+    assert same_whole_and_streamed("hermes", text) == (text, [])
+    assert same_whole_and_streamed("hermes", 'x <tool_call>{"foo": 1}</tool_call>') == ('x <tool_call>{"foo": 1}</tool_call>', [])
+
+
+def test_hermes_missing_end_tag_and_string_arguments():
+    _, calls = same_whole_and_streamed("hermes", '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}')
+    assert calls == [("f", '{"x": 1}')]
+    _, calls = same_whole_and_streamed("hermes", '<tool_call>{"name": "f"}</tool_call>')
+    assert calls == [("f", "{}")]
+    # Cut off mid-arguments (max_tokens): the call keeps what arrived.
+    _, calls = same_whole_and_streamed("hermes", '<tool_call>{"name": "f", "arguments": {"x": [1, 2')
+    assert calls == [("f", '{"x": [1, 2')]
+
+
+def test_llama3_json():
+    text = '<|python_tag|>{"name": "a", "parameters": {"q": 1}}; {"name": "b", "parameters": {}}'
+    assert same_whole_and_streamed("llama3_json", text) == ("", [("a", '{"q": 1}'), ("b", "{}")])
+    assert same_whole_and_streamed("llama3_json", '  {"name": "a", "parameters": {"q": "x"}}') == ("", [("a", '{"q": "x"}')])
+    assert same_whole_and_streamed("llama3_json", "Just text {not a call}") == ("Just text {not a call}", [])
+
+
+def test_mistral_both_formats():
+    text = 'Sure.[TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {"y": "]"}}]'
+    assert same_whole_and_streamed("mistral", text) == ("Sure.", [("a", '{"x": 1}'), ("b", '{"y": "]"}')])
+    text = '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}[TOOL_CALLS]get_time[ARGS]{}'
+    assert same_whole_and_streamed("mistral", text) == ("", [("get_weather", '{"city": "Rome"}'), ("get_time", "{}")])
+    assert same_whole_and_streamed("mistral", "No calls [TOOL") == ("No calls [TOOL", [])
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_PARSERS))
+def test_plain_text_passes_through(name):
+    text = "Hello, world: nothing to call here."
+    assert same_whole_and_streamed(name, text) == (text, [])
+
+
+def split_reasoning(name: str, text: str, chunk: int | None = None, seed: int = 0) -> tuple[str, str]:
+    from octavo.entrypoints.openai.reasoning import REASONING_PARSERS
+
+    parser = REASONING_PARSERS[name]()
+    rng = random.Random(seed)
+    parts, position = [], 0
+    while position < len(text):
+        size = len(text) if chunk is None else rng.randint(1, chunk)
+        parts.append(parser.feed(text[position : position + size]))
+        position += size
+    parts.append(parser.finish())
+    return "".join(r for r, _ in parts), "".join(c for _, c in parts)
+
+
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        ("qwen3", "<think>\nsteps 1<2\n</think>\n\nThe answer.", ("\nsteps 1<2\n", "The answer.")),
+        ("qwen3", "The answer, no thinking.", ("", "The answer, no thinking.")),
+        ("qwen3", "<think>cut off by max_tok", ("cut off by max_tok", "")),
+        ("deepseek_r1", "reasoning here</think>answer", ("reasoning here", "answer")),
+        ("deepseek_r1", "<think>reasoning</think>\n\nanswer </think>", ("reasoning", "answer </think>")),
+        ("deepseek_r1", "all reasoning", ("all reasoning", "")),
+    ],
+)
+def test_reasoning_split(name, text, expected):
+    assert split_reasoning(name, text) == expected
+    for seed in range(6):
+        assert split_reasoning(name, text, chunk=3, seed=seed) == expected
