@@ -21,6 +21,7 @@ from pathlib import Path
 from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
 from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.scheduler import Scheduler, SchedulerConfig
+from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids, load_tokenizer
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
@@ -82,6 +83,9 @@ class EngineArgs:
     data_parallel_rank: int = 0
     chat_template: str | None = None
     max_logprobs: int = 20
+    # Limits on structured-output constraints (compile time, compiled size).
+    structured_outputs_compile_timeout: float = 10.0
+    structured_outputs_max_grammar_bytes: int = 64 << 20
     skip_tokenizer_init: bool = False
 
     @classmethod
@@ -104,6 +108,11 @@ class EngineArgs:
                 raise InvalidArgumentError(f"{name} must be positive, got {value}", param=name)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidArgumentError("gpu_memory_utilization must be in (0, 1]", param="gpu_memory_utilization")
+        if not self.structured_outputs_compile_timeout > 0 or self.structured_outputs_max_grammar_bytes < 1:
+            raise InvalidArgumentError(
+                "the structured-output compile timeout and grammar size limit must be positive",
+                param="structured_outputs_compile_timeout",
+            )
         if self.load_format not in ("auto", "safetensors", "dummy", "gguf"):
             raise InvalidArgumentError(
                 f"load_format must be auto, safetensors, dummy or gguf, got {self.load_format!r}", param="load_format"
@@ -236,6 +245,10 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         block_size=args.block_size,
         eos_token_ids=eos_token_ids(tokenizer, arch.raw, generation_config),
         max_logprobs=args.max_logprobs,
+        structured_outputs=StructuredOutputLimits(
+            compile_timeout_s=args.structured_outputs_compile_timeout,
+            max_grammar_bytes=args.structured_outputs_max_grammar_bytes,
+        ),
     )
     info = ModelInfo(
         str(model_path),

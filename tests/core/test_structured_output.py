@@ -158,3 +158,18 @@ def test_bitmask_on_the_device_matches_xgrammar():
     xgr.apply_token_bitmask_inplace(expected, full, indices=[4, 0, 2])
     apply_token_bitmask_(logits, AllowedTokens(words, torch.tensor([4, 0, 2])))
     assert torch.equal(logits, expected)
+
+
+def test_length_limited_strings_stay_valid_json(compiler):
+    """xgrammar alone lets control characters into strings with min/maxLength."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 3}}, "required": ["s"]}
+    compiled = compiler.wait(compiler.submit(StructuredOutputsParams(json=schema)))
+
+    def accepts(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        return matcher.accept_string(text) and matcher.is_completed()
+
+    assert accepts('{"s": "abc"}') and not accepts('{"s": "a"}') and not accepts('{"s": "abcd"}')
+    assert not accepts('{"s": "a\\x0fb"}'.replace("\\x0f", "\x0f"))
+    with pytest.raises(StructuredOutputError, match="cannot be combined with pattern"):
+        check_json_schema({"type": "string", "pattern": "^a+$", "maxLength": 3})

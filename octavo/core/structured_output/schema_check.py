@@ -16,7 +16,8 @@ Constraints that are enforced: ``type`` (one or a list), ``properties``,
 ``minItems``, ``maxItems``, ``enum``, ``const``, ``anyOf``, ``oneOf`` (where
 branches overlap, one branch is generated, which may also match another),
 ``allOf`` with one subschema, local ``$ref`` with ``$defs``/``definitions``,
-string ``minLength``, ``maxLength``, ``pattern`` and the formats in
+string ``minLength``, ``maxLength`` (not with a ``pattern`` or ``format``:
+xgrammar would drop the length), ``pattern`` and the formats in
 ``SUPPORTED_FORMATS``, numeric bounds, and ``multipleOf`` on integers.
 """
 
@@ -91,6 +92,8 @@ def _unsupported(schema: dict) -> str | None:
         return "keyword 'multipleOf' is only supported with type 'integer'"
     if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
         return "keyword 'allOf' is only supported with one subschema"
+    if ("minLength" in schema or "maxLength" in schema) and ("pattern" in schema or "format" in schema):
+        return "minLength/maxLength cannot be combined with pattern or format (put the length in the pattern)"
     fmt = schema.get("format")
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS:
         return f"format {fmt!r} is not supported (supported: {', '.join(sorted(SUPPORTED_FORMATS))})"
@@ -98,6 +101,24 @@ def _unsupported(schema: dict) -> str | None:
     if isinstance(ref, str) and not ref.startswith("#"):
         return f"only local references ('#/...') are supported, got $ref {ref!r}"
     return None
+
+
+def for_xgrammar(schema: dict) -> dict:
+    """A copy of a checked ``schema`` that xgrammar compiles faithfully.
+
+    xgrammar writes a string with ``minLength``/``maxLength`` as characters
+    from ``[^"\\\r\n]``, which lets other control characters through:
+    invalid JSON. As the equivalent ``pattern`` it excludes them all.
+    """
+    import copy
+
+    schema = copy.deepcopy(schema)
+    for _, subschema in _subschemas(schema, "#"):
+        if "minLength" in subschema or "maxLength" in subschema:
+            low = subschema.pop("minLength", 0)
+            high = subschema.pop("maxLength", "")
+            subschema["pattern"] = f"^.{{{low},{high}}}$"
+    return schema
 
 
 def _subschemas(schema: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict]]:

@@ -9,6 +9,11 @@ an ``error`` event and ends).
 A last ``assistant`` message is a prefill: the conversation is rendered
 without a new turn and the answer continues that message (the response
 holds only the continuation, as Anthropic's does).
+
+Tools, tool results, thinking and output constraints are resolved as for
+OpenAI chat (``conversation.py``, ``openai/chat_features.py``); the output is
+read back into ``thinking``, ``text`` and ``tool_use`` blocks (``output.py``),
+with ``stop_reason: tool_use`` after tool calls.
 """
 
 from __future__ import annotations
@@ -19,12 +24,22 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from octavo.core.outputs import CompletionOutput
 from octavo.core.sampling_params import RequestOutputKind
-from octavo.entrypoints.anthropic.protocol import MessageResponse, MessagesRequest
+from octavo.entrypoints.anthropic.conversation import anthropic_conversation, anthropic_features, prompt_features
+from octavo.entrypoints.anthropic.output import BlockStream, content_blocks, stop_info
+from octavo.entrypoints.anthropic.protocol import (
+    ConversationFields,
+    CountTokensRequest,
+    CountTokensResponse,
+    MessageResponse,
+    MessagesRequest,
+)
 from octavo.entrypoints.async_engine import RequestStream
-from octavo.entrypoints.openai.chat_template import ChatOptions, content_text
+from octavo.entrypoints.openai.chat_features import ChatFeatures
+from octavo.entrypoints.openai.chat_output import ChoiceMessage
+from octavo.entrypoints.openai.chat_template import ChatOptions
 from octavo.entrypoints.openai.errors import ApiError, anthropic_body, from_octavo
+from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation
 from octavo.entrypoints.openai.serving import (
@@ -43,6 +58,7 @@ from octavo.entrypoints.openai.serving import (
     sse,
     unless_disconnected,
 )
+from octavo.entrypoints.openai.structured import check_constraint
 from octavo.errors import OctavoError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +68,9 @@ async def create_message(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, MessagesRequest)
     model = resolve_model(ctx, body.model)
+    check_undeclared_fields(body, "messages")
+    features = anthropic_features(ctx.config, body)
+    features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
     params = make_sampling_params(
         ctx,
         body.max_tokens,
@@ -59,50 +78,56 @@ async def create_message(request: Request):
         top_p=body.top_p,
         top_k=body.top_k,
         stop=body.stop_sequences,
+        skip_special_tokens=features.skip_special_tokens,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+        structured_outputs=features.constraint,
     )
     check_admissible(ctx, params)
-    prompt = await ctx.pool.run(render_conversation, body, ctx.prompt_limits)
+    prompt = await ctx.pool.run(render_conversation, body, features, ctx.prompt_limits)
     check_prompt(ctx, prompt, params, "messages", "max_tokens")
+    await check_constraint(ctx.engine.engine, params, features.constraint_param)
     message_id = new_request_id("msg_")
     streams = await admit_all(ctx, message_id, [prompt], params)
     if body.stream:
-        events = _stream(ctx, streams[0], message_id, model, len(prompt.token_ids))
+        events = _stream(ctx, streams[0], message_id, model, len(prompt.token_ids), features)
         return SSEResponse(events, on_close=lambda: ctx.engine.close(streams[0]))
     try:
         finals = await unless_disconnected(request, final_outputs(ctx, streams))
     finally:
         ctx.engine.close(streams[0])
     completion = finals[0].outputs[0]
-    stop_reason, stop_sequence = stop_info(completion)
+    shaper, message = features.shaper(), ChoiceMessage()
+    message.add(shaper.feed(completion.text))
+    message.add(shaper.finish())
+    stop_reason, stop_sequence = stop_info(completion, shaper)
     return JSONResponse(
         {
             **_message(message_id, model, len(prompt.token_ids), len(completion.token_ids)),
-            "content": [{"type": "text", "text": completion.text}],
+            "content": content_blocks(message),
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
         }
     )
 
 
-def render_conversation(tokenizer, body: MessagesRequest, limits: PromptLimits) -> PromptInput:
+def render_conversation(tokenizer, body: ConversationFields, features: ChatFeatures, limits: PromptLimits) -> PromptInput:
     """The prompt of a Messages request (on a tokenizer-pool worker)."""
-    conversation = []
-    if body.system:
-        conversation.append({"role": "system", "content": content_text(body.system, "system")})
-    for position, message in enumerate(body.messages):
-        conversation.append({"role": message.role, "content": content_text(message.content, f"messages.{position}.content")})
     prefill = body.messages[-1].role == "assistant"
-    options = ChatOptions(add_generation_prompt=not prefill, continue_final_message=prefill)
-    return encode_conversation(tokenizer, conversation, options, limits)
+    options = ChatOptions(
+        add_generation_prompt=not prefill, continue_final_message=prefill,
+        tools=features.tool_use.template_tools, template_kwargs=features.template_kwargs,
+    )
+    return encode_conversation(tokenizer, anthropic_conversation(body), options, limits)
 
 
-def stop_info(completion: CompletionOutput) -> tuple[str, str | None]:
-    if completion.finish_reason == "length":
-        return "max_tokens", None
-    if isinstance(completion.stop_reason, str):
-        return "stop_sequence", completion.stop_reason
-    return "end_turn", None
+async def count_tokens(request: Request):
+    """``POST /v1/messages/count_tokens``: the prompt's length, as the messages route would render it."""
+    ctx = get_context(request)
+    body = await parse_body(request, CountTokensRequest)
+    resolve_model(ctx, body.model)
+    check_undeclared_fields(body, "messages")
+    prompt = await ctx.pool.run(render_conversation, body, prompt_features(ctx.config, body), ctx.prompt_limits)
+    return JSONResponse({"input_tokens": len(prompt.token_ids)})
 
 
 def _message(message_id: str, model: str, num_input_tokens: int, num_output_tokens: int) -> dict:
@@ -119,22 +144,22 @@ def _message(message_id: str, model: str, num_input_tokens: int, num_output_toke
 
 
 async def _stream(
-    ctx: ServingContext, stream: RequestStream, message_id: str, model: str, num_input_tokens: int
+    ctx: ServingContext, stream: RequestStream, message_id: str, model: str, num_input_tokens: int, features: ChatFeatures
 ) -> AsyncIterator[str]:
     num_output_tokens = 0
+    shaper, blocks = features.shaper(), BlockStream()
     try:
         yield sse({"type": "message_start", "message": _message(message_id, model, num_input_tokens, 0)}, "message_start")
-        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-        yield sse(start, "content_block_start")
         async for _, output in merge_outputs(ctx, [stream]):
             completion = output.outputs[0]
             num_output_tokens += len(completion.token_ids)
-            if completion.text:
-                delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": completion.text}}
-                yield sse(delta, "content_block_delta")
+            events = blocks.events(shaper.feed(completion.text))
             if completion.finish_reason is not None:
-                yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-                stop_reason, stop_sequence = stop_info(completion)
+                events += blocks.events(shaper.finish()) + blocks.close()
+            for event, payload in events:
+                yield sse(payload, event)
+            if completion.finish_reason is not None:
+                stop_reason, stop_sequence = stop_info(completion, shaper)
                 message_delta = {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
@@ -152,5 +177,9 @@ async def _stream(
 def add_routes(app: FastAPI) -> None:
     add_json_route(
         app, "/v1/messages", create_message, body=MessagesRequest, response=MessageResponse, streams=True,
+        anthropic=True,
+    )
+    add_json_route(
+        app, "/v1/messages/count_tokens", count_tokens, body=CountTokensRequest, response=CountTokensResponse,
         anthropic=True,
     )

@@ -19,6 +19,17 @@ class AnthropicModel(BaseModel):
 class ContentBlock(AnthropicModel):
     type: str
     text: str | None = None
+    # tool_use (assistant)
+    id: str | None = None
+    name: str | None = None
+    input: dict | None = None
+    # tool_result (user)
+    tool_use_id: str | None = None
+    content: str | list[dict] | None = None
+    is_error: bool | None = None
+    # thinking (assistant)
+    thinking: str | None = None
+    signature: str | None = None
 
 
 class Message(AnthropicModel):
@@ -26,18 +37,36 @@ class Message(AnthropicModel):
     content: str | list[ContentBlock]
 
 
-class MessagesRequest(AnthropicModel):
+class ConversationFields(AnthropicModel):
+    """What renders the prompt: shared by messages and count_tokens."""
+
     model: str
-    max_tokens: Int64
     # A last assistant message is a prefill: the answer continues it.
     messages: list[Message] = Field(min_length=1)
     system: str | list[ContentBlock] | None = None
+    tools: list[dict] | None = None
+    tool_choice: dict | None = None
+    thinking: dict | None = None
+
+
+class MessagesRequest(ConversationFields):
+    max_tokens: Int64
     stop_sequences: list[str] | None = None
     temperature: FiniteFloat | None = None
     top_p: FiniteFloat | None = None
     top_k: Int64 | None = None
     stream: bool | None = False
     metadata: dict | None = None
+    # Octavo / vLLM extensions: output constraints, as on the OpenAI routes.
+    structured_outputs: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+
+
+class CountTokensRequest(ConversationFields):
+    pass
 
 
 # ------------------------------------------------------------ responses
@@ -46,6 +75,19 @@ class MessagesRequest(AnthropicModel):
 class TextBlock(ResponseModel):
     type: Literal["text"]
     text: str
+
+
+class ThinkingBlock(ResponseModel):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class ToolUseBlock(ResponseModel):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict
 
 
 class MessageUsage(ResponseModel):
@@ -58,7 +100,11 @@ class MessageResponse(ResponseModel):
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[TextBlock]
-    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence"] | None
+    content: list[TextBlock | ThinkingBlock | ToolUseBlock]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
     stop_sequence: str | None
     usage: MessageUsage
+
+
+class CountTokensResponse(ResponseModel):
+    input_tokens: int

@@ -58,6 +58,14 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help="run the engine in its own process, apart from the server's (or caller's) Python",
     )
     parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")
+    parser.add_argument(
+        "--structured-outputs-compile-timeout", type=float, default=10.0,
+        help="seconds a structured-output constraint may take to compile before the request is refused",
+    )
+    parser.add_argument(
+        "--structured-outputs-max-grammar-bytes", type=int, default=64 << 20,
+        help="largest compiled grammar (bytes) a structured-output constraint may become",
+    )
 
 
 def engine_args_from(args: argparse.Namespace) -> EngineArgs:

@@ -52,6 +52,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--keep-alive-timeout", type=float, default=defaults.keep_alive_timeout, help="seconds an idle kept-alive connection stays open")
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="connections open at once; beyond it the oldest idle one is closed, or 503 if none is idle")
     parser.add_argument("--restart-engine", action="store_true", help="rebuild the engine if it fails (counted in octavo:engine_restarts_total)")
+    parser.add_argument("--tool-call-parser", default=None, help="how tool calls are read from the output: hermes (or qwen), llama3_json, mistral")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true", help="let the model decide to call tools (tool_choice 'auto'); needs --tool-call-parser")
+    parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument("--no-ui", dest="enable_ui", action="store_false", help="leave out the web playground (/) and dashboard (/dashboard)")
@@ -82,6 +85,11 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be positive", param=name)
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
+    from octavo.entrypoints.openai.chat_features import check_parser_names
+
+    check_parser_names(args.tool_call_parser, args.reasoning_parser)
+    if args.enable_auto_tool_choice and args.tool_call_parser is None:
+        raise InvalidArgumentError("--enable-auto-tool-choice needs --tool-call-parser", param="tool_call_parser")
     return ServerConfig(
         served_model_names=args.served_model_name or [args.model or DEFAULT_MODEL_NAME],
         model_root=args.model or DEFAULT_MODEL_NAME,
@@ -100,6 +108,9 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         body_read_timeout=args.body_read_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
         max_connections=args.max_connections,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        reasoning_parser=args.reasoning_parser,
     )
 
 

@@ -4,6 +4,11 @@ Streams open each choice with a ``{"role": "assistant", "content": ""}``
 delta, then send content deltas (with ``logprobs.content`` when asked), the
 ``finish_reason`` on a choice's last chunk, an optional usage chunk, and
 ``[DONE]``; an engine failure mid-stream sends an error chunk and ``[DONE]``.
+
+Tools, output constraints and template variables are resolved first
+(``chat_features.py``); the text of each choice is read back into
+``reasoning_content``, ``content`` and ``tool_calls`` by an ``OutputShaper``
+(``chat_output.py``), delta by delta when streaming.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ from fastapi.responses import JSONResponse
 from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
-from octavo.entrypoints.openai.chat_template import ChatOptions, content_text, normalize_role
+from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features
+from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
+from octavo.entrypoints.openai.chat_template import ChatOptions
+from octavo.entrypoints.openai.conversation import openai_conversation
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
+from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import chat_logprobs
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation
@@ -42,6 +51,7 @@ from octavo.entrypoints.openai.serving import (
     unix_time,
     unless_disconnected,
 )
+from octavo.entrypoints.openai.structured import check_constraint
 from octavo.errors import InvalidArgumentError, OctavoError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +62,8 @@ async def create_chat_completion(request: Request):
     body = await parse_body(request, ChatCompletionRequest)
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
+    features = openai_chat_features(ctx.config, body)
+    features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
     max_logprobs = ctx.limits.max_logprobs
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= max_logprobs:
         raise InvalidArgumentError(
@@ -59,19 +71,24 @@ async def create_chat_completion(request: Request):
         )
     max_tokens_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    options = body.sampling_options()
+    if options["skip_special_tokens"] is None:
+        options["skip_special_tokens"] = features.skip_special_tokens
     params = make_sampling_params(
         ctx,
         max_tokens,  # None: the rest of the context
-        **body.sampling_options(),
+        **options,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+        structured_outputs=features.constraint,
     )
     check_admissible(ctx, params)
-    prompt = await render_messages(ctx, body.messages, chat_options(body))
+    prompt = await render_messages(ctx, body.messages, chat_options(body, features))
     check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
+    await check_constraint(ctx.engine.engine, params, features.constraint_param)
     request_id = new_request_id("chatcmpl")
     streams = await admit_all(ctx, request_id, [prompt], params)
-    builder = ChatBuilder(ctx, request_id, model, body, prompt)
+    builder = ChatBuilder(ctx, request_id, model, body, prompt, features)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: ctx.engine.close(streams[0]))
     try:
@@ -82,23 +99,21 @@ async def create_chat_completion(request: Request):
 
 
 def _reject_unsupported(body: ChatCompletionRequest) -> None:
+    check_undeclared_fields(body, "chat")
     if body.logit_bias:
         raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
-    if body.tools:
-        raise InvalidArgumentError("tools are not supported", param="tools")
-    if body.response_format is not None and body.response_format.type != "text":
-        raise InvalidArgumentError("only response_format type 'text' is supported", param="response_format")
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidArgumentError("top_logprobs needs logprobs=true", param="top_logprobs")
 
 
-def chat_options(body: ChatCompletionRequest | TokenizeRequest) -> ChatOptions:
+def chat_options(body: ChatCompletionRequest | TokenizeRequest, features: ChatFeatures | None = None) -> ChatOptions:
     """``continue_final_message`` turns off the generation prompt unless the client asked for both."""
     continue_final = bool(body.continue_final_message)
     add_generation_prompt = body.add_generation_prompt is not False
     if continue_final and "add_generation_prompt" not in body.model_fields_set:
         add_generation_prompt = False
-    return ChatOptions(add_generation_prompt, continue_final)
+    features = features or ChatFeatures()
+    return ChatOptions(add_generation_prompt, continue_final, features.tool_use.template_tools, features.template_kwargs)
 
 
 async def render_messages(
@@ -109,24 +124,29 @@ async def render_messages(
 
 
 def _render_messages(tokenizer, messages: list[ChatMessage], options: ChatOptions, limits, fit_context: bool) -> PromptInput:
-    conversation = []
-    for position, message in enumerate(messages):
-        role = normalize_role(message.role, f"messages.{position}.role")
-        conversation.append({"role": role, "content": content_text(message.content, f"messages.{position}.content")})
-    return encode_conversation(tokenizer, conversation, options, limits, fit_context)
+    return encode_conversation(tokenizer, openai_conversation(messages), options, limits, fit_context)
 
 
 class ChatBuilder:
     """Turns engine outputs into chat completion objects and stream chunks."""
 
-    def __init__(self, ctx: ServingContext, request_id: str, model: str, body: ChatCompletionRequest, prompt) -> None:
+    def __init__(
+        self, ctx: ServingContext, request_id: str, model: str, body: ChatCompletionRequest, prompt, features: ChatFeatures
+    ) -> None:
         self.ctx = ctx
         self.request_id = request_id
         self.model = model
         self.body = body
         self.prompt: PromptInput = prompt
+        self.features = features
         self.created = unix_time()
         self.num_completion_tokens = 0
+        self.shapers: dict[int, OutputShaper] = {}  # streaming: one per choice
+
+    def _shaper(self, index: int) -> OutputShaper:
+        if index not in self.shapers:
+            self.shapers[index] = self.features.shaper()
+        return self.shapers[index]
 
     def _logprobs(self, completion: CompletionOutput) -> dict | None:
         if not self.body.logprobs:
@@ -156,12 +176,15 @@ class ChatBuilder:
         choices = []
         for completion in sorted(final.outputs, key=lambda c: c.index):
             self.num_completion_tokens += len(completion.token_ids)
+            shaper, message = self.features.shaper(), ChoiceMessage()
+            message.add(shaper.feed(completion.text))
+            message.add(shaper.finish())
             choices.append(
                 {
                     "index": completion.index,
-                    "message": {"role": "assistant", "content": completion.text},
+                    "message": openai_message(message, self.features.reasoning_parser is not None),
                     "logprobs": self._logprobs(completion),
-                    "finish_reason": completion.finish_reason,
+                    "finish_reason": shaper.finish_reason(completion.finish_reason),
                     "stop_reason": completion.stop_reason,
                 }
             )
@@ -180,13 +203,20 @@ class ChatBuilder:
             if not (completion.token_ids or completion.text or completion.finish_reason):
                 continue
             self.num_completion_tokens += len(completion.token_ids)
-            delta = {"content": completion.text} if completion.text or not completion.finish_reason else {}
+            shaper = self._shaper(completion.index)
+            shaped = shaper.feed(completion.text)
+            if completion.finish_reason:
+                shaped = shaped.joined(shaper.finish())
+            delta = openai_delta(shaped)
+            logprobs = self._logprobs(completion)
+            if not delta and not completion.finish_reason and logprobs is None:
+                continue  # held back (a possible tag), nothing to send yet
             choices.append(
                 {
                     "index": completion.index,
                     "delta": delta,
-                    "logprobs": self._logprobs(completion),
-                    "finish_reason": completion.finish_reason,
+                    "logprobs": logprobs,
+                    "finish_reason": shaper.finish_reason(completion.finish_reason),
                     "stop_reason": completion.stop_reason,
                 }
             )

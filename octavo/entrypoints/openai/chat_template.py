@@ -8,19 +8,21 @@ wants (``prompts.encode_conversation``). A template that raises (e.g.
 ``continue_final_message`` (vLLM's name; the Anthropic route's assistant
 prefill) renders the conversation without a generation prompt and cuts it
 right after the last message's content, so that the answer continues that
-message instead of opening a new turn.
+message instead of opening a new turn. ``tools`` (OpenAI's shape) and
+``template_kwargs`` (``chat_template_kwargs``, e.g. ``enable_thinking``) reach
+the template as its ``tools`` and as variables of their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jinja2.exceptions import TemplateError
 
 from octavo.errors import InvalidArgumentError
 
-CHAT_ROLES = frozenset({"system", "user", "assistant"})
+CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 # OpenAI's newer name for the system role.
 ROLE_ALIASES = {"developer": "system"}
 
@@ -44,7 +46,7 @@ def content_text(content: Any, param: str) -> str:
 def normalize_role(role: str, param: str) -> str:
     role = ROLE_ALIASES.get(role, role)
     if role not in CHAT_ROLES:
-        raise InvalidArgumentError(f"unsupported message role {role!r} (system, user, assistant)", param=param)
+        raise InvalidArgumentError(f"unsupported message role {role!r} (system, user, assistant, tool)", param=param)
     return role
 
 
@@ -52,10 +54,12 @@ def normalize_role(role: str, param: str) -> str:
 class ChatOptions:
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    tools: list[dict] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def render_chat_text(tokenizer: Any, conversation: list[dict[str, str]], options: ChatOptions) -> str:
-    """The chat template's text for a conversation of ``{"role", "content"}`` dicts."""
+def render_chat_text(tokenizer: Any, conversation: list[dict[str, Any]], options: ChatOptions) -> str:
+    """The chat template's text for a conversation of ``{"role", "content", ...}`` dicts."""
     if tokenizer is None:
         raise InvalidArgumentError("this server has no tokenizer, so it cannot render chats", param="messages")
     if not getattr(tokenizer, "chat_template", None):
@@ -72,9 +76,11 @@ def render_chat_text(tokenizer: Any, conversation: list[dict[str, str]], options
     try:
         return tokenizer.apply_chat_template(
             conversation,
+            tools=options.tools,
             tokenize=False,
             add_generation_prompt=options.add_generation_prompt,
             continue_final_message=options.continue_final_message,
+            **options.template_kwargs,
         )
-    except (TemplateError, ValueError) as exc:
+    except (TemplateError, ValueError, TypeError) as exc:
         raise InvalidArgumentError(f"the chat template rejected the messages: {exc}", param="messages") from None

@@ -21,6 +21,7 @@ from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
+from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import LegacyLogprobs
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput
@@ -45,6 +46,7 @@ from octavo.entrypoints.openai.serving import (
     unix_time,
     unless_disconnected,
 )
+from octavo.entrypoints.openai.structured import check_constraint, constraint_from_request
 from octavo.errors import InvalidArgumentError, OctavoError
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ async def create_completion(request: Request):
     body = await parse_body(request, CompletionRequest)
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
+    constraint, constraint_param = constraint_from_request(body)
     want_prompt_logprobs = bool(body.echo) and body.logprobs is not None
     # echo with max_tokens=0 scores the prompt: one token is generated and dropped (as vLLM does).
     echo_only = bool(body.echo) and body.max_tokens == 0
@@ -66,11 +69,13 @@ async def create_completion(request: Request):
         logprobs=body.logprobs,
         prompt_logprobs=body.logprobs if want_prompt_logprobs else None,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+        structured_outputs=constraint,
     )
     check_admissible(ctx, params, _num_prompts(body.prompt))
     prompts = await prompt_inputs(ctx, body.prompt)
     for prompt in prompts:
         check_prompt(ctx, prompt, params, "prompt", "max_tokens" if sent_max_tokens else None)
+    await check_constraint(ctx.engine.engine, params, constraint_param)
     request_id = new_request_id("cmpl")
     streams = await admit_all(ctx, request_id, prompts, params)
     builder = CompletionBuilder(ctx, request_id, model, body, prompts, echo_only)
@@ -89,6 +94,7 @@ def _close(ctx: ServingContext, streams: list[RequestStream]) -> None:
 
 
 def _reject_unsupported(body: CompletionRequest) -> None:
+    check_undeclared_fields(body, "completions")
     if body.suffix:
         raise InvalidArgumentError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != (body.n or 1):

@@ -43,6 +43,12 @@ class ServerConfig:
     # way past max_connections anyway.
     keep_alive_timeout: float = 15.0
     max_connections: int = 2048  # open at once; capped by the process's file-descriptor limit
+    # How generated text is read back: tool calls (--tool-call-parser, used
+    # for tool_choice "auto" once --enable-auto-tool-choice is given) and
+    # reasoning (--reasoning-parser).
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    reasoning_parser: str | None = None
 
     @property
     def model_name(self) -> str:

@@ -23,6 +23,11 @@ class StreamOptions(OpenAIModel):
     include_usage: bool | None = False
 
 
+class ResponseFormat(OpenAIModel):
+    type: str
+    json_schema: dict | None = None
+
+
 class SamplingFields(OpenAIModel):
     """Sampling fields shared by completions and chat (OpenAI's and the usual extras)."""
 
@@ -46,6 +51,13 @@ class SamplingFields(OpenAIModel):
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, FiniteFloat] | None = None
     user: str | None = None
+    # Output constraints (one at most; see structured.py).
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     def sampling_options(self) -> dict:
         return {
@@ -90,10 +102,9 @@ class ChatMessage(OpenAIModel):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
-
-
-class ResponseFormat(OpenAIModel):
-    type: str
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -103,8 +114,10 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: Int64 | None = None
     logprobs: bool | None = False
     top_logprobs: Int64 | None = None
-    response_format: ResponseFormat | None = None
     tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict | None = None
     add_generation_prompt: bool | None = True
     # vLLM's: the last (assistant) message is continued, not closed.
     continue_final_message: bool | None = False

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class ResponseModel(BaseModel):
@@ -96,9 +96,23 @@ class ChatLogprobs(ResponseModel):
     content: list[TokenLogprob]
 
 
+class FunctionCall(ResponseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(ResponseModel):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class AssistantMessage(ResponseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    # With --reasoning-parser: the reasoning, apart from the answer.
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(ResponseModel):

@@ -193,3 +193,43 @@ def run_while_polling_health(url: str, run_jobs) -> tuple[list, list[int]]:
         return results, health_codes
 
     return asyncio.run(main())
+
+
+# The tool-calling chat model (Llama 2 tokenizer, Qwen-style template), served
+# with the hermes tool parser, the qwen3 reasoning parser, a tight KV cache
+# (preemption under load) and low structured-output limits (so that the tests
+# can exceed them cheaply).
+CHAT_MODEL_NAME = "chat-model"
+GRAMMAR_TIMEOUT_S = 1.0
+MAX_GRAMMAR_BYTES = 300_000
+
+
+@pytest.fixture(scope="session")
+def chat_server(chat_model_dir, tmp_path_factory):
+    args = [
+        "--served-model-name", CHAT_MODEL_NAME,
+        "--max-model-len", "1024", "--block-size", "8", "--num-kv-blocks", "96", "--max-num-seqs", "16",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
+        "--structured-outputs-compile-timeout", str(GRAMMAR_TIMEOUT_S),
+        "--structured-outputs-max-grammar-bytes", str(MAX_GRAMMAR_BYTES),
+    ]
+    process = ServerProcess(chat_model_dir, args, tmp_path_factory.mktemp("chat-server") / "server.log")
+    process.wait_healthy()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def chat_openai(chat_server):
+    import openai
+
+    with openai.OpenAI(base_url=f"{chat_server.url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def chat_anthropic(chat_server):
+    import anthropic
+
+    with anthropic.Anthropic(base_url=chat_server.url, api_key="unused", max_retries=0, timeout=120) as client:
+        yield client

@@ -1,0 +1,89 @@
+"""What a chat request asks of the output beyond sampling: tools and how they
+may be called, an output constraint, template variables, and how the text is
+read back (reasoning and tool-call parsers). Shared by the OpenAI chat route
+and the Anthropic messages route, which build it from their own fields.
+
+A tool choice that is enforced by grammar (``required``, named) and an
+explicit output constraint (``response_format`` ...) cannot both hold: 400.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from octavo.core.structured_output.params import StructuredOutputsParams
+from octavo.entrypoints.openai.chat_output import OutputShaper, tool_reader_factory
+from octavo.entrypoints.openai.config import ServerConfig
+from octavo.entrypoints.openai.conversation import template_kwargs
+from octavo.entrypoints.openai.reasoning import REASONING_PARSERS
+from octavo.entrypoints.openai.structured import constraint_from_request
+from octavo.entrypoints.openai.tool_parsers import TOOL_PARSERS
+from octavo.entrypoints.openai.tools import ToolUse, parse_tools, resolve_tool_choice
+from octavo.errors import InvalidArgumentError
+
+
+@dataclass
+class ChatFeatures:
+    tool_use: ToolUse = field(default_factory=ToolUse)
+    constraint: StructuredOutputsParams | None = None
+    constraint_param: str | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    reasoning_parser: str | None = None
+    tool_parser: str | None = None
+
+    @property
+    def skip_special_tokens(self) -> bool | None:
+        """False when a parser reads markers that are special tokens (None: no opinion)."""
+        factory = tool_reader_factory(self.tool_use, self.tool_parser)
+        if factory is not None and getattr(factory, "needs_special_tokens", False):
+            return False
+        return None
+
+    def shaper(self) -> OutputShaper:
+        reasoning = REASONING_PARSERS[self.reasoning_parser]() if self.reasoning_parser else None
+        # A grammar-enforced call has no room for reasoning.
+        if self.tool_use.mode in ("required", "named"):
+            reasoning = None
+        factory = tool_reader_factory(self.tool_use, self.tool_parser)
+        return OutputShaper(reasoning, factory() if factory else None, self.tool_use.parallel)
+
+
+def features_for(config: ServerConfig, tool_use: ToolUse, constraint, constraint_param, kwargs: dict) -> ChatFeatures:
+    tool_constraint = tool_use.constraint()
+    if tool_constraint is not None:
+        if constraint is not None:
+            raise InvalidArgumentError(
+                f"tool_choice {tool_use.mode!r} is enforced by a grammar and cannot be combined with {constraint_param}",
+                param=constraint_param,
+            )
+        constraint, constraint_param = tool_constraint, "tools"
+    return ChatFeatures(
+        tool_use=tool_use,
+        constraint=constraint,
+        constraint_param=constraint_param,
+        template_kwargs=kwargs,
+        reasoning_parser=config.reasoning_parser,
+        tool_parser=config.tool_call_parser,
+    )
+
+
+def openai_chat_features(config: ServerConfig, body: Any) -> ChatFeatures:
+    tools = parse_tools(body.tools)
+    auto_enabled = config.enable_auto_tool_choice and config.tool_call_parser is not None
+    use = resolve_tool_choice(tools, body.tool_choice, body.parallel_tool_calls, auto_enabled)
+    constraint, param = constraint_from_request(body)
+    return features_for(config, use, constraint, param, template_kwargs(body.chat_template_kwargs))
+
+
+def check_parser_names(tool_call_parser: str | None, reasoning_parser: str | None) -> None:
+    """At startup: the parsers named on the command line exist."""
+    if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
+        raise InvalidArgumentError(
+            f"unknown --tool-call-parser {tool_call_parser!r} ({', '.join(sorted(TOOL_PARSERS))})", param="tool_call_parser"
+        )
+    if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
+        raise InvalidArgumentError(
+            f"unknown --reasoning-parser {reasoning_parser!r} ({', '.join(sorted(REASONING_PARSERS))})",
+            param="reasoning_parser",
+        )

@@ -1,0 +1,44 @@
+"""Request fields Octavo does not honour. A field that would change the
+output is refused with a 400 naming it; one that cannot (bookkeeping for the
+client's own records, routing hints for OpenAI's service) is accepted and
+ignored. ``docs/serving.md`` lists both.
+
+Fields the request models declare are honoured (or refused with a reason
+where they are read); this checks the undeclared rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from octavo.errors import InvalidArgumentError
+
+# Safe to ignore: they never change what is generated.
+IGNORABLE_FIELDS = {
+    "chat": frozenset({"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}),
+    "completions": frozenset({"metadata", "store", "service_tier"}),
+    "messages": frozenset({"service_tier"}),
+}
+# Known, not honoured, and they would change the output: named reasons.
+REFUSED_FIELDS = {
+    "audio": "audio output is not supported",
+    "modalities": "only text output is supported",
+    "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported",
+    "functions": "the legacy 'functions' field is not supported; send 'tools'",
+    "function_call": "the legacy 'function_call' field is not supported; send 'tool_choice'",
+    "reasoning_effort": "reasoning_effort is not supported; use chat_template_kwargs where the template has such a switch",
+    "verbosity": "verbosity is not supported",
+    "guided_decoding_backend": "the structured-output backend is always xgrammar",
+}
+
+
+def check_undeclared_fields(body: Any, route: str) -> None:
+    """400 for every undeclared field but the safely ignorable ones."""
+    for name, value in (body.model_extra or {}).items():
+        if name in IGNORABLE_FIELDS[route]:
+            continue
+        if name == "modalities" and value == ["text"]:
+            continue
+        reason = REFUSED_FIELDS.get(name, "it is not a field Octavo knows, and it could change the output")
+        raise InvalidArgumentError(f"{name} is not supported: {reason}", param=name)
