@@ -38,16 +38,19 @@ class GrammarMaskUploader:
         keep = [i for i, r in enumerate(bitmask.request_ids) if r in logits_rows]
         if not keep:
             return None
+        rows = [logits_rows[bitmask.request_ids[i]] for i in keep]
+        if rows == list(range(len(logits_rows))):  # every row masked, in order: no gather
+            return AllowedTokens(words=self._to_device(np.ascontiguousarray(words[keep])), rows=None)
         # One block: the words, then each row's logits row in the last column.
         block = np.empty((len(keep), bitmask.num_words + 1), dtype=np.int32)
         block[:, :-1] = words[keep]
-        block[:, -1] = [logits_rows[bitmask.request_ids[i]] for i in keep]
+        block[:, -1] = rows
         on_device = self._to_device(block)
         return AllowedTokens(words=on_device[:, :-1], rows=on_device[:, -1].long())
 
     def _to_device(self, block: np.ndarray) -> torch.Tensor:
         if self.device.type == "cpu":
-            return torch.from_numpy(block)
+            return torch.from_numpy(block if block.flags.writeable else block.copy())
         uploaded = self.create_event() if self.pin_memory else None
         if uploaded is None:  # no pinned staging or no event to wait on: a plain (synchronous) copy
             return torch.from_numpy(block).to(self.device)

@@ -173,3 +173,16 @@ def test_length_limited_strings_stay_valid_json(compiler):
     assert not accepts('{"s": "a\\x0fb"}'.replace("\\x0f", "\x0f"))
     with pytest.raises(StructuredOutputError, match="cannot be combined with pattern"):
         check_json_schema({"type": "string", "pattern": "^a+$", "maxLength": 3})
+
+
+def test_bitmask_on_every_row_in_order():
+    import torch
+
+    from octavo.runtime.sampler import AllowedTokens, apply_token_bitmask_
+
+    generator = torch.Generator().manual_seed(1)
+    words = torch.randint(-(2**31), 2**31 - 1, (3, 4), dtype=torch.int32, generator=generator)
+    logits = torch.randn(3, 100, generator=generator)  # narrower than the mask's 128 bits
+    expected = logits.clone()
+    xgr.apply_token_bitmask_inplace(expected, words, vocab_size=100)
+    assert torch.equal(apply_token_bitmask_(logits, AllowedTokens(words, None)), expected)
