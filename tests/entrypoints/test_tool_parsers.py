@@ -122,3 +122,39 @@ def test_reasoning_split(name, text, expected):
     assert split_reasoning(name, text) == expected
     for seed in range(6):
         assert split_reasoning(name, text, chunk=3, seed=seed) == expected
+
+
+def shaped(shaper, pieces):
+    from octavo.entrypoints.openai.chat_output import ChoiceMessage
+
+    message = ChoiceMessage()
+    for piece in pieces:
+        message.add(shaper.feed(piece))
+    message.add(shaper.finish())
+    return message
+
+
+def test_shaper_keeps_the_eos_text_out_when_special_tokens_are_kept():
+    from octavo.entrypoints.openai.chat_output import OutputShaper
+
+    shaper = OutputShaper(None, TOOL_PARSERS["mistral"](), hidden_suffixes=("</s>",))
+    message = shaped(shaper, ['Sure.[TOOL_CALLS][{"name": "a", ', '"arguments": {}}]</s>'])
+    assert message.content == "Sure." and [(c.name, c.arguments) for c in message.tool_calls] == [("a", "{}")]
+    assert shaper.finish_reason("stop") == "tool_calls" and shaper.finish_reason("length") == "length"
+
+
+def test_grammar_enforced_calls_are_read_back():
+    from octavo.entrypoints.openai.chat_output import NamedCallReader, OutputShaper, RequiredCallsReader, openai_delta
+
+    text = '[{"name": "f", "parameters": {"x": [1, {"y": "]}"}]}}, {"name": "g", "parameters": {}}]'
+    message = shaped(OutputShaper(None, RequiredCallsReader()), [text[i : i + 4] for i in range(0, len(text), 4)])
+    assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == [("f", {"x": [1, {"y": "]}"}]}), ("g", {})]
+    assert message.content == ""
+    # Without parallel calls only the first is kept; a named choice's output is the arguments.
+    assert len(shaped(OutputShaper(None, RequiredCallsReader(), parallel_tool_calls=False), [text]).tool_calls) == 1
+    shaper = OutputShaper(None, NamedCallReader("h"))
+    first = shaper.feed('{"a": ')
+    assert openai_delta(first) == {"tool_calls": [
+        {"index": 0, "id": first.tool_calls[0].id, "type": "function", "function": {"name": "h", "arguments": '{"a": '}}
+    ]}
+    assert openai_delta(shaper.feed("1}")) == {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}

@@ -19,29 +19,17 @@ from __future__ import annotations
 from typing import Any
 
 from octavo.entrypoints.openai.chat_features import ChatFeatures, features_for
+from octavo.entrypoints.openai.chat_template import content_text
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.structured import constraint_from_request
-from octavo.entrypoints.openai.tools import make_tool, resolve_tool_choice
+from octavo.entrypoints.openai.tools import Tool, ToolUse, make_tool, resolve_tool_choice
 from octavo.errors import InvalidArgumentError
-
-
-def _text_of(content: Any, where: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    texts = []
-    for block in content:
-        kind = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
-        text = block.get("text") if isinstance(block, dict) else getattr(block, "text", None)
-        if kind != "text" or not isinstance(text, str):
-            raise InvalidArgumentError(f"only text content is supported here, got a {kind!r} block", param=where)
-        texts.append(text)
-    return "\n".join(texts)
 
 
 def anthropic_conversation(body: Any) -> list[dict]:
     conversation: list[dict] = []
     if body.system:
-        conversation.append({"role": "system", "content": _text_of(body.system, "system")})
+        conversation.append({"role": "system", "content": content_text(body.system, "system")})
     for position, message in enumerate(body.messages):
         where = f"messages.{position}.content"
         if isinstance(message.content, str):
@@ -58,7 +46,7 @@ def anthropic_conversation(body: Any) -> list[dict]:
                     raise InvalidArgumentError("a tool_use block needs an id and a name", param=place)
                 calls.append({"id": block.id, "type": "function", "function": {"name": block.name, "arguments": block.input or {}}})
             elif kind == "tool_result" and message.role == "user":
-                result = _text_of(block.content, f"{place}.content")
+                result = content_text(block.content, f"{place}.content")
                 conversation.append(
                     {"role": "tool", "tool_call_id": block.tool_use_id, "content": f"Error: {result}" if block.is_error else result}
                 )
@@ -79,13 +67,23 @@ def anthropic_conversation(body: Any) -> list[dict]:
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def anthropic_features(config: ServerConfig, body: Any) -> ChatFeatures:
+def anthropic_tools(body: Any) -> list[Tool]:
     tools = []
     for index, raw in enumerate(body.tools or []):
         if not isinstance(raw, dict) or raw.get("type", "custom") != "custom":
             kind = raw.get("type") if isinstance(raw, dict) else type(raw).__name__
             raise InvalidArgumentError(f"server tools ({kind!r}) are not supported", param=f"tools.{index}")
         tools.append(make_tool(raw.get("name"), raw.get("description"), raw.get("input_schema"), f"tools.{index}"))
+    return tools
+
+
+def prompt_features(config: ServerConfig, body: Any) -> ChatFeatures:
+    """What shapes the prompt alone (count_tokens): the tools and the thinking switch."""
+    return features_for(config, ToolUse(tools=anthropic_tools(body)), None, None, _thinking_kwargs(config, body.thinking))
+
+
+def anthropic_features(config: ServerConfig, body: Any) -> ChatFeatures:
+    tools = anthropic_tools(body)
     choice, parallel = None, True
     if body.tool_choice is not None:
         kind = body.tool_choice.get("type")

@@ -31,6 +31,8 @@ class ChatFeatures:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     reasoning_parser: str | None = None
     tool_parser: str | None = None
+    # EOS texts to keep out of the content when special tokens are kept (see skip_special_tokens).
+    eos_texts: tuple[str, ...] = ()
 
     @property
     def skip_special_tokens(self) -> bool | None:
@@ -46,7 +48,12 @@ class ChatFeatures:
         if self.tool_use.mode in ("required", "named"):
             reasoning = None
         factory = tool_reader_factory(self.tool_use, self.tool_parser)
-        return OutputShaper(reasoning, factory() if factory else None, self.tool_use.parallel)
+        return OutputShaper(reasoning, factory() if factory else None, self.tool_use.parallel, self.eos_texts)
+
+    def keep_special_tokens_for(self, tokenizer: Any, eos_token_ids: frozenset[int]) -> None:
+        """Where a parser reads special tokens, the EOS token's text must not reach the content."""
+        if self.skip_special_tokens is False and tokenizer is not None:
+            self.eos_texts = tuple(tokenizer.convert_ids_to_tokens(sorted(eos_token_ids)))
 
 
 def features_for(config: ServerConfig, tool_use: ToolUse, constraint, constraint_param, kwargs: dict) -> ChatFeatures:

@@ -111,13 +111,23 @@ class OutputShaper:
         reasoning: ReasoningParser | None,
         tools: ToolParser | None,
         parallel_tool_calls: bool = True,
+        hidden_suffixes: tuple[str, ...] = (),
     ) -> None:
         self.reasoning = reasoning
         self.tools = tools
         self.parallel_tool_calls = parallel_tool_calls
+        # The EOS token's text, where special tokens are kept for the parser:
+        # held back at the end of a piece, dropped when the output ends there.
+        self.hidden_suffixes = hidden_suffixes
+        self.held = ""
         self.num_tool_calls = 0
 
     def feed(self, text: str) -> ChoiceDelta:
+        text, self.held = self.held + text, ""
+        for suffix in self.hidden_suffixes:
+            if suffix and text.endswith(suffix):
+                text, self.held = text[: -len(suffix)], suffix
+                break
         return self._shape(*(self.reasoning.feed(text) if self.reasoning else ("", text)), final=False)
 
     def finish(self) -> ChoiceDelta:

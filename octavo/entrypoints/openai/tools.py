@@ -32,6 +32,15 @@ class Tool:
     name: str
     description: str | None
     parameters: dict
+    where: str = "tools"  # the request field it came from, for error messages
+
+    def checked_parameters(self) -> dict:
+        """The parameters schema, refused (400) if a grammar could not enforce it."""
+        try:
+            check_json_schema(self.parameters)
+        except StructuredOutputError as exc:
+            raise StructuredOutputError(f"tool {self.name!r}: {exc.message}", param=f"{self.where}.parameters") from None
+        return self.parameters
 
     def for_template(self) -> dict:
         """The OpenAI shape chat templates expect."""
@@ -58,14 +67,17 @@ class ToolUse:
         """The grammar that enforces ``required`` and named choices."""
         if self.mode == "named":
             tool = next(t for t in self.tools if t.name == self.name)
-            return StructuredOutputsParams(json=tool.parameters)
+            return StructuredOutputsParams(json=tool.checked_parameters())
         if self.mode != "required":
             return None
         definitions: dict = {}
         calls = [
             {
                 "type": "object",
-                "properties": {"name": {"const": tool.name}, "parameters": _embed(tool.parameters, f"t{i}_", definitions)},
+                "properties": {
+                    "name": {"const": tool.name},
+                    "parameters": _embed(tool.checked_parameters(), f"t{i}_", definitions),
+                },
                 "required": ["name", "parameters"],
             }
             for i, tool in enumerate(self.tools)
@@ -147,11 +159,10 @@ def make_tool(name: Any, description: Any, parameters: Any, where: str) -> Tool:
         raise InvalidArgumentError("a tool description must be a string", param=f"{where}.description")
     if parameters is None:
         parameters = NO_PARAMETERS
-    try:
-        check_json_schema(parameters)
-    except StructuredOutputError as exc:
-        raise StructuredOutputError(f"tool {name!r}: {exc.message}", param=f"{where}.parameters") from None
-    return Tool(name, description, parameters)
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError("a tool's parameters must be a JSON schema object", param=f"{where}.parameters")
+    # Checked for what a grammar can enforce only where one will (required and named choices).
+    return Tool(name, description, parameters, where)
 
 
 def resolve_tool_choice(

@@ -32,10 +32,8 @@ def server(llama_dir, tmp_path_factory):
         "--max-request-body-bytes", str(MAX_BODY_BYTES),
         "--max-request-header-bytes", str(MAX_HEADER_BYTES),
     ]
-    process = ServerProcess(llama_dir, args, tmp_path_factory.mktemp("server") / "server.log")
-    process.wait_healthy()
-    yield process
-    process.stop()
+    with ServerProcess.running(llama_dir, args, tmp_path_factory.mktemp("server") / "server.log") as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
@@ -213,10 +211,8 @@ def chat_server(chat_model_dir, tmp_path_factory):
         "--structured-outputs-compile-timeout", str(GRAMMAR_TIMEOUT_S),
         "--structured-outputs-max-grammar-bytes", str(MAX_GRAMMAR_BYTES),
     ]
-    process = ServerProcess(chat_model_dir, args, tmp_path_factory.mktemp("chat-server") / "server.log")
-    process.wait_healthy()
-    yield process
-    process.stop()
+    with ServerProcess.running(chat_model_dir, args, tmp_path_factory.mktemp("chat-server") / "server.log") as process:
+        yield process
 
 
 @pytest.fixture

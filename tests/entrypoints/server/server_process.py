@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -33,6 +35,17 @@ class ServerProcess:
         full_env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+
+    @classmethod
+    @contextmanager
+    def running(cls, model: Path | str | None, args: list[str], log_path: Path) -> Iterator[ServerProcess]:
+        """A healthy server for the ``with`` block, stopped after it."""
+        process = cls(model, args, log_path)
+        try:
+            process.wait_healthy()
+            yield process
+        finally:
+            process.stop()
 
     def log(self) -> str:
         self._log.flush()

@@ -16,19 +16,11 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.entrypoints.server.conftest import CHAT_MODEL_NAME, read_metrics
+from tests.entrypoints.test_llm_structured import PERSON
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("xgrammar")
 
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 6},
-        "age": {"type": "integer", "minimum": 0, "maximum": 99},
-        "pet": {"enum": ["cat", "dog", None]},
-    },
-    "required": ["name", "age", "pet"],
-}
 WORDS = {
     "type": "object",
     "properties": {"words": {"type": "array", "items": {"type": "string", "minLength": 4, "maxLength": 8}, "minItems": 10, "maxItems": 10}},
@@ -143,20 +135,3 @@ def test_bad_constraints_are_400s_and_the_server_goes_on(chat_server, chat_opena
     error = bad_request(chat_server, "/v1/chat/completions", {"messages": MESSAGES, **body})
     assert error["param"] == param and re.search(words, error["message"]), error
     assert create(chat_openai, max_tokens=4).choices[0].finish_reason == "length"
-
-
-def test_demo_model_answers_json_mode_with_json(tmp_path_factory):
-    from tests.entrypoints.server.server_process import ServerProcess
-
-    server = ServerProcess(None, ["--max-model-len", "512"], tmp_path_factory.mktemp("demo-json") / "server.log")
-    server.wait_healthy()
-    try:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-        completion = client.chat.completions.create(
-            model="octavo-demo", messages=[{"role": "user", "content": "What does a cow say? Answer in JSON."}],
-            response_format={"type": "json_object"}, max_tokens=256, temperature=0,
-        )
-        assert completion.choices[0].finish_reason == "stop"
-        assert isinstance(json.loads(completion.choices[0].message.content), dict)
-    finally:
-        server.stop()

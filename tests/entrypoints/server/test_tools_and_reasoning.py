@@ -123,8 +123,8 @@ def test_missing_tool_and_bad_tools_are_400s(chat_server):
     cases = [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "not among the tools"),
         ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.name", "tool name"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}]},
-         "tools.0.parameters", "'not' is not supported"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}],
+          "tool_choice": "required"}, "tools.0.parameters", "'not' is not supported"),
         ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format", "cannot be combined"),
         ({"tool_choice": "required", "tools": []}, "tool_choice", "needs tools"),
         ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs", "may not set tokenize"),

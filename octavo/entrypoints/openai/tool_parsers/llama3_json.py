@@ -11,7 +11,7 @@ PYTHON_TAG = "<|python_tag|>"
 
 
 class Llama3JsonToolParser(CallSequenceParser):
-    needs_special_tokens = True  # <|python_tag|>
+    # <|python_tag|> is a special token, but optional: a call starts with "{" anyway.
     separators = ";"
 
     def __init__(self) -> None:
