@@ -106,17 +106,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from octavo.benchmarks.floor import decode_step_floor_s, measure_ceilings, model_cost
+    from octavo.benchmarks.ceilings import measure_ceilings
+    from octavo.benchmarks.floor import decode_step_floor
+    from octavo.benchmarks.inventory import measure_inventory
     from octavo.benchmarks.runs import random_prompts
     from octavo.benchmarks.step_trace import DECODE, StepTrace
     from octavo.core.sampling_params import RequestOutputKind, SamplingParams
     from octavo.core.structured_output.params import StructuredOutputsParams
     from octavo.engine_args import EngineArgs, build_engine
     from octavo.models.config import load_arch_config
+    from octavo.runtime.config import dtype_from_name
 
     with tempfile.TemporaryDirectory() as scratch:
         path = model_dir(args.config, tokenizer, Path(scratch))
         arch = load_arch_config(path)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = dtype_from_name(args.dtype)
+        inventory = measure_inventory(str(path), None, dtype, dtype, device)
         engine = build_engine(EngineArgs(
             model=str(path), load_format="dummy", dtype=args.dtype, max_num_seqs=args.batch_size,
             max_model_len=args.input_len + args.output_len + 16,
@@ -143,9 +149,9 @@ def main(argv: list[str] | None = None) -> dict:
                 }
         finally:
             engine.shutdown()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cost = model_cost(arch, torch.empty((), dtype=getattr(torch, args.dtype)).element_size())
-    floor_ms = 1e3 * decode_step_floor_s(cost, measure_ceilings(device), args.batch_size, args.input_len + args.output_len / 2)
+    ceilings = measure_ceilings(device, inventory.matmul_kinds())
+    context = args.input_len + args.output_len / 2
+    floor_ms = 1e3 * decode_step_floor(inventory, ceilings, args.batch_size, context).seconds
     base, constrained = results["unconstrained"], results["json_schema"]
     overhead = base["tokens_per_s"] / constrained["tokens_per_s"] - 1
     print(f"batch {args.batch_size}, {args.input_len} in / {args.output_len} out, {arch.architecture}, {args.dtype}, {device.type}")
