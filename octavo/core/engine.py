@@ -13,6 +13,10 @@ If the executor reports ``EngineDeadError`` (a worker died), every unfinished
 request is finished with status ``error``, the executor is shut down, and the
 error propagates; later calls raise it again.
 
+A request with an output constraint (structured outputs) waits outside the
+scheduler until its grammar is compiled (``StructuredOutputManager``), and
+each scheduled batch carries the token masks of its constrained requests.
+
 Failures that belong to one request stay with it: ``add_request`` either
 queues all of a request's children or none (an error half-way takes back
 what it queued), and an exception while turning one request's tokens into
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,8 +41,9 @@ from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats, check_admissible
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from octavo.core.structured_output.compiler import GrammarCompiler, StructuredOutputLimits
+from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.structured_output.manager import StructuredOutputManager
+from octavo.core.structured_output.validation import StructuredOutputValidation
 from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
@@ -47,7 +51,6 @@ from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongEr
 logger = logging.getLogger(__name__)
 # An engine with only requests waiting for their grammar waits this long for one.
 GRAMMAR_POLL_S = 0.005
-_COMPILER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -96,7 +99,7 @@ def failed_output(request_id: str) -> RequestOutput:
     return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
 
 
-class RequestValidator:
+class RequestValidator(StructuredOutputValidation):
     """Prompt -> token ids, and the checks every request passes before it is
     queued. Shared by ``LLMEngine`` and by front ends that route requests to
     several engines (``DataParallelEngine``), so both refuse the same input
@@ -140,37 +143,6 @@ class RequestValidator:
                 raise InvalidArgumentError(
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
-
-    @property
-    def grammar_compiler(self) -> GrammarCompiler:
-        """This process's grammar compiler (and cache), made on first use."""
-        compiler = getattr(self, "_grammar_compiler", None)
-        if compiler is None:
-            with _COMPILER_LOCK:
-                compiler = getattr(self, "_grammar_compiler", None)
-                if compiler is None:
-                    compiler = self._grammar_compiler = self._make_grammar_compiler()
-        return compiler
-
-    def _make_grammar_compiler(self) -> GrammarCompiler:
-        if self.tokenizer is None:
-            raise InvalidArgumentError("structured outputs need a tokenizer", param="structured_outputs")
-        try:
-            import xgrammar  # noqa: F401
-        except ImportError:
-            raise InvalidArgumentError(
-                "structured outputs need xgrammar: pip install 'octavo[serve]'", param="structured_outputs"
-            ) from None
-        limits = self.limits
-        return GrammarCompiler(self.tokenizer, limits.vocab_size, limits.eos_token_ids, limits.structured_outputs)
-
-    def check_structured_outputs(self, params: SamplingParams) -> None:
-        """Compile the request's constraint now (blocking, bounded by the time
-        limit): front ends call this so that a constraint that does not
-        compile is refused before the request is queued."""
-        if params.structured_outputs is not None:
-            compiler = self.grammar_compiler
-            compiler.wait(compiler.submit(params.structured_outputs))
 
     def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         max_tokens = self.limits.max_model_len - len(prompt_token_ids)
