@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from octavo.entrypoints.openai.field_types import FiniteFloat, Int64
+from octavo.entrypoints.openai.protocol import ConstraintFields
 from octavo.entrypoints.openai.responses import ResponseModel
 
 
@@ -49,7 +50,7 @@ class ConversationFields(AnthropicModel):
     thinking: dict | None = None
 
 
-class MessagesRequest(ConversationFields):
+class MessagesRequest(ConversationFields, ConstraintFields):
     max_tokens: Int64
     stop_sequences: list[str] | None = None
     temperature: FiniteFloat | None = None
@@ -57,12 +58,7 @@ class MessagesRequest(ConversationFields):
     top_k: Int64 | None = None
     stream: bool | None = False
     metadata: dict | None = None
-    # Octavo / vLLM extensions: output constraints, as on the OpenAI routes.
-    structured_outputs: dict | None = None
-    guided_json: dict | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-    guided_grammar: str | None = None
+    # The output constraints of the OpenAI routes come as extensions (ConstraintFields).
 
 
 class CountTokensRequest(ConversationFields):

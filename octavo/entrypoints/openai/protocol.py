@@ -28,7 +28,17 @@ class ResponseFormat(OpenAIModel):
     json_schema: dict | None = None
 
 
-class SamplingFields(OpenAIModel):
+class ConstraintFields(OpenAIModel):
+    """vLLM's output-constraint fields (one at most; see structured.py), on every generation route."""
+
+    structured_outputs: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+
+
+class SamplingFields(ConstraintFields):
     """Sampling fields shared by completions and chat (OpenAI's and the usual extras)."""
 
     model: str | None = None
@@ -51,13 +61,7 @@ class SamplingFields(OpenAIModel):
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, FiniteFloat] | None = None
     user: str | None = None
-    # Output constraints (one at most; see structured.py).
     response_format: ResponseFormat | None = None
-    structured_outputs: dict | None = None
-    guided_json: dict | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-    guided_grammar: str | None = None
 
     def sampling_options(self) -> dict:
         return {

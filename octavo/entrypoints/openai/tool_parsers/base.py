@@ -128,6 +128,18 @@ class ToolParser(ABC):
         """Everything that can be decided about ``self.text`` so far."""
 
 
+def read_until(text: str, position: int, marker: str, final: bool) -> tuple[str, int, bool]:
+    """Plain text from ``position`` up to ``marker``: ``(the text, where the
+    marker (or the undecided tail) starts, whether the marker was found)``.
+    Without the marker, a tail that may still become it is held back unless
+    the output has ended."""
+    found = text.find(marker, position)
+    if found >= 0:
+        return text[position:found], found, True
+    stop = len(text) if final else held_back(text, position, marker)
+    return text[position:stop], stop, False
+
+
 def held_back(text: str, start: int, marker: str) -> int:
     """Where the undecided tail of ``text[start:]`` begins: the longest suffix
     that is a proper prefix of ``marker`` (it may yet become the marker)."""

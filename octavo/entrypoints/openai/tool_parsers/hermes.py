@@ -8,7 +8,7 @@ then be incomplete, as the output is).
 
 from __future__ import annotations
 
-from octavo.entrypoints.openai.tool_parsers.base import CallObject, ParsedDelta, ToolParser, held_back
+from octavo.entrypoints.openai.tool_parsers.base import CallObject, ParsedDelta, ToolParser, read_until
 from octavo.entrypoints.openai.tool_parsers.json_scan import skip_whitespace
 
 START, END = "<tool_call>", "</tool_call>"
@@ -31,15 +31,12 @@ class HermesToolParser(ToolParser):
                 return out
 
     def _content(self, out: ParsedDelta, final: bool) -> bool:
-        text = self.text
-        found = text.find(START, self.position)
-        if found < 0:
-            stop = len(text) if final else held_back(text, self.position, START)
-            out.content += text[self.position : stop]
+        content, stop, found = read_until(self.text, self.position, START, final)
+        out.content += content
+        if not found:
             self.position = stop
             return False
-        out.content += text[self.position : found]
-        self.block_start, self.position = found, found + len(START)
+        self.block_start, self.position = stop, stop + len(START)
         self.call = CallObject(self.num_calls)
         return True
 

@@ -8,8 +8,8 @@ from octavo.entrypoints.openai.tool_parsers.base import (
     CallSequenceParser,
     ParsedDelta,
     ToolCallDelta,
-    held_back,
     new_call_id,
+    read_until,
 )
 from octavo.entrypoints.openai.tool_parsers.json_scan import skip_whitespace, value_end
 
@@ -28,14 +28,12 @@ class MistralToolParser(CallSequenceParser):
         out = ParsedDelta()
         text = self.text
         if not self.in_calls:
-            found = text.find(MARKER, self.position)
-            if found < 0:
-                stop = len(text) if final else held_back(text, self.position, MARKER)
-                out.content += text[self.position : stop]
+            content, stop, found = read_until(text, self.position, MARKER, final)
+            out.content += content
+            if not found:
                 self.position = stop
                 return out
-            out.content += text[self.position : found]
-            self.in_calls, self.position = True, found + len(MARKER)
+            self.in_calls, self.position = True, stop + len(MARKER)
         if self.named_format is None:
             start = skip_whitespace(text, self.position)
             if start >= len(text):
