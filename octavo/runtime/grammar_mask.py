@@ -4,7 +4,10 @@ on the device, lined up with the rows of the step's logits.
 The copy goes through a pinned staging buffer so that it is asynchronous:
 from pageable memory it would wait for the device to finish the step that is
 running (with decode overlap, the next step's forward pass). The staging
-buffer is rewritten only after the previous upload out of it has run.
+buffer is rewritten only after the previous upload out of it has run. Pinned
+memory and the event that says so come from the platform
+(``pins_host_memory``, ``create_event``); where it offers neither, the copy
+is a plain synchronous one.
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ class GrammarMaskUploader:
         self, device: torch.device, pin_memory: bool = False, create_event: Callable[[], object | None] = lambda: None
     ) -> None:
         self.device = device
-        # Pinned memory and events come from the platform: where it offers
-        # neither, the copy is a plain synchronous one.
         self.pin_memory = pin_memory
         self.create_event = create_event
         self._staging: torch.Tensor | None = None

@@ -100,3 +100,34 @@ def test_cuda_resolves_octavo_kernels_as_layer_ops(llama_dir, make_llm):
     assert ops.choice("linear").describe() == "linear: gemv [octavo_builtin] up to 1 token, else reference"
     layer = llm.engine.executor.worker.runner.model.model.layers[0]
     assert layer.self_attn.attn.rotary_args == (ops.rotary_and_cache,)  # the fused rotary + KV write path
+
+
+def test_grammar_masks_on_gpu_match_cpu(llama_dir, make_llm):
+    # The masks reach the device through pinned staging and the platform's
+    # events (plain copies on the CPU); with and without decode overlap (masks
+    # applied to logits computed before the host had the previous token), the
+    # constrained tokens are the CPU's and every output is valid.
+    import json
+    import re
+
+    from octavo import StructuredOutputsParams
+
+    regex = r"[a-z]{2,6}-\d{2,4}"
+    # Text prompts: random ids may end inside a UTF-8 character, which the
+    # detokenizer would hand out ahead of the output's text.
+    prompts = ["Once upon a time", "The fox", "A cow says", "Every morning the fox walked", "Octavo is", "The sun"]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=48, structured_outputs=StructuredOutputsParams(json_object=True)),
+        SamplingParams(temperature=0.0, max_tokens=24, structured_outputs=StructuredOutputsParams(regex=regex)),
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True),  # unconstrained, in the same batches
+    ] * 2
+    cpu = [o.outputs[0] for o in make_llm(llama_dir, platform="cpu").generate(prompts, params)]
+    for overlap in (False, True):
+        gpu = [o.outputs[0] for o in make_llm(llama_dir, platform="cuda", overlap_decode=overlap).generate(prompts, params)]
+        assert [c.token_ids for c in gpu] == [c.token_ids for c in cpu]
+    for completion, p in zip(cpu, params):
+        constraint = p.structured_outputs
+        if constraint is not None and constraint.regex:  # at most 11 characters: it always ends
+            assert completion.finish_reason == "stop" and re.fullmatch(regex, completion.text), completion
+        elif constraint is not None and completion.finish_reason == "stop":
+            assert isinstance(json.loads(completion.text), dict), completion
