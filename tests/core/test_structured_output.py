@@ -144,6 +144,24 @@ def test_time_limit(limited):
     assert slow.check(job) is None  # the engine, which compiles what front ends accepted, is not held to it
 
 
+def test_the_server_awaits_the_time_limit_and_names_the_field(limited):
+    # The server's path (an event loop that keeps serving): the typed 400 names
+    # the request field. Here and not against a live server, whose limit must
+    # let ordinary schemas through: there, which limit a slow constraint meets
+    # first (time or size) would depend on the machine's speed.
+    import asyncio
+    from types import SimpleNamespace
+
+    from octavo import SamplingParams
+    from octavo.entrypoints.openai.structured import check_constraint
+
+    slow = limited(compile_timeout_s=0.01)
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(regex="[a-z]{1,1999}"))  # ~0.4 s
+    with pytest.raises(GrammarTimeoutError, match="longer than the limit of 0.01 s") as caught:
+        asyncio.run(check_constraint(SimpleNamespace(grammar_compiler=slow), params, "guided_regex"))
+    assert caught.value.param == "guided_regex"
+
+
 def test_bitmask_on_the_device_matches_xgrammar():
     import torch
 
