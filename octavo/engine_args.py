@@ -1,10 +1,11 @@
 """Engine options (vLLM's names) and the one place that assembles an engine.
 
 ``build_engine`` is the only code that sees the whole configuration: it
-resolves the model (downloading a Hub id once, before any replica starts),
-selects the platform, builds the executor (which loads the model) while the
-tokenizer loads on a thread beside it, sizes the KV cache, and hands each
-component only what it needs. Each phase logs its time (``runtime/startup.py``).
+resolves the model (downloading a Hub id once, before any replica starts)
+and its task (generate, or a pooling task: embed, classify), selects the
+platform, builds the executor (which loads the model) while the tokenizer
+loads on a thread beside it, sizes the KV cache, and hands each component
+only what it needs. Each phase logs its time (``runtime/startup.py``).
 With ``data_parallel_size > 1`` it returns a ``DataParallelEngine`` instead:
 that many replicas of the engine, each in its own process, behind the same
 interface.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
 from octavo.core.kv_cache_manager import KVCacheManager
+from octavo.core.pooling_params import PoolerConfig
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.tokenizer import eos_token_ids, load_tokenizer
 from octavo.errors import InvalidArgumentError, ModelLoadError
@@ -83,6 +85,8 @@ class EngineArgs:
     chat_template: str | None = None
     max_logprobs: int = 20
     skip_tokenizer_init: bool = False
+    # auto (the checkpoint's own), generate, embed or classify.
+    task: str = "auto"
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -104,6 +108,10 @@ class EngineArgs:
                 raise InvalidArgumentError(f"{name} must be positive, got {value}", param=name)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidArgumentError("gpu_memory_utilization must be in (0, 1]", param="gpu_memory_utilization")
+        from octavo.models.pooling_config import TASKS
+
+        if self.task not in TASKS:
+            raise InvalidArgumentError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}", param="task")
         if self.load_format not in ("auto", "safetensors", "dummy", "gguf"):
             raise InvalidArgumentError(
                 f"load_format must be auto, safetensors, dummy or gguf, got {self.load_format!r}", param="load_format"
@@ -124,13 +132,15 @@ def resolve_dtype(requested: str, arch: ModelArchConfig, supported) -> str:
     return "float32"
 
 
-def resolve_max_model_len(requested: int | None, arch: ModelArchConfig) -> int:
-    limit = arch.max_position_embeddings
+def resolve_max_model_len(requested: int | None, arch: ModelArchConfig, pooler: PoolerConfig | None = None) -> int:
+    limit, source = arch.max_position_embeddings, "max_position_embeddings"
+    if pooler is not None and pooler.max_model_len is not None:
+        limit, source = pooler.max_model_len, "longest input"
     if requested is None:
         return limit
     if requested > limit:
         raise InvalidArgumentError(
-            f"max_model_len={requested} exceeds the model's max_position_embeddings ({limit})", param="max_model_len"
+            f"max_model_len={requested} exceeds the model's {source} ({limit})", param="max_model_len"
         )
     return requested
 
@@ -149,6 +159,26 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
     return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None)
+
+
+def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, load_format: str) -> PoolerConfig | None:
+    """The model's pooling setup for its task, or None when it generates."""
+    from octavo.models.pooling_config import build_pooler_config, resolve_task
+    from octavo.models.registry import resolve_model_class
+
+    model_dir = None if load_format == "gguf" else model_path
+    task = resolve_task(args.task, resolve_model_class(arch.architecture), model_dir)
+    if task == "generate":
+        return None
+    if model_dir is None:
+        raise InvalidArgumentError(f"--task {task} needs a safetensors checkpoint, not a GGUF file", param="task")
+    if args.tensor_parallel_size * args.pipeline_parallel_size > 1:
+        raise InvalidArgumentError(
+            f"a model serving {task!r} runs on one device per replica for now (tensor_parallel_size and "
+            "pipeline_parallel_size must be 1; use data_parallel_size for more devices)",
+            param="tensor_parallel_size",
+        )
+    return build_pooler_config(task, arch, model_dir, resolve_model_class(arch.architecture, task))
 
 
 def _model_dir(args: EngineArgs) -> tuple[Path, str]:
@@ -200,7 +230,9 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     platform = selection.platform
     logger.info("platform %s: %s", platform.name, selection.reason)
     _check_parallel_layout(args, arch)
-    worker_config = _worker_config(args, platform, arch, model_path, load_format)
+    pooler = resolve_pooler(args, arch, model_path, load_format)
+    uses_kv_cache = pooler is None or not pooler.is_encoder
+    worker_config = _worker_config(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
     check_layer_op_overrides(platform.name)
     from octavo.runtime.executor import create_executor
@@ -211,7 +243,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         with timed_phase("start workers and load the model"):
             executor = create_executor(worker_config, args.distributed_executor_backend)
         num_blocks = executor.determine_num_kv_blocks()
-        if num_blocks < 1:
+        if num_blocks < 1 and uses_kv_cache:
             raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
         executor.initialize_kv_cache(num_blocks)
         with timed_phase("wait for the tokenizer"):
@@ -227,6 +259,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             max_model_len=worker_config.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
             num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
+            uses_kv_cache=uses_kv_cache,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )
@@ -236,6 +269,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         block_size=args.block_size,
         eos_token_ids=eos_token_ids(tokenizer, arch.raw, generation_config),
         max_logprobs=args.max_logprobs,
+        pooler=pooler,
     )
     info = ModelInfo(
         str(model_path),
@@ -259,16 +293,21 @@ def _attention_backend_names(executor) -> tuple[str, ...]:
     return tuple(names()) if names is not None else ()
 
 
-def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str) -> WorkerConfig:
+def _worker_config(
+    args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str, pooler: PoolerConfig | None
+) -> WorkerConfig:
     """The options a worker needs, resolved against the model and the platform."""
-    max_model_len = resolve_max_model_len(args.max_model_len, arch)
+    max_model_len = resolve_max_model_len(args.max_model_len, arch, pooler)
     max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
-    if not args.enable_chunked_prefill:
+    if not args.enable_chunked_prefill or pooler is not None:
+        # Prompts that are never split must fit in one step.
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
     single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
     overlap_decode = args.overlap_decode
     if overlap_decode is None:
         overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
+    if pooler is not None:
+        overlap_decode = False  # nothing decodes
     return WorkerConfig(
         model_path=str(model_path),
         load_format="dummy" if args.load_format == "dummy" else load_format,
@@ -290,6 +329,7 @@ def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path
         pipeline_parallel_size=args.pipeline_parallel_size,
         overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
+        task=pooler.task if pooler is not None else "generate",
     )
 
 

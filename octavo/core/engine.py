@@ -32,14 +32,19 @@ from typing import Any, NoReturn
 
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
-from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_pooling_params
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
-from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
+from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError, UnsupportedTaskError
+
+# Pooling requests carry no sampling; the scheduler and runner still read a
+# SamplingParams (no prompt logprobs, nothing to detokenize).
+POOLING_SAMPLING_PARAMS = SamplingParams(max_tokens=None, detokenize=False)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +78,12 @@ class EngineLimits:
     block_size: int
     eos_token_ids: frozenset[int]
     max_logprobs: int = 20
+    # Set when the model pools (embeddings, classification) instead of generating.
+    pooler: PoolerConfig | None = None
+
+    @property
+    def task(self) -> str:
+        return "generate" if self.pooler is None else self.pooler.task
 
 
 def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
@@ -114,11 +125,23 @@ class RequestValidator:
             f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt"
         )
 
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         limits = self.limits
+        if isinstance(params, PoolingParams):
+            check_pooling_params(params, limits.pooler)
+        elif limits.pooler is not None:
+            raise UnsupportedTaskError(
+                f"this model serves {limits.pooler.task!r} requests; it does not generate text "
+                "(use the embeddings, score, rerank or classify routes, or start it with --task generate)",
+                param="model",
+            )
         if not prompt_token_ids:
             raise InvalidArgumentError("the prompt is empty", param="prompt")
         # The length first: it bounds the cost of the checks that walk the ids.
+        if isinstance(params, PoolingParams):
+            self._validate_pooling_length(len(prompt_token_ids))
+            check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
+            return
         if len(prompt_token_ids) >= limits.max_model_len:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {limits.max_model_len} "
@@ -134,7 +157,32 @@ class RequestValidator:
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
 
-    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+    def _validate_pooling_length(self, num_tokens: int) -> None:
+        # A pooled prompt generates nothing, so it may fill max_model_len.
+        if num_tokens > self.limits.max_model_len:
+            raise PromptTooLongError(
+                f"the input has {num_tokens} tokens but this model takes at most {self.limits.max_model_len} "
+                "(set truncate_prompt_tokens to truncate it)",
+                param="input",
+            )
+
+    def validate_token_type_ids(self, prompt_token_ids: list[int], token_type_ids: list[int] | None) -> None:
+        if token_type_ids is None:
+            return
+        num_types = self.limits.pooler.num_token_types if self.limits.pooler is not None else 0
+        if len(token_type_ids) != len(prompt_token_ids):
+            raise InvalidArgumentError(
+                f"token_type_ids has {len(token_type_ids)} entries for {len(prompt_token_ids)} tokens",
+                param="token_type_ids",
+            )
+        if any(not 0 <= t < num_types for t in token_type_ids):
+            raise InvalidArgumentError(
+                f"token_type_ids must be in [0, {num_types}) for this model", param="token_type_ids"
+            )
+
+    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> int:
+        if isinstance(params, PoolingParams):
+            return 0
         max_tokens = self.limits.max_model_len - len(prompt_token_ids)
         if params.max_tokens is not None:
             max_tokens = min(max_tokens, params.max_tokens)
@@ -175,10 +223,14 @@ class LLMEngine(RequestValidator):
         self,
         request_id: str | None,
         prompt: str | list[int] | dict,
-        params: SamplingParams,
+        params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
     ) -> str:
-        """Validate and queue a request; returns its id. Raises before scheduling."""
+        """Validate and queue a request; returns its id. Raises before scheduling.
+
+        With ``PoolingParams`` the request is pooled (its output is a
+        ``PoolingRequestOutput``); a dict prompt may then carry
+        ``token_type_ids`` (BERT's segments of a text pair)."""
         if self._dead is not None:
             raise self._dead
         if request_id is None:
@@ -187,6 +239,10 @@ class LLMEngine(RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
         self.validate(prompt_token_ids, params)
+        if isinstance(params, PoolingParams):
+            token_type_ids = prompt.get("token_type_ids") if isinstance(prompt, dict) else None
+            self.validate_token_type_ids(prompt_token_ids, token_type_ids)
+            return self._add_pooling_request(request_id, prompt_text, prompt_token_ids, params, token_type_ids)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
         children = []
@@ -224,6 +280,24 @@ class LLMEngine(RequestValidator):
         self.scheduler.finish_requests(child_ids, status)
         self.output_processor.abort(child_ids)
 
+    def _add_pooling_request(
+        self, request_id: str, prompt_text: str | None, prompt_token_ids: list[int], params: PoolingParams,
+        token_type_ids: list[int] | None,
+    ) -> str:
+        request = Request(
+            request_id=RequestId(request_id),
+            prompt_token_ids=prompt_token_ids,
+            sampling_params=POOLING_SAMPLING_PARAMS,
+            max_tokens=0,
+            block_size=self.limits.block_size,
+            pooling_params=params,
+            token_type_ids=list(token_type_ids) if token_type_ids is not None else None,
+        )
+        self.scheduler.add_request(request)
+        self.output_processor.add_pooling_request(request_id, prompt_text, prompt_token_ids)
+        self._parent_children[request_id] = [request_id]
+        return request_id
+
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):
             request_ids = [request_ids]
@@ -237,7 +311,7 @@ class LLMEngine(RequestValidator):
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
-    def step(self) -> list[RequestOutput]:
+    def step(self) -> list[RequestOutput | PoolingRequestOutput]:
         if self._dead is not None:
             raise self._dead
         if self.max_concurrent_batches > 1:

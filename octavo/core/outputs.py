@@ -1,5 +1,6 @@
 """What the engine returns, with vLLM's names (``RequestOutput``,
-``CompletionOutput``, ``Logprob``)."""
+``CompletionOutput``, ``Logprob``; ``PoolingRequestOutput`` for pooling
+requests)."""
 
 from __future__ import annotations
 
@@ -56,4 +57,40 @@ class RequestOutput:
     finished: bool
     prompt_logprobs: PromptLogprobs | None = None
     num_cached_tokens: int = 0
+    metrics: RequestMetrics | None = field(default=None, repr=False)
+
+
+@dataclass
+class PoolingOutput:
+    """One pooled vector: an embedding, or a classifier's scores."""
+
+    data: list[float]
+
+    @property
+    def embedding(self) -> list[float]:
+        return self.data
+
+    @property
+    def probs(self) -> list[float]:
+        return self.data
+
+    @property
+    def score(self) -> float:
+        """A cross-encoder's (one-label classifier's) score, or a similarity."""
+        return self.data[0]
+
+
+@dataclass
+class PoolingRequestOutput:
+    """What a pooling request returns (vLLM's name); always final.
+
+    ``finish_reason`` is "stop", or "error" when the engine could not compute
+    it (``outputs`` is then None)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: PoolingOutput | None
+    finished: bool = True
+    finish_reason: str = "stop"
     metrics: RequestMetrics | None = field(default=None, repr=False)

@@ -19,6 +19,13 @@ skips it (and never preempts it) until ``update_from_output`` has seen its
 batch. To keep every stage busy, each batch then takes at most its share of
 the schedulable requests (``ceil(schedulable / free batch slots)``). With
 one batch at a time (the default) none of this changes anything.
+
+Pooling requests (embeddings, classification) follow the same rule with two
+constraints: a prompt is never chunked (it is scheduled whole, when the
+step's budget has room for it, so its pooled vector sees every token), and
+it finishes in the step that computes it, with the vector the runner
+pooled. An encoder-only model keeps no KV cache (``uses_kv_cache=False``):
+its requests take no blocks at all.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ class SchedulerConfig:
     # KV slots reserved past each step's tokens, so that a runner may compute
     # the next decode step before this one returns (decode overlap).
     num_lookahead_tokens: int = 0
+    # False for encoder-only models: attention sees only the step's tokens.
+    uses_kv_cache: bool = True
 
 
 @dataclass
@@ -64,9 +73,15 @@ class SchedulerStats:
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
     """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
+    if request.is_pooling and request.num_prompt_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"the input has {request.num_prompt_tokens} tokens but one step computes at most "
+            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
+            param="input",
+        )
     max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
     num_blocks_needed = -(-max_total_tokens // block_size)
-    if num_blocks_needed > num_blocks:
+    if config.uses_kv_cache and num_blocks_needed > num_blocks:
         raise RequestTooLargeError(
             f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
             f"KV cache holds only {num_blocks} blocks of {block_size} tokens",
@@ -175,7 +190,7 @@ class Scheduler:
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
         """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
         self._preempted_last = False
-        while self.kv.allocate_slots(request, self._with_lookahead(request, num_new_tokens)) is None:
+        while self._allocate(request, self._with_lookahead(request, num_new_tokens)) is None:
             # Never a request in flight: its batch still writes to its blocks.
             # ``request`` itself is not in flight, so a victim always exists.
             victim = next(r for r in reversed(self.running) if not self._is_in_flight(r))
@@ -185,6 +200,12 @@ class Scheduler:
             if victim is request:
                 return False
         return True
+
+    def _allocate(self, request: Request, num_slots: int, computed_blocks=None):
+        """``KVCacheManager.allocate_slots``, or nothing to allocate without a KV cache."""
+        if not self.config.uses_kv_cache:
+            return []
+        return self.kv.allocate_slots(request, num_slots, computed_blocks)
 
     def _with_lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
         """Slots to allocate: the step's tokens plus the lookahead, never past
@@ -214,11 +235,11 @@ class Scheduler:
             request = self.waiting[0]
             computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
             num_new_tokens = request.num_tokens - num_computed_tokens
-            if num_new_tokens > token_budget and not self.config.enable_chunked_prefill:
+            if num_new_tokens > token_budget and (request.is_pooling or not self.config.enable_chunked_prefill):
                 break
             num_new_tokens = min(num_new_tokens, token_budget)
             num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
-            if self.kv.allocate_slots(request, num_slots, computed_blocks) is None:
+            if self._allocate(request, num_slots, computed_blocks) is None:
                 break
             self.waiting.popleft()
             request.num_computed_tokens = num_computed_tokens
@@ -249,6 +270,8 @@ class Scheduler:
                         sampling_params=request.sampling_params,
                         block_ids=block_ids,
                         num_computed_tokens=request.num_computed_tokens,
+                        pooling_params=request.pooling_params,
+                        token_type_ids=request.token_type_ids,
                     )
                 )
                 self._sent_blocks[request.request_id] = len(block_ids)
@@ -284,6 +307,9 @@ class Scheduler:
             if request is None or request.status != RequestStatus.RUNNING:
                 continue  # finished or preempted meanwhile
             request.num_computed_tokens += num_tokens
+            if request.is_pooling:
+                outputs.append(self._finish_pooling(request, runner_output.pooled.get(request_id)))
+                continue
             self.kv.cache_blocks(request, request.num_computed_tokens)
             new_token_ids = []
             for token_id in runner_output.sampled_token_ids.get(request_id, []):
@@ -309,6 +335,20 @@ class Scheduler:
                 self.running.remove(request)
                 self._release(request)
         return outputs
+
+    def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
+        """A pooling request ends with its step: with its vector, or as an error
+        if the runner produced none (so that it can never wait forever)."""
+        request.status = RequestStatus.FINISHED_STOPPED if pooled is not None else RequestStatus.FINISHED_ERROR
+        self.running.remove(request)
+        self._release(request)
+        return EngineCoreOutput(
+            request_id=request.request_id,
+            new_token_ids=[],
+            finish_reason=request.status.finish_reason,
+            num_cached_tokens=request.num_cached_tokens,
+            pooled=pooled,
+        )
 
     def _retire_batch(self, scheduler_output: SchedulerOutput) -> dict[str, Request]:
         """Take ``scheduler_output``'s batch out of flight; its requests by id."""

@@ -173,6 +173,8 @@ class LlamaForCausalLM(nn.Module):
         ("gate_up_proj", "up_proj", 1),
     )
     qk_norm = False
+    # Pooling variants (decoder_pooling.py) are built without the LM head.
+    has_lm_head = True
 
     @staticmethod
     def has_qkv_bias(config) -> bool:
@@ -188,7 +190,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = DecoderModel(ctx, self.has_qkv_bias(config), self.has_o_bias(config), self.qk_norm)
         self.lm_head = None
-        if get_pp_group().is_last:
+        if get_pp_group().is_last and self.has_lm_head:
             tie = self.model.embed_tokens if config.tie_word_embeddings else None
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, ctx.dtype, "lm_head", tie_to=tie)
 

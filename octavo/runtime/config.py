@@ -55,6 +55,8 @@ class WorkerConfig:
     # The first device this engine's workers use (data-parallel replica r
     # starts at r * tensor_parallel_size * pipeline_parallel_size).
     device_index_offset: int = 0
+    # generate, or a pooling task (embed, classify): resolved by the engine.
+    task: str = "generate"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,7 +1,9 @@
 """Runs one step on the selected platform: inputs -> model -> sampler.
 
 The runner owns the model, the KV cache tensors and the per-request state
-(``RequestStates``); it knows nothing about scheduling policy.
+(``RequestStates``); it knows nothing about scheduling policy. A pooling
+model's steps go to its ``PoolingRunner`` (``runtime/pooling_runner.py``)
+and run eagerly; an encoder-only model has no KV cache.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class ModelRunner:
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
         self.prefill_graphs = None
+        self.pooling = None
         self.overlap = None
         if config.overlap_decode and config.pipeline_parallel_size == 1:
             from octavo.runtime.decode_overlap import DecodeOverlap
@@ -60,6 +63,10 @@ class ModelRunner:
         self.loaded = load_model(self.config, self.platform, self.device)
         self.model = self.loaded.model
         self.eos_token_ids = self.loaded.eos_token_ids
+        if self.loaded.pooler is not None:
+            from octavo.runtime.pooling_runner import PoolingRunner
+
+            self.pooling = PoolingRunner(self)
         logger.info(
             "loaded %s (%s, %.1f MiB of weights) in %.1fs",
             self.loaded.arch.architecture,
@@ -92,6 +99,8 @@ class ModelRunner:
 
     def determine_num_kv_blocks(self) -> int:
         config = self.config
+        if not self.loaded.uses_kv_cache:
+            return 0
         if config.num_kv_blocks is not None:
             return config.num_kv_blocks
         bytes_per_block = self.kv_bytes_per_block()
@@ -128,6 +137,8 @@ class ModelRunner:
         factory = self.platform.graph_runner()
         if factory is None or self.config.enforce_eager or get_pp_group().world_size > 1:
             return  # pipeline stages exchange activations between steps: eager only
+        if self.pooling is not None:
+            return  # pooling steps run eagerly (the captured graphs end in the LM head or paged attention)
         backends = self.loaded.layer_backends
         if not all(getattr(b, "supports_graph_capture", False) for b in backends):
             logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
@@ -162,6 +173,8 @@ class ModelRunner:
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
+        if self.pooling is not None:
+            return self.pooling.execute(scheduler_output)
         if self.overlap is not None:
             if self.overlap.eligible(scheduler_output):
                 return self.overlap.execute(scheduler_output)
@@ -173,14 +186,7 @@ class ModelRunner:
             logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
             self._sample(logits, batch, output)
             return output
-        bucket = self._prefill_bucket(scheduler_output, intermediate)
-        if bucket is not None:
-            max_num_reqs = self.prefill_graphs.max_num_reqs
-            batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
-            hidden = self.prefill_graphs.replay(bucket)
-        else:
-            batch = self.inputs.prepare(scheduler_output)
-            hidden = self.run_model(batch, intermediate)
+        batch, hidden = self.forward_hidden(scheduler_output, intermediate)
         if not get_pp_group().is_last:
             return hidden
         if batch.sample_request_ids:
@@ -189,6 +195,16 @@ class ModelRunner:
         if batch.prompt_logprob_spans:
             self._prompt_logprobs(hidden, batch, output)
         return output
+
+    def forward_hidden(self, scheduler_output: SchedulerOutput, intermediate=None) -> tuple[PreparedBatch, torch.Tensor]:
+        """The step's inputs and the model's hidden states (a prefill graph's when one fits)."""
+        bucket = self._prefill_bucket(scheduler_output, intermediate)
+        if bucket is not None:
+            max_num_reqs = self.prefill_graphs.max_num_reqs
+            batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
+            return batch, self.prefill_graphs.replay(bucket)
+        batch = self.inputs.prepare(scheduler_output)
+        return batch, self.run_model(batch, intermediate)
 
     def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
         """The graph to replay for this step, if it is a plain decode step."""

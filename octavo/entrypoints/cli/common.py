@@ -58,6 +58,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help="run the engine in its own process, apart from the server's (or caller's) Python",
     )
     parser.add_argument("--chat-template", default=None, help="a Jinja chat template file")
+    parser.add_argument(
+        "--task", default="auto", choices=["auto", "generate", "embed", "classify"],
+        help="what the model serves (default: the checkpoint's own: embeddings for BertModel or a "
+        "sentence-transformers checkpoint, classification for *ForSequenceClassification, else generation)",
+    )
 
 
 def engine_args_from(args: argparse.Namespace) -> EngineArgs:

@@ -1,0 +1,100 @@
+"""What the pooling routes (embeddings, score, rerank, classify) share: the
+task check, input parsing, validation of every input before any is
+admitted, admission of many inputs at once, and collecting their vectors.
+
+Invariants (as ``serving.py``'s for generation): a bad request schedules
+nothing; every admitted stream is closed (aborted unless finished) on every
+path out; a client that disconnects aborts its inputs. One request may carry
+at most ``max_pooling_inputs(ctx)`` inputs, so it can never be refused as
+"busy" by an idle server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Request
+
+from octavo.core.outputs import PoolingRequestOutput
+from octavo.core.pooling_params import PoolingParams
+from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.openai.serving import ServingContext, final_outputs, unless_disconnected
+from octavo.entrypoints.pooling_inputs import PoolingInput, encode_texts, token_inputs, truncation_length
+from octavo.errors import EngineDeadError, InvalidArgumentError, QueueFullError, RequestTooLargeError
+
+# OpenAI's cap on inputs per embeddings request.
+MAX_INPUTS_PER_REQUEST = 2048
+
+
+def max_pooling_inputs(ctx: ServingContext) -> int:
+    cap = ctx.engine.config.max_inflight_seqs
+    return MAX_INPUTS_PER_REQUEST if cap is None else min(MAX_INPUTS_PER_REQUEST, cap)
+
+
+def check_num_inputs(ctx: ServingContext, num_inputs: int, param: str = "input") -> None:
+    if num_inputs == 0:
+        raise InvalidArgumentError("the input is empty", param=param)
+    limit = max_pooling_inputs(ctx)
+    if num_inputs > limit:
+        raise RequestTooLargeError(f"{num_inputs} inputs in one request; the limit is {limit}", param=param)
+
+
+def truncation(ctx: ServingContext, truncate_prompt_tokens: int | None) -> int | None:
+    return truncation_length(truncate_prompt_tokens, ctx.limits.max_model_len)
+
+
+def parse_inputs(ctx: ServingContext, value, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
+    """``input`` (a text, texts, token ids, or lists of token ids) -> inputs."""
+    truncate = truncation(ctx, truncate_prompt_tokens)
+    items = [value] if isinstance(value, str) or (value and isinstance(value[0], int)) else list(value)
+    check_num_inputs(ctx, len(items))
+    if isinstance(items[0], str):
+        return encode_texts(ctx.tokenizer, ctx.limits.pooler, items, truncate=truncate)
+    keep_left = getattr(ctx.tokenizer, "truncation_side", "right") == "left"
+    return token_inputs(items, truncate, keep_left)
+
+
+async def run_pooling(
+    request: Request, ctx: ServingContext, request_id: str, inputs: list[PoolingInput], params: PoolingParams
+) -> list[PoolingRequestOutput]:
+    """Validate every input, admit them all (or none), return their outputs in order."""
+    validator = ctx.engine.engine
+    for item in inputs:
+        validator.validate(item.token_ids, params)
+        validator.validate_token_type_ids(item.token_ids, item.token_type_ids)
+    streams = await _admit(ctx, request_id, inputs, params)
+    try:
+        finals = await unless_disconnected(request, final_outputs(ctx, streams))
+    finally:
+        for stream in streams:
+            ctx.engine.close(stream)
+    for output in finals:
+        if not isinstance(output, PoolingRequestOutput) or output.outputs is None:
+            raise EngineDeadError("the engine could not compute this request; retry it")
+    return finals
+
+
+async def _admit(
+    ctx: ServingContext, request_id: str, inputs: list[PoolingInput], params: PoolingParams
+) -> list[RequestStream]:
+    """All inputs handed to the engine thread at once (one command batch, not
+    one round trip each); if any is refused, the others are aborted."""
+    ids = [request_id if len(inputs) == 1 else f"{request_id}-{i}" for i in range(len(inputs))]
+    results = await asyncio.gather(
+        *(ctx.engine.add_request(engine_id, item.as_engine_prompt(), params) for engine_id, item in zip(ids, inputs)),
+        return_exceptions=True,
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if not errors:
+        return list(results)
+    for result in results:
+        if isinstance(result, RequestStream):
+            ctx.engine.close(result)
+    if any(isinstance(e, QueueFullError) for e in errors):
+        ctx.metrics.requests_rejected.labels(reason="queue_full").inc()
+    raise errors[0]
+
+
+def usage(inputs: list[PoolingInput]) -> dict:
+    num_tokens = sum(len(item.token_ids) for item in inputs)
+    return {"prompt_tokens": num_tokens, "total_tokens": num_tokens, "completion_tokens": 0}
