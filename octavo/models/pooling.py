@@ -6,10 +6,11 @@ a flat batch described by ``PoolingMetadata`` (sequence ``i`` is rows
 ``cu_seqlens[i]:cu_seqlens[i+1]`` of the hidden states), accumulated in
 float32 as sentence-transformers does for half-precision inputs.
 
-Host side (``finish_pooled``): per request, Matryoshka truncation then L2
-normalisation for embeddings (the order OpenAI's ``dimensions`` implies:
-truncated vectors come back unit-length), or the classifier's activation for
-scores. The result is float32, little-endian bytes: what crosses processes.
+Host side (``finish_pooled``): per request (vectorised over the requests
+that share their params), Matryoshka truncation then L2 normalisation for
+embeddings (the order OpenAI's ``dimensions`` implies: truncated vectors come
+back unit-length), or the classifier's activation for scores. The result is
+float32, little-endian bytes: what crosses processes.
 """
 
 from __future__ import annotations
@@ -90,29 +91,32 @@ def pool_modes(hidden: torch.Tensor, meta: PoolingMetadata, modes: list[str]) ->
     return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
 
 
-def finish_embedding(vector: np.ndarray, params: PoolingParams, pooler: PoolerConfig) -> np.ndarray:
-    if params.dimensions is not None:
-        vector = vector[: params.dimensions]
-    normalize = pooler.normalize if params.normalize is None else params.normalize
-    if normalize:
-        vector = vector / max(float(np.linalg.norm(vector)), NORM_EPS)
-    return vector
-
-
-def finish_scores(logits: np.ndarray, params: PoolingParams, pooler: PoolerConfig) -> np.ndarray:
+def _finish_group(rows: np.ndarray, params: PoolingParams, pooler: PoolerConfig) -> np.ndarray:
+    """Rows that share their params: Matryoshka + L2 for embeddings, the activation for scores."""
+    if pooler.task == "embed":
+        if params.dimensions is not None:
+            rows = rows[:, : params.dimensions]
+        normalize = pooler.normalize if params.normalize is None else params.normalize
+        if normalize:
+            rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), NORM_EPS)
+        return rows
     activation = pooler.activation if params.use_activation is not False else "none"
     if activation == "softmax":
-        exp = np.exp(logits - logits.max())
-        return exp / exp.sum()
+        exp = np.exp(rows - rows.max(axis=1, keepdims=True))
+        return exp / exp.sum(axis=1, keepdims=True)
     if activation == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-logits))
-    return logits
+        return 1.0 / (1.0 + np.exp(-rows))
+    return rows
 
 
 def finish_pooled(rows: np.ndarray, params_list: list[PoolingParams], pooler: PoolerConfig) -> list[bytes]:
     """Each row (float32) through its request's params, as float32 little-endian bytes."""
-    finish = finish_embedding if pooler.task == "embed" else finish_scores
-    return [
-        np.ascontiguousarray(finish(row, params, pooler), dtype="<f4").tobytes()
-        for row, params in zip(rows, params_list)
-    ]
+    groups: dict[tuple, list[int]] = {}
+    for index, params in enumerate(params_list):
+        groups.setdefault((params.dimensions, params.normalize, params.use_activation), []).append(index)
+    finished: list[bytes] = [b""] * len(params_list)
+    for indices in groups.values():
+        done = np.ascontiguousarray(_finish_group(rows[indices], params_list[indices[0]], pooler), dtype="<f4")
+        for index, row in zip(indices, done):
+            finished[index] = row.tobytes()
+    return finished
