@@ -43,7 +43,12 @@ POOLING_ARCHS = {
         "XLMRobertaConfig", "XLMRobertaForSequenceClassification",
         dict(max_position_embeddings=66, type_vocab_size=1, num_labels=3), None, True,
     ),
+    "roberta_cross": (
+        "RobertaConfig", "RobertaForSequenceClassification",
+        dict(max_position_embeddings=66, type_vocab_size=1, num_labels=1), None, True,
+    ),
     "qwen3_embed": ("Qwen3Config", "Qwen3Model", dict(head_dim=32), {"pooling_mode_lasttoken": True}, False),
+    "llama_cls2": ("LlamaConfig", "LlamaForSequenceClassification", dict(num_labels=2), None, False),
     "qwen2_cls3": ("Qwen2Config", "Qwen2ForSequenceClassification", dict(num_labels=3), None, False),
     "qwen3_cls3": ("Qwen3Config", "Qwen3ForSequenceClassification", dict(head_dim=32, num_labels=3), None, False),
 }
