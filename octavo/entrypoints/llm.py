@@ -97,11 +97,7 @@ class LLM:
     # ---------------------------------------------------------------- pooling
 
     def embed(
-        self,
-        prompts: PromptType | Sequence[PromptType],
-        pooling_params: PoolingParams | None = None,
-        *,
-        truncate_prompt_tokens: int | None = None,
+        self, prompts, pooling_params: PoolingParams | None = None, *, truncate_prompt_tokens: int | None = None,
         use_tqdm: bool = False,
     ) -> list[PoolingRequestOutput]:
         """One embedding per prompt (``output.outputs.embedding``)."""
@@ -109,11 +105,7 @@ class LLM:
         return self._pool(self._pooling_inputs(prompts, params, truncate_prompt_tokens), params, use_tqdm)
 
     def classify(
-        self,
-        prompts: PromptType | Sequence[PromptType],
-        pooling_params: PoolingParams | None = None,
-        *,
-        truncate_prompt_tokens: int | None = None,
+        self, prompts, pooling_params: PoolingParams | None = None, *, truncate_prompt_tokens: int | None = None,
         use_tqdm: bool = False,
     ) -> list[PoolingRequestOutput]:
         """The classifier's scores per prompt (``output.outputs.probs``)."""

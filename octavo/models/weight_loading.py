@@ -31,7 +31,7 @@ def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tens
         target, shard_id = renamed
         param = params.get(target)
         if param is None:
-            continue  # a tensor this model does not use (an MLM head, a buffer)
+            continue  # another pipeline stage's layer, or a tensor this model does not use
         loader = getattr(param, "weight_loader", None)
         if loader is None:
             if param.shape != tensor.shape:
@@ -45,11 +45,16 @@ def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tens
     return loaded
 
 
-def check_all_loaded(model: nn.Module, loaded: set[str], fused_shards: dict[str, tuple]) -> None:
-    """Raise for the first parameter (or fused shard) the checkpoint did not provide."""
+def check_all_loaded(
+    model: nn.Module, loaded: set[str], fused_shards: dict[str, tuple], skip: Callable[[str], bool] | None = None
+) -> None:
+    """Raise for the first parameter (or fused shard) the checkpoint did not
+    provide; ``skip`` names parameters it need not (a head tied to the embedding)."""
     for name, param in model.named_parameters(remove_duplicate=False):
         if getattr(param, "not_in_checkpoint", False):
             continue  # made by a quantization method after loading
+        if skip is not None and skip(name):
+            continue
         fused = next((f for f in fused_shards if f".{f}." in f".{name}"), None)
         required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
         missing = [r for r in required if r not in loaded]

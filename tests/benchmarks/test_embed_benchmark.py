@@ -5,23 +5,19 @@ checks that their vectors agree."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "embed_gpu.py"
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("embed_gpu_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "embed_gpu_bench", monkeypatch)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")

@@ -135,20 +135,21 @@ def hf_model(path: Path):
 
 
 @torch.no_grad()
+def _hf_forward(model, token_ids: list[int], token_type_ids: list[int] | None):
+    """One unpadded input through ``model`` (a batch of one)."""
+    kwargs = {"input_ids": torch.tensor([token_ids])}
+    if token_type_ids is not None:
+        kwargs["token_type_ids"] = torch.tensor([token_type_ids])
+    return model(**kwargs)
+
+
 def hf_hidden_states(model, token_ids: list[int], token_type_ids: list[int] | None = None) -> torch.Tensor:
-    """Last hidden states [len, hidden] of one unpadded input."""
-    kwargs = {"input_ids": torch.tensor([token_ids])}
-    if token_type_ids is not None:
-        kwargs["token_type_ids"] = torch.tensor([token_type_ids])
-    return model(**kwargs).last_hidden_state[0]
+    """Last hidden states [len, hidden]."""
+    return _hf_forward(model, token_ids, token_type_ids).last_hidden_state[0]
 
 
-@torch.no_grad()
 def hf_logits(model, token_ids: list[int], token_type_ids: list[int] | None = None) -> torch.Tensor:
-    kwargs = {"input_ids": torch.tensor([token_ids])}
-    if token_type_ids is not None:
-        kwargs["token_type_ids"] = torch.tensor([token_type_ids])
-    return model(**kwargs).logits[0]
+    return _hf_forward(model, token_ids, token_type_ids).logits[0]
 
 
 def reference_pool(hidden: torch.Tensor, mode: str) -> torch.Tensor:
