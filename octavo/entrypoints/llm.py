@@ -147,7 +147,7 @@ class LLM:
         inputs = []
         for i, prompt in enumerate(prompt_list):
             if i not in encoded:
-                encoded[i] = token_inputs([self.engine.tokenize_prompt(prompt)[1]], truncate)[0]
+                encoded[i] = token_inputs([self.engine.tokenize_prompt(prompt)[1]], truncate, self.engine.tokenizer)[0]
             inputs.append(encoded[i])
         return inputs
 

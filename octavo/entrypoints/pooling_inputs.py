@@ -82,8 +82,9 @@ def encode_texts(
     ]
 
 
-def token_inputs(token_lists: Sequence[Sequence[int]], truncate: int | None, keep_left: bool = False) -> list[PoolingInput]:
-    """Token-id inputs, cut to ``truncate`` tokens from the right (or the left)."""
+def token_inputs(token_lists: Sequence[Sequence[int]], truncate: int | None, tokenizer: Any = None) -> list[PoolingInput]:
+    """Token-id inputs, cut to ``truncate`` tokens on the tokenizer's truncation side (the right by default)."""
+    keep_left = getattr(tokenizer, "truncation_side", "right") == "left"
     inputs = []
     for ids in token_lists:
         ids = list(ids)

@@ -96,9 +96,7 @@ class BertAttention(nn.Module):
         self.output = DenseAddNorm(ctx, config.hidden_size, f"{prefix}.output")
 
     def forward(self, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
-        shape = (hidden.shape[0], self.num_heads, self.head_size)
-        q, k, v = self.qkv_proj(hidden).chunk(3, dim=-1)
-        out = encoder_attention(q.reshape(shape), k.reshape(shape), v.reshape(shape), fctx.attn_metadata, self.head_size**-0.5)
+        out = encoder_attention(self.qkv_proj(hidden), self.num_heads, fctx.attn_metadata, self.head_size**-0.5)
         return self.output(out, hidden)
 
 
@@ -161,6 +159,8 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(ctx)
         pooler = ctx.pooler
         self.pooling_modes = list(pooler.pooling_modes) if pooler and pooler.pooling_modes else [self.default_pooling_mode]
+        # torch's Embedding and LayerNorm make trainable parameters; this is inference.
+        self.requires_grad_(False)
 
     @classmethod
     def position_offset(cls, config: ModelArchConfig) -> int:

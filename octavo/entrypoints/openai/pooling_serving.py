@@ -50,8 +50,7 @@ def parse_inputs(ctx: ServingContext, value, truncate_prompt_tokens: int | None)
     check_num_inputs(ctx, len(items))
     if isinstance(items[0], str):
         return encode_texts(ctx.tokenizer, ctx.limits.pooler, items, truncate=truncate)
-    keep_left = getattr(ctx.tokenizer, "truncation_side", "right") == "left"
-    return token_inputs(items, truncate, keep_left)
+    return token_inputs(items, truncate, ctx.tokenizer)
 
 
 async def run_pooling(

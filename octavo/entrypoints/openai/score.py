@@ -33,8 +33,8 @@ async def create_score(request: Request):
     model = resolve_model(ctx, body.model)
     check_can_score(ctx.limits.pooler)
     pairs = score_pairs(body.text_1, body.text_2)
-    check_num_inputs(ctx, len(pairs), param="text_2")
     plan = plan_scores(ctx.tokenizer, ctx.limits.pooler, pairs, truncation(ctx, body.truncate_prompt_tokens))
+    check_num_inputs(ctx, len(plan.inputs), param="text_2")
     request_id = new_request_id("score")
     scores = await _score(request, ctx, request_id, plan)
     data = [{"index": i, "object": "score", "score": score} for i, score in enumerate(scores)]
@@ -53,10 +53,12 @@ async def create_rerank(request: Request):
     if body.top_n is not None and body.top_n < 1:
         raise InvalidArgumentError(f"top_n must be at least 1, got {body.top_n}", param="top_n")
     documents = [d.text if isinstance(d, RerankDocument) else d for d in body.documents]
-    check_num_inputs(ctx, len(documents), param="documents")
+    if not documents:
+        raise InvalidArgumentError("documents is empty", param="documents")
     plan = plan_scores(
         ctx.tokenizer, ctx.limits.pooler, score_pairs(body.query, documents), truncation(ctx, body.truncate_prompt_tokens)
     )
+    check_num_inputs(ctx, len(plan.inputs), param="documents")
     request_id = new_request_id("rerank")
     scores = await _score(request, ctx, request_id, plan)
     ranked = sorted(range(len(documents)), key=lambda i: scores[i], reverse=True)[: body.top_n]

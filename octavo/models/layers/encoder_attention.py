@@ -28,8 +28,9 @@ class EncoderAttentionMetadata:
     # [num_seqs * max_seqlen]: the flat token in each grid cell (an empty cell
     # repeats its sequence's first token; it is masked out as a key).
     grid_index: torch.Tensor
-    # [num_tokens]: each token's grid cell, in token order.
-    token_cells: torch.Tensor
+    # [num_tokens] each: the grid row (sequence) and column (position) of each token.
+    token_rows: torch.Tensor
+    token_cols: torch.Tensor
     # [num_seqs, 1, 1, max_seqlen]: True for real keys; None when the grid is full.
     key_mask: torch.Tensor | None
 
@@ -41,31 +42,24 @@ class EncoderAttentionMetadata:
         offsets = np.arange(max_seqlen, dtype=np.int64)
         valid = offsets[None, :] < seq_lens[:, None]
         grid_index = np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1)
+        token_rows, token_cols = np.nonzero(valid)  # row-major: the tokens' own order
         key_mask = None
         if not valid.all():
             key_mask = torch.from_numpy(valid).to(device, non_blocking=True)[:, None, None, :]
-        return cls(
-            num_seqs=num_seqs,
-            max_seqlen=max_seqlen,
-            grid_index=torch.from_numpy(grid_index).to(device, non_blocking=True),
-            token_cells=torch.from_numpy(np.flatnonzero(valid)).to(device, non_blocking=True),
-            key_mask=key_mask,
-        )
+        upload = lambda array: torch.from_numpy(array).to(device, non_blocking=True)  # noqa: E731
+        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_rows), upload(token_cols), key_mask)
 
 
-def encoder_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: EncoderAttentionMetadata, scale: float
-) -> torch.Tensor:
-    """``query``, ``key``, ``value``: [num_tokens, num_heads, head_size]; returns
-    [num_tokens, num_heads * head_size], each token attending to its own sequence."""
-    num_heads, head_size = query.shape[1], query.shape[2]
-    shape = (metadata.num_seqs, metadata.max_seqlen, num_heads, head_size)
-
-    def on_grid(x: torch.Tensor) -> torch.Tensor:
-        return x[metadata.grid_index].view(shape).transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(
-        on_grid(query), on_grid(key), on_grid(value), attn_mask=metadata.key_mask, scale=scale
-    )
-    out = out.transpose(1, 2).reshape(metadata.num_seqs * metadata.max_seqlen, num_heads * head_size)
-    return out[metadata.token_cells]
+def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttentionMetadata, scale: float) -> torch.Tensor:
+    """``qkv``: [num_tokens, 3 * num_heads * head_size], each token's q, k and v
+    one after another; returns [num_tokens, num_heads * head_size], each token
+    attending to its own sequence."""
+    num_tokens = qkv.shape[0]
+    head_size = qkv.shape[1] // (3 * num_heads)
+    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size].
+    grid = qkv[metadata.grid_index].view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
+    query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=metadata.key_mask, scale=scale)
+    # One gather takes each token's row back off the grid ([seqs, heads, len, d] -> [tokens, heads, d]).
+    out = out.transpose(1, 2)[metadata.token_rows, metadata.token_cols]
+    return out.reshape(num_tokens, num_heads * head_size)
