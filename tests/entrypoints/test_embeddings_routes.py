@@ -153,3 +153,15 @@ def test_a_generative_model_refuses_the_pooling_routes(llama_dir):
         assert_error(client.post("/v1/embeddings", json={"input": "a"}), 400, "unsupported_task", "model")
         assert_error(client.post("/rerank", json={"query": "a", "documents": ["b"]}), 400, "unsupported_task")
         assert_error(client.post("/classify", json={"input": "a"}), 400, "unsupported_task")
+
+
+def test_the_task_flag_reaches_the_engine(pooling_dirs):  # noqa: F811
+    """``--task`` (shared by generate and serve) overrides the checkpoint's task, or says why it cannot."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "octavo.entrypoints.cli.main", "generate", "--model", str(pooling_dirs("bert"))]
+    refused = subprocess.run([*command, "--task", "generate", "hi"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "BertModel serves 'embed'; it cannot serve --task generate" in refused.stderr
+    pooled = subprocess.run([*command, "hi"], capture_output=True, text=True, timeout=300)
+    assert pooled.returncode == 2 and "does not generate text" in pooled.stderr
