@@ -121,7 +121,7 @@ def octavo_encoder(path: Path, dtype: str, device: torch.device, batch_size: int
 
     platform = "cpu" if device.type == "cpu" else None
     llm = LLM(str(path), dtype=dtype, platform=platform, max_num_seqs=batch_size, max_num_batched_tokens=batch_size * 64)
-    return llm, lambda batch: np.array([o.outputs.embedding for o in llm.embed(batch)], dtype=np.float32)
+    return llm, lambda batch: np.stack([o.outputs.data for o in llm.embed(batch)])
 
 
 def st_encoder(path: Path, dtype: torch.dtype, device: torch.device, batch_size: int):

@@ -52,7 +52,11 @@ for step in "$@"; do
              python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"
              TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --tokenizer "$O/byte-tokenizer" --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
-    embed) TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
+    # sentence-transformers is the baseline when its wheels are carried in .whl/ (it needs scipy and
+    # scikit-learn); without them the script times the same pipeline in transformers (hf-automodel).
+    embed) pip install -q --no-deps --no-index --find-links .whl sentence-transformers scikit-learn scipy joblib threadpoolctl narwhals >/dev/null 2>&1 \
+             || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
+           TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
     *) echo "unknown step $step";;
   esac
 done

@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from octavo.core.detokenizer import IncrementalDetokenizer
 from octavo.core.outputs import (
     CompletionOutput,
@@ -149,9 +147,7 @@ class OutputProcessor:
     def _pooling_output(core_output: EngineCoreOutput, state: PoolingState, now: float) -> PoolingRequestOutput:
         metrics = state.metrics
         metrics.finished_time = now
-        outputs = None
-        if core_output.pooled is not None:
-            outputs = PoolingOutput(np.frombuffer(core_output.pooled, dtype="<f4").tolist())
+        outputs = PoolingOutput(core_output.pooled) if core_output.pooled is not None else None
         return PoolingRequestOutput(
             request_id=core_output.request_id,
             prompt=state.prompt,

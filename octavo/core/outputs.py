@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class Logprob:
@@ -62,22 +64,34 @@ class RequestOutput:
 
 @dataclass
 class PoolingOutput:
-    """One pooled vector: an embedding, or a classifier's scores."""
+    """One pooled vector: an embedding, or a classifier's scores.
 
-    data: list[float]
+    Kept as its float32 little-endian bytes (``raw``: what crosses processes,
+    and what base64 encodings send as they are); ``data`` views them as a
+    numpy array without a copy, ``embedding`` / ``probs`` are Python lists."""
+
+    raw: bytes
+
+    @classmethod
+    def from_values(cls, values) -> PoolingOutput:
+        return cls(np.ascontiguousarray(values, dtype="<f4").tobytes())
+
+    @property
+    def data(self) -> np.ndarray:
+        return np.frombuffer(self.raw, dtype="<f4")
 
     @property
     def embedding(self) -> list[float]:
-        return self.data
+        return self.data.tolist()
 
     @property
     def probs(self) -> list[float]:
-        return self.data
+        return self.data.tolist()
 
     @property
     def score(self) -> float:
         """A cross-encoder's (one-label classifier's) score, or a similarity."""
-        return self.data[0]
+        return float(self.data[0])
 
 
 @dataclass

@@ -128,7 +128,7 @@ class LLM:
         outputs = self._pool(plan.inputs, PoolingParams(task=plan.task), use_tqdm)
         scores = plan.scores([output.outputs.data for output in outputs])
         return [
-            PoolingRequestOutput(self._new_id(), f"{a}\n{b}", plan.pair_token_ids(i), PoolingOutput([score]))
+            PoolingRequestOutput(self._new_id(), f"{a}\n{b}", plan.pair_token_ids(i), PoolingOutput.from_values([score]))
             for i, ((a, b), score) in enumerate(zip(plan.pairs, scores))
         ]
 

@@ -140,10 +140,10 @@ class ScorePlan:
     def task(self) -> str:
         return "classify" if self.cross_encoder else "embed"
 
-    def scores(self, vectors: list[list[float]]) -> list[float]:
+    def scores(self, vectors: Sequence[Sequence[float]]) -> list[float]:
         """Each pair's score, from the vectors of ``inputs`` (in order)."""
         if self.cross_encoder:
-            return [vector[0] for vector in vectors]
+            return [float(vector[0]) for vector in vectors]
         matrix = np.asarray(vectors, dtype=np.float64)
         norms = np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
         return [float(matrix[i] @ matrix[j] / (norms[i] * norms[j])) for i, j in self.pair_inputs]

@@ -25,7 +25,7 @@ async def create_classification(request: Request):
     labels = ctx.limits.pooler.labels
     data = []
     for i, output in enumerate(outputs):
-        probs = output.outputs.data
+        probs = output.outputs.probs
         best = max(range(len(probs)), key=probs.__getitem__)
         data.append({"index": i, "label": labels[best], "probs": probs, "num_classes": len(probs)})
     return JSONResponse(

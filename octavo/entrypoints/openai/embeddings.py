@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import base64
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from octavo.core.outputs import PoolingOutput
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.entrypoints.openai.pooling_protocol import EmbeddingRequest
 from octavo.entrypoints.openai.pooling_serving import parse_inputs, run_pooling, usage
 from octavo.entrypoints.openai.serving import get_context, new_request_id, parse_body, resolve_model, unix_time
 
 
-def encode_embedding(vector: list[float], encoding_format: str) -> list[float] | str:
+def encode_embedding(vector: PoolingOutput, encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
-        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-    return vector
+        return base64.b64encode(vector.raw).decode("ascii")  # already float32 little-endian
+    return vector.embedding
 
 
 async def create_embeddings(request: Request):
@@ -37,7 +37,7 @@ async def create_embeddings(request: Request):
     request_id = new_request_id("embd")
     outputs = await run_pooling(request, ctx, request_id, inputs, params)
     data = [
-        {"object": "embedding", "index": i, "embedding": encode_embedding(output.outputs.data, body.encoding_format)}
+        {"object": "embedding", "index": i, "embedding": encode_embedding(output.outputs, body.encoding_format)}
         for i, output in enumerate(outputs)
     ]
     usage_counts = usage(inputs)
