@@ -25,7 +25,7 @@ words), encoded in batches of ``--batch-size`` (256). Timed, end to end
 Also printed: each baseline's lowest cosine against Octavo's vectors (a
 correctness check: float32 vs bfloat16 stays above 0.99), and the floor:
 the batch's FLOPs (2 x linear parameters x tokens, plus attention) over the
-bf16 matmul rate measured in the same run. With ``$OUT`` set, writes
+matmul rate of Octavo's dtype measured in the same run. With ``$OUT`` set, writes
 ``embed_gpu.json`` there.
 """
 
@@ -234,10 +234,10 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU smoke run)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    from octavo.benchmarks.floor import measure_ceilings
+    from octavo.benchmarks.ceilings import measure_ceilings
 
-    matmul_rate = measure_ceilings(device).matmul_flops_per_s
-    print(f"device {device}, matmul {matmul_rate / 1e12:.1f} TFLOP/s", flush=True)
+    matmul_rate = measure_ceilings(device, [args.dtype]).matmul_rate(args.dtype)
+    print(f"device {device}, {args.dtype} matmul {matmul_rate / 1e12:.1f} TFLOP/s", flush=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.configs.split(","):
