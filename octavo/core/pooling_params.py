@@ -90,6 +90,9 @@ class PoolerConfig:
     max_model_len: int | None = None
     # True for encoder-only models: no KV cache, every prompt in one step.
     is_encoder: bool = False
+    # How an embedding model scores a text pair (sentence-transformers'
+    # similarity_fn_name): cosine, dot, euclidean or manhattan (negated distances).
+    similarity: str = "cosine"
 
 
 def check_pooling_params(params: PoolingParams, pooler: PoolerConfig | None) -> None:

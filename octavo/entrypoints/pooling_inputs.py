@@ -10,7 +10,8 @@ too long is then refused by the engine's validation (HTTP 400).
 Scoring pairs: ``text_1`` is one text or a list, ``text_2`` the same; one
 text against many is broadcast, two lists must be as long as each other.
 A ``ScorePlan`` says which inputs to pool and how their vectors become the
-pairs' scores (cross-encoder or bi-encoder).
+pairs' scores (cross-encoder, or a bi-encoder's similarity: cosine unless
+the sentence-transformers config names dot, euclidean or manhattan).
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ class ScorePlan:
     pairs: list[tuple[str, str]]
     cross_encoder: bool
     inputs: list[PoolingInput]
-    # Bi-encoder: the positions in ``inputs`` of each pair's two texts.
+    # Bi-encoder: the positions in ``inputs`` of each pair's two texts, and
+    # the model's similarity (sentence-transformers' similarity_fn_name).
     pair_inputs: list[tuple[int, int]]
+    similarity: str = "cosine"
 
     @property
     def task(self) -> str:
@@ -145,8 +148,15 @@ class ScorePlan:
         if self.cross_encoder:
             return [float(vector[0]) for vector in vectors]
         matrix = np.asarray(vectors, dtype=np.float64)
-        norms = np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
-        return [float(matrix[i] @ matrix[j] / (norms[i] * norms[j])) for i, j in self.pair_inputs]
+        first, second = (matrix[[pair[k] for pair in self.pair_inputs]] for k in (0, 1))
+        if self.similarity == "dot":
+            return (first * second).sum(1).tolist()
+        if self.similarity == "euclidean":
+            return (-np.linalg.norm(first - second, axis=1)).tolist()
+        if self.similarity == "manhattan":
+            return (-np.abs(first - second).sum(1)).tolist()
+        norms = np.maximum(np.linalg.norm(first, axis=1) * np.linalg.norm(second, axis=1), 1e-12)
+        return ((first * second).sum(1) / norms).tolist()
 
     def pair_token_ids(self, index: int) -> list[int]:
         if self.cross_encoder:
@@ -165,4 +175,4 @@ def plan_scores(
     texts = list(dict.fromkeys(text for pair in pairs for text in pair))
     position = {text: i for i, text in enumerate(texts)}
     inputs = encode_texts(tokenizer, pooler, texts, truncate=truncate)
-    return ScorePlan(pairs, False, inputs, [(position[a], position[b]) for a, b in pairs])
+    return ScorePlan(pairs, False, inputs, [(position[a], position[b]) for a, b in pairs], pooler.similarity)

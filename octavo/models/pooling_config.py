@@ -21,6 +21,7 @@ sigmoid for one label and softmax for more.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from octavo.core.pooling_params import PoolerConfig
 from octavo.errors import InvalidArgumentError, ModelLoadError, UnsupportedModelError
 from octavo.models.config import ModelArchConfig, read_json
 from octavo.models.pooling import POOLING_MODES
+
+logger = logging.getLogger(__name__)
 
 TASKS = ("auto", "generate", "embed", "classify")
 # sentence-transformers' pre-v4 flags, in the order it concatenates them.
@@ -39,6 +42,7 @@ _LEGACY_MODE_FLAGS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
 # A cross-encoder's saved activation (torch class path) -> ours.
 _ACTIVATION_CLASSES = {"Identity": "none", "Sigmoid": "sigmoid", "Softmax": "softmax"}
 
@@ -78,6 +82,7 @@ def build_pooler_config(task: str, arch: ModelArchConfig, model_dir: Path | None
         is_encoder=is_encoder,
         num_token_types=num_token_types,
         lowercase=bool(st and st["lowercase"]),
+        similarity=st["similarity"] if st else "cosine",
     )
     if task == "classify":
         num_labels, labels = _labels(arch.raw)
@@ -145,7 +150,24 @@ def _read_st_files(model_dir: Path) -> dict[str, Any] | None:
             )
     if modules and result["modes"] is None:
         raise UnsupportedModelError("modules.json has no Pooling module: the model gives no sentence embedding")
+    result["similarity"] = _st_similarity(model_dir)
     return result
+
+
+def _st_similarity(model_dir: Path) -> str:
+    """``config_sentence_transformers.json``'s pair similarity; its default prompt is only reported."""
+    path = model_dir / "config_sentence_transformers.json"
+    config = read_json(path) if path.exists() else {}
+    prompt_name = config.get("default_prompt_name")
+    if prompt_name:
+        logger.warning(
+            "%s: sentence-transformers prepends the prompt %r to every text by default; Octavo embeds texts as "
+            "they are sent, so send the prompt with them to get the same vectors", path, prompt_name,
+        )
+    similarity = config.get("similarity_fn_name") or "cosine"
+    if similarity not in SIMILARITIES:
+        raise UnsupportedModelError(f"{path}: similarity_fn_name {similarity!r} is not supported ({', '.join(SIMILARITIES)})")
+    return similarity
 
 
 def _pooling_modes(config: dict[str, Any], folder: Path) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from octavo.errors import InvalidArgumentError, UnsupportedModelError
@@ -119,3 +120,31 @@ def test_xlm_roberta_positions_leave_room_for_the_padding_offset():
 
     config = SimpleNamespace(max_position_embeddings=514, raw={"pad_token_id": 1})
     assert XLMRobertaModel.max_input_len(config) == 512
+
+
+def test_the_pair_similarity_and_default_prompt_come_from_sentence_transformers(tmp_path, caplog):
+    write_st_config(tmp_path, {"pooling_mode": "mean"})
+    config = {"similarity_fn_name": "dot", "default_prompt_name": "query", "prompts": {"query": "query: "}}
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    with caplog.at_level("WARNING"):
+        pooler = build_pooler_config("embed", arch(), tmp_path, BertModel)
+    assert pooler.similarity == "dot"
+    assert "prepends the prompt 'query'" in caplog.text
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "jaccard"}))
+    with pytest.raises(UnsupportedModelError, match="jaccard"):
+        build_pooler_config("embed", arch(), tmp_path, BertModel)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean", "manhattan"])
+def test_bi_encoder_scores_follow_the_similarity(similarity):
+    from octavo.entrypoints.pooling_inputs import ScorePlan
+
+    a, b = np.array([2.0, 4.0]), np.array([3.0, 4.0])
+    expected = {
+        "cosine": [a @ b / (np.linalg.norm(a) * 5.0), 1.0],
+        "dot": [a @ b, 25.0],
+        "euclidean": [-np.linalg.norm(a - b), 0.0],  # sentence-transformers' negated distances
+        "manhattan": [-np.abs(a - b).sum(), 0.0],
+    }[similarity]
+    plan = ScorePlan([("a", "b"), ("b", "b")], False, [], [(0, 1), (1, 1)], similarity)
+    assert np.allclose(plan.scores([a, b]), expected)
