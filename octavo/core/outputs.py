@@ -61,6 +61,11 @@ class RequestOutput:
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = field(default=None, repr=False)
 
+    @property
+    def failed(self) -> bool:
+        """The engine ended the request with an error (``finish_reason="error"``)."""
+        return any(c.finish_reason == "error" for c in self.outputs)
+
 
 @dataclass
 class PoolingOutput:
@@ -108,3 +113,7 @@ class PoolingRequestOutput:
     finished: bool = True
     finish_reason: str = "stop"
     metrics: RequestMetrics | None = field(default=None, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return self.finish_reason == "error"

@@ -82,3 +82,40 @@ def test_the_wrong_route_and_a_missing_key(minilm_server, client):
     assert too_long["code"] == "prompt_too_long" and "truncate_prompt_tokens" in too_long["message"]
     for path in ("/v1/embeddings", "/rerank", "/v1/score", "/classify"):
         assert post(minilm_server, path, {"input": "hello"}, key=None).status_code == 401
+
+
+POOLING_PATHS = {"/v1/embeddings", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/classify"}
+
+
+def test_the_pooling_routes_keep_their_openapi_contract(minilm_server):
+    """schemathesis on the pooling operations of the served document, on the pooling server:
+    bodies that follow it and bodies that break it, never a 5xx, every answer as declared."""
+    pytest.importorskip("schemathesis")
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.generation import GenerationMode
+    from schemathesis.specs.openapi.checks import negative_data_rejection
+
+    from tests.entrypoints.server.test_fuzz_openapi import CHECKS
+
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    document = httpx.get(f"{minilm_server.url}/openapi.json", headers=headers, timeout=60).json()
+    assert POOLING_PATHS <= set(document["paths"])
+    for component in document["components"]["schemas"].values():
+        if component.get("additionalProperties") is True:
+            component["additionalProperties"] = False  # spend the examples on the known fields
+    schema = schemathesis.openapi.from_dict(document)
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        checks = CHECKS + ([negative_data_rejection] if mode == GenerationMode.NEGATIVE else [])
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            if operation.path not in POOLING_PATHS:
+                continue
+
+            @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def check(case):
+                case.call_and_validate(base_url=minilm_server.url, headers=headers, checks=checks, timeout=60)
+
+            check()
+    assert httpx.get(f"{minilm_server.url}/health", timeout=60).status_code == 200

@@ -8,7 +8,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
-from octavo.entrypoints.openai.pooling_protocol import ClassifyRequest
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.pooling_protocol import ClassifyRequest, ClassifyResponse
 from octavo.entrypoints.openai.pooling_serving import parse_inputs, run_pooling, usage
 from octavo.entrypoints.openai.serving import get_context, new_request_id, parse_body, resolve_model, unix_time
 
@@ -19,7 +20,7 @@ async def create_classification(request: Request):
     model = resolve_model(ctx, body.model)
     params = PoolingParams(task="classify")
     check_pooling_params(params, ctx.limits.pooler)  # the task, before any tokenizing
-    inputs = parse_inputs(ctx, body.input, body.truncate_prompt_tokens)
+    inputs = await parse_inputs(ctx, body.input, body.truncate_prompt_tokens)
     request_id = new_request_id("classify")
     outputs = await run_pooling(request, ctx, request_id, inputs, params)
     labels = ctx.limits.pooler.labels
@@ -34,4 +35,4 @@ async def create_classification(request: Request):
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/classify", create_classification, methods=["POST"])
+    add_json_route(app, "/classify", create_classification, body=ClassifyRequest, response=ClassifyResponse)

@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse
 
 from octavo.core.outputs import PoolingOutput
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
-from octavo.entrypoints.openai.pooling_protocol import EmbeddingRequest
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.pooling_protocol import EmbeddingRequest, EmbeddingResponse
 from octavo.entrypoints.openai.pooling_serving import parse_inputs, run_pooling, usage
 from octavo.entrypoints.openai.serving import get_context, new_request_id, parse_body, resolve_model, unix_time
 
@@ -32,8 +33,8 @@ async def create_embeddings(request: Request):
     body = await parse_body(request, EmbeddingRequest)
     model = resolve_model(ctx, body.model)
     params = PoolingParams(task="embed", dimensions=body.dimensions, normalize=body.normalize)
-    check_pooling_params(params, ctx.limits.pooler)  # the task, before any tokenizing
-    inputs = parse_inputs(ctx, body.input, body.truncate_prompt_tokens)
+    check_pooling_params(params, ctx.limits.pooler)  # the task and dimensions, before any tokenizing
+    inputs = await parse_inputs(ctx, body.input, body.truncate_prompt_tokens)
     request_id = new_request_id("embd")
     outputs = await run_pooling(request, ctx, request_id, inputs, params)
     data = [
@@ -48,4 +49,4 @@ async def create_embeddings(request: Request):
 
 
 def add_routes(app: FastAPI) -> None:
-    app.add_api_route("/v1/embeddings", create_embeddings, methods=["POST"])
+    add_json_route(app, "/v1/embeddings", create_embeddings, body=EmbeddingRequest, response=EmbeddingResponse)

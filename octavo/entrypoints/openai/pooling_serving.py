@@ -1,26 +1,29 @@
-"""What the pooling routes (embeddings, score, rerank, classify) share: the
-task check, input parsing, validation of every input before any is
-admitted, admission of many inputs at once, and collecting their vectors.
+"""What the pooling routes (embeddings, score, rerank, classify) share: input
+parsing and tokenising (on the tokenizer pool, size limits first),
+validation of every input before any is admitted, admission of many inputs
+at once, and collecting their vectors.
 
 Invariants (as ``serving.py``'s for generation): a bad request schedules
-nothing; every admitted stream is closed (aborted unless finished) on every
-path out; a client that disconnects aborts its inputs. One request may carry
-at most ``max_pooling_inputs(ctx)`` inputs, so it can never be refused as
-"busy" by an idle server.
+nothing, and the cheap checks run before tokenising; every admitted stream is
+closed (aborted unless finished) on every path out; a client that disconnects
+aborts its inputs. One request carries at most ``max_pooling_inputs(ctx)``
+inputs (a 400 past that), so an idle server never answers it "busy".
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import Request
 
 from octavo.core.outputs import PoolingRequestOutput
 from octavo.core.pooling_params import PoolingParams
 from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.openai.prompts import check_chars
 from octavo.entrypoints.openai.serving import ServingContext, final_outputs, unless_disconnected
-from octavo.entrypoints.pooling_inputs import PoolingInput, encode_texts, token_inputs, truncation_length
-from octavo.errors import EngineDeadError, InvalidArgumentError, QueueFullError, RequestTooLargeError
+from octavo.entrypoints.pooling_inputs import PoolingInput, encode_texts, plan_scores, token_inputs, truncation_length
+from octavo.errors import EngineDeadError, InvalidArgumentError, QueueFullError
 
 # OpenAI's cap on inputs per embeddings request.
 MAX_INPUTS_PER_REQUEST = 2048
@@ -33,24 +36,45 @@ def max_pooling_inputs(ctx: ServingContext) -> int:
 
 def check_num_inputs(ctx: ServingContext, num_inputs: int, param: str = "input") -> None:
     if num_inputs == 0:
-        raise InvalidArgumentError("the input is empty", param=param)
+        raise InvalidArgumentError(f"{param} is empty", param=param)
     limit = max_pooling_inputs(ctx)
     if num_inputs > limit:
-        raise RequestTooLargeError(f"{num_inputs} inputs in one request; the limit is {limit}", param=param)
+        raise InvalidArgumentError(
+            f"this request has {num_inputs} inputs; the server takes at most {limit} in one request", param=param
+        )
 
 
 def truncation(ctx: ServingContext, truncate_prompt_tokens: int | None) -> int | None:
     return truncation_length(truncate_prompt_tokens, ctx.limits.max_model_len)
 
 
-def parse_inputs(ctx: ServingContext, value, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
+def check_text_sizes(ctx: ServingContext, texts: list[str], truncate: int | None, param: str) -> None:
+    """A text that could never fit is refused before tokenising, unless truncation
+    was asked for (then it is tokenised, on the pool, and cut)."""
+    if truncate is None:
+        for text in texts:
+            check_chars(len(text), ctx.prompt_limits, param)
+
+
+async def parse_inputs(ctx: ServingContext, value: Any, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
     """``input`` (a text, texts, token ids, or lists of token ids) -> inputs."""
     truncate = truncation(ctx, truncate_prompt_tokens)
     items = [value] if isinstance(value, str) or (value and isinstance(value[0], int)) else list(value)
     check_num_inputs(ctx, len(items))
     if isinstance(items[0], str):
-        return encode_texts(ctx.tokenizer, ctx.limits.pooler, items, truncate=truncate)
+        check_text_sizes(ctx, items, truncate, "input")
+        return await ctx.pool.run(encode_texts, ctx.limits.pooler, items, None, truncate)
     return token_inputs(items, truncate, ctx.tokenizer)
+
+
+async def plan_pair_scores(ctx: ServingContext, pairs: list[tuple[str, str]], truncate_prompt_tokens, param: str):
+    """``plan_scores`` on the pool, after the size checks."""
+    truncate = truncation(ctx, truncate_prompt_tokens)
+    check_num_inputs(ctx, len(pairs), param)
+    check_text_sizes(ctx, list(dict.fromkeys(text for pair in pairs for text in pair)), truncate, param)
+    plan = await ctx.pool.run(plan_scores, ctx.limits.pooler, pairs, truncate)
+    check_num_inputs(ctx, len(plan.inputs), param)  # a bi-encoder runs up to two inputs a pair
+    return plan
 
 
 async def run_pooling(

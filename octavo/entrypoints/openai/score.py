@@ -15,12 +15,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from octavo.core.pooling_params import PoolingParams
-from octavo.entrypoints.openai.pooling_protocol import RerankDocument, RerankRequest, ScoreRequest
-from octavo.entrypoints.openai.pooling_serving import check_num_inputs, run_pooling, truncation, usage
+from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.pooling_protocol import (
+    RerankDocument,
+    RerankRequest,
+    RerankResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
+from octavo.entrypoints.openai.pooling_serving import plan_pair_scores, run_pooling, usage
 from octavo.entrypoints.openai.serving import ServingContext, get_context, new_request_id, parse_body, resolve_model, unix_time
-from octavo.entrypoints.pooling_inputs import ScorePlan, check_can_score, plan_scores, score_pairs
+from octavo.entrypoints.pooling_inputs import ScorePlan, check_can_score, score_pairs
 from octavo.errors import InvalidArgumentError
-
 
 async def _score(request: Request, ctx: ServingContext, request_id: str, plan: ScorePlan) -> list[float]:
     outputs = await run_pooling(request, ctx, request_id, plan.inputs, PoolingParams(task=plan.task))
@@ -32,9 +38,7 @@ async def create_score(request: Request):
     body = await parse_body(request, ScoreRequest)
     model = resolve_model(ctx, body.model)
     check_can_score(ctx.limits.pooler)
-    pairs = score_pairs(body.text_1, body.text_2)
-    plan = plan_scores(ctx.tokenizer, ctx.limits.pooler, pairs, truncation(ctx, body.truncate_prompt_tokens))
-    check_num_inputs(ctx, len(plan.inputs), param="text_2")
+    plan = await plan_pair_scores(ctx, score_pairs(body.text_1, body.text_2), body.truncate_prompt_tokens, "text_2")
     request_id = new_request_id("score")
     scores = await _score(request, ctx, request_id, plan)
     data = [{"index": i, "object": "score", "score": score} for i, score in enumerate(scores)]
@@ -55,10 +59,7 @@ async def create_rerank(request: Request):
     documents = [d.text if isinstance(d, RerankDocument) else d for d in body.documents]
     if not documents:
         raise InvalidArgumentError("documents is empty", param="documents")
-    plan = plan_scores(
-        ctx.tokenizer, ctx.limits.pooler, score_pairs(body.query, documents), truncation(ctx, body.truncate_prompt_tokens)
-    )
-    check_num_inputs(ctx, len(plan.inputs), param="documents")
+    plan = await plan_pair_scores(ctx, score_pairs(body.query, documents), body.truncate_prompt_tokens, "documents")
     request_id = new_request_id("rerank")
     scores = await _score(request, ctx, request_id, plan)
     ranked = sorted(range(len(documents)), key=lambda i: scores[i], reverse=True)[: body.top_n]
@@ -74,6 +75,6 @@ async def create_rerank(request: Request):
 
 def add_routes(app: FastAPI) -> None:
     for path in ("/score", "/v1/score"):
-        app.add_api_route(path, create_score, methods=["POST"])
+        add_json_route(app, path, create_score, body=ScoreRequest, response=ScoreResponse)
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
-        app.add_api_route(path, create_rerank, methods=["POST"])
+        add_json_route(app, path, create_rerank, body=RerankRequest, response=RerankResponse)
