@@ -33,9 +33,9 @@ from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
 from octavo.entrypoints.openai.openapi import install_openapi
 from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_chars
 from octavo.entrypoints.openai.serving import ServingContext
-from octavo.entrypoints.ui import add_ui_routes
 from octavo.entrypoints.openai.task_gate import TaskGateMiddleware
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
+from octavo.entrypoints.ui import add_ui_routes
 from octavo.version import __version__
 
 if TYPE_CHECKING:
