@@ -25,16 +25,26 @@ DOCUMENTS = ["the stock market fell", "the cat sits on the mat", "a dog runs on 
 
 
 @contextlib.contextmanager
-def serving(path, **options):
+def serving(path, reference: bool = True, **options):
+    """(reference, client): the app on one engine, and ``LLM`` on another engine
+    of the same checkpoint for the expected numbers (the server's engine thread
+    steps its engine; a test must not step it too)."""
     from octavo import LLM
 
-    llm = LLM(str(path), dtype="float32", max_model_len=64, **options)
-    app = build_app(llm.engine, ServerConfig(served_model_names=["m"], api_key="k", max_queued_requests=8))
+    llms = []
+
+    def make():
+        llms.append(LLM(str(path), dtype="float32", max_model_len=64, **options))
+        return llms[-1]
+
     try:
+        served, llm = make(), make() if reference else None
+        app = build_app(served.engine, ServerConfig(served_model_names=["m"], api_key="k", max_queued_requests=8))
         with TestClient(app, headers=KEY) as client:
             yield llm, client
     finally:
-        llm.engine.shutdown()
+        for made in llms:
+            made.engine.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +160,7 @@ def test_bad_embeddings_requests_are_4xx(embedder):
 
 
 def test_a_generative_model_refuses_the_pooling_routes(llama_dir):
-    with serving(llama_dir, max_num_seqs=4) as (_, client):
+    with serving(llama_dir, reference=False, max_num_seqs=4) as (_, client):
         assert_error(client.post("/v1/embeddings", json={"input": "a"}), 400, "unsupported_task", "model")
         assert_error(client.post("/rerank", json={"query": "a", "documents": ["b"]}), 400, "unsupported_task")
         assert_error(client.post("/classify", json={"input": "a"}), 400, "unsupported_task")
