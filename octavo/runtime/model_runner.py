@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -41,14 +42,19 @@ class ModelRunner:
             pin_memory=platform.pins_host_memory,
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
-        self.sampler = Sampler(seed=config.seed)
+        self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
         self.prefill_graphs = None
         self.overlap = None
-        if config.overlap_decode and config.pipeline_parallel_size == 1:
+        self.async_steps = None
+        if config.async_scheduling:
+            from octavo.runtime.async_steps import AsyncStepper
+
+            self.async_steps = AsyncStepper(self)
+        elif config.overlap_decode and config.pipeline_parallel_size == 1:
             from octavo.runtime.decode_overlap import DecodeOverlap
 
             self.overlap = DecodeOverlap(self)
@@ -153,6 +159,14 @@ class ModelRunner:
     # ------------------------------------------------------------------ step
 
     @torch.inference_mode()
+    def execute_model_async(self, scheduler_output: SchedulerOutput):
+        """Launch one step and return a ``PendingOutput`` at once (async
+        scheduling); the step before is collected on the way."""
+        from octavo.runtime.async_steps import PendingStep
+
+        return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
+
+    @torch.inference_mode()
     def execute_model(
         self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
@@ -167,28 +181,43 @@ class ModelRunner:
                 return self.overlap.execute(scheduler_output)
             self.overlap.drop()
         output = ModelRunnerOutput()
+        batch, logits, hidden = self.forward(scheduler_output, intermediate)
+        if not get_pp_group().is_last:
+            return hidden
+        if logits is not None:
+            self._sample(logits, batch, output)
+        if batch.prompt_logprob_spans:
+            self.prompt_logprobs(hidden, batch, output)
+        return output
+
+    def forward(
+        self, scheduler_output: SchedulerOutput, intermediate=None, before_model: Callable[[PreparedBatch], None] | None = None
+    ) -> tuple[PreparedBatch, torch.Tensor | None, torch.Tensor | None]:
+        """Prepare the step's inputs and run the model: (batch, logits of the
+        rows that sample or None, hidden states or None after a decode graph).
+        ``before_model`` may still change the batch's device inputs (async
+        scheduling writes the tokens sampled by the step before)."""
         graph_size = self._graph_size(scheduler_output)
         if graph_size is not None:
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
-            logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
-            self._sample(logits, batch, output)
-            return output
+            if before_model is not None:
+                before_model(batch)
+            return batch, self.graphs.replay(graph_size, batch.attn_batch.num_reqs), None
         bucket = self._prefill_bucket(scheduler_output, intermediate)
         if bucket is not None:
             max_num_reqs = self.prefill_graphs.max_num_reqs
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
+            if before_model is not None:
+                before_model(batch)
             hidden = self.prefill_graphs.replay(bucket)
         else:
             batch = self.inputs.prepare(scheduler_output)
+            if before_model is not None:
+                before_model(batch)
             hidden = self.run_model(batch, intermediate)
-        if not get_pp_group().is_last:
-            return hidden
-        if batch.sample_request_ids:
-            logits = self.model.compute_logits(hidden[batch.logits_indices])
-            self._sample(logits, batch, output)
-        if batch.prompt_logprob_spans:
-            self._prompt_logprobs(hidden, batch, output)
-        return output
+        if not get_pp_group().is_last or not batch.sample_request_ids:
+            return batch, None, hidden
+        return batch, self.model.compute_logits(hidden[batch.logits_indices]), hidden
 
     def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
         """The graph to replay for this step, if it is a plain decode step."""
@@ -215,18 +244,21 @@ class ModelRunner:
             return self.model(batch.input_ids, batch.positions, ctx)
         return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
-    def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def sampling_rows(self, request_ids: list[str]) -> list[SamplingRow]:
         rows = []
-        for request_id in batch.sample_request_ids:
+        for request_id in request_ids:
             state = self.states[request_id]
             rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
-        token_ids, logprobs = self.sampler(logits, rows)
+        return rows
+
+    def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+        token_ids, logprobs = self.sampler(logits, self.sampling_rows(batch.sample_request_ids))
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]
             if token_logprobs is not None:
                 output.logprobs[request_id] = [token_logprobs]
 
-    def _prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         for span in batch.prompt_logprob_spans:
             if not span.target_token_ids:
                 continue
