@@ -110,10 +110,17 @@ class ModelRunner:
         # No point in more blocks than max_num_seqs full-length sequences use.
         useful = config.max_num_seqs * -(-config.max_model_len // config.block_size)
         num_blocks = min(int(budget // bytes_per_block), useful)
+        num_tokens = num_blocks * config.block_size
         logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB)",
-            num_blocks, config.block_size, num_blocks * config.block_size, num_blocks * bytes_per_block / 2**20,
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit",
+            num_blocks, config.block_size, num_tokens, num_blocks * bytes_per_block / 2**20,
+            num_tokens / config.max_model_len, config.max_model_len,
         )
+        if num_tokens < config.max_model_len:
+            logger.warning(
+                "the KV cache holds %d tokens, fewer than max_model_len (%d): longer requests will be refused; "
+                "lower max_model_len or give the cache more memory", num_tokens, config.max_model_len,
+            )
         return num_blocks
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
