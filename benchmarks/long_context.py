@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from octavo.benchmarks.ceilings import _timed as timed_seconds
 from octavo.benchmarks.ceilings import measure_ceilings
 from octavo.benchmarks.floor import decode_step_floor, prefill_floor
 from octavo.benchmarks.inventory import measure_inventory
@@ -77,14 +78,13 @@ def sdpa_seconds(shape, query_len: int, context: int, device: torch.device, dtyp
                 return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
         return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    attend()
-    sync()
-    started = time.perf_counter()
-    for _ in range(iters):
-        attend()
-    sync()
-    return (time.perf_counter() - started) / iters * shape.num_layers
+    try:
+        return timed_seconds(attend, device, iters) * shape.num_layers
+    except RuntimeError as exc:  # no flash kernel for these shapes (GQA): full heads instead
+        print(f"SDPA flash with GQA: {exc}; timing it with the KV heads repeated")
+        k = k.repeat_interleave(shape.num_heads // shape.num_kv_heads, dim=1)
+        v = v.repeat_interleave(shape.num_heads // shape.num_kv_heads, dim=1)
+        return timed_seconds(attend, device, iters) * shape.num_layers
 
 
 class AttentionShape:

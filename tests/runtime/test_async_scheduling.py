@@ -114,3 +114,20 @@ def test_async_scheduling_needs_the_uni_executor(llama_dir):
     args = EngineArgs(model=str(llama_dir), dtype="float32", async_scheduling=True, distributed_executor_backend="mp")
     with pytest.raises(InvalidArgumentError, match="async_scheduling"):
         build_engine(args)
+
+
+def test_prefix_cache_hits_and_parallel_samples(llama_dir, make_llm):
+    """Prompts sharing a prefix (prefix-cache hits) and n=2 seeded children
+    with logprobs match the synchronous engine."""
+    shared = make_prompts(vocab(llama_dir), seed=9)[7][:48]
+    prompts = [shared + [5 + i] * (3 + i) for i in range(3)]
+    params = SamplingParams(n=2, temperature=0.9, seed=21, max_tokens=10, ignore_eos=True, logprobs=1)
+
+    def outputs(llm):
+        first = llm.generate([{"prompt_token_ids": prompts[0]}], params)
+        rest = llm.generate([{"prompt_token_ids": p} for p in prompts[1:]], params)
+        return [[(c.token_ids, [sorted(e) for e in c.logprobs]) for c in o.outputs] for o in first + rest]
+
+    fast = make_llm(llama_dir, async_scheduling=True)
+    assert outputs(fast) == outputs(make_llm(llama_dir))
+    assert fast.engine.get_stats().prefix_cache.num_hits > 0
