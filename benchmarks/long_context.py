@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     ttft_lens, decode_lens = lengths(args.ttft_lens), lengths(args.decode_lens)
     max_len = max([*ttft_lens, *decode_lens]) + args.decode_steps + 2
+    if Path(args.model, "config.json").is_file():
+        # 128k prompts: the model's context bounds the prompt and its new tokens.
+        max_len = min(max_len, load_arch_config(Path(args.model)).max_position_embeddings)
     engine_args = EngineArgs(
         model=args.model, load_format=args.load_format, dtype=args.dtype, max_model_len=max_len, max_num_seqs=1,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False,
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.run(random_prompts(1, min(ttft_lens + decode_lens), runner.vocab_size, seed=99), 2)  # warm-up
     rows, results = [], {"kv_tokens": kv_tokens, "ttft": {}, "decode": {}}
     for length in ttft_lens:
+        length = min(length, max_len - 1)  # room for the first token
         ours = median_seconds(runner, length, 1, args.iters, seed=length)
         floor = prefill_floor(inventory, ceilings, 1, length).seconds
         sdpa = sdpa_seconds(shape, length, length, device, dtype)
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         results["ttft"][length] = dict(octavo_s=ours, floor_s=floor, sdpa_attention_s=sdpa, attention_floor_s=attention_floor)
         rows.append((f"TTFT, one {length}-token prompt", ours, floor, sdpa, attention_floor))
     for length in decode_lens:
+        length = min(length, max_len - 1 - args.decode_steps)
         ttft = median_seconds(runner, length, 1, args.iters, seed=10 * length)
         full = median_seconds(runner, length, 1 + args.decode_steps, args.iters, seed=20 * length)
         ours = (full - ttft) / args.decode_steps

@@ -69,6 +69,8 @@ class AsyncStepper:
     def __init__(self, runner) -> None:
         self.runner = runner
         self.previous: LaunchedSamples | None = None
+        # Input tokens taken from a step still in flight (tests read it).
+        self.num_device_inputs = 0
 
     def execute(self, scheduler_output: SchedulerOutput) -> LaunchedSamples:
         runner = self.runner
@@ -135,6 +137,7 @@ class AsyncStepper:
                 sources.append(row)
         if not destinations:
             return
+        self.num_device_inputs += len(destinations)
         upload, device = self.runner.sampler.upload, batch.input_ids.device
         tokens = previous.sampled.token_ids.index_select(0, upload(sources, torch.long, device))
         batch.input_ids.index_copy_(0, upload(destinations, torch.long, device), tokens.to(batch.input_ids.dtype))
