@@ -17,7 +17,7 @@ for step in "$@"; do
     info) nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)";;
     env) run_step env 60 $CLI env;;
     conformance) run_step conformance 300 $CLI plugins check cuda;;
-    parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu;;
+    parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu --ignore tests/gpu/test_async_scheduling_gpu.py --ignore tests/gpu/test_long_context_gpu.py;;  # those two: step async_parity
     kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu
              run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
     gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py;;
