@@ -71,6 +71,10 @@ class EngineArgs:
     # Launch each greedy decode step before the previous one's tokens reach
     # the host; None: on where the platform captures graphs (one device).
     overlap_decode: bool | None = None
+    # Schedule and prepare each step while the device runs the one before,
+    # for every kind of step and sampling parameter (one device, uni executor);
+    # replaces overlap_decode.
+    async_scheduling: bool = False
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
@@ -178,6 +182,9 @@ def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, lo
             "pipeline_parallel_size must be 1; use data_parallel_size for more devices)",
             param="tensor_parallel_size",
         )
+    if args.async_scheduling:
+        # A pooling step finishes its requests: there is no next step to overlap.
+        raise InvalidArgumentError(f"async_scheduling is for generation, not a model serving {task!r}", param="async_scheduling")
     return build_pooler_config(task, arch, model_dir, resolve_model_class(arch.architecture, task))
 
 
@@ -304,7 +311,9 @@ def _worker_config(
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
     single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
     overlap_decode = args.overlap_decode
-    if overlap_decode is None:
+    if args.async_scheduling:
+        overlap_decode = False  # async scheduling overlaps every step, decode included
+    elif overlap_decode is None:
         overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
     if pooler is not None:
         overlap_decode = False  # nothing decodes
@@ -328,6 +337,7 @@ def _worker_config(
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
         overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
+        async_scheduling=args.async_scheduling,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
         task=pooler.task if pooler is not None else "generate",
     )
@@ -339,7 +349,12 @@ def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
     from octavo.runtime.executor import resolve_backend
 
     check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
-    resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+    backend = resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+    if args.async_scheduling and backend != "uni":
+        raise InvalidArgumentError(
+            f"async_scheduling runs with one device in the engine's process (the uni executor), not {backend!r}",
+            param="async_scheduling",
+        )
 
 
 def load_engine_tokenizer(args: EngineArgs):

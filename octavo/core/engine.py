@@ -9,6 +9,14 @@ An executor whose ``max_concurrent_batches`` is above 1 (pipeline stages)
 gets up to that many batches before the engine waits for the oldest; each
 ``step()`` then returns the outputs of one batch, oldest first.
 
+An executor with ``async_scheduling`` set runs steps asynchronously: each
+``step()`` schedules and launches the next batch *before* collecting the
+one in flight, so the host's scheduling, input preparation, output update
+and detokenization overlap the device's work (``core/scheduler.py`` counts
+the samples in flight as placeholders). The first ``step()`` of a run
+returns no outputs; a request stopped by a stop string or aborted may have
+had one more step launched, whose sample is dropped.
+
 If the executor reports ``EngineDeadError`` (a worker died), every unfinished
 request is finished with status ``error``, the executor is shut down, and the
 error propagates; later calls raise it again.
@@ -210,6 +218,8 @@ class LLMEngine(RequestValidator):
         # The scheduler must know how many batches can be in flight (it skips
         # their requests); the executor decides.
         scheduler.config.max_concurrent_batches = self.max_concurrent_batches
+        self.async_scheduling = bool(getattr(executor, "async_scheduling", False))
+        scheduler.config.async_scheduling = self.async_scheduling
         # Batches handed to the executor and not yet collected, oldest first.
         self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._dead: EngineDeadError | None = None
@@ -316,6 +326,8 @@ class LLMEngine(RequestValidator):
             raise self._dead
         if self.max_concurrent_batches > 1:
             return self._step_pipelined()
+        if self.async_scheduling:
+            return self._step_async()
         if not self.scheduler.has_unfinished_requests():
             return []
         scheduler_output = self.scheduler.schedule()
@@ -339,6 +351,26 @@ class LLMEngine(RequestValidator):
                 pending = self.executor.execute_model(scheduler_output, non_block=True)
                 self._batches_in_flight.append((scheduler_output, pending))
             if not self._batches_in_flight:
+                return []
+            scheduler_output, pending = self._batches_in_flight.popleft()
+            runner_output = pending.result()
+        except EngineDeadError as exc:
+            self._fail(exc)
+        return self._process(scheduler_output, runner_output)
+
+    def _step_async(self) -> list[RequestOutput]:
+        """Launch the next batch, then finish the one launched before it."""
+        try:
+            launched = False
+            if self.scheduler.has_unfinished_requests():
+                scheduler_output = self.scheduler.schedule()
+                if not scheduler_output.is_empty:
+                    self.output_processor.mark_scheduled(scheduler_output)
+                    pending = self.executor.execute_model(scheduler_output, non_block=True)
+                    self._batches_in_flight.append((scheduler_output, pending))
+                    launched = True
+            # Keep the batch just launched in flight unless nothing new could go.
+            if len(self._batches_in_flight) < (2 if launched else 1):
                 return []
             scheduler_output, pending = self._batches_in_flight.popleft()
             runner_output = pending.result()

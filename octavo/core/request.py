@@ -1,6 +1,7 @@
 """A request as the scheduler sees it.
 
-Invariant: ``num_computed_tokens <= num_tokens``; the scheduler closes the gap
+Invariant: ``num_computed_tokens <= num_tokens + num_output_placeholders``
+(placeholders: async scheduling's samples still in flight, else 0); the scheduler closes the gap
 step by step (a whole prompt, a chunk of it, or one new token), with no
 separate prefill and decode phases. ``block_hashes`` always holds the hash of
 every full block of ``all_token_ids``.
@@ -65,6 +66,9 @@ class Request:
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
+    # Async scheduling: tokens a batch in flight is sampling, not known yet
+    # (``num_computed_tokens`` may run ahead of ``num_tokens`` by this many).
+    num_output_placeholders: int = 0
     num_preemptions: int = 0
     # Prompt tokens found in the prefix cache when the request first started.
     num_cached_tokens: int = 0

@@ -49,6 +49,9 @@ class WorkerConfig:
     # Launch the next greedy decode step before this one's tokens reach the
     # host (runtime/decode_overlap.py); needs one token of KV lookahead.
     overlap_decode: bool = False
+    # Launch each step before the previous one's samples reach the host
+    # (runtime/async_steps.py); the scheduler counts them as placeholders.
+    async_scheduling: bool = False
     # Steps of up to this many tokens replay CUDA graphs captured by token
     # count (runtime/prefill_graphs.py); 0 captures none.
     max_prefill_graph_tokens: int = 2048

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -43,7 +44,7 @@ class ModelRunner:
             pin_memory=platform.pins_host_memory,
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
-        self.sampler = Sampler(seed=config.seed)
+        self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
@@ -51,7 +52,12 @@ class ModelRunner:
         self.prefill_graphs = None
         self.pooling = None
         self.overlap = None
-        if config.overlap_decode and config.pipeline_parallel_size == 1:
+        self.async_steps = None
+        if config.async_scheduling:
+            from octavo.runtime.async_steps import AsyncStepper
+
+            self.async_steps = AsyncStepper(self)
+        elif config.overlap_decode and config.pipeline_parallel_size == 1:
             from octavo.runtime.decode_overlap import DecodeOverlap
 
             self.overlap = DecodeOverlap(self)
@@ -113,10 +119,17 @@ class ModelRunner:
         # No point in more blocks than max_num_seqs full-length sequences use.
         useful = config.max_num_seqs * -(-config.max_model_len // config.block_size)
         num_blocks = min(int(budget // bytes_per_block), useful)
+        num_tokens = num_blocks * config.block_size
         logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB)",
-            num_blocks, config.block_size, num_blocks * config.block_size, num_blocks * bytes_per_block / 2**20,
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit",
+            num_blocks, config.block_size, num_tokens, num_blocks * bytes_per_block / 2**20,
+            num_tokens / config.max_model_len, config.max_model_len,
         )
+        if num_tokens < config.max_model_len:
+            logger.warning(
+                "the KV cache holds %d tokens, fewer than max_model_len (%d): longer requests will be refused; "
+                "lower max_model_len or give the cache more memory", num_tokens, config.max_model_len,
+            )
         return num_blocks
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
@@ -164,6 +177,14 @@ class ModelRunner:
     # ------------------------------------------------------------------ step
 
     @torch.inference_mode()
+    def execute_model_async(self, scheduler_output: SchedulerOutput):
+        """Launch one step and return a ``PendingOutput`` at once (async
+        scheduling); the step before is collected on the way."""
+        from octavo.runtime.async_steps import PendingStep
+
+        return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
+
+    @torch.inference_mode()
     def execute_model(
         self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
@@ -180,30 +201,48 @@ class ModelRunner:
                 return self.overlap.execute(scheduler_output)
             self.overlap.drop()
         output = ModelRunnerOutput()
+        batch, logits, hidden = self.forward(scheduler_output, intermediate)
+        if not get_pp_group().is_last:
+            return hidden
+        if logits is not None:
+            self._sample(logits, batch, output)
+        if batch.prompt_logprob_spans:
+            self.prompt_logprobs(hidden, batch, output)
+        return output
+
+    def forward(
+        self, scheduler_output: SchedulerOutput, intermediate=None, before_model: Callable[[PreparedBatch], None] | None = None
+    ) -> tuple[PreparedBatch, torch.Tensor | None, torch.Tensor | None]:
+        """Prepare the step's inputs and run the model: (batch, logits of the
+        rows that sample or None, hidden states or None after a decode graph).
+        ``before_model`` may still change the batch's device inputs (async
+        scheduling writes the tokens sampled by the step before)."""
         graph_size = self._graph_size(scheduler_output)
         if graph_size is not None:
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
-            logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
-            self._sample(logits, batch, output)
-            return output
-        batch, hidden = self.forward_hidden(scheduler_output, intermediate)
-        if not get_pp_group().is_last:
-            return hidden
-        if batch.sample_request_ids:
-            logits = self.model.compute_logits(hidden[batch.logits_indices])
-            self._sample(logits, batch, output)
-        if batch.prompt_logprob_spans:
-            self._prompt_logprobs(hidden, batch, output)
-        return output
+            if before_model is not None:
+                before_model(batch)
+            return batch, self.graphs.replay(graph_size, batch.attn_batch.num_reqs), None
+        batch, hidden = self.forward_hidden(scheduler_output, intermediate, before_model)
+        if not get_pp_group().is_last or not batch.sample_request_ids:
+            return batch, None, hidden
+        return batch, self.model.compute_logits(hidden[batch.logits_indices]), hidden
 
-    def forward_hidden(self, scheduler_output: SchedulerOutput, intermediate=None) -> tuple[PreparedBatch, torch.Tensor]:
-        """The step's inputs and the model's hidden states (a prefill graph's when one fits)."""
+    def forward_hidden(
+        self, scheduler_output: SchedulerOutput, intermediate=None, before_model: Callable[[PreparedBatch], None] | None = None
+    ) -> tuple[PreparedBatch, torch.Tensor]:
+        """The step's inputs and the model's hidden states, through a prefill
+        graph when one fits (pooling models run through here too)."""
         bucket = self._prefill_bucket(scheduler_output, intermediate)
         if bucket is not None:
             max_num_reqs = self.prefill_graphs.max_num_reqs
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
+        else:
+            batch = self.inputs.prepare(scheduler_output)
+        if before_model is not None:
+            before_model(batch)
+        if bucket is not None:
             return batch, self.prefill_graphs.replay(bucket)
-        batch = self.inputs.prepare(scheduler_output)
         return batch, self.run_model(batch, intermediate)
 
     def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
@@ -231,18 +270,21 @@ class ModelRunner:
             return self.model(batch.input_ids, batch.positions, ctx)
         return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
-    def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def sampling_rows(self, request_ids: list[str]) -> list[SamplingRow]:
         rows = []
-        for request_id in batch.sample_request_ids:
+        for request_id in request_ids:
             state = self.states[request_id]
             rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
-        token_ids, logprobs = self.sampler(logits, rows)
+        return rows
+
+    def _sample(self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+        token_ids, logprobs = self.sampler(logits, self.sampling_rows(batch.sample_request_ids))
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]
             if token_logprobs is not None:
                 output.logprobs[request_id] = [token_logprobs]
 
-    def _prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         for span in batch.prompt_logprob_spans:
             if not span.target_token_ids:
                 continue

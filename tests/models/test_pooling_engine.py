@@ -83,3 +83,10 @@ def test_the_wrong_task_is_refused_clearly(bert_llm, llama_dir, make_llm):
         bert_llm.classify("the cat")
     with pytest.raises(UnsupportedTaskError, match="generates text"):
         make_llm(llama_dir).embed("the cat")
+
+
+def test_async_scheduling_is_refused_for_pooling(pooling_dirs):
+    from octavo import LLM
+
+    with pytest.raises(InvalidArgumentError, match="async_scheduling is for generation"):
+        LLM(str(pooling_dirs("bert")), dtype="float32", async_scheduling=True)
