@@ -17,7 +17,7 @@ for step in "$@"; do
     info) nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)";;
     env) run_step env 60 $CLI env;;
     conformance) run_step conformance 300 $CLI plugins check cuda;;
-    parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu;;
+    parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu --ignore tests/gpu/test_async_scheduling_gpu.py --ignore tests/gpu/test_long_context_gpu.py;;  # those two: step async_parity
     kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu
              run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
     gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py;;
@@ -42,6 +42,14 @@ for step in "$@"; do
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
+    # TTFT at 8k/32k/128k and batch-1 decode at 8k/32k beside the floor (attention FLOPs
+    # included) and torch SDPA flash on the same attention shapes (benchmarks/long_context.py).
+    longctx) TAIL=24 run_step long_context 600 python benchmarks/long_context.py $M8B --output-json "$O/long_context.json";;
+    longctx_async) TAIL=24 run_step long_context_async 600 python benchmarks/long_context.py $M8B --async-scheduling --output-json "$O/long_context_async.json";;
+    # Async scheduling on the throughput workload (the 512 x 256/256) and a long-context GPU parity test.
+    tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;
+    lat1_async) TAIL=20 run_step latency_b1_async 400 $CLI bench latency $M8B --async-scheduling --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_async.json";;
+    async_parity) run_step async_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_long_context_gpu.py;;
     tput16k) run_step throughput_16k 500 $CLI bench throughput $M8B --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/throughput_16k.json";;
     fp8) run_step fp8_latency 300 $CLI bench latency $M8B --quantization fp8 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/fp8_latency.json"
          run_step fp8_throughput 400 $CLI bench throughput $M8B --quantization fp8 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/fp8_throughput.json";;
@@ -53,6 +61,11 @@ for step in "$@"; do
              TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --tokenizer "$O/byte-tokenizer" --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
     structured) run_step structured 500 python benchmarks/structured_gpu.py ${TOKENIZER:+--tokenizer "$TOKENIZER"} --json-out "$O/structured.json";;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
+    # sentence-transformers is the baseline when its wheels are carried in .whl/ (it needs scipy and
+    # scikit-learn); without them the script times the same pipeline in transformers (hf-automodel).
+    embed) pip install -q --no-deps --no-index --find-links .whl sentence-transformers scikit-learn scipy joblib threadpoolctl narwhals >/dev/null 2>&1 \
+             || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
+           TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
     *) echo "unknown step $step";;
   esac
 done

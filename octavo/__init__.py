@@ -1,6 +1,7 @@
 """Octavo: a small, fast, pluggable LLM inference and serving engine."""
 
-from octavo.core.outputs import CompletionOutput, Logprob, RequestOutput
+from octavo.core.outputs import CompletionOutput, Logprob, PoolingOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.version import __version__
@@ -24,6 +25,9 @@ __all__ = [
     "CompletionOutput",
     "EngineArgs",
     "Logprob",
+    "PoolingOutput",
+    "PoolingParams",
+    "PoolingRequestOutput",
     "RequestOutput",
     "RequestOutputKind",
     "SamplingParams",

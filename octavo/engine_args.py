@@ -1,10 +1,11 @@
 """Engine options (vLLM's names) and the one place that assembles an engine.
 
 ``build_engine`` is the only code that sees the whole configuration: it
-resolves the model (downloading a Hub id once, before any replica starts),
-selects the platform, builds the executor (which loads the model) while the
-tokenizer loads on a thread beside it, sizes the KV cache, and hands each
-component only what it needs. Each phase logs its time (``runtime/startup.py``).
+resolves the model (downloading a Hub id once, before any replica starts)
+and its task (generate, or a pooling task: embed, classify), selects the
+platform, builds the executor (which loads the model) while the tokenizer
+loads on a thread beside it, sizes the KV cache, and hands each component
+only what it needs. Each phase logs its time (``runtime/startup.py``).
 With ``data_parallel_size > 1`` it returns a ``DataParallelEngine`` instead:
 that many replicas of the engine, each in its own process, behind the same
 interface.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
 from octavo.core.kv_cache_manager import KVCacheManager
+from octavo.core.pooling_params import PoolerConfig
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids, load_tokenizer
@@ -70,6 +72,10 @@ class EngineArgs:
     # Launch each greedy decode step before the previous one's tokens reach
     # the host; None: on where the platform captures graphs (one device).
     overlap_decode: bool | None = None
+    # Schedule and prepare each step while the device runs the one before,
+    # for every kind of step and sampling parameter (one device, uni executor);
+    # replaces overlap_decode.
+    async_scheduling: bool = False
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
@@ -87,6 +93,8 @@ class EngineArgs:
     structured_outputs_compile_timeout: float = 10.0
     structured_outputs_max_grammar_bytes: int = 64 << 20
     skip_tokenizer_init: bool = False
+    # auto (the checkpoint's own), generate, embed or classify.
+    task: str = "auto"
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -113,6 +121,11 @@ class EngineArgs:
                 "the structured-output compile timeout and grammar size limit must be positive",
                 param="structured_outputs_compile_timeout",
             )
+
+        from octavo.models.pooling_config import TASKS
+
+        if self.task not in TASKS:
+            raise InvalidArgumentError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}", param="task")
         if self.load_format not in ("auto", "safetensors", "dummy", "gguf"):
             raise InvalidArgumentError(
                 f"load_format must be auto, safetensors, dummy or gguf, got {self.load_format!r}", param="load_format"
@@ -133,13 +146,15 @@ def resolve_dtype(requested: str, arch: ModelArchConfig, supported) -> str:
     return "float32"
 
 
-def resolve_max_model_len(requested: int | None, arch: ModelArchConfig) -> int:
-    limit = arch.max_position_embeddings
+def resolve_max_model_len(requested: int | None, arch: ModelArchConfig, pooler: PoolerConfig | None = None) -> int:
+    limit, source = arch.max_position_embeddings, "max_position_embeddings"
+    if pooler is not None and pooler.max_model_len is not None:
+        limit, source = pooler.max_model_len, "longest input"
     if requested is None:
         return limit
     if requested > limit:
         raise InvalidArgumentError(
-            f"max_model_len={requested} exceeds the model's max_position_embeddings ({limit})", param="max_model_len"
+            f"max_model_len={requested} exceeds the model's {source} ({limit})", param="max_model_len"
         )
     return requested
 
@@ -158,6 +173,29 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
     return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None)
+
+
+def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, load_format: str) -> PoolerConfig | None:
+    """The model's pooling setup for its task, or None when it generates."""
+    from octavo.models.pooling_config import build_pooler_config, resolve_task
+    from octavo.models.registry import resolve_model_class
+
+    model_dir = None if load_format == "gguf" else model_path
+    task = resolve_task(args.task, resolve_model_class(arch.architecture), model_dir)
+    if task == "generate":
+        return None
+    if model_dir is None:
+        raise InvalidArgumentError(f"--task {task} needs a safetensors checkpoint, not a GGUF file", param="task")
+    if args.tensor_parallel_size * args.pipeline_parallel_size > 1:
+        raise InvalidArgumentError(
+            f"a model serving {task!r} runs on one device per replica for now (tensor_parallel_size and "
+            "pipeline_parallel_size must be 1; use data_parallel_size for more devices)",
+            param="tensor_parallel_size",
+        )
+    if args.async_scheduling:
+        # A pooling step finishes its requests: there is no next step to overlap.
+        raise InvalidArgumentError(f"async_scheduling is for generation, not a model serving {task!r}", param="async_scheduling")
+    return build_pooler_config(task, arch, model_dir, resolve_model_class(arch.architecture, task))
 
 
 def _model_dir(args: EngineArgs) -> tuple[Path, str]:
@@ -209,7 +247,9 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
     platform = selection.platform
     logger.info("platform %s: %s", platform.name, selection.reason)
     _check_parallel_layout(args, arch)
-    worker_config = _worker_config(args, platform, arch, model_path, load_format)
+    pooler = resolve_pooler(args, arch, model_path, load_format)
+    uses_kv_cache = pooler is None or not pooler.is_encoder
+    worker_config = _worker_config(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
     check_layer_op_overrides(platform.name)
     from octavo.runtime.executor import create_executor
@@ -220,7 +260,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         with timed_phase("start workers and load the model"):
             executor = create_executor(worker_config, args.distributed_executor_backend)
         num_blocks = executor.determine_num_kv_blocks()
-        if num_blocks < 1:
+        if num_blocks < 1 and uses_kv_cache:
             raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
         executor.initialize_kv_cache(num_blocks)
         with timed_phase("wait for the tokenizer"):
@@ -236,6 +276,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             max_model_len=worker_config.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
             num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
+            uses_kv_cache=uses_kv_cache,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )
@@ -249,6 +290,8 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             compile_timeout_s=args.structured_outputs_compile_timeout,
             max_grammar_bytes=args.structured_outputs_max_grammar_bytes,
         ),
+        pooler=pooler,
+        async_scheduling=args.async_scheduling,
     )
     info = ModelInfo(
         str(model_path),
@@ -272,16 +315,23 @@ def _attention_backend_names(executor) -> tuple[str, ...]:
     return tuple(names()) if names is not None else ()
 
 
-def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str) -> WorkerConfig:
+def _worker_config(
+    args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str, pooler: PoolerConfig | None
+) -> WorkerConfig:
     """The options a worker needs, resolved against the model and the platform."""
-    max_model_len = resolve_max_model_len(args.max_model_len, arch)
+    max_model_len = resolve_max_model_len(args.max_model_len, arch, pooler)
     max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
-    if not args.enable_chunked_prefill:
+    if not args.enable_chunked_prefill or pooler is not None:
+        # Prompts that are never split must fit in one step.
         max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
     single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
     overlap_decode = args.overlap_decode
-    if overlap_decode is None:
+    if args.async_scheduling:
+        overlap_decode = False  # async scheduling overlaps every step, decode included
+    elif overlap_decode is None:
         overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
+    if pooler is not None:
+        overlap_decode = False  # nothing decodes
     return WorkerConfig(
         model_path=str(model_path),
         load_format="dummy" if args.load_format == "dummy" else load_format,
@@ -302,7 +352,9 @@ def _worker_config(args: EngineArgs, platform, arch: ModelArchConfig, model_path
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
         overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
+        async_scheduling=args.async_scheduling,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
+        task=pooler.task if pooler is not None else "generate",
     )
 
 
@@ -312,7 +364,12 @@ def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
     from octavo.runtime.executor import resolve_backend
 
     check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
-    resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+    backend = resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
+    if args.async_scheduling and backend != "uni":
+        raise InvalidArgumentError(
+            f"async_scheduling runs with one device in the engine's process (the uni executor), not {backend!r}",
+            param="async_scheduling",
+        )
 
 
 def load_engine_tokenizer(args: EngineArgs):

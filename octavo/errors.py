@@ -35,6 +35,11 @@ class PromptTooLongError(InvalidArgumentError):
     http_status = 400
 
 
+class UnsupportedTaskError(InvalidArgumentError):
+    """The loaded model does not serve this kind of request (generation on an
+    embedding model, embeddings on a generative one, ...)."""
+
+
 class RequestTooLargeError(InvalidArgumentError):
     """A request can never fit in the KV cache, however long it waits."""
 

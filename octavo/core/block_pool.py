@@ -32,8 +32,9 @@ class KVCacheBlock:
 
 class BlockPool:
     def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"the KV cache needs at least one block, got {num_blocks}")
+        # Zero blocks: a model that keeps no KV cache (an encoder).
+        if num_blocks < 0:
+            raise ValueError(f"the number of KV-cache blocks must not be negative, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(BlockId(i)) for i in range(num_blocks)]
@@ -53,6 +54,8 @@ class BlockPool:
         return list(self._free_queue)
 
     def usage(self) -> float:
+        if not self.num_blocks:
+            return 0.0
         return 1.0 - self.num_free_blocks / self.num_blocks
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

@@ -9,6 +9,14 @@ An executor whose ``max_concurrent_batches`` is above 1 (pipeline stages)
 gets up to that many batches before the engine waits for the oldest; each
 ``step()`` then returns the outputs of one batch, oldest first.
 
+An executor with ``async_scheduling`` set runs steps asynchronously: each
+``step()`` schedules and launches the next batch *before* collecting the
+one in flight, so the host's scheduling, input preparation, output update
+and detokenization overlap the device's work (``core/scheduler.py`` counts
+the samples in flight as placeholders). The first ``step()`` of a run
+returns no outputs; a request stopped by a stop string or aborted may have
+had one more step launched, whose sample is dropped.
+
 If the executor reports ``EngineDeadError`` (a worker died), every unfinished
 request is finished with status ``error``, the executor is shut down, and the
 error propagates; later calls raise it again.
@@ -36,7 +44,8 @@ from typing import Any, NoReturn
 
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
-from octavo.core.outputs import CompletionOutput, RequestOutput
+from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_pooling_params
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats, check_admissible
@@ -46,7 +55,11 @@ from octavo.core.structured_output.manager import StructuredOutputManager
 from octavo.core.structured_output.validation import StructuredOutputValidation
 from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
-from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError
+from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError, UnsupportedTaskError
+
+# Pooling requests carry no sampling; the scheduler and runner still read a
+# SamplingParams (no prompt logprobs, nothing to detokenize).
+POOLING_SAMPLING_PARAMS = SamplingParams(max_tokens=None, detokenize=False)
 
 logger = logging.getLogger(__name__)
 # An engine with only requests waiting for their grammar waits this long for one.
@@ -83,6 +96,15 @@ class EngineLimits:
     eos_token_ids: frozenset[int]
     max_logprobs: int = 20
     structured_outputs: StructuredOutputLimits = field(default_factory=StructuredOutputLimits)
+    # Set when the model pools (embeddings, classification) instead of generating.
+    pooler: PoolerConfig | None = None
+    # Async scheduling computes a step's inputs before the step before it
+    # samples, so grammar masks (which follow every sampled token) cannot apply.
+    async_scheduling: bool = False
+
+    @property
+    def task(self) -> str:
+        return "generate" if self.pooler is None else self.pooler.task
 
 
 def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
@@ -124,11 +146,23 @@ class RequestValidator(StructuredOutputValidation):
             f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt"
         )
 
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         limits = self.limits
+        if isinstance(params, PoolingParams):
+            check_pooling_params(params, limits.pooler)
+        elif limits.pooler is not None:
+            raise UnsupportedTaskError(
+                f"this model serves {limits.pooler.task!r} requests; it does not generate text "
+                "(use the embeddings, score, rerank or classify routes, or start it with --task generate)",
+                param="model",
+            )
         if not prompt_token_ids:
             raise InvalidArgumentError("the prompt is empty", param="prompt")
         # The length first: it bounds the cost of the checks that walk the ids.
+        if isinstance(params, PoolingParams):
+            self._validate_pooling_length(len(prompt_token_ids))
+            check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
+            return
         if len(prompt_token_ids) >= limits.max_model_len:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {limits.max_model_len} "
@@ -137,6 +171,11 @@ class RequestValidator(StructuredOutputValidation):
             )
         check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
         check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
+        if params.structured_outputs is not None and limits.async_scheduling:
+            raise InvalidArgumentError(
+                "structured outputs need synchronous scheduling; this engine runs with async_scheduling",
+                param="structured_outputs",
+            )
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name)
             if value is not None and value > limits.max_logprobs:
@@ -144,7 +183,32 @@ class RequestValidator(StructuredOutputValidation):
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
 
-    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+    def _validate_pooling_length(self, num_tokens: int) -> None:
+        # A pooled prompt generates nothing, so it may fill max_model_len.
+        if num_tokens > self.limits.max_model_len:
+            raise PromptTooLongError(
+                f"the input has {num_tokens} tokens but this model takes at most {self.limits.max_model_len} "
+                "(set truncate_prompt_tokens to truncate it)",
+                param="input",
+            )
+
+    def validate_token_type_ids(self, prompt_token_ids: list[int], token_type_ids: list[int] | None) -> None:
+        if token_type_ids is None:
+            return
+        num_types = self.limits.pooler.num_token_types if self.limits.pooler is not None else 0
+        if len(token_type_ids) != len(prompt_token_ids):
+            raise InvalidArgumentError(
+                f"token_type_ids has {len(token_type_ids)} entries for {len(prompt_token_ids)} tokens",
+                param="token_type_ids",
+            )
+        if any(not 0 <= t < num_types for t in token_type_ids):
+            raise InvalidArgumentError(
+                f"token_type_ids must be in [0, {num_types}) for this model", param="token_type_ids"
+            )
+
+    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> int:
+        if isinstance(params, PoolingParams):
+            return 0
         max_tokens = self.limits.max_model_len - len(prompt_token_ids)
         if params.max_tokens is not None:
             max_tokens = min(max_tokens, params.max_tokens)
@@ -172,6 +236,8 @@ class LLMEngine(RequestValidator):
         # The scheduler must know how many batches can be in flight (it skips
         # their requests); the executor decides.
         scheduler.config.max_concurrent_batches = self.max_concurrent_batches
+        self.async_scheduling = bool(getattr(executor, "async_scheduling", False))
+        scheduler.config.async_scheduling = self.async_scheduling
         # Batches handed to the executor and not yet collected, oldest first.
         self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._dead: EngineDeadError | None = None
@@ -192,10 +258,14 @@ class LLMEngine(RequestValidator):
         self,
         request_id: str | None,
         prompt: str | list[int] | dict,
-        params: SamplingParams,
+        params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
     ) -> str:
-        """Validate and queue a request; returns its id. Raises before scheduling."""
+        """Validate and queue a request; returns its id. Raises before scheduling.
+
+        With ``PoolingParams`` the request is pooled (its output is a
+        ``PoolingRequestOutput``); a dict prompt may then carry
+        ``token_type_ids`` (BERT's segments of a text pair)."""
         if self._dead is not None:
             raise self._dead
         if request_id is None:
@@ -204,6 +274,10 @@ class LLMEngine(RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
         self.validate(prompt_token_ids, params)
+        if isinstance(params, PoolingParams):
+            token_type_ids = prompt.get("token_type_ids") if isinstance(prompt, dict) else None
+            self.validate_token_type_ids(prompt_token_ids, token_type_ids)
+            return self._add_pooling_request(request_id, prompt_text, prompt_token_ids, params, token_type_ids)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
         children = []
@@ -251,6 +325,24 @@ class LLMEngine(RequestValidator):
             self._structured.remove(set(child_ids))
         self.output_processor.abort(child_ids)
 
+    def _add_pooling_request(
+        self, request_id: str, prompt_text: str | None, prompt_token_ids: list[int], params: PoolingParams,
+        token_type_ids: list[int] | None,
+    ) -> str:
+        request = Request(
+            request_id=RequestId(request_id),
+            prompt_token_ids=prompt_token_ids,
+            sampling_params=POOLING_SAMPLING_PARAMS,
+            max_tokens=0,
+            block_size=self.limits.block_size,
+            pooling_params=params,
+            token_type_ids=list(token_type_ids) if token_type_ids is not None else None,
+        )
+        self.scheduler.add_request(request)
+        self.output_processor.add_pooling_request(request_id, prompt_text, prompt_token_ids)
+        self._parent_children[request_id] = [request_id]
+        return request_id
+
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):
             request_ids = [request_ids]
@@ -264,7 +356,7 @@ class LLMEngine(RequestValidator):
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._structured and self._structured.awaiting)
 
-    def step(self) -> list[RequestOutput]:
+    def step(self) -> list[RequestOutput | PoolingRequestOutput]:
         if self._dead is not None:
             raise self._dead
         failed = self._admit_compiled()
@@ -272,6 +364,8 @@ class LLMEngine(RequestValidator):
             return failed
         if self.max_concurrent_batches > 1:
             return self._step_pipelined()
+        if self.async_scheduling:
+            return self._step_async()
         if not self.scheduler.has_unfinished_requests():
             return []
         scheduler_output = self._schedule()
@@ -329,6 +423,26 @@ class LLMEngine(RequestValidator):
             if output.finished:
                 self._parent_children.pop(output.request_id, None)
         return outputs
+
+    def _step_async(self) -> list[RequestOutput]:
+        """Launch the next batch, then finish the one launched before it."""
+        try:
+            launched = False
+            if self.scheduler.has_unfinished_requests():
+                scheduler_output = self.scheduler.schedule()
+                if not scheduler_output.is_empty:
+                    self.output_processor.mark_scheduled(scheduler_output)
+                    pending = self.executor.execute_model(scheduler_output, non_block=True)
+                    self._batches_in_flight.append((scheduler_output, pending))
+                    launched = True
+            # Keep the batch just launched in flight unless nothing new could go.
+            if len(self._batches_in_flight) < (2 if launched else 1):
+                return []
+            scheduler_output, pending = self._batches_in_flight.popleft()
+            runner_output = pending.result()
+        except EngineDeadError as exc:
+            self._fail(exc)
+        return self._process(scheduler_output, runner_output)
 
     def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
         if self.step_observer is not None:

@@ -59,8 +59,9 @@ class KVCacheManager:
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
         """The cached blocks at the head of ``request`` and the tokens they cover."""
-        if not self.enable_prefix_caching or request.sampling_params.prompt_logprobs is not None:
-            # Prompt logprobs need logits for every prompt position.
+        if not self.enable_prefix_caching or request.is_pooling or request.sampling_params.prompt_logprobs is not None:
+            # Prompt logprobs need logits for every prompt position, and a
+            # pooled vector may need every position's hidden state.
             return [], 0
         max_hit_blocks = (request.num_tokens - 1) // self.block_size
         hit_blocks: list[KVCacheBlock] = []

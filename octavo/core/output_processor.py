@@ -4,7 +4,8 @@ Owns one ``RequestState`` per (child) request: its detokenizer, logprobs and
 timings. A request with ``n > 1`` is ``n`` child requests that share a
 ``ParentRequest``, which assembles their outputs into one ``RequestOutput``.
 Stop strings are found here (they need text); the engine then tells the
-scheduler to finish those requests.
+scheduler to finish those requests. A pooling request has no tokens to
+decode: its one output carries the pooled vector (``PoolingRequestOutput``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from octavo.core.detokenizer import IncrementalDetokenizer
 from octavo.core.outputs import (
     CompletionOutput,
     Logprob,
+    PoolingOutput,
+    PoolingRequestOutput,
     PromptLogprobs,
     RequestMetrics,
     RequestOutput,
@@ -56,10 +59,22 @@ class RequestState:
     num_sent_tokens: int = 0
 
 
+@dataclass
+class PoolingState:
+    prompt: str | None
+    prompt_token_ids: list[int]
+    metrics: RequestMetrics
+
+
 class OutputProcessor:
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self.states: dict[str, RequestState] = {}
+        self.pooling_states: dict[str, PoolingState] = {}
+
+    def add_pooling_request(self, request_id: str, prompt: str | None, prompt_token_ids: list[int]) -> None:
+        metrics = RequestMetrics(arrival_time=time.monotonic())
+        self.pooling_states[request_id] = PoolingState(prompt, prompt_token_ids, metrics)
 
     def add_request(self, request_id: str, index: int, parent: ParentRequest, params: SamplingParams) -> None:
         detokenizer = None
@@ -90,17 +105,26 @@ class OutputProcessor:
         """Drop states; return the parent ids they belonged to."""
         parents = []
         for request_id in request_ids:
+            if self.pooling_states.pop(request_id, None) is not None:
+                parents.append(request_id)
+                continue
             state = self.states.pop(request_id, None)
             if state is not None:
                 parents.append(state.parent.request_id)
         return parents
 
-    def process(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
+    def process(
+        self, core_outputs: list[EngineCoreOutput]
+    ) -> tuple[list[RequestOutput | PoolingRequestOutput], list[str]]:
         """Return the outputs to hand out and the ids that hit a stop string."""
-        request_outputs: list[RequestOutput] = []
+        request_outputs: list[RequestOutput | PoolingRequestOutput] = []
         stopped_by_string: list[str] = []
         now = time.monotonic()
         for core_output in core_outputs:
+            pooling = self.pooling_states.pop(core_output.request_id, None)
+            if pooling is not None:
+                request_outputs.append(self._pooling_output(core_output, pooling, now))
+                continue
             state = self.states.get(core_output.request_id)
             if state is None:
                 continue
@@ -118,6 +142,20 @@ class OutputProcessor:
             if output is not None:
                 request_outputs.append(output)
         return request_outputs, stopped_by_string
+
+    @staticmethod
+    def _pooling_output(core_output: EngineCoreOutput, state: PoolingState, now: float) -> PoolingRequestOutput:
+        metrics = state.metrics
+        metrics.finished_time = now
+        outputs = PoolingOutput(core_output.pooled) if core_output.pooled is not None else None
+        return PoolingRequestOutput(
+            request_id=core_output.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            outputs=outputs,
+            finish_reason=core_output.finish_reason or "stop",
+            metrics=metrics,
+        )
 
     def _update_state(self, state: RequestState, core_output: EngineCoreOutput, now: float) -> str | None:
         parent = state.parent

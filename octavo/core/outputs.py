@@ -1,9 +1,12 @@
 """What the engine returns, with vLLM's names (``RequestOutput``,
-``CompletionOutput``, ``Logprob``)."""
+``CompletionOutput``, ``Logprob``; ``PoolingRequestOutput`` for pooling
+requests)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass
@@ -57,3 +60,60 @@ class RequestOutput:
     prompt_logprobs: PromptLogprobs | None = None
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = field(default=None, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        """The engine ended the request with an error (``finish_reason="error"``)."""
+        return any(c.finish_reason == "error" for c in self.outputs)
+
+
+@dataclass
+class PoolingOutput:
+    """One pooled vector: an embedding, or a classifier's scores.
+
+    Kept as its float32 little-endian bytes (``raw``: what crosses processes,
+    and what base64 encodings send as they are); ``data`` views them as a
+    numpy array without a copy, ``embedding`` / ``probs`` are Python lists."""
+
+    raw: bytes
+
+    @classmethod
+    def from_values(cls, values) -> PoolingOutput:
+        return cls(np.ascontiguousarray(values, dtype="<f4").tobytes())
+
+    @property
+    def data(self) -> np.ndarray:
+        return np.frombuffer(self.raw, dtype="<f4")
+
+    @property
+    def embedding(self) -> list[float]:
+        return self.data.tolist()
+
+    @property
+    def probs(self) -> list[float]:
+        return self.data.tolist()
+
+    @property
+    def score(self) -> float:
+        """A cross-encoder's (one-label classifier's) score, or a similarity."""
+        return float(self.data[0])
+
+
+@dataclass
+class PoolingRequestOutput:
+    """What a pooling request returns (vLLM's name); always final.
+
+    ``finish_reason`` is "stop", or "error" when the engine could not compute
+    it (``outputs`` is then None)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: PoolingOutput | None
+    finished: bool = True
+    finish_reason: str = "stop"
+    metrics: RequestMetrics | None = field(default=None, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return self.finish_reason == "error"

@@ -1,9 +1,14 @@
 """A request as the scheduler sees it.
 
-Invariant: ``num_computed_tokens <= num_tokens``; the scheduler closes the gap
+Invariant: ``num_computed_tokens <= num_tokens + num_output_placeholders``
+(placeholders: async scheduling's samples still in flight, else 0); the scheduler closes the gap
 step by step (a whole prompt, a chunk of it, or one new token), with no
 separate prefill and decode phases. ``block_hashes`` always holds the hash of
 every full block of ``all_token_ids``.
+
+A pooling request (``pooling_params`` set) has no output tokens: its prompt
+is computed in one step and it finishes with a pooled vector. It never uses
+the prefix cache, so its ``block_hashes`` stay empty.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.prefix_hash import extend_block_hashes
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.types import BlockHash, RequestId
@@ -54,9 +60,16 @@ class Request:
     # Extra prefix-cache key material (cache salt, adapter id).
     cache_key: bytes = b""
     arrival_time: float = field(default_factory=time.monotonic)
+    # Set for pooling requests (``sampling_params`` is then unused).
+    pooling_params: PoolingParams | None = None
+    # BERT's segment ids of the prompt (a text pair), if the model has them.
+    token_type_ids: list[int] | None = None
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
+    # Async scheduling: tokens a batch in flight is sampling, not known yet
+    # (``num_computed_tokens`` may run ahead of ``num_tokens`` by this many).
+    num_output_placeholders: int = 0
     num_preemptions: int = 0
     # Prompt tokens found in the prefix cache when the request first started.
     num_cached_tokens: int = 0
@@ -70,7 +83,12 @@ class Request:
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)
-        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+        if self.pooling_params is None:
+            extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+
+    @property
+    def is_pooling(self) -> bool:
+        return self.pooling_params is not None
 
     @property
     def num_prompt_tokens(self) -> int:

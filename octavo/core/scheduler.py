@@ -19,6 +19,26 @@ skips it (and never preempts it) until ``update_from_output`` has seen its
 batch. To keep every stage busy, each batch then takes at most its share of
 the schedulable requests (``ceil(schedulable / free batch slots)``). With
 one batch at a time (the default) none of this changes anything.
+
+Pooling requests (embeddings, classification) follow the same rule with two
+constraints: a prompt is never chunked (it is scheduled whole, when the
+step's budget has room for it, so its pooled vector sees every token), and
+it finishes in the step that computes it, with the vector the runner
+pooled. An encoder-only model keeps no KV cache (``uses_kv_cache=False``):
+its requests take no blocks at all.
+
+Async scheduling (``async_scheduling``): the engine schedules step N+1
+before step N's samples come back. A request's tokens are then counted as
+computed when they are scheduled, and each sample of a batch in flight is a
+*placeholder* (``Request.num_output_placeholders``): step N+1 computes the
+token step N samples without knowing it (the runner feeds it from the
+device). Requests in flight may be scheduled and preempted: every batch
+runs in order on one device stream, so a later batch always sees what an
+earlier one wrote, and a sample that arrives for a request finished,
+aborted or preempted since is dropped. A request whose placeholders already
+reach its last token (``max_tokens``, ``max_model_len``) is not scheduled
+again. The runner appends its own samples (it sampled them), so deltas carry
+no token ids.
 """
 
 from __future__ import annotations
@@ -53,6 +73,10 @@ class SchedulerConfig:
     # KV slots reserved past each step's tokens, so that a runner may compute
     # the next decode step before this one returns (decode overlap).
     num_lookahead_tokens: int = 0
+    # False for encoder-only models: attention sees only the step's tokens.
+    uses_kv_cache: bool = True
+    # Schedule step N+1 while step N runs (see the module docstring).
+    async_scheduling: bool = False
 
 
 @dataclass
@@ -67,9 +91,15 @@ class SchedulerStats:
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
     """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
+    if request.is_pooling and request.num_prompt_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"the input has {request.num_prompt_tokens} tokens but one step computes at most "
+            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
+            param="input",
+        )
     max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
     num_blocks_needed = -(-max_total_tokens // block_size)
-    if num_blocks_needed > num_blocks:
+    if config.uses_kv_cache and num_blocks_needed > num_blocks:
         raise RequestTooLargeError(
             f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
             f"KV cache holds only {num_blocks} blocks of {block_size} tokens",
@@ -101,6 +131,10 @@ class Scheduler:
         # Request objects they hold (objects, not ids: an id can be reused
         # after an abort while the old request's batch is still in flight).
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
+        # Async scheduling, per batch in flight (by id of its output): each
+        # request's computed tokens once the batch is done, whether it samples
+        # a placeholder, and its preemption count when scheduled.
+        self._async_batches: dict[int, dict[str, tuple[int, bool, int]]] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -131,7 +165,7 @@ class Scheduler:
     # --------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
-        if self.config.max_concurrent_batches <= 1:
+        if self.config.max_concurrent_batches <= 1 and not self.config.async_scheduling:
             # One batch at a time: a new step retires the previous batch even
             # if its execution raised (its requests are then simply rescheduled).
             self._in_flight.clear()
@@ -143,8 +177,8 @@ class Scheduler:
         index = 0
         while index < len(self.running) and token_budget > 0 and len(output.num_scheduled_tokens) < max_requests:
             request = self.running[index]
-            num_new_tokens = min(request.num_tokens - request.num_computed_tokens, token_budget)
-            if num_new_tokens <= 0 or self._is_in_flight(request):
+            num_new_tokens = min(self._num_pending_tokens(request), token_budget)
+            if num_new_tokens <= 0 or self._held_by_batch(request) or self._placeholders_reach_end(request):
                 index += 1
                 continue
             if not self._allocate_or_preempt(request, num_new_tokens):
@@ -162,32 +196,68 @@ class Scheduler:
         if output.num_scheduled_tokens:
             requests = {r: self.requests[RequestId(r)] for r in output.num_scheduled_tokens}
             self._in_flight.append((output, requests))
+            if self.config.async_scheduling:
+                self._advance_scheduled(output, requests)
         return output
+
+    def _num_pending_tokens(self, request: Request) -> int:
+        return request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+
+    def _placeholders_reach_end(self, request: Request) -> bool:
+        """Async: the samples in flight already include the request's last token."""
+        num_placeholders = request.num_output_placeholders
+        return num_placeholders > 0 and (
+            request.num_output_tokens + num_placeholders >= request.max_tokens
+            or request.num_tokens + num_placeholders >= self.config.max_model_len
+        )
+
+    def _advance_scheduled(self, output: SchedulerOutput, requests: dict[str, Request]) -> None:
+        """Async: count the batch's tokens as computed now; a request that
+        reaches its end samples a placeholder."""
+        batch = {}
+        for request_id, num_tokens in output.num_scheduled_tokens.items():
+            request = requests[request_id]
+            request.num_computed_tokens += num_tokens
+            samples = self._num_pending_tokens(request) == 0
+            if samples:
+                request.num_output_placeholders += 1
+            batch[request_id] = (request.num_computed_tokens, samples, request.num_preemptions)
+        self._async_batches[id(output)] = batch
 
     def _is_in_flight(self, request: Request) -> bool:
         return any(requests.get(request.request_id) is request for _, requests in self._in_flight)
+
+    def _held_by_batch(self, request: Request) -> bool:
+        """Pipelining: a request in flight may be neither scheduled nor preempted."""
+        return not self.config.async_scheduling and self._is_in_flight(request)
 
     def _batch_request_cap(self) -> int:
         """At most this many requests in the next batch (its share when pipelining)."""
         if self.config.max_concurrent_batches <= 1:
             return self.config.max_num_seqs
         num_free_slots = max(1, self.config.max_concurrent_batches - len(self._in_flight))
-        num_schedulable = len(self.waiting) + sum(1 for r in self.running if not self._is_in_flight(r))
+        num_schedulable = len(self.waiting) + sum(1 for r in self.running if not self._held_by_batch(r))
         return max(1, -(-num_schedulable // num_free_slots))
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
         """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
         self._preempted_last = False
-        while self.kv.allocate_slots(request, self._with_lookahead(request, num_new_tokens)) is None:
+        while self._allocate(request, self._with_lookahead(request, num_new_tokens)) is None:
             # Never a request in flight: its batch still writes to its blocks.
             # ``request`` itself is not in flight, so a victim always exists.
-            victim = next(r for r in reversed(self.running) if not self._is_in_flight(r))
+            victim = next(r for r in reversed(self.running) if not self._held_by_batch(r))
             self.running.remove(victim)
             self._preempt(victim)
             self._preempted_last = True
             if victim is request:
                 return False
         return True
+
+    def _allocate(self, request: Request, num_slots: int, computed_blocks=None):
+        """``KVCacheManager.allocate_slots``, or nothing to allocate without a KV cache."""
+        if not self.config.uses_kv_cache:
+            return []
+        return self.kv.allocate_slots(request, num_slots, computed_blocks)
 
     def _with_lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
         """Slots to allocate: the step's tokens plus the lookahead, never past
@@ -202,6 +272,7 @@ class Scheduler:
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -217,11 +288,11 @@ class Scheduler:
             request = self.waiting[0]
             computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
             num_new_tokens = request.num_tokens - num_computed_tokens
-            if num_new_tokens > token_budget and not self.config.enable_chunked_prefill:
+            if num_new_tokens > token_budget and (request.is_pooling or not self.config.enable_chunked_prefill):
                 break
             num_new_tokens = min(num_new_tokens, token_budget)
             num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
-            if self.kv.allocate_slots(request, num_slots, computed_blocks) is None:
+            if self._allocate(request, num_slots, computed_blocks) is None:
                 break
             self.waiting.popleft()
             request.num_computed_tokens = num_computed_tokens
@@ -252,16 +323,20 @@ class Scheduler:
                         sampling_params=request.sampling_params,
                         block_ids=block_ids,
                         num_computed_tokens=request.num_computed_tokens,
+                        pooling_params=request.pooling_params,
+                        token_type_ids=request.token_type_ids,
                     )
                 )
                 self._sent_blocks[request.request_id] = len(block_ids)
             else:
                 num_blocks_sent = self._sent_blocks[request.request_id]
                 num_blocks = self.kv.num_request_blocks(request.request_id)
+                # Async: the runner holds every token it sampled already.
+                new_token_ids = [] if self.config.async_scheduling else request.all_token_ids[num_sent:]
                 output.cached_requests.append(
                     CachedRequestData(
                         request_id=request.request_id,
-                        new_token_ids=request.all_token_ids[num_sent:],
+                        new_token_ids=new_token_ids,
                         new_block_ids=self.kv.block_ids(request.request_id, num_blocks_sent) if num_blocks > num_blocks_sent else [],
                         num_computed_tokens=request.num_computed_tokens,
                     )
@@ -282,12 +357,23 @@ class Scheduler:
         """Advance computed tokens, append samples, stop and free requests."""
         outputs = []
         batch_requests = self._retire_batch(scheduler_output)
+        async_batch = self._async_batches.pop(id(scheduler_output), None)
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
             if request is None or request.status != RequestStatus.RUNNING:
                 continue  # finished or preempted meanwhile
-            request.num_computed_tokens += num_tokens
-            self.kv.cache_blocks(request, request.num_computed_tokens)
+            if async_batch is None:
+                request.num_computed_tokens += num_tokens
+                num_computed = request.num_computed_tokens
+            else:
+                num_computed, samples, num_preemptions = async_batch[request_id]
+                if num_preemptions != request.num_preemptions:
+                    continue  # preempted (and resumed) since: its placeholder is gone
+                request.num_output_placeholders -= int(samples)
+            if request.is_pooling:
+                outputs.append(self._finish_pooling(request, runner_output.pooled.get(request_id)))
+                continue
+            self.kv.cache_blocks(request, num_computed)
             new_token_ids = []
             for token_id in runner_output.sampled_token_ids.get(request_id, []):
                 request.append_output_token(token_id)
@@ -312,6 +398,20 @@ class Scheduler:
                 self.running.remove(request)
                 self._release(request)
         return outputs
+
+    def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
+        """A pooling request ends with its step: with its vector, or as an error
+        if the runner produced none (so that it can never wait forever)."""
+        request.status = RequestStatus.FINISHED_STOPPED if pooled is not None else RequestStatus.FINISHED_ERROR
+        self.running.remove(request)
+        self._release(request)
+        return EngineCoreOutput(
+            request_id=request.request_id,
+            new_token_ids=[],
+            finish_reason=request.status.finish_reason,
+            num_cached_tokens=request.num_cached_tokens,
+            pooled=pooled,
+        )
 
     def _retire_batch(self, scheduler_output: SchedulerOutput) -> dict[str, Request]:
         """Take ``scheduler_output``'s batch out of flight; its requests by id."""

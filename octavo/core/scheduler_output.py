@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 
 
@@ -24,6 +25,9 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: list[int]
     num_computed_tokens: int
+    # A pooling request: pooled once its prompt is computed, never sampled.
+    pooling_params: PoolingParams | None = None
+    token_type_ids: list[int] | None = None
 
 
 @dataclass
@@ -90,6 +94,8 @@ class ModelRunnerOutput:
     # Logprobs of the prompt positions computed this step (chunked prefill
     # delivers them in pieces); position 0 has none and is never included.
     prompt_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
+    # Pooling requests computed this step: their vector, float32 little-endian.
+    pooled: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +109,8 @@ class EngineCoreOutput:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    # A finished pooling request's vector (float32 little-endian bytes).
+    pooled: bytes | None = None
 
     @property
     def finished(self) -> bool:

@@ -38,9 +38,10 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from octavo.core.engine import RequestValidator, failed_output
+from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, failed_output
 from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.outputs import RequestOutput
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats, check_admissible
@@ -129,7 +130,11 @@ class DataParallelEngine(RequestValidator):
     # ---------------------------------------------------------------- input
 
     def add_request(
-        self, request_id: str | None, prompt: str | list[int] | dict, params: SamplingParams, cache_salt: str | None = None
+        self,
+        request_id: str | None,
+        prompt: str | list[int] | dict,
+        params: SamplingParams | PoolingParams,
+        cache_salt: str | None = None,
     ) -> str:
         self._raise_if_dead()
         if request_id is None:
@@ -138,17 +143,23 @@ class DataParallelEngine(RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
         self.validate(prompt_token_ids, params)
+        engine_prompt = {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}
+        pooling = params if isinstance(params, PoolingParams) else None
+        if pooling is not None and isinstance(prompt, dict) and prompt.get("token_type_ids") is not None:
+            self.validate_token_type_ids(prompt_token_ids, prompt["token_type_ids"])
+            engine_prompt["token_type_ids"] = list(prompt["token_type_ids"])
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
         # The same Request the replica will build: its admission check and its
         # block hashes (salted like the replica's prefix cache) for routing.
         probe = Request(
-            RequestId(request_id), prompt_token_ids, params, max_tokens=max_tokens,
-            block_size=self.limits.block_size, cache_key=cache_salt.encode() if cache_salt else b"",
+            RequestId(request_id), prompt_token_ids, params if pooling is None else POOLING_SAMPLING_PARAMS,
+            max_tokens=max_tokens, block_size=self.limits.block_size,
+            cache_key=cache_salt.encode() if cache_salt else b"", pooling_params=pooling,
         )
         check_admissible(probe, self.scheduler_config, self.num_kv_blocks, self.limits.block_size)
         decision = self.router.choose(probe.block_hashes)
         replica = self._replicas[decision.replica]
-        message = ["add", request_id, {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}, params, cache_salt]
+        message = ["add", request_id, engine_prompt, params, cache_salt]
         self._send(replica, message)
         cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
         self.router.add(request_id, decision, probe.block_hashes, cost)

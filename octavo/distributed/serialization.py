@@ -22,7 +22,15 @@ import msgpack
 
 from octavo.core.engine import EngineLimits, ModelInfo
 from octavo.core.kv_cache_manager import PrefixCacheStats
-from octavo.core.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from octavo.core.outputs import (
+    CompletionOutput,
+    Logprob,
+    PoolingOutput,
+    PoolingRequestOutput,
+    RequestMetrics,
+    RequestOutput,
+)
+from octavo.core.pooling_params import PoolerConfig, PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerConfig, SchedulerStats
 from octavo.core.scheduler_output import (
@@ -79,6 +87,10 @@ for _cls in (
     GrammarBitmask,
     StructuredOutputsParams,
     StructuredOutputLimits,
+    PoolingParams,
+    PoolerConfig,
+    PoolingOutput,
+    PoolingRequestOutput,
 ):
     register(_cls)
 

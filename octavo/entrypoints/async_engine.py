@@ -190,7 +190,7 @@ class AsyncEngine:
                 item = await stream.queue.get()
                 if isinstance(item, BaseException):
                     raise item
-                if item.finished and any(c.finish_reason == "error" for c in item.outputs):
+                if item.finished and item.failed:
                     stream.finished = True  # the engine has already let go of it
                     raise RequestFailedError("the engine failed while running this request (see the server log)")
                 yield item

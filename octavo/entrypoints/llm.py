@@ -1,4 +1,5 @@
-"""The offline Python API: ``LLM(model).generate(prompts, SamplingParams)``.
+"""The offline Python API: ``LLM(model).generate(prompts, SamplingParams)``,
+and for pooling models ``embed``, ``classify`` and ``score`` (vLLM's names).
 
 Every prompt is validated before any is scheduled, so a bad prompt in a
 batch raises without leaving the others half-done.
@@ -9,10 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from octavo.core.outputs import RequestOutput
+from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
-from octavo.errors import InvalidArgumentError
+from octavo.entrypoints.pooling_inputs import (
+    PoolingInput,
+    encode_texts,
+    plan_scores,
+    score_pairs,
+    token_inputs,
+    truncation_length,
+)
+from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.models.generation_defaults import engine_sampling_defaults
 
 PromptType = str | list[int] | dict[str, Any]
@@ -87,6 +97,78 @@ class LLM:
         # The template already holds any BOS it wants.
         return {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
 
+    # ---------------------------------------------------------------- pooling
+
+    def embed(
+        self, prompts, pooling_params: PoolingParams | None = None, *, truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = False,
+    ) -> list[PoolingRequestOutput]:
+        """One embedding per prompt (``output.outputs.embedding``)."""
+        params = pooling_params or PoolingParams(task="embed")
+        return self._pool(self._pooling_inputs(prompts, params, truncate_prompt_tokens), params, use_tqdm)
+
+    def classify(
+        self, prompts, pooling_params: PoolingParams | None = None, *, truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = False,
+    ) -> list[PoolingRequestOutput]:
+        """The classifier's scores per prompt (``output.outputs.probs``)."""
+        params = pooling_params or PoolingParams(task="classify")
+        return self._pool(self._pooling_inputs(prompts, params, truncate_prompt_tokens), params, use_tqdm)
+
+    def score(
+        self,
+        text_1: str | Sequence[str],
+        text_2: str | Sequence[str],
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = False,
+    ) -> list[PoolingRequestOutput]:
+        """One score per (text_1, text_2) pair (``output.outputs.score``): a
+        cross-encoder's, or the cosine similarity of an embedding model's vectors."""
+        limits = self.engine.limits
+        truncate = truncation_length(truncate_prompt_tokens, limits.max_model_len)
+        plan = plan_scores(self.engine.tokenizer, limits.pooler, score_pairs(text_1, text_2), truncate)
+        outputs = self._pool(plan.inputs, PoolingParams(task=plan.task), use_tqdm)
+        scores = plan.scores([output.outputs.data for output in outputs])
+        return [
+            PoolingRequestOutput(self._new_id(), f"{a}\n{b}", plan.pair_token_ids(i), PoolingOutput.from_values([score]))
+            for i, ((a, b), score) in enumerate(zip(plan.pairs, scores))
+        ]
+
+    def _pooling_inputs(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
+        """Strings tokenized in one batch; token-id prompts taken as they are."""
+        limits = self.engine.limits
+        check_pooling_params(params, limits.pooler)  # the task, before any tokenizing
+        truncate = truncation_length(truncate_prompt_tokens, limits.max_model_len)
+        prompt_list = [
+            p.get("prompt") if isinstance(p, dict) and "prompt_token_ids" not in p else p for p in normalize_prompts(prompts)
+        ]
+        texts = {i: p for i, p in enumerate(prompt_list) if isinstance(p, str)}
+        encoded = {}
+        if texts:
+            encoded = dict(zip(texts, encode_texts(self.engine.tokenizer, limits.pooler, list(texts.values()), truncate=truncate)))
+        inputs = []
+        for i, prompt in enumerate(prompt_list):
+            if i not in encoded:
+                encoded[i] = token_inputs([self.engine.tokenize_prompt(prompt)[1]], truncate, self.engine.tokenizer)[0]
+            inputs.append(encoded[i])
+        return inputs
+
+    def _pool(self, inputs: list[PoolingInput], params: PoolingParams, use_tqdm: bool) -> list[PoolingRequestOutput]:
+        request_ids = []
+        try:
+            for item in inputs:
+                request_ids.append(self.engine.add_request(self._new_id(), item.as_engine_prompt(), params))
+        except BaseException:
+            self.engine.abort_request(request_ids)
+            raise
+        outputs = self._run(request_ids, use_tqdm)
+        # A replica that refused a request reports a failed RequestOutput.
+        failed = [o.request_id for o in outputs if isinstance(o, RequestOutput) or o.outputs is None]
+        if failed:
+            raise EngineDeadError(f"the engine could not compute request {failed[0]}")
+        return outputs
+
     def _params_list(self, sampling_params, num_prompts: int) -> list[SamplingParams]:
         if sampling_params is None:
             # The model's generation-config defaults (--generation-config), as vLLM does.
@@ -104,8 +186,8 @@ class LLM:
         self._next_id += 1
         return f"llm-{self._next_id}"
 
-    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
-        finished: dict[str, RequestOutput] = {}
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list:
+        finished: dict[str, RequestOutput | PoolingRequestOutput] = {}
         progress = None
         if use_tqdm:
             from tqdm.auto import tqdm

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from octavo.core.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestMetrics, RequestOutput
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.entrypoints.engine_stats import EngineSnapshot
 from octavo.entrypoints.replica_metrics import ReplicaCollector
@@ -83,14 +84,18 @@ class ServerMetrics:
 
     # ------------------------------------------------- EngineObserver (engine thread)
 
-    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams) -> None:
+    def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams | PoolingParams) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
-        self._requests[request_id] = _RequestProgress(delta=params.output_kind == RequestOutputKind.DELTA)
+        delta = isinstance(params, SamplingParams) and params.output_kind == RequestOutputKind.DELTA
+        self._requests[request_id] = _RequestProgress(delta=delta)
 
-    def on_outputs(self, outputs: list[RequestOutput]) -> None:
+    def on_outputs(self, outputs: list[RequestOutput | PoolingRequestOutput]) -> None:
         for output in outputs:
             progress = self._requests.get(output.request_id)
             if progress is None:
+                continue
+            if isinstance(output, PoolingRequestOutput):
+                self._on_pooled(output)
                 continue
             for completion in output.outputs:
                 self._count_tokens(progress, completion)
@@ -101,6 +106,14 @@ class ServerMetrics:
                 if metrics is not None and metrics.finished_time is not None:
                     self.e2e.observe(metrics.finished_time - metrics.arrival_time)
                 del self._requests[output.request_id]
+
+    def _on_pooled(self, output: PoolingRequestOutput) -> None:
+        """A pooling request: one final output, no tokens generated."""
+        metrics = output.metrics
+        if metrics is not None and metrics.finished_time is not None:
+            self.e2e.observe(metrics.finished_time - metrics.arrival_time)
+        self.request_success.labels(finished_reason=output.finish_reason).inc()
+        del self._requests[output.request_id]
 
     def on_request_aborted(self, request_id: str) -> None:
         if self._requests.pop(request_id, None) is not None:

@@ -4,6 +4,12 @@ A model is built from a ``ModelInitContext`` and must offer
 ``forward(input_ids, positions, ctx) -> hidden_states``,
 ``compute_logits(hidden_states) -> logits`` and
 ``load_weights(iterable of (name, tensor))``.
+
+A pooling model (embeddings, classification) offers ``pool(hidden_states,
+PoolingMetadata) -> [num_seqs, size]`` in place of ``compute_logits``, and
+says what it serves in the class attributes ``pooling_task`` ("embed" or
+"classify") and ``is_encoder`` (bidirectional, no KV cache; its ``forward``
+also takes ``token_type_ids``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from octavo.core.attention import AttentionBackend, AttentionSpec
+from octavo.core.pooling_params import PoolerConfig
 from octavo.models.config import ModelArchConfig
 from octavo.ops import LayerOps, reference_layer_ops
 from octavo.quantization.base import QuantizationConfig
@@ -33,3 +40,5 @@ class ModelInitContext:
     # take them from the scope the builder opens around construction; a
     # model may also pass them explicitly.
     ops: LayerOps = field(default_factory=reference_layer_ops)
+    # How the model pools, when it serves embeddings or classification.
+    pooler: PoolerConfig | None = None

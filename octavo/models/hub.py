@@ -9,7 +9,9 @@ uses the cache only; so does a Hub that cannot be reached, if the model is
 cached.
 
 Only what the engine loads is fetched: the top-level JSON files and
-tokenizer files, then either the safetensors weights (the shards the index
+tokenizer files (with the JSON files of the sentence-transformers modules
+that ``modules.json`` names, such as ``1_Pooling/config.json``: an embedding
+model's pooling), then either the safetensors weights (the shards the index
 names, when there is one) or one GGUF file (``--gguf-file``, or the one whose
 name carries the ``:TAG``). Pickle weights are never downloaded: a repo that
 has only ``.bin``/``.pt`` weights is refused before anything is fetched.
@@ -97,6 +99,21 @@ def metadata_files(filenames: list[str]) -> list[str]:
     return sorted(f for f in filenames if "/" not in f and (f.endswith((".json", ".jinja")) or f in TOKENIZER_FILES))
 
 
+def sentence_transformers_files(filenames: list[str], modules_json: Path) -> list[str]:
+    """The JSON files in the folders of the sentence-transformers modules that
+    ``modules_json`` lists (``1_Pooling/config.json``, ...), which set how an
+    embedding model pools. A file that cannot be read names none: loading the
+    model reports it."""
+    try:
+        modules = json.loads(modules_json.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return []
+    if not isinstance(modules, list):
+        return []
+    folders = {str(m.get("path", "")).strip("/") for m in modules if isinstance(m, dict)} - {""}
+    return sorted(f for f in filenames if f.endswith(".json") and f.rpartition("/")[0] in folders)
+
+
 def select_gguf_file(filenames: list[str], repo_id: str, quant_tag: str | None, gguf_file: str | None) -> str | None:
     """The one GGUF file to fetch, or None when the request names none and safetensors exist."""
     ggufs = sorted(f for f in filenames if f.endswith(".gguf"))
@@ -160,15 +177,22 @@ def _fetch(hub_id: HubModelId, options: HubOptions, weights: bool) -> Path:
         logger.warning("%s; looking for %s in the local cache", exc.message, hub_id.repo_id)
         return _from_cache(client, hub_id, options, weights, reason=exc.message)
     if not weights:
-        return client.download(commit, metadata_files(filenames))
+        return _download_metadata(client, commit, filenames)
     gguf = select_gguf_file(filenames, hub_id.repo_id, hub_id.quant_tag, options.gguf_file)
     if gguf is not None:
         return client.download(commit, [gguf]) / gguf
     check_weights_format(filenames, hub_id.repo_id)
-    folder = client.download(commit, metadata_files(filenames))
+    folder = _download_metadata(client, commit, filenames)
     index_path = folder / SAFETENSORS_INDEX
     index = _read_index(index_path) if index_path.exists() else None
     return client.download(commit, safetensors_to_fetch(filenames, index))
+
+
+def _download_metadata(client, commit: str, filenames: list[str]) -> Path:
+    """The configuration and tokenizer files, then the module configs ``modules.json`` names."""
+    folder = client.download(commit, metadata_files(filenames))
+    module_files = sentence_transformers_files(filenames, folder / "modules.json")
+    return client.download(commit, module_files) if module_files else folder
 
 
 def _read_index(path: Path) -> dict:

@@ -16,7 +16,7 @@ from torch import nn
 
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
-from octavo.errors import ModelLoadError, UnsupportedModelError
+from octavo.errors import UnsupportedModelError
 from octavo.models.base import ModelInitContext
 from octavo.models.layers.activation import gated_activation
 from octavo.models.layers.attention import Attention, ForwardContext
@@ -24,6 +24,7 @@ from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbeddin
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from octavo.models.layers.norm import RMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
+from octavo.models.weight_loading import check_all_loaded, load_named_tensors
 from octavo.quantization.base import UnquantizedLinearMethod
 
 
@@ -173,6 +174,8 @@ class LlamaForCausalLM(nn.Module):
         ("gate_up_proj", "up_proj", 1),
     )
     qk_norm = False
+    # Pooling variants (decoder_pooling.py) are built without the LM head.
+    has_lm_head = True
 
     @staticmethod
     def has_qkv_bias(config) -> bool:
@@ -188,7 +191,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = DecoderModel(ctx, self.has_qkv_bias(config), self.has_o_bias(config), self.qk_norm)
         self.lm_head = None
-        if get_pp_group().is_last:
+        if get_pp_group().is_last and self.has_lm_head:
             tie = self.model.embed_tokens if config.tie_word_embeddings else None
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, ctx.dtype, "lm_head", tie_to=tie)
 
@@ -200,45 +203,24 @@ class LlamaForCausalLM(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors into parameters; raise on missing ones."""
-        params = dict(self.named_parameters(remove_duplicate=False))
-        loaded: set[str] = set()
-        for name, tensor in weights:
-            if "rotary_emb.inv_freq" in name:
-                continue
-            if name == "lm_head.weight" and self.config.tie_word_embeddings:
-                continue
-            target, shard_id = self._param_name(name)
-            param = params.get(target)
-            if param is None:
-                continue  # another pipeline stage's layer, or an unused tensor
-            loader = getattr(param, "weight_loader", None)
-            if loader is None:
-                if param.shape != tensor.shape:
-                    raise ModelLoadError(f"{name}: shape {tuple(tensor.shape)} but expected {tuple(param.shape)}")
-                param.data.copy_(tensor)
-            elif shard_id is None:
-                loader(param, tensor)
-            else:
-                loader(param, tensor, shard_id)
-            loaded.add(target if shard_id is None else f"{target}:{shard_id}")
-        self._check_complete(params, loaded)
+        loaded = load_named_tensors(self, weights, self._checkpoint_name)
+        tied_head = self.config.tie_word_embeddings
+        check_all_loaded(
+            self, loaded, {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)},
+            skip=lambda name: tied_head and name == "lm_head.weight",
+        )
         return loaded
+
+    def _checkpoint_name(self, name: str) -> tuple[str, object] | None:
+        """The parameter (and fused shard) a checkpoint tensor goes to; None: skip it."""
+        if "rotary_emb.inv_freq" in name:
+            return None
+        if name == "lm_head.weight" and self.config.tie_word_embeddings:
+            return None
+        return self._param_name(name)
 
     def _param_name(self, name: str) -> tuple[str, object]:
         for fused, original, shard_id in self.stacked_params:
             if f".{original}." in name:
                 return name.replace(f".{original}.", f".{fused}."), shard_id
         return name, None
-
-    def _check_complete(self, params: dict[str, torch.Tensor], loaded: set[str]) -> None:
-        fused_shards = {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)}
-        for name, param in params.items():
-            if getattr(param, "not_in_checkpoint", False):
-                continue  # made by a quantization method after loading
-            if name == "lm_head.weight" and self.config.tie_word_embeddings:
-                continue
-            fused = next((f for f in fused_shards if f".{f}." in name), None)
-            required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
-            missing = [r for r in required if r not in loaded]
-            if missing:
-                raise ModelLoadError(f"the checkpoint has no tensor for {missing[0]}")

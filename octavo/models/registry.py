@@ -3,6 +3,9 @@
 In-tree models are registered through the built-in plugin's ``octavo_models``
 hook, like a third-party plugin's; classes are given as ``"module:Class"``
 strings so that nothing is imported until a model of that kind is loaded.
+
+``resolve_model_class`` adds the task: a causal LM asked to embed is built
+as its pooling variant (``decoder_pooling.as_embedding_model``).
 """
 
 from __future__ import annotations
@@ -46,3 +49,16 @@ def build_registry() -> ModelRegistry:
         for architecture, model in (models or {}).items():
             registry.register(architecture, model)
     return registry
+
+
+def resolve_model_class(architecture: str, task: str = "generate") -> type[nn.Module]:
+    """The class that builds ``architecture`` for ``task`` (generate, embed, classify)."""
+    model_class = build_registry().resolve(architecture)
+    if task != "embed" or getattr(model_class, "pooling_task", None) is not None:
+        return model_class
+    from octavo.models.decoder_pooling import as_embedding_model
+    from octavo.models.llama import LlamaForCausalLM
+
+    if not issubclass(model_class, LlamaForCausalLM):
+        raise UnsupportedModelError(f"architecture {architecture!r} cannot serve embeddings")
+    return as_embedding_model(model_class)

@@ -89,6 +89,8 @@ def profile_run(runner: Any) -> None:
     input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
     positions = torch.cat([torch.arange(n, device=device) for n in lengths])
     hidden = runner.model(input_ids, positions, ForwardContext(attn_metadata=metadata, kv_caches=kv_caches))
+    if loaded.pooler is not None:
+        return  # a pooling model samples nothing; its pooled rows are small
     last_rows = batch.query_start_loc[1:].to(torch.long) - 1
     logits = runner.model.compute_logits(hidden[last_rows])
     torch.log_softmax(logits.to(torch.float32), dim=-1)

@@ -23,6 +23,16 @@ def octavo_models():
         "MistralForCausalLM": "octavo.models.mistral:MistralForCausalLM",
         "Qwen2ForCausalLM": "octavo.models.qwen2:Qwen2ForCausalLM",
         "Qwen3ForCausalLM": "octavo.models.qwen3:Qwen3ForCausalLM",
+        # Pooling models (embeddings, classification, reranking).
+        "BertModel": "octavo.models.bert:BertModel",
+        "BertForSequenceClassification": "octavo.models.bert:BertForSequenceClassification",
+        "XLMRobertaModel": "octavo.models.xlm_roberta:XLMRobertaModel",
+        "XLMRobertaForSequenceClassification": "octavo.models.xlm_roberta:XLMRobertaForSequenceClassification",
+        "RobertaModel": "octavo.models.xlm_roberta:XLMRobertaModel",
+        "RobertaForSequenceClassification": "octavo.models.xlm_roberta:XLMRobertaForSequenceClassification",
+        "LlamaForSequenceClassification": "octavo.models.decoder_pooling:LlamaForSequenceClassification",
+        "Qwen2ForSequenceClassification": "octavo.models.decoder_pooling:Qwen2ForSequenceClassification",
+        "Qwen3ForSequenceClassification": "octavo.models.decoder_pooling:Qwen3ForSequenceClassification",
     }
 
 

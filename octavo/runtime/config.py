@@ -49,12 +49,17 @@ class WorkerConfig:
     # Launch the next greedy decode step before this one's tokens reach the
     # host (runtime/decode_overlap.py); needs one token of KV lookahead.
     overlap_decode: bool = False
+    # Launch each step before the previous one's samples reach the host
+    # (runtime/async_steps.py); the scheduler counts them as placeholders.
+    async_scheduling: bool = False
     # Steps of up to this many tokens replay CUDA graphs captured by token
     # count (runtime/prefill_graphs.py); 0 captures none.
     max_prefill_graph_tokens: int = 2048
     # The first device this engine's workers use (data-parallel replica r
     # starts at r * tensor_parallel_size * pipeline_parallel_size).
     device_index_offset: int = 0
+    # generate, or a pooling task (embed, classify): resolved by the engine.
+    task: str = "generate"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -25,6 +25,8 @@ class UniProcExecutor:
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
+        # The engine then launches each step before collecting the one before.
+        self.async_scheduling = config.async_scheduling
         self.worker = Worker(config, local_rank=config.device_index_offset)
         self.worker.load_model()
 
@@ -37,7 +39,10 @@ class UniProcExecutor:
     def attention_backend_names(self) -> list[str]:
         return self.worker.attention_backend_names()
 
-    def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False) -> ModelRunnerOutput:
+    def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
+        if self.async_scheduling:
+            pending = self.worker.execute_model_async(scheduler_output)
+            return pending if non_block else pending.result()
         return self.worker.execute_model(scheduler_output)
 
     def check_health(self) -> None:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from octavo.core.attention import AttentionBackend, AttentionSpec
+from octavo.core.pooling_params import PoolerConfig
 from octavo.core.tokenizer import eos_token_ids
 from octavo.errors import ModelLoadError
 from octavo.models.base import ModelInitContext
@@ -25,7 +26,8 @@ from octavo.models.loader import (
     process_weights_after_loading,
     safetensors_files,
 )
-from octavo.models.registry import build_registry
+from octavo.models.pooling_config import build_pooler_config
+from octavo.models.registry import resolve_model_class
 from octavo.ops import LayerOps, layer_ops_scope, resolve_layer_ops
 from octavo.ops.resolution import log_layer_ops
 from octavo.platforms.interface import Platform
@@ -44,6 +46,13 @@ class LoadedModel:
     eos_token_ids: frozenset[int]
     weight_bytes: int
     ops: LayerOps | None = None
+    # Set for pooling models (embeddings, classification).
+    pooler: PoolerConfig | None = None
+
+    @property
+    def uses_kv_cache(self) -> bool:
+        """False for encoder-only models: they attend within the step's tokens."""
+        return self.pooler is None or not self.pooler.is_encoder
 
     @property
     def layer_backends(self) -> list[AttentionBackend]:
@@ -103,7 +112,10 @@ def _load_weights(model: nn.Module, config: WorkerConfig, arch: ModelArchConfig)
 
 def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -> LoadedModel:
     arch, generation_config = load_arch(config)
-    model_class = build_registry().resolve(arch.architecture)
+    model_class = resolve_model_class(arch.architecture, config.task)
+    pooler = None
+    if config.task != "generate":
+        pooler = build_pooler_config(config.task, arch, Path(config.model_path), model_class)
     quant_config = build_quant_config(config.quantization, arch.quantization_config, platform)
     dtype = dtype_from_name(config.dtype)
     kv_cache_dtype = dtype if config.kv_cache_dtype == "auto" else platform.kv_cache_dtype(config.kv_cache_dtype)
@@ -118,6 +130,7 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         block_size=config.block_size,
         kv_cache_dtype=kv_cache_dtype,
         ops=ops,
+        pooler=pooler,
     )
     with timed_phase("build model"), torch.device(device), layer_ops_scope(ops):
         model = model_class(ctx)
@@ -136,4 +149,5 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         eos_token_ids=eos_token_ids(None, arch.raw, generation_config),
         weight_bytes=weight_bytes(model),
         ops=ops,
+        pooler=pooler,
     )

@@ -1,13 +1,16 @@
 """Runs one step on the selected platform: inputs -> model -> sampler.
 
 The runner owns the model, the KV cache tensors and the per-request state
-(``RequestStates``); it knows nothing about scheduling policy.
+(``RequestStates``); it knows nothing about scheduling policy. A pooling
+model's steps go to its ``PoolingRunner`` (``runtime/pooling_runner.py``)
+and run eagerly; an encoder-only model has no KV cache.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -21,7 +24,7 @@ from octavo.runtime.input_batch import InputPreparer, PreparedBatch
 from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.model_loading import LoadedModel, load_model
 from octavo.runtime.request_state import RequestStates
-from octavo.runtime.sampler import Sampler, SamplingRow, gather_logprobs
+from octavo.runtime.sampler import AllowedTokens, Sampler, SamplingRow, gather_logprobs
 from octavo.runtime.startup import timed_phase
 
 logger = logging.getLogger(__name__)
@@ -42,15 +45,21 @@ class ModelRunner:
             pin_memory=platform.pins_host_memory,
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
-        self.sampler = Sampler(seed=config.seed)
+        self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
         self.grammar_masks = GrammarMaskUploader(device, platform.pins_host_memory, platform.create_event)
         self.kv_caches: list[torch.Tensor] = []
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
         self.prefill_graphs = None
+        self.pooling = None
         self.overlap = None
-        if config.overlap_decode and config.pipeline_parallel_size == 1:
+        self.async_steps = None
+        if config.async_scheduling:
+            from octavo.runtime.async_steps import AsyncStepper
+
+            self.async_steps = AsyncStepper(self)
+        elif config.overlap_decode and config.pipeline_parallel_size == 1:
             from octavo.runtime.decode_overlap import DecodeOverlap
 
             self.overlap = DecodeOverlap(self)
@@ -62,6 +71,10 @@ class ModelRunner:
         self.loaded = load_model(self.config, self.platform, self.device)
         self.model = self.loaded.model
         self.eos_token_ids = self.loaded.eos_token_ids
+        if self.loaded.pooler is not None:
+            from octavo.runtime.pooling_runner import PoolingRunner
+
+            self.pooling = PoolingRunner(self)
         logger.info(
             "loaded %s (%s, %.1f MiB of weights) in %.1fs",
             self.loaded.arch.architecture,
@@ -94,6 +107,8 @@ class ModelRunner:
 
     def determine_num_kv_blocks(self) -> int:
         config = self.config
+        if not self.loaded.uses_kv_cache:
+            return 0
         if config.num_kv_blocks is not None:
             return config.num_kv_blocks
         bytes_per_block = self.kv_bytes_per_block()
@@ -106,10 +121,17 @@ class ModelRunner:
         # No point in more blocks than max_num_seqs full-length sequences use.
         useful = config.max_num_seqs * -(-config.max_model_len // config.block_size)
         num_blocks = min(int(budget // bytes_per_block), useful)
+        num_tokens = num_blocks * config.block_size
         logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB)",
-            num_blocks, config.block_size, num_blocks * config.block_size, num_blocks * bytes_per_block / 2**20,
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit",
+            num_blocks, config.block_size, num_tokens, num_blocks * bytes_per_block / 2**20,
+            num_tokens / config.max_model_len, config.max_model_len,
         )
+        if num_tokens < config.max_model_len:
+            logger.warning(
+                "the KV cache holds %d tokens, fewer than max_model_len (%d): longer requests will be refused; "
+                "lower max_model_len or give the cache more memory", num_tokens, config.max_model_len,
+            )
         return num_blocks
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
@@ -130,6 +152,8 @@ class ModelRunner:
         factory = self.platform.graph_runner()
         if factory is None or self.config.enforce_eager or get_pp_group().world_size > 1:
             return  # pipeline stages exchange activations between steps: eager only
+        if self.pooling is not None:
+            return  # pooling steps run eagerly (the captured graphs end in the LM head or paged attention)
         backends = self.loaded.layer_backends
         if not all(getattr(b, "supports_graph_capture", False) for b in backends):
             logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
@@ -155,6 +179,14 @@ class ModelRunner:
     # ------------------------------------------------------------------ step
 
     @torch.inference_mode()
+    def execute_model_async(self, scheduler_output: SchedulerOutput):
+        """Launch one step and return a ``PendingOutput`` at once (async
+        scheduling); the step before is collected on the way."""
+        from octavo.runtime.async_steps import PendingStep
+
+        return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
+
+    @torch.inference_mode()
     def execute_model(
         self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
@@ -164,33 +196,56 @@ class ModelRunner:
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
+        if self.pooling is not None:
+            return self.pooling.execute(scheduler_output)
         if self.overlap is not None:
             if self.overlap.eligible(scheduler_output):
                 return self.overlap.execute(scheduler_output)
             self.overlap.drop()
         output = ModelRunnerOutput()
+        batch, logits, hidden = self.forward(scheduler_output, intermediate)
+        if not get_pp_group().is_last:
+            return hidden
+        if logits is not None:
+            self._sample(logits, batch, output, scheduler_output)
+        if batch.prompt_logprob_spans:
+            self.prompt_logprobs(hidden, batch, output)
+        return output
+
+    def forward(
+        self, scheduler_output: SchedulerOutput, intermediate=None, before_model: Callable[[PreparedBatch], None] | None = None
+    ) -> tuple[PreparedBatch, torch.Tensor | None, torch.Tensor | None]:
+        """Prepare the step's inputs and run the model: (batch, logits of the
+        rows that sample or None, hidden states or None after a decode graph).
+        ``before_model`` may still change the batch's device inputs (async
+        scheduling writes the tokens sampled by the step before)."""
         graph_size = self._graph_size(scheduler_output)
         if graph_size is not None:
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=graph_size)
-            logits = self.graphs.replay(graph_size, batch.attn_batch.num_reqs)
-            self._sample(logits, batch, output, scheduler_output)
-            return output
+            if before_model is not None:
+                before_model(batch)
+            return batch, self.graphs.replay(graph_size, batch.attn_batch.num_reqs), None
+        batch, hidden = self.forward_hidden(scheduler_output, intermediate, before_model)
+        if not get_pp_group().is_last or not batch.sample_request_ids:
+            return batch, None, hidden
+        return batch, self.model.compute_logits(hidden[batch.logits_indices]), hidden
+
+    def forward_hidden(
+        self, scheduler_output: SchedulerOutput, intermediate=None, before_model: Callable[[PreparedBatch], None] | None = None
+    ) -> tuple[PreparedBatch, torch.Tensor]:
+        """The step's inputs and the model's hidden states, through a prefill
+        graph when one fits (pooling models run through here too)."""
         bucket = self._prefill_bucket(scheduler_output, intermediate)
         if bucket is not None:
             max_num_reqs = self.prefill_graphs.max_num_reqs
             batch = self.inputs.prepare(scheduler_output, padded_num_reqs=max_num_reqs, padded_num_tokens=bucket)
-            hidden = self.prefill_graphs.replay(bucket)
         else:
             batch = self.inputs.prepare(scheduler_output)
-            hidden = self.run_model(batch, intermediate)
-        if not get_pp_group().is_last:
-            return hidden
-        if batch.sample_request_ids:
-            logits = self.model.compute_logits(hidden[batch.logits_indices])
-            self._sample(logits, batch, output, scheduler_output)
-        if batch.prompt_logprob_spans:
-            self._prompt_logprobs(hidden, batch, output)
-        return output
+        if before_model is not None:
+            before_model(batch)
+        if bucket is not None:
+            return batch, self.prefill_graphs.replay(bucket)
+        return batch, self.run_model(batch, intermediate)
 
     def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
         """The graph to replay for this step, if it is a plain decode step."""
@@ -217,24 +272,31 @@ class ModelRunner:
             return self.model(batch.input_ids, batch.positions, ctx)
         return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
+    def sampling_rows(self, request_ids: list[str]) -> list[SamplingRow]:
+        rows = []
+        for request_id in request_ids:
+            state = self.states[request_id]
+            rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
+        return rows
+
+    def grammar_allowed(self, batch: PreparedBatch, scheduler_output: SchedulerOutput) -> AllowedTokens | None:
+        """The step's grammar masks on the device, by logits row (None when no row is constrained)."""
+        if scheduler_output.grammar_bitmask is None:
+            return None
+        logits_rows = {request_id: row for row, request_id in enumerate(batch.sample_request_ids)}
+        return self.grammar_masks.upload(scheduler_output.grammar_bitmask, logits_rows)
+
     def _sample(
         self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput, scheduler_output: SchedulerOutput
     ) -> None:
-        rows = []
-        for request_id in batch.sample_request_ids:
-            state = self.states[request_id]
-            rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
-        allowed = None
-        if scheduler_output.grammar_bitmask is not None:
-            logits_rows = {request_id: row for row, request_id in enumerate(batch.sample_request_ids)}
-            allowed = self.grammar_masks.upload(scheduler_output.grammar_bitmask, logits_rows)
-        token_ids, logprobs = self.sampler(logits, rows, allowed)
+        rows = self.sampling_rows(batch.sample_request_ids)
+        token_ids, logprobs = self.sampler(logits, rows, self.grammar_allowed(batch, scheduler_output))
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]
             if token_logprobs is not None:
                 output.logprobs[request_id] = [token_logprobs]
 
-    def _prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
+    def prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         for span in batch.prompt_logprob_spans:
             if not span.target_token_ids:
                 continue

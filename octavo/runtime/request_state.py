@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 
@@ -26,6 +27,8 @@ class RunnerRequestState:
     num_blocks: int
     num_computed_tokens: int
     row: int
+    pooling_params: PoolingParams | None = None
+    token_type_ids: list[int] | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -74,6 +77,8 @@ class RequestStates(dict[str, RunnerRequestState]):
             num_blocks=0,
             num_computed_tokens=new.num_computed_tokens,
             row=self._free_rows.pop(),
+            pooling_params=new.pooling_params,
+            token_type_ids=new.token_type_ids,
         )
         self._set_blocks(state, new.block_ids)
         return state

@@ -8,6 +8,14 @@ draw. Draws use the "exponential race"
 (``argmax(p / q)`` with ``q ~ Exp(1)``), which is exactly sampling from ``p``;
 a seeded row draws its ``q`` from a generator seeded by (seed, output index),
 so its tokens do not depend on what else is in the batch or on preemption.
+
+``Sampler.sample`` leaves everything on the device and never waits for it:
+host values (penalty ids, per-row knobs) go up through ``HostUpload``
+(pinned memory, asynchronous copies where the platform pins), and which
+steps run is decided from the host-side parameters, never from a device
+value. ``SampledBatch.to_host`` is the one sync. The synchronous path
+(``__call__``) is ``sample`` followed by ``to_host``, so the asynchronous
+engine (``runtime/async_steps.py``) samples exactly the same tokens.
 """
 
 from __future__ import annotations
@@ -83,25 +91,78 @@ class SamplingRow:
         return len(self.token_ids) - self.num_prompt_tokens
 
 
+class HostUpload:
+    """Small host lists -> device tensors without a host sync: a pageable
+    copy to a device waits for the stream, a pinned asynchronous one does not."""
+
+    def __init__(self, pin_memory: bool = False) -> None:
+        self.pin_memory = pin_memory
+
+    def __call__(self, values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if device.type == "cpu":
+            return torch.tensor(values, dtype=dtype)
+        host = torch.tensor(values, dtype=dtype, pin_memory=self.pin_memory)
+        return host.to(device, non_blocking=self.pin_memory)
+
+
+@dataclass
+class SampledBatch:
+    """A batch's samples, still on the device (``to_host`` waits for them)."""
+
+    token_ids: torch.Tensor  # [num_rows] int64
+    # Logprob rows only when some row asked: the chosen token's logprob and
+    # rank, and the ``max_top`` most likely (values, ids), per row.
+    num_top: list[int | None]
+    chosen_logprobs: torch.Tensor | None = None
+    chosen_ranks: torch.Tensor | None = None
+    top_logprobs: torch.Tensor | None = None
+    top_token_ids: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        extra = [self.chosen_logprobs, self.chosen_ranks, self.top_logprobs, self.top_token_ids]
+        return [self.token_ids, *(t for t in extra if t is not None)]
+
+    def to_host(self, host: list[torch.Tensor] | None = None) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """Token ids and logprobs as Python values; ``host``: copies of
+        ``tensors()`` already made (asynchronously) into host memory."""
+        if host is None:
+            host = [t.cpu() for t in self.tensors()]
+        token_ids = host[0].tolist()
+        logprobs: list[TokenLogprobs | None] = [None] * len(token_ids)
+        if self.chosen_logprobs is None:
+            return token_ids, logprobs
+        chosen, ranks, top_values, top_ids = (h.tolist() for h in host[1:])
+        for i, num_top in enumerate(self.num_top):
+            if num_top is None:
+                continue
+            logprobs[i] = TokenLogprobs(
+                token_ids=[token_ids[i], *top_ids[i][:num_top]],
+                logprobs=[chosen[i], *top_values[i][:num_top]],
+                ranks=[ranks[i], *range(1, num_top + 1)],
+            )
+        return token_ids, logprobs
+
+
 def _seed_for(seed: int, output_index: int) -> int:
     # A cheap 64-bit mix so that consecutive steps get unrelated streams.
     value = (seed * 0x9E3779B97F4A7C15 + output_index * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     return value >> 1
 
 
-def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    vocab_size = logits.shape[-1]
+def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow], upload: HostUpload | None = None) -> torch.Tensor:
+    upload = upload or HostUpload()
+    vocab_size, device = logits.shape[-1], logits.device
     for i, row in enumerate(rows):
         params = row.params
         if not params.needs_penalties:
             continue
-        output_ids = torch.tensor([t for t in row.output_token_ids if t < vocab_size], dtype=torch.long, device=logits.device)
-        counts = torch.zeros(vocab_size, device=logits.device, dtype=logits.dtype)
+        output_ids = upload([t for t in row.output_token_ids if t < vocab_size], torch.long, device)
+        counts = torch.zeros(vocab_size, device=device, dtype=logits.dtype)
         if output_ids.numel():
             counts.scatter_add_(0, output_ids, torch.ones_like(output_ids, dtype=logits.dtype))
         if params.repetition_penalty != 1.0:
             seen = counts > 0
-            prompt_ids = torch.tensor([t for t in row.prompt_token_ids if t < vocab_size], dtype=torch.long, device=logits.device)
+            prompt_ids = upload([t for t in row.prompt_token_ids if t < vocab_size], torch.long, device)
             seen[prompt_ids] = True
             penalty = params.repetition_penalty
             row_logits = logits[i]
@@ -113,34 +174,49 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
     return logits
 
 
-def apply_min_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+def apply_min_tokens(logits: torch.Tensor, rows: list[SamplingRow], upload: HostUpload | None = None) -> torch.Tensor:
+    upload = upload or HostUpload()
     for i, row in enumerate(rows):
         params = row.params
         if row.num_output_tokens < params.min_tokens:
             banned = set(params.stop_token_ids)
             if not params.ignore_eos:
                 banned |= row.eos_token_ids
-            banned_ids = [t for t in banned if t < logits.shape[-1]]
+            banned_ids = sorted(t for t in banned if t < logits.shape[-1])
             if banned_ids:
-                logits[i, banned_ids] = float("-inf")
+                logits[i].index_fill_(0, upload(banned_ids, torch.long, logits.device), float("-inf"))
     return logits
 
 
-def truncate_distribution(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """Mask logits outside top-k, top-p and min-p (per-row values; 0 / 1 / 0 disable)."""
+@dataclass
+class Truncation:
+    """Per-row top-k, top-p, min-p (0 / 1 / 0 disable), with host-side flags
+    saying which apply at all (so no device value is read to decide)."""
+
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    any_top_k: bool = True
+    any_top_p: bool = True
+    any_min_p: bool = True
+
+
+def truncate_distribution(logits: torch.Tensor, truncation: Truncation) -> torch.Tensor:
+    """Mask logits outside top-k, top-p and min-p."""
     vocab_size = logits.shape[-1]
-    if bool((top_k > 0).any()):
+    top_k, top_p, min_p = truncation.top_k, truncation.top_p, truncation.min_p
+    if truncation.any_top_k:
         k = torch.where(top_k > 0, top_k, vocab_size).clamp(max=vocab_size)
         kth = torch.sort(logits, dim=-1, descending=True).values.gather(1, (k - 1).long()[:, None])
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if bool((top_p < 1.0).any()):
+    if truncation.any_top_p:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         # Drop the low tail whose total mass is <= 1 - top_p; always keep the top token.
         drop = cumulative <= (1 - top_p)[:, None]
         drop[:, -1] = False
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
-    if bool((min_p > 0).any()):
+    if truncation.any_min_p:
         probs = logits.softmax(dim=-1)
         threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
         logits = logits.masked_fill(probs < threshold, float("-inf"))
@@ -148,8 +224,9 @@ def truncate_distribution(logits: torch.Tensor, top_k: torch.Tensor, top_p: torc
 
 
 class Sampler:
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, pin_memory: bool = False) -> None:
         self.seed = seed
+        self.upload = HostUpload(pin_memory)
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def _generator(self, device: torch.device) -> torch.Generator:
@@ -160,44 +237,53 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, rows: list[SamplingRow], allowed: AllowedTokens | None = None
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
+        return self.sample(logits, rows, allowed).to_host()
+
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow], allowed: AllowedTokens | None = None) -> SampledBatch:
+        """Sample every row, leaving the results on the device (no host sync);
+        ``allowed`` holds the grammar masks of constrained rows."""
+        num_top = [row.params.logprobs for row in rows]
         if all(_is_plain_greedy(row) for row in rows):
-            # The common serving case: one argmax, one device-to-host copy.
+            # The common serving case: one argmax.
             if allowed is not None:
                 logits = apply_token_bitmask_(logits, allowed)
-            return logits.argmax(dim=-1).tolist(), [None] * len(rows)
+            return SampledBatch(logits.argmax(dim=-1), num_top)
         logits = logits.to(torch.float32)
-        want_logprobs = any(row.params.logprobs is not None for row in rows)
+        want_logprobs = any(n is not None for n in num_top)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
-        logits = apply_min_tokens(logits.clone(), rows)
-        logits = apply_penalties(logits, rows)
+        logits = apply_min_tokens(logits.clone(), rows, self.upload)
+        logits = apply_penalties(logits, rows, self.upload)
         if allowed is not None:
             logits = apply_token_bitmask_(logits, allowed)
-        sampled = self._sample(logits, rows)
-        token_ids = sampled.tolist()
-        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+        sampled = SampledBatch(self._sample(logits, rows), num_top)
         if raw_logprobs is not None:
-            for i, row in enumerate(rows):
-                if row.params.logprobs is not None:
-                    logprobs[i] = gather_logprobs(raw_logprobs[i], token_ids[i], row.params.logprobs)
-        return token_ids, logprobs
+            chosen = raw_logprobs.gather(1, sampled.token_ids[:, None])
+            sampled.chosen_logprobs = chosen[:, 0]
+            sampled.chosen_ranks = (raw_logprobs > chosen).sum(dim=-1) + 1
+            top = torch.topk(raw_logprobs, max(n or 0 for n in num_top), dim=-1)
+            sampled.top_logprobs, sampled.top_token_ids = top.values, top.indices
+        return sampled
 
     def _sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
         random_rows = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if not random_rows:
             return greedy
-        device = logits.device
-        index = torch.tensor(random_rows, device=device)
+        device, upload = logits.device, self.upload
+        index = upload(random_rows, torch.long, device)
         params = [rows[i].params for i in random_rows]
-        sub = logits[index] / torch.tensor([p.temperature for p in params], device=device)[:, None]
-        sub = truncate_distribution(
-            sub,
-            # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
-            torch.tensor([min(p.top_k, logits.shape[-1]) for p in params], device=device),
-            torch.tensor([p.top_p for p in params], device=device),
-            torch.tensor([p.min_p for p in params], device=device),
+        sub = logits[index] / upload([p.temperature for p in params], torch.float32, device)[:, None]
+        # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
+        top_k = [min(p.top_k, logits.shape[-1]) for p in params]
+        truncation = Truncation(
+            upload(top_k, torch.long, device),
+            upload([p.top_p for p in params], torch.float32, device),
+            upload([p.min_p for p in params], torch.float32, device),
+            any_top_k=any(k > 0 for k in top_k),
+            any_top_p=any(p.top_p < 1.0 for p in params),
+            any_min_p=any(p.min_p > 0 for p in params),
         )
-        probs = sub.softmax(dim=-1)
+        probs = truncate_distribution(sub, truncation).softmax(dim=-1)
         race = torch.empty_like(probs).exponential_(generator=self._generator(device))
         for j, i in enumerate(random_rows):
             seed = rows[i].params.seed

@@ -95,6 +95,10 @@ class Worker:
             send_intermediate(*result)
         return None
 
+    def execute_model_async(self, scheduler_output: SchedulerOutput):
+        """Async scheduling (one device): launch the step, return a ``PendingOutput``."""
+        return self.runner.execute_model_async(scheduler_output)
+
     def shutdown(self) -> None:
         if self.rank_info is not None and self.rank_info.world_size > 1:
             destroy_distributed_environment()

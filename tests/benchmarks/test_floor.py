@@ -181,3 +181,17 @@ def test_ceilings_measure_each_matmul_kind():
     ceilings = measure_ceilings(CPU, ["float32", "int8", "float32"])
     assert list(ceilings.matmul_flops_per_s) == ["float32", "int8"]
     assert ceilings.copy_bytes_per_s > 0 and min(ceilings.matmul_flops_per_s.values()) > 0
+
+
+def test_bench_latency_ttft_floor_counts_linear_layers_and_attention():
+    """What ``octavo bench latency`` prints as the TTFT floor of one 32k
+    prompt on Llama-3.1-8B at the H200's ceilings: 2 x linear params x L
+    (no embedding table) plus 281 TFLOP of causal attention over 780
+    TFLOP/s, 946 ms; not the 682 ms of 2 x all params x L."""
+    from octavo.benchmarks.latency import LatencyWorkload, floors
+
+    config = Path(__file__).resolve().parents[2] / "benchmarks" / "configs" / "llama-3.1-8b"
+    inventory = measure_inventory(str(config), None, torch.bfloat16, torch.bfloat16, CPU)
+    h200 = DeviceCeilings(4.12e12, {"bfloat16": 780e12})
+    assert floors(inventory, h200, LatencyWorkload(1, 32768, 1)).ttft_s == pytest.approx(0.946, rel=5e-3)
+    assert floors(inventory, h200, LatencyWorkload(1, 8192, 1)).ttft_s == pytest.approx(0.169, rel=1e-2)

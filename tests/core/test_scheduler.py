@@ -127,3 +127,38 @@ def test_abort_frees_blocks():
     assert scheduler.schedule().is_empty
     add(scheduler, "c", 3)
     assert scheduler.schedule().finished_request_ids == {"a", "b"}
+
+
+def test_async_scheduling_counts_samples_in_flight_as_placeholders():
+    """Step N+1 is scheduled before step N's output: the token N samples is a
+    placeholder, computed by N+1; the last token is never scheduled past."""
+    scheduler = make_scheduler(max_num_batched_tokens=10, async_scheduling=True)
+    request = add(scheduler, "a", 6, max_tokens=3)
+    first = scheduler.schedule()  # the prompt; samples output 0
+    assert first.num_scheduled_tokens == {"a": 6}
+    assert (request.num_computed_tokens, request.num_output_placeholders) == (6, 1)
+    second = scheduler.schedule()  # computes output 0 (still unknown), samples output 1
+    assert second.num_scheduled_tokens == {"a": 1} and second.cached_requests[0].new_token_ids == []
+    assert (request.num_computed_tokens, request.num_output_placeholders) == (7, 2)
+    scheduler.update_from_output(first, ModelRunnerOutput(sampled_token_ids={"a": [11]}))
+    assert (request.output_token_ids, request.num_output_placeholders) == ([11], 1)
+    third = scheduler.schedule()  # samples output 2, the last
+    assert third.num_scheduled_tokens == {"a": 1} and request.num_output_placeholders == 2
+    # Every remaining token is in flight: nothing more to schedule.
+    assert scheduler.schedule().is_empty
+    scheduler.update_from_output(second, ModelRunnerOutput(sampled_token_ids={"a": [12]}))
+    assert scheduler.schedule().is_empty
+    outputs = scheduler.update_from_output(third, ModelRunnerOutput(sampled_token_ids={"a": [13]}))
+    assert outputs[0].finish_reason == "length" and request.output_token_ids == [11, 12, 13]
+    assert not scheduler.has_unfinished_requests() and scheduler.kv.num_free_blocks == scheduler.kv.num_blocks
+
+
+def test_async_scheduling_drops_samples_of_preempted_requests():
+    scheduler = make_scheduler(num_blocks=4, max_num_batched_tokens=16, async_scheduling=True)
+    a, b = add(scheduler, "a", 8, max_tokens=8), add(scheduler, "b", 8, max_tokens=8)
+    first = scheduler.schedule()  # both prompts: 2 blocks each, every block taken
+    second = scheduler.schedule()  # a needs a third block: b (newest, in flight) is preempted
+    assert second.num_scheduled_tokens == {"a": 1} and b.status == RequestStatus.PREEMPTED
+    assert (b.num_computed_tokens, b.num_output_placeholders) == (0, 0)
+    scheduler.update_from_output(first, ModelRunnerOutput(sampled_token_ids={"a": [5], "b": [6]}))
+    assert a.output_token_ids == [5] and b.output_token_ids == []  # b's sample is dropped

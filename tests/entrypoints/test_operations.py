@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from octavo.core.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from octavo.core.outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestMetrics, RequestOutput
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.entrypoints.logging_setup import REQUEST_ID, JsonFormatter
 from octavo.entrypoints.tracing import traces_url
@@ -63,6 +64,29 @@ def test_a_finished_request_becomes_queue_prefill_and_decode_spans(receiver):
     assert spans["prefill"].end_time_unix_nano == spans["decode"].start_time_unix_nano
     assert spans["decode"].end_time_unix_nano == root.end_time_unix_nano
     assert abs(root.end_time_unix_nano / 1e9 - time.time()) < 60
+
+
+def test_a_pooling_request_becomes_queue_and_prefill_spans(receiver):
+    from octavo.entrypoints.tracing import RequestTracer
+
+    receiver, endpoint = receiver
+    tracer = RequestTracer(endpoint)
+    now = time.monotonic()
+    metrics = RequestMetrics(arrival_time=now - 1.0, first_scheduled_time=now - 0.4, finished_time=now)
+    tracer.on_request_added("embd-1", 5, PoolingParams(task="embed"))
+    tracer.on_outputs([PoolingRequestOutput("embd-1", "hi", [1, 2, 3, 4, 5], PoolingOutput.from_values([0.6, 0.8]), metrics=metrics)])
+    assert tracer._pending == {}
+    assert tracer.force_flush()
+    tracer.shutdown()
+    spans = {span.name: span for span in receiver.snapshot()}
+    assert set(spans) == {"llm_request", "queue", "prefill"}
+    root = spans["llm_request"]
+    info = attributes(root)
+    assert info["gen_ai.request.id"] == "embd-1" and info["octavo.task"] == "embed"
+    assert info["gen_ai.usage.input_tokens"] == 5 and info["gen_ai.response.finish_reasons"] == ["stop"]
+    assert attributes(spans["prefill"])["gen_ai.usage.input_tokens"] == 5
+    assert spans["queue"].end_time_unix_nano == spans["prefill"].start_time_unix_nano
+    assert spans["prefill"].end_time_unix_nano == root.end_time_unix_nano
 
 
 def test_traces_url_defaults_the_path():

@@ -5,13 +5,13 @@ tiny shapes. Timing is replaced by one call."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.scripts import load_script
 
 pytest.importorskip("triton")
 
@@ -21,10 +21,7 @@ SWEEP_SCRIPT = SCRIPT.with_name("kernels_gpu_sweep.py")
 
 @pytest.fixture
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("kernels_gpu_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT, "kernels_gpu_bench", monkeypatch)
     shapes = dict(NUM_HEADS=8, NUM_KV_HEADS=2, HEAD_SIZE=32, HIDDEN=64, INTERMEDIATE=96, SCALE=32**-0.5)
     for name, value in shapes.items():
         monkeypatch.setattr(module, name, value)
@@ -62,11 +59,7 @@ def test_benchmark_script_runs_on_tiny_shapes(bench, tmp_path, monkeypatch):
 
 @pytest.fixture
 def sweep_module(monkeypatch):
-    spec = importlib.util.spec_from_file_location("kernels_gpu_sweep_bench", SWEEP_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SWEEP_SCRIPT, "kernels_gpu_sweep_bench", monkeypatch)
 
 
 def test_sweep_lists_cover_the_asked_shapes(sweep_module):
@@ -116,10 +109,7 @@ def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
     from octavo.kernels.gemv import GemvConfig
 
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports its neighbours
-    spec = importlib.util.spec_from_file_location("gemv_gpu_sweep_bench", SCRIPT.with_name("gemv_gpu_sweep.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT.with_name("gemv_gpu_sweep.py"), "gemv_gpu_sweep_bench", monkeypatch)
     shapes = {"qkv": (48, 32, False), "o": (32, 32, False), "gate_up": (64, 32, False),
               "gate_up_silu": (64, 32, True), "down": (32, 48, False), "lm_head": (80, 32, False)}
     tiny = dict(HIDDEN=32, INTERMEDIATE=48, SHAPES=shapes, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),

@@ -4,6 +4,7 @@ only pickle weights, and the choice of one GGUF file."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from octavo.models.hub import (
     parse_hub_id,
     resolve_model,
     select_gguf_file,
+    sentence_transformers_files,
 )
 from tests.models.stand_in_hub import GOOD_TOKEN, StandInHub, StandInRepo
 
@@ -65,6 +67,30 @@ def test_full_download_fetches_only_what_the_engine_loads(hub, llama_dir, tmp_pa
     remote = make_llm(REPO, download_dir=str(tmp_path / "cache")).generate("Hello", params)
     local = make_llm(llama_dir).generate("Hello", params)
     assert remote[0].outputs[0].token_ids == local[0].outputs[0].token_ids
+
+
+def test_an_embedding_model_brings_its_sentence_transformers_modules(hub, pooling_dirs, tmp_path, make_llm):
+    local = pooling_dirs("bert")  # mean pooling (1_Pooling/config.json), normalised
+    files = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    files["onnx/model.onnx"] = b"another runtime's weights, never fetched"
+    hub.repos["octavo-test/tiny-embedder"] = StandInRepo(files)
+    texts = ["the cat sat on the mat", "hello"]
+    remote = make_llm("octavo-test/tiny-embedder", download_dir=str(tmp_path / "cache"), max_model_len=64).embed(texts)
+    assert "1_Pooling/config.json" in _fetched(hub) and "onnx/model.onnx" not in _fetched(hub)
+    expected = make_llm(local, max_model_len=64).embed(texts)
+    for ours, reference in zip(remote, expected):
+        assert ours.outputs.embedding == reference.outputs.embedding
+
+
+def test_only_the_listed_modules_json_files_are_named(tmp_path):
+    modules = [{"path": ""}, {"path": "1_Pooling"}, {"path": "2_Dense/"}, {"path": "3_Normalize"}]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    filenames = ["config.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors",
+                 "9_Other/config.json", "1_Pooling/nested/x.json"]
+    assert sentence_transformers_files(filenames, tmp_path / "modules.json") == ["1_Pooling/config.json", "2_Dense/config.json"]
+    (tmp_path / "modules.json").write_text("not json")
+    assert sentence_transformers_files(filenames, tmp_path / "modules.json") == []
+    assert sentence_transformers_files(filenames, tmp_path / "absent.json") == []
 
 
 def test_a_dropped_connection_resumes_with_a_range_request(hub, tmp_path):

@@ -43,6 +43,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--max-prefill-graph-tokens", type=int, default=2048,
         help="capture steps of up to this many tokens in graphs too (0: decode steps only)",
     )
+    parser.add_argument(
+        "--async-scheduling", action=argparse.BooleanOptionalAction, default=False,
+        help="schedule and prepare each step while the device runs the one before (one device)",
+    )
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     parser.add_argument(
@@ -65,6 +69,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument(
         "--structured-outputs-max-grammar-bytes", type=int, default=64 << 20,
         help="largest compiled grammar (bytes) a structured-output constraint may become",
+    )
+    parser.add_argument(
+        "--task", default="auto", choices=["auto", "generate", "embed", "classify"],
+        help="what the model serves (default: the checkpoint's own: embeddings for BertModel or a "
+        "sentence-transformers checkpoint, classification for *ForSequenceClassification, else generation)",
     )
 
 

@@ -3,11 +3,12 @@ over several replicas), one FastAPI app with the OpenAI and Anthropic routes.
 
 Middleware, outermost first: the gate (431 for oversized headers, 503 while
 draining), authentication (deny by default: ``/openapi.json`` needs the key
-too), the body-size limit (413). The engine thread starts and stops with the
-app's lifespan, and so does the tokenizer pool. Each app has its own metrics
-registry, so tests can build several apps in one process. Connection-level
-limits (timeouts, the connection cap) are the HTTP protocol's, set up by
-``octavo serve`` (``connections.py``).
+too), the body-size limit (413), the task gate (400 for a generation route
+on a pooling model and vice versa). The engine thread starts and stops with
+the app's lifespan, and so does the tokenizer pool. Each app has its own
+metrics registry, so tests can build several apps in one process.
+Connection-level limits (timeouts, the connection cap) are the HTTP
+protocol's, set up by ``octavo serve`` (``connections.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
 from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
-from octavo.entrypoints.openai import chat, completions, routes
+from octavo.entrypoints.openai import chat, classify, completions, embeddings, routes, score
 from octavo.entrypoints.openai.auth import AuthMiddleware
 from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
 from octavo.entrypoints.openai.errors import install_exception_handlers
@@ -32,8 +33,9 @@ from octavo.entrypoints.openai.limits import BodyLimitMiddleware, GateMiddleware
 from octavo.entrypoints.openai.openapi import install_openapi
 from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_chars
 from octavo.entrypoints.openai.serving import ServingContext
-from octavo.entrypoints.ui import add_ui_routes
+from octavo.entrypoints.openai.task_gate import TaskGateMiddleware
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
+from octavo.entrypoints.ui import add_ui_routes
 from octavo.version import __version__
 
 if TYPE_CHECKING:
@@ -81,12 +83,13 @@ def build_app(
     app.state.octavo = ctx
     app.state.octavo_body_models = []
     install_exception_handlers(app)
-    for module in (completions, chat, messages, routes):
+    for module in (completions, chat, messages, embeddings, score, classify, routes):
         module.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
     install_openapi(app, config.served_model_names, PUBLIC_PATHS | ui_public_paths)
     # add_middleware puts each new one outside the previous ones.
+    app.add_middleware(TaskGateMiddleware, task=lambda: ctx.limits.task)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
     if config.api_key:
         app.add_middleware(AuthMiddleware, api_key=config.api_key, public_paths=PUBLIC_PATHS | ui_public_paths)

@@ -1,0 +1,62 @@
+"""Copying checkpoint tensors into a model's parameters, by name.
+
+A model says how a checkpoint name maps onto its own parameters (a
+``rename`` function: ``(parameter name, shard id)`` or None to skip the
+tensor); parameters with a ``weight_loader`` (parallel and fused layers) get
+the tensor through it, others are copied after a shape check. Every
+parameter must end up loaded (every shard of a fused one), or loading fails
+with the first one missing: a half-loaded model never serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from octavo.errors import ModelLoadError
+
+Rename = Callable[[str], tuple[str, object] | None]
+
+
+def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]], rename: Rename) -> set[str]:
+    """Load ``weights``; returns ``name`` or ``name:shard`` for each one loaded."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded: set[str] = set()
+    for name, tensor in weights:
+        renamed = rename(name)
+        if renamed is None:
+            continue
+        target, shard_id = renamed
+        param = params.get(target)
+        if param is None:
+            continue  # another pipeline stage's layer, or a tensor this model does not use
+        loader = getattr(param, "weight_loader", None)
+        if loader is None:
+            if param.shape != tensor.shape:
+                raise ModelLoadError(f"{name}: shape {tuple(tensor.shape)} but expected {tuple(param.shape)}")
+            param.data.copy_(tensor)
+        elif shard_id is None:
+            loader(param, tensor)
+        else:
+            loader(param, tensor, shard_id)
+        loaded.add(target if shard_id is None else f"{target}:{shard_id}")
+    return loaded
+
+
+def check_all_loaded(
+    model: nn.Module, loaded: set[str], fused_shards: dict[str, tuple], skip: Callable[[str], bool] | None = None
+) -> None:
+    """Raise for the first parameter (or fused shard) the checkpoint did not
+    provide; ``skip`` names parameters it need not (a head tied to the embedding)."""
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if getattr(param, "not_in_checkpoint", False):
+            continue  # made by a quantization method after loading
+        if skip is not None and skip(name):
+            continue
+        fused = next((f for f in fused_shards if f".{f}." in f".{name}"), None)
+        required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
+        missing = [r for r in required if r not in loaded]
+        if missing:
+            raise ModelLoadError(f"the checkpoint has no tensor for {missing[0]}")

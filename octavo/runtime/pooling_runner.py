@@ -1,0 +1,67 @@
+"""One step of a pooling model: whole prompts -> hidden states -> one vector
+per request (``ModelRunnerOutput.pooled``).
+
+The scheduler never splits a pooling request's prompt, so in a pooling step
+request ``i`` is rows ``cu_seqlens[i]:cu_seqlens[i+1]`` of the hidden
+states, in the scheduler's order. Encoder-only models get a flat batch of
+their own (positions from 0 within each input, segment ids, the
+bidirectional attention's metadata) and no KV cache; decoders run through
+the runner's usual path (paged KV cache, prefill graphs), then pool. The
+model's ``pool`` gives float32 rows on the device; one copy brings them to
+the host, where each request's params finish them (``finish_pooled``).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.models.layers.attention import ForwardContext
+from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
+from octavo.models.pooling import PoolingMetadata, finish_pooled
+from octavo.runtime.request_state import RunnerRequestState
+
+if TYPE_CHECKING:
+    from octavo.runtime.model_runner import ModelRunner
+
+
+class PoolingRunner:
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+        self.pooler = runner.loaded.pooler
+        self.device = runner.device
+
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        request_ids = list(scheduler_output.num_scheduled_tokens)
+        states = [self.runner.states[r] for r in request_ids]
+        seq_lens = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, len(request_ids))
+        for state, num_tokens in zip(states, seq_lens.tolist()):
+            if state.num_computed_tokens != 0 or num_tokens != len(state.token_ids):
+                raise RuntimeError(f"pooling request {state.request_id} was not scheduled whole")
+        if self.pooler.is_encoder:
+            hidden = self._run_encoder(states, seq_lens)
+        else:
+            _, hidden = self.runner.forward_hidden(scheduler_output)
+        meta = PoolingMetadata.build(seq_lens, self.device)
+        rows = self.runner.model.pool(hidden, meta).cpu().numpy()
+        pooled = finish_pooled(rows, [state.pooling_params for state in states], self.pooler)
+        return ModelRunnerOutput(pooled=dict(zip(request_ids, pooled)))
+
+    def _run_encoder(self, states: list[RunnerRequestState], seq_lens: np.ndarray) -> torch.Tensor:
+        num_tokens = int(seq_lens.sum())
+        input_ids = np.fromiter(chain.from_iterable(s.token_ids for s in states), np.int64, num_tokens)
+        starts = np.cumsum(seq_lens) - seq_lens
+        positions = np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, seq_lens)
+        token_type_ids = None
+        if any(s.token_type_ids is not None for s in states):
+            types = (s.token_type_ids if s.token_type_ids is not None else [0] * len(s.token_ids) for s in states)
+            token_type_ids = self._upload(np.fromiter(chain.from_iterable(types), np.int64, num_tokens))
+        fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.build(seq_lens, self.device), kv_caches=[])
+        return self.runner.model(self._upload(input_ids), self._upload(positions), fctx, token_type_ids=token_type_ids)
+
+    def _upload(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device, non_blocking=True)

@@ -1,0 +1,39 @@
+"""On a CUDA GPU: pooling models (encoders and decoders) against the CPU
+reference path, in float32 (pooled vectors within 1e-3) and bfloat16
+(embeddings within cosine 0.999 of the float32 CPU ones). Skipped without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from octavo import PoolingParams
+from tests.models.conftest import pooling_dirs, wordpiece_dir  # noqa: F401
+from tests.models.test_pooling_parity import MAX_MODEL_LEN, random_inputs, vocab_size
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+NAMES = ["bert", "xlm_roberta", "qwen3_embed", "bert_cls3", "qwen2_cls3"]
+
+
+def pooled(llm, prompts, name: str) -> np.ndarray:
+    token_prompts = [{"prompt_token_ids": p} for p in prompts]
+    if "cls" in name:
+        outputs = llm.classify(token_prompts, PoolingParams(task="classify", use_activation=False))
+    else:
+        outputs = llm.embed(token_prompts)
+    return np.array([o.outputs.data for o in outputs], dtype=np.float64)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_pooling_matches_the_cpu_reference(name, pooling_dirs, make_llm):  # noqa: F811
+    path = pooling_dirs(name)
+    prompts = random_inputs(vocab_size(path))
+    max_model_len = MAX_MODEL_LEN.get(name, 256)
+    cpu = pooled(make_llm(path, platform="cpu", max_model_len=max_model_len), prompts, name)
+    gpu = pooled(make_llm(path, platform="cuda", max_model_len=max_model_len), prompts, name)
+    assert np.abs(gpu - cpu).max() < 1e-3
+    if "cls" not in name:
+        half = pooled(make_llm(path, platform="cuda", dtype="bfloat16", max_model_len=max_model_len), prompts, name)
+        cosines = (half * cpu).sum(1) / (np.linalg.norm(half, axis=1) * np.linalg.norm(cpu, axis=1))
+        assert cosines.min() > 0.999
