@@ -4,9 +4,11 @@
 Triton kernels serve the ``cuda`` device type (NVIDIA, and AMD through
 ROCm's HIP build of torch); they are listed only when Triton is installed,
 and imported only on a platform they serve. ``torch._int_mm`` (int8 W8A8)
-and ``torch._scaled_mm`` (fp8 W8A8) serve wherever a one-off probe on the
-device says they run. Priority 0: a vendor's implementation with a higher
-priority replaces any of these.
+and ``torch._scaled_mm`` (fp8 W8A8, fed by a Triton activation quantizer
+when Triton is there) serve wherever a one-off probe on the device says
+they run. Within an op, earlier entries come first in its chain (a GEMV
+with ``max_tokens`` before the matmul that takes the rest). Priority 0: a
+vendor's implementation with a higher priority replaces any of these.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from octavo.errors import InvalidArgumentError
 from octavo.ops.impl import OpContext, OpImpl
 
 GEMV_MAX_TOKENS_ENV = "OCTAVO_GEMV_MAX_TOKENS"
+QUANT_GEMV_MAX_TOKENS_ENV = "OCTAVO_QUANT_GEMV_MAX_TOKENS"
 CUDA = ("cuda",)
 
 
@@ -32,10 +35,31 @@ def gemv_max_tokens() -> int:
     return int(value)
 
 
+def quant_gemv_max_tokens() -> int:
+    """Token counts up to this take the weight-only GEMV of 8-bit per-channel
+    weights (``fp8_linear``, ``int8_weight_only_linear``) instead of the
+    matmul (``OCTAVO_QUANT_GEMV_MAX_TOKENS``, default 2; 0 turns it off). The
+    GEMV reads the 8-bit weight once; fp8 W8A8 pays a quantization launch and
+    ``_scaled_mm`` at a tiny M. benchmarks/quant_sweep_gpu.py measures the
+    crossover."""
+    value = os.environ.get(QUANT_GEMV_MAX_TOKENS_ENV, "2")
+    if not value.isdigit() or int(value) > 8:
+        raise InvalidArgumentError(
+            f"{QUANT_GEMV_MAX_TOKENS_ENV}={value!r}: expected a number of tokens from 0 (off) to 8"
+        )
+    return int(value)
+
+
 def _fp8_mm_runs(ctx: OpContext) -> str | None:
     from octavo.kernels.quant.scaled_mm import fp8_w8a8_supported
 
     return None if fp8_w8a8_supported(ctx.device) else "torch._scaled_mm does not run on this device"
+
+
+def _fp8_triton_runs(ctx: OpContext) -> str | None:
+    from octavo.kernels.quant.fp8_triton import fp8_kernels_supported
+
+    return None if fp8_kernels_supported(ctx.device) else "Triton's fp8 kernels do not run on this device"
 
 
 def _int_mm_runs(ctx: OpContext) -> str | None:
@@ -53,18 +77,49 @@ def _int_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
     return qweight.device.type != "cuda" or (qweight.shape[0] % 8 == 0 and qweight.shape[1] % 8 == 0)
 
 
+def _env_max_tokens(read) -> int:
+    try:
+        return read()
+    except InvalidArgumentError:
+        return 0  # the engine refuses the value at startup (check_layer_op_config)
+
+
+def _quant_impls() -> list[OpImpl]:
+    """The quantized GEMMs' Triton implementations (the GEMVs first: with
+    ``max_tokens`` they serve decode and hand larger batches down the chain)."""
+    quant = "octavo.kernels.quant"
+    impls = []
+    max_tokens = _env_max_tokens(quant_gemv_max_tokens)
+    if max_tokens:
+        impls += [
+            OpImpl("fp8_linear", "gemv", "octavo.kernels.gemv:scaled_linear_gemv", device_types=CUDA,
+                   max_tokens=max_tokens, supports=_fp8_triton_runs),
+            OpImpl("int8_weight_only_linear", "gemv", "octavo.kernels.gemv:scaled_linear_gemv", device_types=CUDA,
+                   max_tokens=max_tokens),
+        ]
+    return impls + [
+        OpImpl("fp8_linear", "triton_quant+scaled_mm", f"{quant}.fp8_triton:fp8_w8a8_linear", device_types=CUDA,
+               supports=_fp8_mm_runs, accepts=_fp8_mm_shape_ok),
+        OpImpl("fp8_block_linear", "triton", f"{quant}.fp8_block_triton:fp8_block_linear", device_types=CUDA,
+               supports=_fp8_triton_runs),
+        OpImpl("int4_linear", "triton", f"{quant}.int4_triton:int4_linear", device_types=CUDA),
+        OpImpl("int8_grouped_linear", "triton", f"{quant}.int4_triton:int8_grouped_linear", device_types=CUDA),
+        OpImpl("gguf_linear", "triton", f"{quant}.gguf_triton:gguf_linear", device_types=CUDA),
+    ]
+
+
 def builtin_layer_ops() -> list[OpImpl]:
     scaled_mm = "octavo.kernels.quant.scaled_mm"
     impls = [
         OpImpl("int8_linear", "int_mm", f"{scaled_mm}:int8_w8a8_linear", supports=_int_mm_runs, accepts=_int_mm_shape_ok),
-        OpImpl(
-            "fp8_linear", "scaled_mm", f"{scaled_mm}:fp8_w8a8_linear", device_types=CUDA,
-            supports=_fp8_mm_runs, accepts=_fp8_mm_shape_ok,
-        ),
     ]
+    torch_fp8 = OpImpl(
+        "fp8_linear", "scaled_mm", f"{scaled_mm}:fp8_w8a8_linear", device_types=CUDA,
+        supports=_fp8_mm_runs, accepts=_fp8_mm_shape_ok,
+    )
     if importlib.util.find_spec("triton") is None:
-        return impls
-    impls += [
+        return impls + [torch_fp8]
+    impls += _quant_impls() + [
         OpImpl("rms_norm", "triton", "octavo.kernels.rms_norm:rms_norm", device_types=CUDA),
         OpImpl("fused_add_rms_norm", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm", device_types=CUDA),
         OpImpl("rotary_embedding", "triton", "octavo.kernels.rotary:apply_rotary", device_types=CUDA),
@@ -72,13 +127,8 @@ def builtin_layer_ops() -> list[OpImpl]:
         OpImpl("silu_and_mul", "triton", "octavo.kernels.activation:silu_and_mul", device_types=CUDA),
         OpImpl("gelu_and_mul", "triton", "octavo.kernels.activation:gelu_and_mul", device_types=CUDA),
         OpImpl("gelu_tanh_and_mul", "triton", "octavo.kernels.activation:gelu_tanh_and_mul", device_types=CUDA),
-        OpImpl("int4_linear", "triton", "octavo.kernels.quant.int4_triton:int4_linear", device_types=CUDA),
-        OpImpl("gguf_linear", "triton", "octavo.kernels.quant.gguf_triton:gguf_linear", device_types=CUDA),
     ]
-    try:
-        max_tokens = gemv_max_tokens()
-    except InvalidArgumentError:
-        max_tokens = 0  # the engine refuses the value at startup (check_layer_op_config)
+    max_tokens = _env_max_tokens(gemv_max_tokens)
     if max_tokens:
         impls += [
             OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),

@@ -10,6 +10,12 @@ step. No split-K: small ``BLOCK_N`` already gives every SM several
 programs at Llama shapes, and split-K would need a float32 buffer, atomics
 and one more launch.
 
+``weight_scale`` (float32 ``[N]``, or ``[2 * I]`` with ``silu_mul``) makes
+it the weight-only GEMV of an 8-bit (fp8 or int8) per-channel weight: the
+weight is read in its own dtype, widened in registers, and each output
+feature is multiplied by its scale before the bias (the ``fp8_linear`` /
+``int8_weight_only_linear`` ops at decode: half the bytes of bfloat16).
+
 ``silu_mul=True`` fuses the MLP's activation into the gate-up projection:
 ``W`` is ``[gate; up]`` (``2 * I`` rows), each program computes the same
 ``BLOCK_N`` features of both halves and writes ``silu(gate) * up``, which
@@ -31,6 +37,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.activation import silu_then_mul
+from octavo.kernels.triton_utils import next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
 MAX_ROWS = 8
@@ -67,18 +74,30 @@ def config_from_env(name: str) -> GemvConfig | None:
         raise ValueError(f"{name}={value!r}: expected block_n,block_k,num_warps,num_stages[,defer]") from None
 
 
-def default_config(silu_mul: bool) -> GemvConfig:
+# Products held per program when the reduction is deferred (the 1-token
+# default's BLOCK_N x BLOCK_K): more token rows take narrower K tiles, so
+# that registers do not spill.
+DEFERRED_PRODUCTS = 8192
+
+
+def default_config(silu_mul: bool, num_tokens: int = 1) -> GemvConfig:
     if silu_mul:
         return config_from_env("OCTAVO_GEMV_SILU") or DEFAULT_SILU_CONFIG
-    return config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG
+    config = config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG
+    rows = next_power_of_2(num_tokens)
+    if config.defer_reduce and rows * config.block_n * config.block_k > DEFERRED_PRODUCTS:
+        block_k = max(128, DEFERRED_PRODUCTS // (rows * config.block_n))
+        config = GemvConfig(config.block_n, block_k, config.num_warps, config.num_stages, config.defer_reduce)
+    return config
 
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr,
+    x_ptr, w_ptr, b_ptr, scale_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_om, up_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr, EVEN_K: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -126,6 +145,10 @@ def _gemv_kernel(
     else:
         out = acc
         out_up = acc_up
+    if HAS_SCALE:
+        out *= tl.load(scale_ptr + rows)[None, :]
+        if SILU_MUL:
+            out_up *= tl.load(scale_ptr + N + rows)[None, :]
     if HAS_BIAS:
         out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
         if SILU_MUL:
@@ -145,9 +168,11 @@ def gemv(
     bias: torch.Tensor | None = None,
     silu_mul: bool = False,
     config: GemvConfig | None = None,
+    weight_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` for ``x`` of at most 8 rows;
-    with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up])."""
+    with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up]);
+    with ``weight_scale``, ``weight`` is 8-bit and ``x @ (weight * scale[:, None]).T + bias``."""
     num_tokens, in_features = x.shape
     if num_tokens > MAX_ROWS:
         raise ValueError(f"gemv takes at most {MAX_ROWS} token rows, got {num_tokens}")
@@ -157,16 +182,16 @@ def gemv(
     out = torch.empty(num_tokens, out_features, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    config = config or default_config(silu_mul)
+    config = config or default_config(silu_mul, num_tokens)
     block_k = min(config.block_k, triton.next_power_of_2(in_features))
     grid = (triton.cdiv(out_features, config.block_n),)
     _gemv_kernel[grid](
-        x, weight, bias if bias is not None else weight, out,
+        x, weight, bias if bias is not None else weight, weight_scale if weight_scale is not None else weight, out,
         num_tokens, out_features, in_features, x.stride(0), weight.stride(0), out.stride(0),
         out_features * weight.stride(0),
         BLOCK_M=triton.next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCK_K=block_k,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, DEFER_REDUCE=config.defer_reduce,
-        EVEN_K=in_features % block_k == 0,
+        EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
@@ -186,3 +211,15 @@ def gemv_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if x.stride(-1) != 1:
         x = x.contiguous()
     return gemv(x, weight, bias, silu_mul=True)
+
+
+def scaled_linear_gemv(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """The ``fp8_linear`` and ``int8_weight_only_linear`` ops for a few token
+    rows: the 8-bit weight streamed as stored (half the bytes of bfloat16)
+    and scaled per output feature; activations are not quantized."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    return gemv(x2, qweight, bias, weight_scale=weight_scale).reshape(*x.shape[:-1], -1)

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
-from octavo.kernels.quant.int4 import dequantize_int4
-from octavo.kernels.quant.scaled_mm import quantize_int8_per_token, weight_only_linear
+from octavo.kernels.quant.int4 import dequantize_grouped
+from octavo.kernels.quant.scaled_mm import dequantize_fp8_block, quantize_int8_per_token, weight_only_linear
 
 
 def fp8_linear(
@@ -30,6 +30,25 @@ def fp8_linear(
     op's tolerance allows for it.
     """
     return weight_only_linear(x, qweight, weight_scale, bias)
+
+
+def fp8_block_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """``x @ W.T + bias`` for a block-scaled fp8 weight (DeepSeek-V3, Qwen3-FP8).
+
+    ``qweight``: float8_e4m3fn ``[N, K]``; ``weight_scale``: float32
+    ``[ceil(N / block_n), ceil(K / block_k)]``, contiguous; ``W[n, k] =
+    q[n, k] * weight_scale[n // block_n, k // block_k]``, in float32 rounded
+    once to ``x.dtype``. An implementation may quantize the activations to
+    fp8 per token and per ``block_k`` group (W8A8): the op's tolerance allows it.
+    """
+    return F.linear(x, dequantize_fp8_block(qweight, weight_scale, block_n, block_k, x.dtype), bias)
 
 
 def int8_linear(
@@ -64,14 +83,29 @@ def int4_linear(
 ) -> torch.Tensor:
     """``x @ W.T + bias`` for Octavo's int4 layout (``octavo.kernels.quant.int4``).
 
-    ``qweight``: int32 ``[K // 8, N]`` (input ``k`` in nibble ``k % 8`` of
-    row ``k // 8``); ``scales``: ``[K // group_size, N]`` in ``x.dtype``;
-    ``zeros``: uint8 ``[K // group_size, N]``; ``W[n, k] = (q[k, n] -
-    zeros[g, n]) * scales[g, n]``, ``g = k // group_size``, in float32 rounded
-    once to ``x.dtype``. Act-order permutations are applied by the caller.
+    ``qweight``: int32 ``[N, K // 8]`` (inputs in blocks of ``8 * P``, ``P =
+    plane_words(K, 4)``: word ``i`` of a block holds its inputs ``i + P * j``
+    in nibble ``j``); ``scales``: ``[N, K // group_size]`` in ``x.dtype``;
+    ``zeros``: uint8 ``[N, K // group_size]``; ``W[n, k] = (q[n, k] -
+    zeros[n, g]) * scales[n, g]``, ``g = k // group_size``, in float32
+    rounded once to ``x.dtype``. Act-order permutations are applied by the caller.
     """
-    dense = dequantize_int4(qweight, scales, zeros, group_size, dtype=x.dtype)
-    return F.linear(x, dense, bias)
+    return F.linear(x, dequantize_grouped(qweight, scales, zeros, group_size, 4, x.dtype), bias)
+
+
+def int8_grouped_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """``int4_linear``'s contract with 8-bit values (GPTQ 8-bit): ``qweight``
+    int32 ``[N, K // 4]`` (blocks of ``4 * P`` inputs, ``P = plane_words(K,
+    8)``; word ``i`` holds input ``i + P * j`` in byte ``j``), ``zeros`` int16
+    (0..256)."""
+    return F.linear(x, dequantize_grouped(qweight, scales, zeros, group_size, 8, x.dtype), bias)
 
 
 def gguf_linear(x: torch.Tensor, qweight: torch.Tensor, ggml_type: GGMLType) -> torch.Tensor:

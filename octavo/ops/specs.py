@@ -111,9 +111,11 @@ _SPECS = (
     ),
     OpSpec("fused_moe", reference.fused_moe, GEMM, "routed experts' weighted MLP sum"),
     OpSpec("fp8_linear", quant_reference.fp8_linear, FP8, "fp8 e4m3 per-channel weights"),
+    OpSpec("fp8_block_linear", quant_reference.fp8_block_linear, FP8, "fp8 e4m3 weights with block-wise scales"),
     OpSpec("int8_linear", quant_reference.int8_linear, GEMM, "int8 W8A8, dynamic per-token activations"),
     OpSpec("int8_weight_only_linear", quant_reference.int8_weight_only_linear, GEMM, "int8 per-channel weights"),
     OpSpec("int4_linear", quant_reference.int4_linear, GEMM, "int4 grouped weights (GPTQ/AWQ/RTN layout)"),
+    OpSpec("int8_grouped_linear", quant_reference.int8_grouped_linear, GEMM, "int8 grouped weights with zero points (GPTQ 8-bit)"),
     OpSpec("gguf_linear", quant_reference.gguf_linear, GEMM, "GGUF (ggml) quantized rows"),
 )
 

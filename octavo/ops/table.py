@@ -82,9 +82,11 @@ class LayerOps:
     linear_silu_and_mul: Callable
     fused_moe: Callable
     fp8_linear: Callable
+    fp8_block_linear: Callable
     int8_linear: Callable
     int8_weight_only_linear: Callable
     int4_linear: Callable
+    int8_grouped_linear: Callable
     gguf_linear: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
 

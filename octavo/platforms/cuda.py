@@ -70,9 +70,11 @@ class CudaPlatform(TorchDevicePlatform):
 
     def check_config(self, config) -> None:
         super().check_config(config)
-        from octavo.kernels.builtin import gemv_max_tokens
+        from octavo.kernels.builtin import gemv_max_tokens, quant_gemv_max_tokens
 
-        gemv_max_tokens()  # OCTAVO_GEMV_MAX_TOKENS is well formed (else InvalidArgumentError)
+        # OCTAVO_GEMV_MAX_TOKENS / OCTAVO_QUANT_GEMV_MAX_TOKENS are well formed (else InvalidArgumentError)
+        gemv_max_tokens()
+        quant_gemv_max_tokens()
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

@@ -11,7 +11,7 @@ Tensors per linear layer with ``K`` inputs, ``N`` outputs, ``G = K / group_size`
 
 ``W[n, k] = (q[k, n] - z[k // group_size, n]) * scales[k // group_size, n]``
 (the zero as stored: AWQ has no +1 convention and no act-order). After
-loading the layer is repacked into Octavo's int4 layout.
+loading the layer is repacked into Octavo's grouped layout (``int4_linear``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class AWQLinearMethod(Int4LinearMethod):
         check_int4_shapes(layer, input_size, output_partition_sizes, self.group_size)
         num_out, num_groups = sum(output_partition_sizes), input_size // self.group_size
         pack = int4_kernels.PACK_FACTOR
-        layer.group_size = self.group_size
+        layer.group_size, layer.weight_bits = self.group_size, 4
         packed = dict(input_dim=0, output_dim=1, packed_dim=1, pack_factor=pack)
         layer.register_parameter("qweight", new_param((input_size, num_out // pack), torch.int32, **packed))
         layer.register_parameter("qzeros", new_param((num_groups, num_out // pack), torch.int32, **packed))

@@ -1,11 +1,12 @@
-"""GPTQ int4 checkpoints (AutoGPTQ / GPTQModel / optimum layout).
+"""GPTQ checkpoints, 4- and 8-bit (AutoGPTQ / GPTQModel / optimum layout).
 
-Tensors per linear layer with ``K`` inputs, ``N`` outputs, ``G`` groups:
+Tensors per linear layer with ``K`` inputs, ``N`` outputs, ``G`` groups,
+``b`` bits and ``p = 32 / b`` values per int32:
 
-* ``qweight`` int32 ``[K / 8, N]``: 8 inputs per word, input ``k`` in bits
-  ``4 * (k % 8)`` of row ``k // 8``;
-* ``qzeros`` int32 ``[G, N / 8]``: 8 outputs per word, output ``n`` in bits
-  ``4 * (n % 8)``;
+* ``qweight`` int32 ``[K / p, N]``: ``p`` inputs per word, input ``k`` in bits
+  ``b * (k % p)`` of row ``k // p``;
+* ``qzeros`` int32 ``[G, N / p]``: ``p`` outputs per word, output ``n`` in bits
+  ``b * (n % p)``;
 * ``scales`` ``[G, N]`` (float16 usually);
 * ``g_idx`` int32 ``[K]``: the group of each input. Without act-order it is
   ``k // group_size``; with act-order (``desc_act``) the inputs were
@@ -16,11 +17,12 @@ the unpacked zero **plus one** for the original format (``checkpoint_format``
 "gptq", AutoGPTQ's historical convention: it stored ``zero - 1``; a
 symmetric 4-bit file stores 7 for a true zero of 8) and the zero as stored
 for ``checkpoint_format`` "gptq_v2". Like every GPTQ kernel, the +1 is not
-wrapped: a stored 15 reads as 16.
+wrapped: a stored 15 reads as 16 (255 as 256 with 8 bits).
 
 After loading, an act-order layer is permuted so that its groups are
 contiguous (inputs sorted by ``g_idx``; the activations are permuted the same
-way in ``apply``) and the layer becomes Octavo's int4 layout. Fused q/k/v or
+way in ``apply``) and the layer becomes Octavo's grouped layout (computed by
+the ``int4_linear`` op, or ``int8_grouped_linear`` for 8 bits). Fused q/k/v or
 gate/up layers share their input, so GPTQ gives their shards the same
 ``g_idx``; shards with different ``g_idx`` are refused.
 """
@@ -49,10 +51,11 @@ class GPTQLinearMethod(Int4LinearMethod):
         # group_size -1: one group over all (global) inputs, never split.
         split_groups = group_size != -1
         group_size = group_size if split_groups else input_size
-        check_int4_shapes(layer, input_size, output_partition_sizes, group_size)
+        bits = self.config.bits
+        check_int4_shapes(layer, input_size, output_partition_sizes, group_size, bits)
         num_out, num_groups = sum(output_partition_sizes), input_size // group_size
-        layer.group_size = group_size
-        pack = int4_kernels.PACK_FACTOR
+        layer.group_size, layer.weight_bits = group_size, bits
+        pack = 32 // bits
         layer.register_parameter(
             "qweight",
             new_param((input_size // pack, num_out), torch.int32, input_dim=0, output_dim=1, packed_dim=0, pack_factor=pack),
@@ -71,54 +74,72 @@ class GPTQLinearMethod(Int4LinearMethod):
         layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
-        values = int4_kernels.unpack_int4_rows(layer.qweight.data)
-        zeros = int4_kernels.unpack_int4_cols(layer.qzeros.data).to(torch.int32)
+        bits = layer.weight_bits
+        values = int4_kernels.unpack_int4_rows(layer.qweight.data, bits)
+        zeros = int4_kernels.unpack_int4_cols(layer.qzeros.data, bits=bits).to(torch.int32)
         if self.config.zero_point_plus_one:
             zeros = zeros + 1
-        num_groups = layer.scales.shape[0]
-        group_of_input = self._group_of_input(layer, values.shape[0], num_groups)
-        perm = None
-        trivial = torch.arange(values.shape[0], device=values.device) // layer.group_size
-        # (On the meta device, when only sizes are measured, there is no g_idx to read.)
-        if not values.is_meta and not torch.equal(group_of_input, trivial):
-            perm = torch.argsort(group_of_input, stable=True)
-            if not torch.equal(group_of_input[perm], trivial):
-                raise QuantizationError(
-                    f"{layer.prefix}.g_idx: the groups do not all hold {layer.group_size} inputs; "
-                    "this act-order layout is not supported"
-                )
+        groups_split = getattr(layer.qzeros, "input_dim", None) == 0
+        perm = act_order_permutation(layer, "g_idx", values.shape[0], layer.scales.shape[0], groups_split)
+        if perm is not None:
             values = values[perm]
         store_int4(layer, values, layer.scales.data, zeros, layer.group_size, perm)
 
-    def _group_of_input(self, layer: nn.Module, num_inputs: int, num_groups: int) -> torch.Tensor:
-        """The group of every input on this rank, checked for consistency and range."""
-        num_shards = layer.g_idx.shape[0]
-        loaded = [was_loaded(layer, "g_idx", i) for i in range(num_shards)]
-        if not any(loaded) or layer.g_idx.is_meta:
-            return torch.arange(num_inputs, device=layer.g_idx.device) // layer.group_size
-        g_idx = layer.g_idx.data.to(torch.int64)
-        if not all(loaded) or any(not torch.equal(g_idx[0], g_idx[i]) for i in range(1, num_shards)):
-            raise QuantizationError(
-                f"{layer.prefix}: the fused projections have different g_idx (act-order permutations); "
-                "Octavo needs one permutation per fused layer"
-            )
-        groups = g_idx[0]
-        # Row-parallel ranks hold a slice of the groups: make indices local.
-        row_split = getattr(layer, "input_size_per_partition", None) is not None and layer.tp_size > 1
-        if row_split and getattr(layer.qzeros, "input_dim", None) == 0:
-            groups = groups - layer.tp_rank * num_groups
-        if int(groups.min()) < 0 or int(groups.max()) >= num_groups:
-            raise QuantizationError(
-                f"{layer.prefix}.g_idx refers to group {int(groups.max())} (or {int(groups.min())}), "
-                f"but the layer has {num_groups} groups on this rank"
-            )
-        return groups
+
+def act_order_permutation(
+    layer: nn.Module, name: str, num_inputs: int, num_groups: int, groups_split: bool
+) -> torch.Tensor | None:
+    """The input permutation that makes an act-order layer's groups contiguous
+    (``layer.<name>``: the per-shard group index of every input), or None when
+    the groups already are (no act-order, or a trivial ``g_idx``)."""
+    group_of_input = _group_of_input(layer, name, num_inputs, num_groups, groups_split)
+    param = getattr(layer, name)
+    trivial = torch.arange(num_inputs, device=param.device) // layer.group_size
+    # (On the meta device, when only sizes are measured, there is no g_idx to read.)
+    if param.is_meta or torch.equal(group_of_input, trivial):
+        return None
+    perm = torch.argsort(group_of_input, stable=True)
+    if not torch.equal(group_of_input[perm], trivial):
+        raise QuantizationError(
+            f"{layer.prefix}.{name}: the groups do not all hold {layer.group_size} inputs; "
+            "this act-order layout is not supported"
+        )
+    return perm
+
+
+def _group_of_input(layer: nn.Module, name: str, num_inputs: int, num_groups: int, groups_split: bool) -> torch.Tensor:
+    """The group of every input on this rank, checked for consistency and range."""
+    param = getattr(layer, name)
+    num_shards = param.shape[0]
+    loaded = [was_loaded(layer, name, i) for i in range(num_shards)]
+    if not any(loaded) or param.is_meta:
+        return torch.arange(num_inputs, device=param.device) // layer.group_size
+    g_idx = param.data.to(torch.int64)
+    if not all(loaded) or any(not torch.equal(g_idx[0], g_idx[i]) for i in range(1, num_shards)):
+        raise QuantizationError(
+            f"{layer.prefix}: the fused projections have different {name} (act-order permutations); "
+            "Octavo needs one permutation per fused layer"
+        )
+    groups = g_idx[0]
+    # Row-parallel ranks hold a slice of the groups: make indices local.
+    row_split = getattr(layer, "input_size_per_partition", None) is not None and layer.tp_size > 1
+    if row_split and groups_split:
+        groups = groups - layer.tp_rank * num_groups
+    if int(groups.min()) < 0 or int(groups.max()) >= num_groups:
+        raise QuantizationError(
+            f"{layer.prefix}.{name} refers to group {int(groups.max())} (or {int(groups.min())}), "
+            f"but the layer has {num_groups} groups on this rank"
+        )
+    return groups
 
 
 class GPTQConfig(QuantizationConfig):
     name = "gptq"
 
-    def __init__(self, group_size: int, desc_act: bool, zero_point_plus_one: bool, ignored: list[str]) -> None:
+    def __init__(
+        self, group_size: int, desc_act: bool, zero_point_plus_one: bool, ignored: list[str], bits: int = 4
+    ) -> None:
+        self.bits = bits
         self.group_size = group_size
         self.desc_act = desc_act
         self.zero_point_plus_one = zero_point_plus_one
@@ -129,8 +150,8 @@ class GPTQConfig(QuantizationConfig):
         if quant_config is None:
             raise QuantizationError("gptq needs a GPTQ checkpoint (use --quantization int4 to quantize while loading)")
         bits = int(quant_config.get("bits", 4))
-        if bits != 4:
-            raise QuantizationError(f"GPTQ with {bits} bits is not supported (4 bits is)")
+        if bits not in (4, 8):
+            raise QuantizationError(f"GPTQ with {bits} bits is not supported (4 and 8 bits are)")
         if quant_config.get("lm_head"):
             raise QuantizationError("GPTQ checkpoints with a quantized lm_head are not supported")
         if quant_config.get("dynamic"):
@@ -142,7 +163,7 @@ class GPTQConfig(QuantizationConfig):
         if group_size != -1 and group_size <= 0:
             raise QuantizationError(f"GPTQ group_size {group_size} is invalid")
         ignored = list(quant_config.get("modules_to_not_convert") or [])
-        return cls(group_size, bool(quant_config.get("desc_act", False)), fmt == "gptq", ignored)
+        return cls(group_size, bool(quant_config.get("desc_act", False)), fmt == "gptq", ignored, bits)
 
     def get_linear_method(self, layer: nn.Module, prefix: str) -> LinearMethod:
         if is_ignored(prefix, self.ignored):

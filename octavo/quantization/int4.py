@@ -1,11 +1,15 @@
-"""Weight-only int4: the shared linear method, and ``--quantization int4``.
+"""Weight-only grouped integers: the shared linear method, and ``--quantization int4``.
 
-GPTQ and AWQ checkpoints each have their own packing; after loading, both
-are converted into Octavo's one int4 layout (``octavo.kernels.quant.int4``)
-and computed by the same ``int4_linear`` layer op: the Triton dequant-GEMM
-on a GPU, its reference (dequantize + matmul in torch) elsewhere. ``--quantization int4`` quantizes a 16/32-bit
-checkpoint into that layout while loading (round to nearest, asymmetric,
-groups of 128 inputs, or 64/32 where 128 does not divide the layer).
+GPTQ, AWQ and compressed-tensors checkpoints each have their own packing;
+after loading, all are converted into Octavo's one grouped layout
+(``octavo.kernels.quant.int4``: rows contiguous along the inputs, bit
+planes of 16 consecutive inputs) and computed by the same layer op --
+``int4_linear`` for 4 bits, ``int8_grouped_linear`` for 8 (GPTQ 8-bit):
+Triton kernels on a GPU (GEMV, tensor-core GEMM with split-K, or dequantize
++ cuBLAS, by batch size), their reference (dequantize + matmul in torch)
+elsewhere. ``--quantization int4`` quantizes a 16/32-bit checkpoint into
+that layout while loading (round to nearest, asymmetric, groups of 128
+inputs, or 64/32 where 128 does not divide the layer).
 """
 
 from __future__ import annotations
@@ -24,45 +28,59 @@ from octavo.quantization.params import new_param, replace_param
 SUPPORTED_GROUP_SIZES_NOTE = "a multiple of 16 that divides the layer's inputs (32, 64 and 128 are usual), or -1"
 
 
-def check_int4_shapes(layer: nn.Module, input_size: int, output_partition_sizes: list[int], group_size: int) -> None:
+def check_int4_shapes(
+    layer: nn.Module, input_size: int, output_partition_sizes: list[int], group_size: int, bits: int = 4
+) -> None:
     """Refuse shapes the packing cannot hold, before any allocation."""
     if group_size % 16 or input_size % group_size:
         raise QuantizationError(
-            f"{layer.prefix}: int4 group size {group_size} does not fit {input_size} inputs "
+            f"{layer.prefix}: int{bits} group size {group_size} does not fit {input_size} inputs "
             f"(it must be {SUPPORTED_GROUP_SIZES_NOTE})"
         )
+    pack = 32 // bits
     for size in output_partition_sizes:
-        if size % int4_kernels.PACK_FACTOR:
-            raise QuantizationError(f"{layer.prefix}: int4 needs output sizes in multiples of 8, got {size}")
+        if size % pack:
+            raise QuantizationError(f"{layer.prefix}: int{bits} needs output sizes in multiples of {pack}, got {size}")
 
 
-def store_int4(
+def store_grouped(
     layer: nn.Module,
     values: torch.Tensor,
     scales: torch.Tensor,
     zeros: torch.Tensor,
     group_size: int,
+    bits: int = 4,
     input_perm: torch.Tensor | None = None,
 ) -> None:
-    """Install Octavo's int4 layout on ``layer`` from unpacked values ``[K, N]``,
-    scales ``[G, N]`` and zeros ``[G, N]``, dropping the checkpoint's tensors."""
-    for name in ("weight", "qweight", "qzeros", "scales", "g_idx"):
+    """Install Octavo's grouped layout on ``layer`` from unpacked values
+    ``[N, K]``, scales ``[N, G]`` and integer zeros ``[N, G]`` (output-major),
+    dropping the checkpoint's tensors."""
+    for name in ("weight", "qweight", "qzeros", "scales", "g_idx", "weight_packed", "weight_scale", "weight_zero_point",
+                 "weight_g_idx"):
         if name in layer._parameters:
             replace_param(layer, name, None)
-    replace_param(layer, "qweight", int4_kernels.pack_int4_rows(values))
+    replace_param(layer, "qweight", int4_kernels.pack_grouped(values, bits))
     replace_param(layer, "scales", scales.contiguous())
-    replace_param(layer, "zeros", zeros.to(torch.uint8).contiguous())
+    replace_param(layer, "zeros", zeros.to(int4_kernels.zeros_dtype(bits)).contiguous())
     replace_param(layer, "input_perm", None if input_perm is None else input_perm.to(torch.int64))
     layer.group_size = group_size
+    layer.weight_bits = bits
+
+
+def store_int4(layer, values, scales, zeros, group_size, input_perm=None) -> None:
+    """:func:`store_grouped` from input-major tensors (``[K, N]`` values,
+    ``[G, N]`` scales and zeros), as GPTQ and AWQ checkpoints hold them."""
+    store_grouped(layer, values.t(), scales.t(), zeros.t(), group_size, layer.weight_bits, input_perm)
 
 
 class Int4LinearMethod(LinearMethod):
-    """The compute side shared by every int4 format."""
+    """The compute side shared by every grouped-integer format (4 or 8 bits)."""
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if layer.input_perm is not None:  # act-order: groups made contiguous at load
             x = x.index_select(-1, layer.input_perm)
-        return layer.ops.int4_linear(x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias)
+        op = layer.ops.int4_linear if layer.weight_bits == 4 else layer.ops.int8_grouped_linear
+        return op(x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias)
 
 
 class RtnInt4LinearMethod(Int4LinearMethod):
@@ -72,14 +90,14 @@ class RtnInt4LinearMethod(Int4LinearMethod):
     def create_weights(self, layer, input_size, output_partition_sizes, params_dtype, bias):
         group_size = next((g for g in (self.group_size, 64, 32) if input_size % g == 0), self.group_size)
         check_int4_shapes(layer, input_size, output_partition_sizes, group_size)
-        layer.group_size = group_size
+        layer.group_size, layer.weight_bits = group_size, 4
         num_out = sum(output_partition_sizes)
         layer.register_parameter("weight", new_param((num_out, input_size), params_dtype, output_dim=0, input_dim=1))
         layer.register_parameter("bias", new_param((num_out,), params_dtype, output_dim=0) if bias else None)
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         qweight, scales, zeros = int4_kernels.quantize_int4_rtn(layer.weight.data, layer.group_size)
-        store_int4(layer, int4_kernels.unpack_int4_rows(qweight), scales, zeros, layer.group_size)
+        store_grouped(layer, int4_kernels.unpack_grouped(qweight, 4), scales, zeros, layer.group_size)
 
 
 class Int4Config(QuantizationConfig):

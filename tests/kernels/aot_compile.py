@@ -79,7 +79,7 @@ def cases(attention_only: bool = False):
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
     for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
-                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True)
+                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False)
         yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config
 
 

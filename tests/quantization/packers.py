@@ -8,7 +8,13 @@ specs in numpy, independently of Octavo's own packing code.
   the inputs is grouped, ``g_idx[perm[i]] = i // group_size``).
 * AWQ: ``qweight`` int32 [K, N/8] and ``qzeros`` int32 [G, N/8], nibble i of
   a word holding output 8c + (0, 2, 4, 6, 1, 3, 5, 7)[i]; ``scales`` fp16 [G, N].
-* fp8: ``weight`` e4m3 + ``weight_scale`` per tensor (scalar) or per channel.
+* GPTQ 8-bit: the same with 4 values per int32 (input k in bits 8*(k%4)).
+* compressed-tensors pack-quantized: ``weight_packed`` int32 [N, K*b/32]
+  (input k in bits b*(k%p) of word k//p, values unsigned), ``weight_scale``
+  [N, G], ``weight_zero_point`` int32 [N*b/32, G] packed along the outputs
+  (asymmetric only; a symmetric zero is 2**(b-1)), ``weight_g_idx`` [K].
+* fp8: ``weight`` e4m3 + ``weight_scale`` per tensor (scalar) or per channel;
+  block-wise: ``weight_scale_inv`` [N/bn, K/bk], ``W = q * s``.
 """
 
 from __future__ import annotations
@@ -34,15 +40,16 @@ def input_perm(module: str, num_in: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng([seed, layer, source]).permutation(num_in)
 
 
-def _pack_nibbles(values: np.ndarray, axis: int, order=None) -> np.ndarray:
-    """Pack 8 consecutive entries along ``axis`` into one int32 (entry j -> bits 4j)."""
+def _pack_nibbles(values: np.ndarray, axis: int, order=None, bits: int = 4) -> np.ndarray:
+    """Pack 32/bits consecutive entries along ``axis`` into one int32 (entry j -> bits b*j)."""
+    pack = 32 // bits
     values = np.moveaxis(values.astype(np.uint32), axis, -1)
-    grouped = values.reshape(*values.shape[:-1], -1, 8)
+    grouped = values.reshape(*values.shape[:-1], -1, pack)
     if order is not None:
         grouped = grouped[..., list(order)]
     words = np.zeros(grouped.shape[:-1], dtype=np.uint32)
-    for j in range(8):
-        words |= (grouped[..., j] & 0xF) << np.uint32(4 * j)
+    for j in range(pack):
+        words |= (grouped[..., j] & np.uint32((1 << bits) - 1)) << np.uint32(bits * j)
     return np.moveaxis(words.view(np.int32), -1, axis)
 
 
@@ -53,8 +60,9 @@ class Int4Packed:
     scale_bound: np.ndarray  # [N, K] the step size each element was quantized with
 
 
-def _group_quantize(w: np.ndarray, groups: np.ndarray, num_groups: int, sym: bool, min_zero: int):
-    """Asymmetric (or GPTQ-symmetric) 4-bit per (group, output)."""
+def _group_quantize(w: np.ndarray, groups: np.ndarray, num_groups: int, sym: bool, min_zero: int, bits: int = 4):
+    """Asymmetric (or GPTQ-symmetric) ``bits``-bit per (group, output), unsigned values."""
+    top = (1 << bits) - 1
     num_out, num_in = w.shape
     scales = np.zeros((num_groups, num_out), np.float32)
     zeros = np.zeros((num_groups, num_out), np.int64)
@@ -62,32 +70,39 @@ def _group_quantize(w: np.ndarray, groups: np.ndarray, num_groups: int, sym: boo
         cols = w[:, groups == g]
         if sym:
             amax = np.abs(cols).max(axis=1)
-            scale, zero = 2 * amax / 15, np.full(num_out, 8)
+            scale, zero = 2 * amax / top, np.full(num_out, 1 << (bits - 1))
         else:
             low, high = np.minimum(cols.min(axis=1), 0), np.maximum(cols.max(axis=1), 0)
-            scale = (high - low) / 15
-            zero = np.clip(np.round(-low / np.maximum(scale, 1e-12)), min_zero, 15)
+            scale = (high - low) / top
+            zero = np.clip(np.round(-low / np.maximum(scale, 1e-12)), min_zero, top)
         scales[g] = np.maximum(scale, 1e-8).astype(np.float16).astype(np.float32)
         zeros[g] = zero
     s, z = scales[groups].T, zeros[groups].T  # [N, K]
-    q = np.clip(np.round(w / s) + z, 0, 15).astype(np.int64)
+    q = np.clip(np.round(w / s) + z, 0, top).astype(np.int64)
     return q, scales, zeros, (q - z) * s, s
 
 
-def pack_gptq(w: np.ndarray, group_size: int, sym: bool, v2: bool, perm: np.ndarray | None = None) -> Int4Packed:
+def _act_order_groups(num_in: int, group_size: int, perm: np.ndarray | None) -> np.ndarray:
+    perm = np.arange(num_in) if perm is None else perm
+    g_idx = np.empty(num_in, np.int32)
+    g_idx[perm] = np.arange(num_in) // group_size
+    return g_idx
+
+
+def pack_gptq(
+    w: np.ndarray, group_size: int, sym: bool, v2: bool, perm: np.ndarray | None = None, bits: int = 4
+) -> Int4Packed:
     """``perm``: act-order, the order in which inputs were quantized (GPTQ
     derives it from the layer's input statistics, so layers sharing an input
     -- q/k/v, gate/up -- share it)."""
     num_out, num_in = w.shape
     gs = num_in if group_size == -1 else group_size
-    perm = np.arange(num_in) if perm is None else perm
-    g_idx = np.empty(num_in, np.int32)
-    g_idx[perm] = np.arange(num_in) // gs
-    q, scales, zeros, dq, step = _group_quantize(w, g_idx, num_in // gs, sym, min_zero=0 if v2 else 1)
+    g_idx = _act_order_groups(num_in, gs, perm)
+    q, scales, zeros, dq, step = _group_quantize(w, g_idx, num_in // gs, sym, min_zero=0 if v2 else 1, bits=bits)
     stored_zeros = zeros if v2 else zeros - 1
     tensors = {
-        "qweight": _pack_nibbles(q.T, axis=0),
-        "qzeros": _pack_nibbles(stored_zeros, axis=1),
+        "qweight": _pack_nibbles(q.T, axis=0, bits=bits),
+        "qzeros": _pack_nibbles(stored_zeros, axis=1, bits=bits),
         "scales": scales.astype(np.float16),
         "g_idx": g_idx,
     }
@@ -104,6 +119,41 @@ def pack_awq(w: np.ndarray, group_size: int) -> Int4Packed:
         "scales": scales.astype(np.float16),
     }
     return Int4Packed(tensors, dq.astype(np.float32), step)
+
+
+def pack_compressed_tensors(
+    w: np.ndarray, bits: int, group_size: int | None, sym: bool, perm: np.ndarray | None = None
+) -> Int4Packed:
+    """compressed-tensors ``pack-quantized`` (``group_size`` None: per channel)."""
+    num_out, num_in = w.shape
+    gs = num_in if group_size is None else group_size
+    g_idx = _act_order_groups(num_in, gs, perm)
+    q, scales, zeros, dq, step = _group_quantize(w, g_idx, num_in // gs, sym, min_zero=0, bits=bits)
+    tensors = {
+        "weight_packed": _pack_nibbles(q, axis=1, bits=bits),
+        "weight_scale": scales.T.astype(np.float16),
+        "weight_shape": np.array([num_out, num_in], dtype=np.int32),
+    }
+    if not sym:
+        tensors["weight_zero_point"] = _pack_nibbles(zeros.T, axis=0, bits=bits)
+    if perm is not None:
+        tensors["weight_g_idx"] = g_idx
+    return Int4Packed(tensors, dq.astype(np.float32), step)
+
+
+def fp8_block_pack(block_n: int, block_k: int):
+    """A block-wise fp8 packer (``weight_scale_inv`` [N/bn, K/bk])."""
+
+    def pack(module: str, w: np.ndarray) -> dict[str, np.ndarray]:
+        wt = torch.from_numpy(w)
+        n, k = wt.shape
+        blocks = wt.reshape(n // block_n, block_n, k // block_k, block_k)
+        scale = blocks.abs().amax(dim=(1, 3)) / 448.0
+        q = (blocks / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+        dq = (q.to(torch.float32) * scale[:, None, :, None]).reshape(n, k).numpy()
+        return {"weight": q.reshape(n, k), "weight_scale_inv": scale.numpy().astype(np.float32), "_dequantized": dq}
+
+    return pack
 
 
 def write_quantized_checkpoint(source: Path, out: Path, quant_config: dict, pack) -> dict[str, np.ndarray]:

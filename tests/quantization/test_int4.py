@@ -1,5 +1,6 @@
-"""int4: GPTQ and AWQ checkpoints (hand-packed from the formats' specs) and
-``--quantization int4`` (round to nearest while loading).
+"""Grouped integers: GPTQ (4- and 8-bit) and AWQ checkpoints (hand-packed
+from the formats' specs) and ``--quantization int4`` (round to nearest
+while loading).
 
 Evidence on a small random Llama (hidden 128, intermediate 256), float32:
 
@@ -30,6 +31,8 @@ LOGIT_TOLERANCE = 0.5
 
 GPTQ_CASES = {
     "g32-asym-v1": dict(group_size=32, desc_act=False, sym=False, v2=False),
+    "8bit-g64-asym-v1": dict(group_size=64, desc_act=False, sym=False, v2=False, bits=8),
+    "8bit-g32-actorder-sym-v2": dict(group_size=32, desc_act=True, sym=True, v2=True, bits=8),
     "g64-actorder-sym-v1": dict(group_size=64, desc_act=True, sym=True, v2=False),
     "g128-actorder-asym-v2": dict(group_size=128, desc_act=True, sym=False, v2=True),
     "g-1-sym-v1": dict(group_size=-1, desc_act=False, sym=True, v2=False),
@@ -41,16 +44,16 @@ def reference(quant_llama_dir):
     return helpers.prefill_logits(helpers.load(quant_llama_dir), PROMPT), helpers.checkpoint_tensors(quant_llama_dir)
 
 
-def gptq_checkpoint(source, out, group_size, desc_act, sym, v2):
+def gptq_checkpoint(source, out, group_size, desc_act, sym, v2, bits=4):
     config = {
-        "quant_method": "gptq", "bits": 4, "group_size": group_size, "desc_act": desc_act, "sym": sym,
+        "quant_method": "gptq", "bits": bits, "group_size": group_size, "desc_act": desc_act, "sym": sym,
         "checkpoint_format": "gptq_v2" if v2 else "gptq",
     }
     steps = {}
 
     def pack(module, w):
         perm = packers.input_perm(module, w.shape[1]) if desc_act else None
-        packed = packers.pack_gptq(w, group_size, sym, v2, perm)
+        packed = packers.pack_gptq(w, group_size, sym, v2, perm, bits)
         steps[module] = packed.scale_bound
         return {**packed.tensors, "_dequantized": packed.dequantized}
 
@@ -111,7 +114,10 @@ def test_gptq_checkpoint(case, quant_llama_dir, reference, tmp_path):
     # Act-order permutes inputs only where there is more than one group.
     for layer in layers.values():
         assert (layer.input_perm is not None) == (act_order and layer.input_size > layer.group_size)
-    assert all(layer.qweight.dtype == torch.int32 and layer.zeros.dtype == torch.uint8 for layer in layers.values())
+    bits = GPTQ_CASES[case].get("bits", 4)
+    zeros_dtype = torch.uint8 if bits == 4 else torch.int16
+    assert all(layer.qweight.dtype == torch.int32 and layer.zeros.dtype == zeros_dtype for layer in layers.values())
+    assert all(layer.weight_bits == bits for layer in layers.values())
     check_layers(loaded, meanings, steps, reference[1])
     check_logits(loaded, meanings, quant_llama_dir, tmp_path, reference)
 
@@ -128,7 +134,7 @@ def test_int4_quantize_on_load(quant_llama_dir, reference):
     loaded = helpers.load(quant_llama_dir, "int4")
     for prefix, layer in helpers.linear_layers(loaded.model).items():
         assert layer.group_size == 128
-        step = layer.scales.repeat_interleave(layer.group_size, dim=0).t().float()
+        step = layer.scales.repeat_interleave(layer.group_size, dim=1).float()
         error = (helpers.effective_weight(layer) - helpers.fused_reference(tensors, prefix)).abs()
         assert bool((error <= step * 1.0001).all()), prefix
     logits = helpers.prefill_logits(loaded, PROMPT)
@@ -178,7 +184,7 @@ def test_gptq_bad_inputs(quant_llama_dir, tmp_path):
 @pytest.mark.parametrize(
     "update,message",
     [
-        ({"bits": 8}, "GPTQ with 8 bits is not supported"),
+        ({"bits": 3}, "GPTQ with 3 bits is not supported"),
         ({"group_size": 48}, "group size 48 does not fit"),
         ({"checkpoint_format": "marlin"}, "checkpoint_format 'marlin'"),
         ({"lm_head": True}, "quantized lm_head"),

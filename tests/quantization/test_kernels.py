@@ -57,14 +57,38 @@ def test_awq_column_packing_matches_spec_packer():
     assert int(int4.pack_int4_cols(torch.from_numpy(one_hot), int4.AWQ_ORDER)[0, 0]) == 5 << 4
 
 
-@pytest.mark.parametrize("group_size", [32, 64, 128])
-def test_rtn_int4_within_bound(group_size):
+@pytest.mark.parametrize("group_size,bits", [(32, 4), (64, 4), (128, 4), (64, 8)])
+def test_rtn_grouped_within_bound(group_size, bits):
     weight = torch.randn(48, 256) * 0.1
-    qweight, scales, zeros = int4.quantize_int4_rtn(weight, group_size)
-    assert qweight.shape == (32, 48) and scales.shape == (256 // group_size, 48)
-    dense = int4.dequantize_int4(qweight, scales, zeros, group_size, torch.float32)
-    step = scales.repeat_interleave(group_size, dim=0).t()
+    qweight, scales, zeros = int4.quantize_grouped_rtn(weight, group_size, bits)
+    assert qweight.shape == (48, 256 * bits // 32) and scales.shape == (48, 256 // group_size)
+    assert zeros.dtype == int4.zeros_dtype(bits)
+    dense = int4.dequantize_grouped(qweight, scales, zeros, group_size, bits, torch.float32)
+    step = scales.repeat_interleave(group_size, dim=1)
     assert bool(((dense - weight).abs() <= step * 1.0001).all())
+
+
+@pytest.mark.parametrize("num_in,bits", [(256, 4), (384, 4), (64, 4), (128, 8), (40, 8)])
+def test_grouped_layout_planes(num_in, bits):
+    """Word ``i`` of a block holds inputs ``i + P * j`` in bit field ``j``
+    (``P`` = 16 words when the inputs fill whole blocks, else 1)."""
+    pack = 32 // bits
+    values = torch.randint(0, 1 << bits, (3, num_in))
+    packed = int4.pack_grouped(values, bits)
+    assert torch.equal(int4.unpack_grouped(packed, bits).long(), values)
+    planes = int4.plane_words(num_in, bits)
+    assert planes == (16 if num_in % (16 * pack) == 0 else 1)
+    word, field = 5 % planes, 3  # input (block 0) i + P * j
+    one_hot = torch.zeros(1, num_in, dtype=torch.long)
+    one_hot[0, word + planes * field] = 1
+    assert int(int4.pack_grouped(one_hot, bits)[0, word]) == 1 << (bits * field)
+
+
+def test_gptq_8bit_row_packing():
+    values = torch.randint(0, 256, (16, 6))
+    packed = int4.pack_int4_rows(values, bits=8)
+    assert packed.shape == (4, 6) and int(packed[0, 0]) & 0xFF == int(values[0, 0])
+    assert torch.equal(int4.unpack_int4_rows(packed, bits=8).long(), values)
 
 
 @pytest.mark.parametrize("type_name", [t.name for t in GGML_TYPES.values() if t.is_quantized])

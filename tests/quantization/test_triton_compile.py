@@ -30,14 +30,46 @@ def test_kernels_compile_in_a_fresh_process():
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
-from octavo.kernels.quant import gguf_triton, int4_triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
-INT4_SIGNATURE = {
-    "x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*u8", "out_ptr": "*bf16",
-    "M": "i32", "N": "i32", "K": "i32", "group_size": "i32", "stride_xm": "i32", "stride_xk": "i32",
-    "stride_qk": "i32", "stride_qn": "i32", "stride_sg": "i32", "stride_zg": "i32", "stride_om": "i32",
-    "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "SPLIT_K": "constexpr",
-    "DOT_PRECISION": "constexpr", "UPCAST_DOT": "constexpr",
+from octavo.kernels import gemv  # noqa: E402
+from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4_triton  # noqa: E402
+
+
+def signature(kernel, constexprs: dict, pointers: dict) -> dict:
+    """Argument types: constexprs, the given pointer types, bf16 for other pointers, i32 for scalars."""
+    types = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            types[name] = "constexpr"
+        else:
+            types[name] = pointers.get(name, "*bf16" if name.endswith("_ptr") else "i32")
+    return types
+
+
+INT4 = {"w_ptr": "*i32", "z_ptr": "*u8"}
+FP8 = "*fp8e4nv"
+# (kernel, constexprs, pointer types, compile options): Llama-3.1-8B tiles.
+QUANT_KERNELS = {
+    "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False), INT4, {}),
+    "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True),
+                  {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),
+    "int4 mm": (int4_triton._grouped_mm_kernel, dict(BITS=4, BLOCK_M=64, BLOCK_N=128, SPLIT_K=1, GROUP_M=8, WHOLE_GROUPS=True,
+                HAS_BIAS=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), INT4, dict(num_stages=3)),
+    "int4 mm split": (int4_triton._grouped_mm_kernel, dict(BITS=4, BLOCK_M=16, BLOCK_N=64, SPLIT_K=4, GROUP_M=8,
+                      WHOLE_GROUPS=False, HAS_BIAS=True, DOT_DTYPE=tl.bfloat16, PRECISION=None),
+                      dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
+    "sum splits": (int4_triton._sum_splits_kernel, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), {"ws_ptr": "*fp32"}, {}),
+    "int4 dequant": (int4_triton._grouped_dequant_kernel, dict(BITS=4, P=16, BLOCK_N=32, BLOCKS=4), INT4, {}),
+    "fp8 quantize": (fp8_triton._quantize_rows_kernel, dict(BLOCK=2048, QMAX=448.0, MIN_SCALE=1e-12, PRE_ROUND=False),
+                     {"q_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+    "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, SILU_MUL=False,
+                 DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+    "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,
+                       HAS_BIAS=False), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),
+    "fp8 block mm": (fp8_block_triton._block_scaled_mm_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=64, BLOCK_N=128,
+                     GROUP_M=8, HAS_BIAS=False, UPCAST=False),
+                     {"a_ptr": FP8, "w_ptr": FP8, "a_scale_ptr": "*fp32", "w_scale_ptr": "*fp32"}, dict(num_stages=3)),
 }
 GGUF_MATMUL_SIGNATURE = {
     "x_ptr": "*bf16", "w_ptr": "*u8", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32",
@@ -50,7 +82,7 @@ GGUF_DEQUANT_SIGNATURE = {
 }
 
 
-def compile_for(fn, signature: dict, constexprs: dict, capability: int):
+def compile_for(fn, signature: dict, constexprs: dict, capability: int, **options):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -58,16 +90,26 @@ def compile_for(fn, signature: dict, constexprs: dict, capability: int):
         import triton.backends.nvidia  # noqa: F401
     except ImportError:
         pytest.skip("Triton has no NVIDIA backend here")
-    kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", capability, 32))
+    # Pointers and strides 16-divisible, as Triton specialises them at launch.
+    aligned = [n for n in fn.arg_names if (n.endswith("_ptr") or n.startswith("stride_")) and n not in constexprs]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
     assert "cubin" in kernel.asm
 
 
 @compiled_here
-@pytest.mark.parametrize("capability", [90, 80])
-def test_int4_kernel_compiles(capability):
-    for split_k, out in ((1, "*bf16"), (4, "*fp32")):
-        constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": split_k, "DOT_PRECISION": "tf32", "UPCAST_DOT": False}
-        compile_for(int4_triton._int4_matmul_kernel, dict(INT4_SIGNATURE, out_ptr=out), constexprs, capability)
+@pytest.mark.parametrize("name", list(QUANT_KERNELS))
+def test_quant_kernels_compile_for_hopper(name):
+    kernel, constexprs, pointers, options = QUANT_KERNELS[name]
+    compile_for(kernel, signature(kernel, constexprs, pointers), constexprs, 90, **options)
+
+
+@compiled_here
+@pytest.mark.parametrize("name", ["int4 gemv", "int4 mm"])
+def test_int4_kernels_compile_for_ampere(name):
+    kernel, constexprs, pointers, options = QUANT_KERNELS[name]
+    compile_for(kernel, signature(kernel, constexprs, pointers), constexprs, 80, **options)
 
 
 @compiled_here

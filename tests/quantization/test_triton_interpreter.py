@@ -1,22 +1,13 @@
-"""The Triton kernels, run on the CPU through Triton's interpreter.
-
-Triton decides when it is imported whether kernels are interpreted, so these
-tests need ``TRITON_INTERPRET=1`` from the start of the process: in a normal
-test run, ``test_kernels_under_interpreter`` re-runs this file in a
-subprocess with the variable set (and the in-process copies skip, saying
-so). Shapes are small: the interpreter runs each program in Python. Known
-interpreter limits (Triton 3.9), which compiled kernels do not have:
-bfloat16 ``tl.dot`` is wrong (the kernels multiply in float32 under the
-interpreter) and float32 -> bfloat16 casts truncate instead of rounding, so
-bfloat16 results get a looser tolerance.
+"""The int4/int8 and GGUF Triton kernels, run on the CPU through Triton's
+interpreter (in a subprocess, ``tests/quantization/interpreter.py``). Shapes
+are small: the interpreter runs each program in Python. Known interpreter
+limits (Triton 3.9), which compiled kernels do not have: bfloat16 ``tl.dot``
+is wrong (the kernels multiply in float32 under the interpreter) and float32
+-> bfloat16 casts truncate instead of rounding, so bfloat16 results get a
+looser tolerance.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,24 +17,13 @@ pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant import int4  # noqa: E402
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf  # noqa: E402
+from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 from tests.quantization.test_kernels import QUANT_TYPES, random_blocks  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-needs_interpreter = pytest.mark.skipif(
-    not INTERPRETED, reason="runs in a TRITON_INTERPRET=1 subprocess (test_kernels_under_interpreter)"
-)
 
-
-@pytest.mark.skipif(INTERPRETED, reason="already under the interpreter")
+@not_interpreted
 def test_kernels_under_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(Path(__file__).relative_to(root))],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
+    rerun_under_interpreter(__file__)
 
 
 @pytest.fixture(scope="module")
@@ -55,36 +35,52 @@ def kernels():
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
+# (bits, out features, in features, group size, tokens, dtype): partial N and
+# M tiles, several groups per 128-input block (32), one group over several
+# blocks (128), 8-bit, and inputs too few for 16-word blocks (64: P = 1).
+GROUPED_CASES = [
+    (4, 24, 256, 32, 1, torch.float32),
+    (4, 40, 256, 64, 3, torch.bfloat16),
+    (8, 24, 128, 64, 5, torch.float16),
+    (4, 8, 64, 32, 2, torch.float32),
+    (4, 16, 384, 128, 17, torch.float32),
+]
 
-@pytest.mark.parametrize(
-    "num_tokens,out_features,in_features,group_size,dtype",
-    [
-        (1, 96, 256, 32, torch.float32),  # split-K decode path, masked N tile
-        (5, 64, 128, 64, torch.bfloat16),
-        (20, 128, 256, 128, torch.float16),
-        (70, 136, 128, 128, torch.float32),  # several M tiles, N not a tile multiple
-    ],
-)
+
+def _close(out: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> bool:
+    return bool((out.float() - expected.float()).abs().max() <= TOLERANCE[dtype] * expected.float().abs().max())
+
+
+@pytest.mark.parametrize("bits,out_features,in_features,group_size,num_tokens,dtype", GROUPED_CASES)
 @needs_interpreter
-def test_int4_matmul_matches_reference(kernels, num_tokens, out_features, in_features, group_size, dtype):
+def test_grouped_kernels_match_reference(kernels, bits, out_features, in_features, group_size, num_tokens, dtype):
+    from octavo.ops import quant_reference
+
     int4_triton, _ = kernels
     torch.manual_seed(0)
     weight = torch.randn(out_features, in_features).to(dtype)
-    qweight, scales, zeros = int4.quantize_int4_rtn(weight, group_size)
-    x = torch.randn(num_tokens, in_features).to(dtype)
-    out = int4_triton.int4_matmul(x, qweight, scales, zeros, group_size)
-    dense = int4.dequantize_int4(qweight, scales, zeros, group_size, dtype).float()
-    expected = x.float() @ dense.t()
-    assert out.dtype == dtype and out.shape == (num_tokens, out_features)
-    scale = expected.abs().max()
-    assert (out.float() - expected).abs().max() <= TOLERANCE[dtype] * scale
+    qweight, scales, zeros = int4.quantize_grouped_rtn(weight, group_size, bits)
+    x, bias = torch.randn(num_tokens, in_features).to(dtype), torch.randn(out_features).to(dtype)
+    reference = quant_reference.int4_linear if bits == 4 else quant_reference.int8_grouped_linear
+    expected = reference(x, qweight, scales, zeros, group_size, bias)
+    args = (x, qweight, scales, zeros, group_size, bias, bits)
+    gemv = int4_triton.grouped_gemv(*args, config=int4_triton.GroupedGemvConfig(block_n=4, blocks=2))
+    assert gemv.dtype == dtype and _close(gemv, expected, dtype)
+    if int4.plane_words(in_features, bits) == 16:
+        for config in (int4_triton.GroupedMmConfig(16, 16), int4_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2)):
+            assert _close(int4_triton.grouped_mm(*args, config=config), expected, dtype), config
+    dense = int4_triton.grouped_dequantize(qweight, scales, zeros, group_size, bits, torch.float32)
+    assert torch.equal(dense, int4.dequantize_grouped(qweight, scales, zeros, group_size, bits, torch.float32))
+    assert _close(int4_triton.grouped_linear(*args), expected, dtype)
 
 
 @needs_interpreter
-def test_int4_config_splits_k_for_decode(kernels):
+def test_grouped_mm_splits_k_for_skinny_batches(kernels):
     int4_triton, _ = kernels
-    assert int4_triton._config(1, 4096, 4096, 128)[3] > 1
-    assert int4_triton._config(256, 4096, 4096, 128)[3] == 1  # large batches: no split
+    cpu = torch.device("cpu")  # the interpreter's stand-in: 8 compute units
+    assert int4_triton.mm_config(8, 4096, 4096, 4, cpu).split_k == 1  # 64 tiles already fill 8 units
+    assert int4_triton.mm_config(8, 64, 4096, 4, cpu).split_k == 8  # 1 tile; each split keeps >= 4 of 32 blocks
+    assert int4_triton.mm_config(512, 4096, 4096, 4, cpu).split_k == 1
 
 
 @needs_interpreter

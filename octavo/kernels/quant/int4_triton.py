@@ -1,131 +1,331 @@
-"""Weight-only int4 dequant-GEMM in Triton (Octavo's int4 layout, see ``int4``).
+"""Grouped int4 / int8 weight-only linear layers in Triton (Octavo's packed
+layout, see ``int4``): three kernels, chosen by the number of tokens.
 
-Each program computes a ``[BLOCK_M, BLOCK_N]`` tile of ``x @ W.T``: it walks
-its share of the K dimension in ``BLOCK_K`` steps, unpacks the nibbles of
-``qweight`` for the tile, applies the group's zero point and scale in
-float32, and multiplies in the activation dtype with float32 accumulation.
-``BLOCK_K`` divides ``group_size``, so one step reads one row of scales.
-Small batches (decode) split K over several programs that add into a
-float32 buffer, so that the GPU has enough programs to hide memory latency.
+* ``_grouped_gemv_kernel`` (a few tokens, decode): each program streams
+  ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout blocks per step
+  (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs), and for each bit
+  plane multiplies the ``P`` values it holds by the matching ``P``
+  consecutive activations, in float32 on the CUDA cores. A value becomes a
+  float with one OR and one subtraction (``2**23 + q`` has ``q`` in its
+  mantissa, so ``bits(0x4B000000 | q) - (2**23 + zero)`` is exactly ``q -
+  zero``); the group's scale multiplies the partial sum, not each value.
+* ``_grouped_mm_kernel`` (more tokens): tiles of ``BLOCK_M x BLOCK_N``; per
+  layout block, each plane is dequantized in registers to a ``[BLOCK_N,
+  16]`` tile of the activation dtype and multiplied on the tensor cores by
+  the 16 activations it pairs with (no value shuffling: that is what the
+  layout is for). Skinny batches split K over ``SPLIT_K`` programs whose
+  float32 partials a second launch sums (no atomics, no memset).
+* many tokens (prefill): ``_grouped_dequant_kernel`` writes the dense
+  weight once and cuBLAS multiplies (the dequantization is a small part of
+  a large GEMM).
 
-Tested against ``int4.dequantize_int4`` + matmul through the interpreter.
+Tile shapes and the two crossovers are parameters with defaults
+(``GEMV_CONFIG``, ``mm_config``, ``GEMV_MAX_TOKENS``, ``DEQUANT_MIN_TOKENS``),
+set from ``benchmarks/quant_sweep_gpu.py`` on the H200. Every kernel is
+tested against the torch reference through the interpreter.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from octavo.kernels.quant import int4 as layout
+from octavo.kernels.triton_utils import dot_dtype, dot_precision, interpreting, next_power_of_2
 
-def upcast_dot(dtype: torch.dtype) -> bool:
-    """Triton's interpreter multiplies bfloat16 tiles wrongly (3.9); under
-    the interpreter such dots run in float32 instead (same result up to
-    rounding). Compiled kernels are unaffected."""
-    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+@dataclass(frozen=True)
+class GroupedGemvConfig:
+    block_n: int = 4
+    blocks: int = 4  # layout blocks (16 words each) per step
+    num_warps: int = 4
 
 
-# M (tokens in the step) changes every step: not specialised on.
+@dataclass(frozen=True)
+class GroupedMmConfig:
+    block_m: int
+    block_n: int
+    split_k: int = 1
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+GEMV_CONFIG = GroupedGemvConfig()
+GEMV_MAX_TOKENS = 2
+DEQUANT_MIN_TOKENS = 1024
+DEQUANT_TILE = (32, 4)  # (rows, layout blocks) per program
+
+
+@triton.jit
+def _plane(words, j: tl.constexpr, BITS: tl.constexpr):
+    """Plane ``j`` of packed ``words`` as float32 ``2**23 + q``."""
+    q = (words >> (BITS * j)) & ((1 << BITS) - 1)
+    return (q | 0x4B000000).to(tl.float32, bitcast=True)
+
+
 @triton.jit(do_not_specialize=["M"])
-def _int4_matmul_kernel(
-    x_ptr, qweight_ptr, scales_ptr, zeros_ptr, out_ptr,
-    M, N, K, group_size,
-    stride_xm, stride_xk, stride_qk, stride_qn, stride_sg, stride_zg, stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+def _grouped_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
+    stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
+    BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
+    PACK: tl.constexpr = 32 // BITS
+    BLOCK_IN: tl.constexpr = P * PACK
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    words = tl.arange(0, P)
+    blocks = tl.arange(0, BLOCKS)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_IN * BLOCKS):
+        block_start = k0 + blocks * BLOCK_IN
+        valid = block_start < K
+        w = tl.load(
+            w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + words[None, None, :],
+            mask=valid[None, :, None], other=0,
+        )
+        for j in tl.static_range(PACK):
+            first = block_start + j * P
+            group = first // group_size
+            scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
+            zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
+            q = _plane(w, j, BITS) - (zero.to(tl.float32) + 8388608.0)[:, :, None]
+            x = tl.load(
+                x_ptr + offs_m[:, None, None] * stride_xm + first[None, :, None] + words[None, None, :],
+                mask=mask_m[:, None, None] & valid[None, :, None], other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(x[:, None, :, :] * q[None, :, :, :], axis=3) * scale.to(tl.float32)[None, :, :]
+    out = tl.sum(acc, axis=2)
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit(do_not_specialize=["M"])
+def _grouped_mm_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
+    stride_xm, stride_wn, stride_sn, stride_zn, stride_om, stride_split,
+    BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr,
+    WHOLE_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    P: tl.constexpr = 16
+    PACK: tl.constexpr = 32 // BITS
+    BLOCK_IN: tl.constexpr = P * PACK
+    # Programs that share weight columns run close together (L2 reuse).
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
-    num_k_tiles = K // BLOCK_K
-    tiles_per_split = (num_k_tiles + SPLIT_K - 1) // SPLIT_K
-    first_tile = pid_k * tiles_per_split
-    last_tile = tl.minimum(first_tile + tiles_per_split, num_k_tiles)
+    rows_m = tl.where(mask_m, offs_m, 0).to(tl.int64)
+    rows_n = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    words = tl.arange(0, P)
+    num_blocks = K // BLOCK_IN
+    per_split = tl.cdiv(num_blocks, SPLIT_K)
+    first_block = tl.program_id(1) * per_split
+    last_block = tl.minimum(first_block + per_split, num_blocks)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for tile in range(first_tile, last_tile):
-        offs_k = tile * BLOCK_K + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=mask_m[:, None], other=0.0)
-        packed = tl.load(
-            qweight_ptr + (offs_k[:, None] // 8) * stride_qk + offs_n[None, :] * stride_qn,
-            mask=mask_n[None, :],
-            other=0,
-        )
-        values = (packed >> ((offs_k[:, None] % 8) * 4)) & 0xF
-        group = (tile * BLOCK_K) // group_size
-        scale = tl.load(scales_ptr + group * stride_sg + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        zero = tl.load(zeros_ptr + group * stride_zg + offs_n, mask=mask_n, other=0).to(tl.float32)
-        weight = ((values.to(tl.float32) - zero[None, :]) * scale[None, :]).to(x.dtype)
-        if UPCAST_DOT:
-            acc += tl.dot(x.to(tl.float32), weight.to(tl.float32), input_precision="ieee")
-        else:
-            acc += tl.dot(x, weight, input_precision=DOT_PRECISION)
-    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    for b in range(first_block, last_block):
+        w = tl.load(w_ptr + rows_n[:, None] * stride_wn + b * P + words[None, :])
+        if WHOLE_GROUPS:  # the block lies in one group: one scale and zero per row
+            group = (b * BLOCK_IN) // group_size
+            scale = tl.load(s_ptr + rows_n * stride_sn + group).to(tl.float32)
+            zero = tl.load(z_ptr + rows_n * stride_zn + group).to(tl.float32) + 8388608.0
+        for j in tl.static_range(PACK):
+            first = b * BLOCK_IN + j * P
+            if not WHOLE_GROUPS:
+                group = first // group_size
+                scale = tl.load(s_ptr + rows_n * stride_sn + group).to(tl.float32)
+                zero = tl.load(z_ptr + rows_n * stride_zn + group).to(tl.float32) + 8388608.0
+            weight = ((_plane(w, j, BITS) - zero[:, None]) * scale[:, None]).to(x_ptr.dtype.element_ty)
+            x = tl.load(x_ptr + rows_m[:, None] * stride_xm + first + words[None, :])
+            acc = tl.dot(x.to(DOT_DTYPE), tl.trans(weight.to(DOT_DTYPE)), acc, input_precision=PRECISION)
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K == 1:
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(out_ptrs, acc, mask=mask)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:  # float32 partials [SPLIT_K, M, N]: _sum_splits_kernel finishes
+        partial = out_ptr + tl.program_id(1) * stride_split + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(partial, acc, mask=mask)
 
 
-def _config(num_tokens: int, out_features: int, in_features: int, group_size: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K) for a problem size."""
-    block_k = min(group_size, 64)
+@triton.jit(do_not_specialize=["M"])
+def _sum_splits_kernel(
+    ws_ptr, b_ptr, out_ptr, M, N, stride_split, stride_om,
+    SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in tl.static_range(SPLIT_K):
+        total += tl.load(ws_ptr + split * stride_split + row * N + offs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        total += tl.load(b_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_om + offs, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _grouped_dequant_kernel(
+    w_ptr, s_ptr, z_ptr, out_ptr, N, K, group_size, stride_wn, stride_sn, stride_zn, stride_on,
+    BITS: tl.constexpr, P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
+):
+    PACK: tl.constexpr = 32 // BITS
+    BLOCK_IN: tl.constexpr = P * PACK
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    block_start = (tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)) * BLOCK_IN
+    valid = block_start < K
+    mask = mask_n[:, None, None] & valid[None, :, None]
+    words = tl.arange(0, P)
+    w = tl.load(w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + words[None, None, :],
+                mask=mask, other=0)
+    for j in tl.static_range(PACK):
+        first = block_start + j * P
+        group = first // group_size
+        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
+        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
+        value = (_plane(w, j, BITS) - (zero.to(tl.float32) + 8388608.0)[:, :, None]) * scale.to(tl.float32)[:, :, None]
+        out = out_ptr + rows[:, None, None] * stride_on + first[None, :, None] + words[None, None, :]
+        tl.store(out, value.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def mm_config(num_tokens: int, out_features: int, in_features: int, bits: int, device: torch.device) -> GroupedMmConfig:
+    """Tiles for the tensor-core kernel: small M tiles split K until every SM
+    has about two programs, each with at least four layout blocks."""
     if num_tokens <= 16:
-        block_m, block_n = 16, 64
+        config = GroupedMmConfig(16, 64, num_warps=4, num_stages=4)
     elif num_tokens <= 64:
-        block_m, block_n = 32, 64
+        config = GroupedMmConfig(32, 64, num_warps=4, num_stages=4)
+    elif num_tokens <= 256:
+        config = GroupedMmConfig(64, 128, num_warps=4, num_stages=3)
     else:
-        block_m, block_n = 64, 128
-    num_tiles = triton.cdiv(num_tokens, block_m) * triton.cdiv(out_features, block_n)
-    num_k_tiles = in_features // block_k
-    split_k = 1
-    # Aim for a few hundred programs on small batches, each with >= 4 K tiles.
-    while num_tokens <= 64 and num_tiles * split_k < 256 and num_k_tiles // (split_k * 2) >= 4:
-        split_k *= 2
-    return block_m, block_n, block_k, split_k
+        config = GroupedMmConfig(128, 128, num_warps=8, num_stages=3)
+    tiles = triton.cdiv(num_tokens, config.block_m) * triton.cdiv(out_features, config.block_n)
+    num_blocks = in_features // (16 * (32 // bits))
+    split = 1
+    while tiles * split < 2 * _num_sms(device) and num_blocks // (2 * split) >= 4 and split < 16:
+        split *= 2
+    return GroupedMmConfig(config.block_m, config.block_n, split, config.group_m, config.num_warps, config.num_stages)
 
 
-def int4_matmul(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
-) -> torch.Tensor:
-    """``x [M, K] @ W.T -> [M, N]`` in ``x``'s dtype."""
-    num_tokens, in_features = x.shape
-    out_features = qweight.shape[1]
-    if in_features != qweight.shape[0] * 8 or in_features % group_size:
-        raise ValueError(f"int4_matmul: x has {in_features} features, qweight packs {qweight.shape[0] * 8}")
-    block_m, block_n, block_k, split_k = _config(num_tokens, out_features, in_features, group_size)
-    if split_k == 1:
-        out = torch.empty(num_tokens, out_features, dtype=x.dtype, device=x.device)
-    else:
-        out = torch.zeros(num_tokens, out_features, dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(num_tokens, block_m), triton.cdiv(out_features, block_n), split_k)
-    _int4_matmul_kernel[grid](
-        x, qweight, scales, zeros, out,
-        num_tokens, out_features, in_features, group_size,
-        x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1), scales.stride(0), zeros.stride(0),
-        out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=upcast_dot(x.dtype),
+def _shapes(x: torch.Tensor, qweight: torch.Tensor, bits: int) -> tuple[int, int, int]:
+    num_tokens, num_in = x.shape
+    if qweight.shape[1] * (32 // bits) != num_in:
+        raise ValueError(f"x has {num_in} features, qweight packs {qweight.shape[1] * (32 // bits)} ({bits}-bit)")
+    return num_tokens, qweight.shape[0], num_in
+
+
+def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig = GEMV_CONFIG):
+    num_tokens, num_out, num_in = _shapes(x, qweight, bits)
+    out = torch.empty(num_tokens, num_out, dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n),)](
+        x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
+        x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
+        BITS=bits, P=layout.plane_words(num_in, bits), BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
+        BLOCKS=config.blocks, HAS_BIAS=bias is not None, num_warps=config.num_warps,
     )
-    return out if split_k == 1 else out.to(x.dtype)
+    return out
 
 
-def int4_linear(
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    """The ``int4_linear`` layer op: ``x @ W.T + bias`` on a GPU."""
-    out = int4_matmul(x.reshape(-1, x.shape[-1]), qweight, scales, zeros, group_size)
-    out = out.reshape(*x.shape[:-1], out.shape[-1])
-    return out if bias is None else out + bias
+def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedMmConfig | None = None):
+    num_tokens, num_out, num_in = _shapes(x, qweight, bits)
+    if layout.plane_words(num_in, bits) != 16:
+        raise ValueError(f"the tensor-core kernel needs inputs in multiples of {16 * 32 // bits}, got {num_in}")
+    config = config or mm_config(num_tokens, num_out, num_in, bits, x.device)
+    out = torch.empty(num_tokens, num_out, dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    split = config.split_k
+    target = out if split == 1 else torch.empty(split, num_tokens, num_out, dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(num_tokens, config.block_m) * triton.cdiv(num_out, config.block_n), split)
+    has_bias = bias is not None
+    _grouped_mm_kernel[grid](
+        x, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
+        x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
+        BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, SPLIT_K=split, GROUP_M=config.group_m,
+        WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
+        DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split > 1:
+        block = min(1024, next_power_of_2(num_out))
+        _sum_splits_kernel[(num_tokens, triton.cdiv(num_out, block))](
+            target, bias if has_bias else x, out, num_tokens, num_out, num_tokens * num_out, out.stride(0),
+            SPLIT_K=split, BLOCK=block, HAS_BIAS=has_bias, num_warps=4,
+        )
+    return out
+
+
+def grouped_dequantize(qweight, scales, zeros, group_size, bits, dtype) -> torch.Tensor:
+    """The dense ``[N, K]`` weight, written by one launch."""
+    num_out, num_in = qweight.shape[0], qweight.shape[1] * (32 // bits)
+    planes = layout.plane_words(num_in, bits)
+    out = torch.empty(num_out, num_in, dtype=dtype, device=qweight.device)
+    rows, blocks = DEQUANT_TILE
+    grid = (triton.cdiv(num_out, rows), triton.cdiv(num_in, planes * (32 // bits) * blocks))
+    _grouped_dequant_kernel[grid](
+        qweight, scales, zeros, out, num_out, num_in, group_size,
+        qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
+        BITS=bits, P=planes, BLOCK_N=rows, BLOCKS=blocks, num_warps=4,
+    )
+    return out
+
+
+def grouped_linear(x, qweight, scales, zeros, group_size, bias, bits):
+    """``x @ W.T + bias`` for Octavo's grouped layout, the kernel chosen by the token count."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    num_tokens = x2.shape[0]
+    tensor_cores = layout.plane_words(x2.shape[1], bits) == 16
+    if num_tokens <= GEMV_MAX_TOKENS:
+        out = grouped_gemv(x2, qweight, scales, zeros, group_size, bias, bits)
+    elif tensor_cores and num_tokens < DEQUANT_MIN_TOKENS:
+        out = grouped_mm(x2, qweight, scales, zeros, group_size, bias, bits)
+    else:
+        out = F.linear(x2, grouped_dequantize(qweight, scales, zeros, group_size, bits, x.dtype), bias)
+    return out.reshape(*x.shape[:-1], -1)
+
+
+def int4_linear(x, qweight, scales, zeros, group_size: int, bias):
+    """The ``int4_linear`` layer op on a GPU."""
+    return grouped_linear(x, qweight, scales, zeros, group_size, bias, 4)
+
+
+def int8_grouped_linear(x, qweight, scales, zeros, group_size: int, bias):
+    """The ``int8_grouped_linear`` layer op on a GPU."""
+    return grouped_linear(x, qweight, scales, zeros, group_size, bias, 8)
+
+
+def upcast_dot(dtype: torch.dtype) -> bool:
+    """Triton's interpreter multiplies bfloat16 tiles wrongly; under the
+    interpreter such dots run in float32 instead (``gguf_triton``)."""
+    return dtype == torch.bfloat16 and interpreting()

@@ -32,34 +32,62 @@ logger = logging.getLogger(__name__)
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
 INT8_MAX = 127.0
-_MIN_SCALE = 1e-12
+MIN_SCALE = 1e-12
+# torch._scaled_mm on CUDA has wanted rows in multiples of 16 (torch 2.4-2.6).
+SCALED_MM_ROW_MULTIPLE = 16
 
 
 def quantize_fp8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``[N, K]`` -> (fp8 ``[N, K]``, float32 scale ``[N]``)."""
     w = weight.to(torch.float32)
-    scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=_MIN_SCALE)
+    scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=MIN_SCALE)
     return (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
 
 
 def quantize_fp8_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``[M, K]`` -> (fp8 ``[M, K]``, float32 scale ``[M, 1]``)."""
     xf = x.to(torch.float32)
-    scale = (xf.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=_MIN_SCALE)
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=MIN_SCALE)
     return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+
+
+def quantize_fp8_block(
+    weight: torch.Tensor, block_n: int, block_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, K]`` -> (fp8 ``[N, K]``, float32 scale per ``block_n x block_k`` block,
+    ``[ceil(N / block_n), ceil(K / block_k)]``): the layout of block-wise fp8
+    checkpoints (their ``weight_scale_inv``)."""
+    num_out, num_in = weight.shape
+    rows, cols = -(-num_out // block_n), -(-num_in // block_k)
+    padded = torch.zeros(rows * block_n, cols * block_k, dtype=torch.float32, device=weight.device)
+    padded[:num_out, :num_in] = weight.to(torch.float32)
+    blocks = padded.reshape(rows, block_n, cols, block_k)
+    scale = (blocks.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=MIN_SCALE)
+    q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).reshape(rows * block_n, cols * block_k)
+    return q[:num_out, :num_in].to(FP8_DTYPE), scale
+
+
+def dequantize_fp8_block(
+    qweight: torch.Tensor, weight_scale: torch.Tensor, block_n: int, block_k: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The dense ``[N, K]`` weight of a block-scaled fp8 weight, in float32 rounded once to ``dtype``."""
+    num_out, num_in = qweight.shape
+    scale = weight_scale.to(torch.float32).repeat_interleave(block_n, 0)[:num_out]
+    scale = scale.repeat_interleave(block_k, 1)[:, :num_in]
+    return (qweight.to(torch.float32) * scale).to(dtype)
 
 
 def quantize_int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``[N, K]`` -> (int8 ``[N, K]``, float32 scale ``[N]``), symmetric."""
     w = weight.to(torch.float32)
-    scale = (w.abs().amax(dim=1) / INT8_MAX).clamp(min=_MIN_SCALE)
+    scale = (w.abs().amax(dim=1) / INT8_MAX).clamp(min=MIN_SCALE)
     return torch.round(w / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale
 
 
 def quantize_int8_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``[M, K]`` -> (int8 ``[M, K]``, float32 scale ``[M, 1]``), symmetric."""
     xf = x.to(torch.float32)
-    scale = (xf.abs().amax(dim=-1, keepdim=True) / INT8_MAX).clamp(min=_MIN_SCALE)
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / INT8_MAX).clamp(min=MIN_SCALE)
     return torch.round(xf / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale
 
 
@@ -78,16 +106,27 @@ def _pad_rows(x: torch.Tensor, multiple: int, minimum: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
 
 
+def _quantize_fp8_padded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    xq, x_scale = quantize_fp8_per_token(x)
+    if x.device.type == "cuda":
+        multiple = SCALED_MM_ROW_MULTIPLE
+        xq, x_scale = _pad_rows(xq, multiple, multiple), _pad_rows(x_scale, multiple, multiple)
+    return xq, x_scale
+
+
 def fp8_w8a8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    quantize=_quantize_fp8_padded,
 ) -> torch.Tensor:
-    """Dynamic per-token fp8 activations times a per-channel fp8 weight."""
+    """Dynamic per-token fp8 activations times a per-channel fp8 weight.
+    ``quantize(x2) -> (xq, scale)`` may pad rows (``fp8_triton`` does it in one launch)."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     num_tokens = x2.shape[0]
-    xq, x_scale = quantize_fp8_per_token(x2)
-    if x.device.type == "cuda":
-        xq, x_scale = _pad_rows(xq, 16, 16), _pad_rows(x_scale, 16, 16)
+    xq, x_scale = quantize(x2)
     # Row-wise scaling wants a bfloat16 output; other dtypes are cast after.
     out = torch._scaled_mm(
         xq, qweight.t(), scale_a=x_scale, scale_b=weight_scale.reshape(1, -1), out_dtype=torch.bfloat16
