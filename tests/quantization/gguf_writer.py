@@ -1,8 +1,8 @@
 """Writing test GGUF files from small HF checkpoints, with the ``gguf`` package.
 
 Tensors are quantized with ``gguf.quants`` where it has a quantizer (Q8_0,
-Q4_0, BF16) and with the packers below for the K-quants (the ``gguf`` package
-only dequantizes those). The packers are written from the block layouts in
+Q4_0, Q4_1, Q5_0, Q5_1, BF16) and with the packers below for the K-quants
+and IQ4_NL / IQ4_XS (the ``gguf`` package only dequantizes those). The packers are written from the block layouts in
 the ggml spec; they are checked against ``gguf.quants.dequantize``.
 llama/mistral q and k rows are permuted the way llama.cpp's converter does.
 """
@@ -105,7 +105,90 @@ def quantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([ql, qh.reshape(-1, 64), sc.astype(np.int8).view(np.uint8), _f16_bytes(d)], axis=1)
 
 
-_K_PACKERS = {"Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}
+def _two_bit_bytes(q: np.ndarray) -> np.ndarray:
+    """256 values (low 2 bits) -> 64 bytes: value 128h + 32s + l in bits 2s of byte 32h + l."""
+    q = (q & 3).reshape(-1, 2, 4, 32).astype(np.uint8)
+    out = np.zeros((q.shape[0], 2, 32), dtype=np.uint8)
+    for s in range(4):
+        out |= q[:, :, s, :] << (2 * s)
+    return out.reshape(-1, 64)
+
+
+def quantize_q2_k(blocks: np.ndarray) -> np.ndarray:
+    """16 sub-blocks of 16: value = d * sc * q - dmin * m, q in 0..3, sc and m 4-bit."""
+    sub = blocks.reshape(-1, 16, 16)
+    low, high = np.minimum(sub.min(axis=-1), 0.0), np.maximum(sub.max(axis=-1), 0.0)
+    scale, minimum = (high - low) / 3, -low
+    d = (scale.max(axis=-1) / 15).astype(np.float16).astype(np.float32)
+    dmin = (minimum.max(axis=-1) / 15).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(scale / np.where(d == 0, 1, d)[:, None]), 0, 15)
+    mn = np.clip(np.round(minimum / np.where(dmin == 0, 1, dmin)[:, None]), 0, 15)
+    step = d[:, None] * sc
+    q = np.round((sub + (dmin[:, None] * mn)[..., None]) / np.where(step == 0, 1, step)[..., None])
+    q = np.clip(q, 0, 3).astype(np.uint8).reshape(-1, 256)
+    scales = (sc.astype(np.uint8) | (mn.astype(np.uint8) << 4))
+    return np.concatenate([scales, _two_bit_bytes(q), _f16_bytes(d), _f16_bytes(dmin)], axis=1)
+
+
+def quantize_q3_k(blocks: np.ndarray) -> np.ndarray:
+    """16 sub-blocks of 16: value = d * (sc - 32) * q, q in -4..3, sc 6-bit."""
+    sub = blocks.reshape(-1, 16, 16)
+    scale = np.abs(sub).max(axis=-1) / 4
+    d = (scale.max(axis=-1) / 31).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(scale / np.where(d == 0, 1, d)[:, None]), 0, 31) + 32
+    step = d[:, None] * (sc - 32)
+    q = np.clip(np.round(sub / np.where(step == 0, 1, step)[..., None]), -4, 3).astype(np.int16) + 4
+    q = q.reshape(-1, 256).astype(np.uint8)
+    high = (q >> 2).reshape(-1, 8, 32)  # bit b of hmask byte l: value 32b + l
+    hmask = np.zeros((q.shape[0], 32), dtype=np.uint8)
+    for bit in range(8):
+        hmask |= (high[:, bit, :] << bit).astype(np.uint8)
+    sc = sc.astype(np.uint8)
+    packed = np.zeros((q.shape[0], 12), dtype=np.uint8)
+    for i in range(16):
+        packed[:, i % 8] |= (sc[:, i] & 0xF) << (4 * (i // 8))
+        packed[:, 8 + i % 4] |= (sc[:, i] >> 4) << (2 * (i // 4))
+    return np.concatenate([hmask, _two_bit_bytes(q), packed, _f16_bytes(d)], axis=1)
+
+
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+
+
+def _iq4_indices(values: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    targets = values / np.where(scale == 0, 1, scale)[..., None]
+    return np.abs(targets[..., None] - IQ4_LEVELS).argmin(axis=-1).astype(np.uint8)
+
+
+def _nibble_pairs(q: np.ndarray) -> np.ndarray:
+    """[..., 32] indices -> [..., 16] bytes: q[j] | q[j + 16] << 4."""
+    return q[..., :16] | (q[..., 16:] << 4)
+
+
+def quantize_iq4_nl(blocks: np.ndarray) -> np.ndarray:
+    sub = blocks.reshape(-1, 32)
+    d = (np.abs(sub).max(axis=-1) / 127).astype(np.float16).astype(np.float32)
+    return np.concatenate([_f16_bytes(d), _nibble_pairs(_iq4_indices(sub, d))], axis=1)
+
+
+def quantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
+    sub = blocks.reshape(-1, 8, 32)
+    scale = np.abs(sub).max(axis=-1) / 127
+    d = (scale.max(axis=-1) / 31).astype(np.float16).astype(np.float32)
+    ls = (np.clip(np.round(scale / np.where(d == 0, 1, d)[:, None]), 0, 31) + 32).astype(np.uint16)
+    q = _iq4_indices(sub, d[:, None] * (ls.astype(np.float32) - 32))
+    high = np.zeros(ls.shape[0], dtype=np.uint16)
+    low = np.zeros((ls.shape[0], 4), dtype=np.uint8)
+    for ib in range(8):
+        high |= ((ls[:, ib] >> 4) & 3) << (2 * ib)
+        low[:, ib // 2] |= ((ls[:, ib] & 0xF) << (4 * (ib % 2))).astype(np.uint8)
+    return np.concatenate([_f16_bytes(d), high.reshape(-1, 1).view(np.uint8), low, _nibble_pairs(q).reshape(-1, 128)], axis=1)
+
+
+_K_PACKERS = {
+    "Q2_K": quantize_q2_k, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k,
+    "IQ4_XS": quantize_iq4_xs,
+}
+_BLOCK_PACKERS = {"IQ4_NL": quantize_iq4_nl}
 
 
 def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
@@ -117,9 +200,10 @@ def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
         return values
     if type_name == "F16":
         return values.astype(np.float16)
-    if type_name in _K_PACKERS:
+    if type_name in _K_PACKERS or type_name in _BLOCK_PACKERS:
         rows = values.reshape(-1, values.shape[-1])
-        packed = _K_PACKERS[type_name](rows.reshape(-1, 256))
+        packer, block = (_K_PACKERS[type_name], 256) if type_name in _K_PACKERS else (_BLOCK_PACKERS[type_name], 32)
+        packed = packer(rows.reshape(-1, block))
         return packed.reshape(*values.shape[:-1], -1)
     return gguf.quants.quantize(values, gguf.GGMLQuantizationType[type_name])
 

@@ -2,10 +2,11 @@
 writer, loaded by Octavo and by Hugging Face transformers
 (``from_pretrained(dir, gguf_file=...)``), float32 on the CPU.
 
-Each architecture gets a different mix of tensor types, so that all eight
-supported types (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) appear, as
-well as fused layers whose shards differ in type (q/k Q4_K + v Q6_K, and a
-float shard next to a quantized one). Evidence: greedy tokens and text equal
+Each architecture gets a different mix of tensor types, so that all fifteen
+supported types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) appear, as well as fused layers whose
+shards differ in type (q/k Q4_K + v Q6_K, q/k IQ4_NL + v Q5_1, and a float
+shard next to a quantized one). Evidence: greedy tokens and text equal
 to transformers', tokenizer included (text in, text out); every linear
 layer's effective weight equal to the file's dequantized tensor; linear
 weight memory of a Q4_K file 0.28 x bf16.
@@ -29,10 +30,13 @@ TYPE_MIX = {
         "attn_output.weight": "Q5_K", "ffn_gate.weight": "F16", "ffn_up.weight": "Q4_0", "ffn_down.weight": "Q8_0",
         "output.weight": "BF16",
     },
-    "mistral": {"token_embd.weight": "F16", "attn_q.weight": "BF16", "attn_k.weight": "BF16", "attn_v.weight": "BF16", "ffn_down.weight": "Q4_0"},
+    "mistral": {
+        "token_embd.weight": "F16", "attn_q.weight": "IQ4_NL", "attn_k.weight": "IQ4_NL", "attn_v.weight": "Q5_1",
+        "attn_output.weight": "Q2_K", "ffn_gate.weight": "Q3_K", "ffn_up.weight": "IQ4_XS", "ffn_down.weight": "Q4_0",
+    },
     "qwen2": {
         "token_embd.weight": "Q6_K", "attn_q.weight": "Q8_0", "attn_k.weight": "Q8_0", "attn_v.weight": "Q8_0",
-        "attn_output.weight": "F16", "ffn_gate.weight": "Q5_K", "ffn_up.weight": "Q5_K", "ffn_down.weight": "Q6_K",
+        "attn_output.weight": "Q5_0", "ffn_gate.weight": "Q4_1", "ffn_up.weight": "Q5_K", "ffn_down.weight": "Q6_K",
     },
     "qwen3": {  # like llama.cpp's Q4_K_M
         "token_embd.weight": "Q4_K", "attn_q.weight": "Q4_K", "attn_k.weight": "Q4_K", "attn_v.weight": "Q6_K",

@@ -120,13 +120,13 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_unsupported_tensor_type(gguf_checkpoint_dirs, tmp_path):
-    # Q2_K is a real ggml type (256 values in 84 bytes) that Octavo does not dequantize.
-    q2k = np.zeros((256, 512 // 256 * 84), dtype=np.uint8)
+    # IQ2_XXS is a real ggml type (256 values in 66 bytes) that Octavo does not dequantize.
+    iq2 = np.zeros((256, 512 // 256 * 66), dtype=np.uint8)
     path = write_gguf(
-        gguf_checkpoint_dirs["llama"], tmp_path / "q2k.gguf", "llama", {},
-        GGUFVariant(skip=("blk.0.ffn_down.weight",), extra_tensors={"blk.0.ffn_down.weight": (q2k, "Q2_K")}),
+        gguf_checkpoint_dirs["llama"], tmp_path / "iq2.gguf", "llama", {},
+        GGUFVariant(skip=("blk.0.ffn_down.weight",), extra_tensors={"blk.0.ffn_down.weight": (iq2, "IQ2_XXS")}),
     )
-    with pytest.raises(ModelLoadError, match="tensor 'blk.0.ffn_down.weight' has ggml type Q2_K, which Octavo does not support"):
+    with pytest.raises(ModelLoadError, match="tensor 'blk.0.ffn_down.weight' has ggml type IQ2_XXS, which Octavo does not support"):
         gguf_arch_config(path)
 
 

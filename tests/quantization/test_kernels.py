@@ -18,19 +18,20 @@ import pytest
 import torch
 
 from octavo.kernels.quant import int4, scaled_mm
-from octavo.kernels.quant.gguf_dequant import GGML_TYPES, GGML_TYPES_BY_NAME, dequantize_gguf
+from octavo.kernels.quant.gguf_dequant import GGML_TYPES, GGML_TYPES_BY_NAME, SCALE_OFFSETS, dequantize_gguf
 from tests.quantization import packers
 from tests.quantization.gguf_writer import quantize
 
-QUANT_TYPES = ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]
+QUANT_TYPES = [t.name for t in GGML_TYPES.values() if t.is_quantized]
+# The types with fused Triton kernels (the others dequantize in torch on a GPU).
+FUSED_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
 
 
 def random_blocks(type_name: str, num_blocks: int, rng) -> np.ndarray:
     """Random bytes with sane float16 scale fields (no NaN/inf)."""
     t = GGML_TYPES_BY_NAME[type_name]
     blocks = rng.integers(0, 256, size=(num_blocks, t.block_bytes), dtype=np.uint8)
-    offsets = {"Q8_0": (0,), "Q4_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}[type_name]
-    for offset in offsets:
+    for offset in SCALE_OFFSETS[type_name]:
         blocks[:, offset : offset + 2] = rng.uniform(-0.1, 0.1, (num_blocks, 1)).astype(np.float16).view(np.uint8)
     return blocks
 
@@ -115,7 +116,13 @@ def test_gguf_plain_types(type_name):
     assert np.array_equal(out.numpy(), np.asarray(expected, dtype=np.float32))
 
 
-@pytest.mark.parametrize("type_name", QUANT_TYPES)
+PACKER_BITS = {
+    "Q8_0": 8, "Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q5_1": 5, "Q2_K": 2, "Q3_K": 3, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6,
+    "IQ4_NL": 4, "IQ4_XS": 4,
+}
+
+
+@pytest.mark.parametrize("type_name", list(PACKER_BITS))
 def test_test_packers_are_within_format_bounds(type_name):
     """The tests' own quantizers (gguf.quants and the K-quant packers) give
     values close to the input: they are what the GGUF tests load."""
@@ -123,7 +130,7 @@ def test_test_packers_are_within_format_bounds(type_name):
 
     values = np.random.default_rng(4).normal(0, 0.08, size=(8, 512)).astype(np.float32)
     dq = gguf.quants.dequantize(quantize(values, type_name), gguf.GGMLQuantizationType[type_name])
-    bits = {"Q8_0": 8, "Q4_0": 4, "Q4_K": 4, "Q5_K": 5, "Q6_K": 6}[type_name]
+    bits = PACKER_BITS[type_name]
     # Half a step of a (2**bits - 1)-level grid over the block's range, plus
     # the 6/8-bit rounding of the sub-block scales.
     bound = 1.5 * (values.max() - values.min()) / (2**bits - 1)

@@ -71,17 +71,6 @@ QUANT_KERNELS = {
                      GROUP_M=8, HAS_BIAS=False, UPCAST=False),
                      {"a_ptr": FP8, "w_ptr": FP8, "a_scale_ptr": "*fp32", "w_scale_ptr": "*fp32"}, dict(num_stages=3)),
 }
-GGUF_MATMUL_SIGNATURE = {
-    "x_ptr": "*bf16", "w_ptr": "*u8", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32",
-    "stride_xm": "i32", "stride_om": "i32", "TYPE": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-    "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr", "UPCAST_DOT": "constexpr",
-}
-GGUF_DEQUANT_SIGNATURE = {
-    "w_ptr": "*u8", "out_ptr": "*bf16", "N": "i32", "K": "i32", "row_bytes": "i32",
-    "TYPE": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
-}
-
-
 def compile_for(fn, signature: dict, constexprs: dict, capability: int, **options):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -115,7 +104,15 @@ def test_int4_kernels_compile_for_ampere(name):
 @compiled_here
 @pytest.mark.parametrize("type_name", list(gguf_triton._CODES))
 def test_gguf_kernels_compile(type_name):
-    code = gguf_triton._CODES[type_name]
-    matmul = {"TYPE": code, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "DOT_PRECISION": "tf32", "UPCAST_DOT": False}
-    compile_for(gguf_triton._gguf_matmul_kernel, GGUF_MATMUL_SIGNATURE, matmul, 90)
-    compile_for(gguf_triton._gguf_dequant_kernel, GGUF_DEQUANT_SIGNATURE, {"TYPE": code, "BLOCK_N": 16, "BLOCK_K": 256}, 90)
+    a, b = gguf_triton._PLANES[type_name]
+    types = dict(TYPE=gguf_triton._CODES[type_name], A=a, B=b, SB_BYTES=144)
+    pointers = {"w_ptr": "*u8"}
+    kernels = [(gguf_triton._gguf_gemv_kernel, dict(types, BLOCK_M=1, BLOCK_N=4, STEPS=2), {})]
+    if type_name in ("Q4_K", "Q6_K"):  # the other kernels share the dequantizer: two plane shapes suffice
+        kernels += [
+            (gguf_triton._gguf_mm_kernel, dict(types, BLOCK_M=32, BLOCK_N=64, GROUP_M=8, DOT_DTYPE=tl.bfloat16,
+                                               PRECISION=None), dict(num_stages=2)),
+            (gguf_triton._gguf_dequant_kernel, dict(types, BLOCK_N=16), {}),
+        ]
+    for kernel, constexprs, options in kernels:
+        compile_for(kernel, signature(kernel, constexprs, pointers), constexprs, 90, **options)

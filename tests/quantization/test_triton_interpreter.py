@@ -18,7 +18,7 @@ pytest.importorskip("triton", reason="Triton is not installed")
 from octavo.kernels.quant import int4  # noqa: E402
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
-from tests.quantization.test_kernels import QUANT_TYPES, random_blocks  # noqa: E402
+from tests.quantization.test_kernels import FUSED_TYPES, random_blocks  # noqa: E402
 
 
 @not_interpreted
@@ -83,25 +83,38 @@ def test_grouped_mm_splits_k_for_skinny_batches(kernels):
     assert int4_triton.mm_config(512, 4096, 4096, 4, cpu).split_k == 1
 
 
+def _gguf_rows(type_name: str, rows: int, seed: int) -> tuple[torch.Tensor, int]:
+    """Random rows of ``type_name``: 512 inputs, or 352 for 32-value types
+    (eleven blocks: a partial last 256-value step)."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    num_in = 512 if t.block_elems == 256 else 352
+    blocks = random_blocks(type_name, rows * num_in // t.block_elems, np.random.default_rng(seed))
+    return torch.from_numpy(blocks.reshape(rows, -1)), num_in
+
+
 @needs_interpreter
-@pytest.mark.parametrize("type_name", QUANT_TYPES)
+@pytest.mark.parametrize("type_name", FUSED_TYPES)
 def test_gguf_triton_dequant_bit_exact(kernels, type_name):
     _, gguf_triton = kernels
+    raw, _ = _gguf_rows(type_name, 20, 5)
     t = GGML_TYPES_BY_NAME[type_name]
-    raw = torch.from_numpy(random_blocks(type_name, 40 * 512 // t.block_elems, np.random.default_rng(5)).reshape(40, -1))
-    expected = dequantize_gguf(raw, t)
-    assert torch.equal(gguf_triton.gguf_dequantize(raw, t, torch.float32), expected)
+    assert torch.equal(gguf_triton.gguf_dequantize(raw, t, torch.float32), dequantize_gguf(raw, t))
 
 
 @needs_interpreter
-@pytest.mark.parametrize("type_name", QUANT_TYPES)
+@pytest.mark.parametrize("type_name", FUSED_TYPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gguf_triton_matmul(kernels, type_name, dtype):
+def test_gguf_triton_matmuls(kernels, type_name, dtype):
+    """The GEMV (3 tokens) and the tensor-core kernel (19 tokens: a partial M
+    tile) against the torch dequantizer + matmul; 20 rows: a partial N tile."""
     _, gguf_triton = kernels
+    raw, num_in = _gguf_rows(type_name, 20, 6)
     t = GGML_TYPES_BY_NAME[type_name]
-    raw = torch.from_numpy(random_blocks(type_name, 40 * 512 // t.block_elems, np.random.default_rng(6)).reshape(40, -1))
-    x = torch.randn(3, 512).to(dtype)
-    out = gguf_triton.gguf_matmul(x, raw, t)
-    expected = x.float() @ dequantize_gguf(raw, t).t()
-    assert out.dtype == dtype
-    assert (out.float() - expected).abs().max() <= TOLERANCE[dtype] * expected.abs().max()
+    dense = dequantize_gguf(raw, t)
+    for num_tokens, run in (
+        (3, lambda x: gguf_triton.gguf_gemv(x, raw, t, gguf_triton.GGUFGemvConfig(block_n=8, steps=2))),
+        (19, lambda x: gguf_triton.gguf_mm(x, raw, t, gguf_triton.GGUFMmConfig(block_m=16, block_n=16))),
+    ):
+        x = torch.randn(num_tokens, num_in).to(dtype)
+        out, expected = run(x), x.float() @ dense.t()
+        assert out.dtype == dtype and _close(out, expected, dtype), num_tokens

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, interpreting, next_power_of_2
+from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
 @dataclass(frozen=True)
 class GroupedGemvConfig:
@@ -324,8 +324,3 @@ def int8_grouped_linear(x, qweight, scales, zeros, group_size: int, bias):
     """The ``int8_grouped_linear`` layer op on a GPU."""
     return grouped_linear(x, qweight, scales, zeros, group_size, bias, 8)
 
-
-def upcast_dot(dtype: torch.dtype) -> bool:
-    """Triton's interpreter multiplies bfloat16 tiles wrongly; under the
-    interpreter such dots run in float32 instead (``gguf_triton``)."""
-    return dtype == torch.bfloat16 and interpreting()
