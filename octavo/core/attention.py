@@ -69,8 +69,25 @@ class AttentionBackend(ABC):
     # The attention layers then call it instead of ``forward``.
     fuses_rotary: ClassVar[bool] = False
 
+    # True when ``set_kv_scales`` accepts scales other than 1.0 (plugin API 1.1).
+    supports_kv_scales: ClassVar[bool] = False
+
     def __init__(self, spec: AttentionSpec) -> None:
         self.spec = spec
+        self.k_scale = 1.0
+        self.v_scale = 1.0
+
+    def set_kv_scales(self, k_scale: float, v_scale: float) -> str | None:
+        """Per-layer scales of a quantized (fp8) KV cache, set once after the
+        weights load: the cache stores ``key / k_scale`` and ``value /
+        v_scale``, and attention reads them multiplied back (``forward`` and
+        ``forward_with_rotary``'s own writes included; the fused
+        ``rotary_and_cache`` op does not scale, so layers with scales other
+        than 1.0 call ``forward``). Returns why the backend cannot, or None."""
+        if (k_scale, v_scale) != (1.0, 1.0) and not self.supports_kv_scales:
+            return f"the {self.name} attention backend does not apply KV-cache scales"
+        self.k_scale, self.v_scale = float(k_scale), float(v_scale)
+        return None
 
     @classmethod
     @abstractmethod

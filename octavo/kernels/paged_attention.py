@@ -12,7 +12,8 @@ therefore depends only on the number of tokens and requests (never on
 context lengths), which CUDA-graph replay needs; each program finds its
 request by binary search over ``query_start_loc``.
 
-Each query token at position ``p`` attends to cached keys ``[0, p]``
+The cache may be fp8 (keys and values widened in registers, scaled back by
+``AttentionParams.k_scale`` / ``v_scale``). Each query token at position ``p`` attends to cached keys ``[0, p]``
 (``(p - window, p]`` with a sliding window); position ``p`` of the ``j``-th
 of a request's ``q_len`` tokens is ``seq_len - q_len + j``. Math: online
 softmax in float32, products in the input dtype (float32 in full precision).
@@ -46,6 +47,15 @@ class PagedBatch:
 class AttentionParams:
     scale: float
     sliding_window: int | None = None
+    # An fp8 cache's per-layer scales: keys are read as ``k * k_scale`` (folded
+    # into the softmax scale), values as ``v * v_scale`` (on the output).
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    @property
+    def qk_scale(self) -> float:
+        """The scores' scale in the kernels' base-2 softmax."""
+        return self.scale * self.k_scale * LOG2_E
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
-    num_reqs, num_tokens, qk_scale, sliding_window,
+    num_reqs, num_tokens, qk_scale, v_scale, sliding_window,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -150,7 +160,7 @@ def _paged_attention_kernel(
         HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
     )
 
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None] * v_scale
     tl.store(
         out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
         out.to(out_ptr.dtype.element_ty),
@@ -195,7 +205,7 @@ def paged_attention(
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache,
         batch.query_start_loc, batch.seq_lens, batch.block_table,
-        batch.num_reqs, num_tokens, params.scale * LOG2_E, params.sliding_window or 0,
+        batch.num_reqs, num_tokens, params.qk_scale, params.v_scale, params.sliding_window or 0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, GROUP_PAD=next_power_of_2(group), HEAD_SIZE=head_size,

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.kernels.fp8_cast import cast_to, pre_round
 from octavo.kernels.triton_utils import next_power_of_2
 
 
@@ -97,7 +98,7 @@ def _rotary_cache_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos_sin,
     stride_block, stride_slot, stride_head,
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr,
-    HALF: tl.constexpr, HALF_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    HALF: tl.constexpr, HALF_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, PRE_ROUND: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     cos, sin = _cos_sin(positions_ptr, token, cos_sin_ptr, stride_cos_sin, max_position, HALF, HALF_PAD)
@@ -116,11 +117,14 @@ def _rotary_cache_kernel(
     cache_dtype = k_cache_ptr.dtype.element_ty
     # Rounded once, straight to the cache's dtype: the same values the
     # unfused path stores when the cache has the activations' dtype.
-    tl.store(k_cache_ptr + dest_offsets, (k1 * cos - k2 * sin).to(cache_dtype), mask=mask)
-    tl.store(k_cache_ptr + dest_offsets + HALF, (k2 * cos + k1 * sin).to(cache_dtype), mask=mask)
+    # (cast_to: an fp8 cache rounds the same in Triton's interpreter as on a GPU.)
+    tl.store(k_cache_ptr + dest_offsets, cast_to(k1 * cos - k2 * sin, cache_dtype, PRE_ROUND), mask=mask)
+    tl.store(k_cache_ptr + dest_offsets + HALF, cast_to(k2 * cos + k1 * sin, cache_dtype, PRE_ROUND), mask=mask)
     value = v_ptr + token * stride_vt + heads[:, None] * stride_vh + cols[None, :]
-    tl.store(v_cache_ptr + dest_offsets, tl.load(value, mask=mask).to(cache_dtype), mask=mask)
-    tl.store(v_cache_ptr + dest_offsets + HALF, tl.load(value + HALF, mask=mask).to(cache_dtype), mask=mask)
+    v1 = tl.load(value, mask=mask).to(tl.float32)
+    v2 = tl.load(value + HALF, mask=mask).to(tl.float32)
+    tl.store(v_cache_ptr + dest_offsets, cast_to(v1, cache_dtype, PRE_ROUND), mask=mask)
+    tl.store(v_cache_ptr + dest_offsets + HALF, cast_to(v2, cache_dtype, PRE_ROUND), mask=mask)
 
 
 def rotary_and_cache(
@@ -152,6 +156,6 @@ def rotary_and_cache(
         cos_sin_cache.stride(0), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads,
         HEADS_PAD=next_power_of_2(num_heads), KV_HEADS_PAD=next_power_of_2(num_kv_heads),
-        HALF=half, HALF_PAD=next_power_of_2(half), BLOCK_SIZE=key_cache.shape[1], num_warps=4,
+        HALF=half, HALF_PAD=next_power_of_2(half), BLOCK_SIZE=key_cache.shape[1], PRE_ROUND=pre_round(), num_warps=4,
     )
     return query

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.attention_common import LOG2_E, attend_keys
+from octavo.kernels.attention_common import attend_keys
 from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
@@ -79,7 +79,7 @@ class SplitWorkspace:
 def _split_kv_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     seq_lens_ptr, block_table_ptr,
-    num_reqs, qk_scale, sliding_window,
+    num_reqs, qk_scale, v_scale, sliding_window,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -129,7 +129,7 @@ def _split_kv_kernel(
     )
 
     if NUM_SPLITS == 1:
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None] * v_scale
         out_offsets = token.to(tl.int64) * stride_ot + head[:, None] * stride_oh + dims[None, :]
         tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & dim_valid[None, :])
         return
@@ -142,7 +142,7 @@ def _split_kv_kernel(
 
 @triton.jit
 def _merge_splits_kernel(
-    out_ptr, acc_ptr, max_ptr, sum_ptr, stride_ot, stride_oh,
+    out_ptr, acc_ptr, max_ptr, sum_ptr, v_scale, stride_ot, stride_oh,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
@@ -157,7 +157,7 @@ def _merge_splits_kernel(
     total = tl.sum(sums * weight, 0)
     dims = tl.arange(0, HEAD_PAD)
     acc = tl.load(acc_ptr + (base + splits)[:, None] * HEAD_PAD + dims[None, :])
-    out = tl.sum(acc * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
+    out = tl.sum(acc * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total) * v_scale
     out_offsets = token * stride_ot + head * stride_oh + dims
     tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_SIZE)
 
@@ -197,7 +197,7 @@ def split_kv_decode(
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
         batch.seq_lens, batch.block_table,
-        batch.num_reqs, params.scale * LOG2_E, params.sliding_window or 0,
+        batch.num_reqs, params.qk_scale, params.v_scale, params.sliding_window or 0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, ROWS=max(16, next_power_of_2(group)),
@@ -208,7 +208,7 @@ def split_kv_decode(
     )
     if num_splits > 1:  # one split wrote the output itself
         _merge_splits_kernel[(num_tokens, num_heads)](
-            out, workspace.acc, workspace.max, workspace.sum, out.stride(0), out.stride(1),
+            out, workspace.acc, workspace.max, workspace.sum, params.v_scale, out.stride(0), out.stride(1),
             HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,
         )
     return out

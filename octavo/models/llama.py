@@ -19,7 +19,7 @@ from octavo.distributed.parallel_state import get_pp_group
 from octavo.errors import UnsupportedModelError
 from octavo.models.base import ModelInitContext
 from octavo.models.layers.activation import gated_activation
-from octavo.models.layers.attention import Attention, ForwardContext
+from octavo.models.layers.attention import Attention, ForwardContext, kv_scale_param_name
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from octavo.models.layers.norm import RMSNorm
@@ -217,7 +217,7 @@ class LlamaForCausalLM(nn.Module):
             return None
         if name == "lm_head.weight" and self.config.tie_word_embeddings:
             return None
-        return self._param_name(name)
+        return self._param_name(kv_scale_param_name(name))
 
     def _param_name(self, name: str) -> tuple[str, object]:
         for fused, original, shard_id in self.stacked_params:

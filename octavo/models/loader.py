@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from octavo.errors import ModelLoadError
+from octavo.models.layers.attention import KV_SCALE_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def initialize_dummy_weights(model: nn.Module, seed: int = 0, scale: float = 1e-
         generator = generators.get(data.device)
         if generator is None:
             generator = generators[data.device] = torch.Generator(device=data.device).manual_seed(seed)
-        if name.endswith("norm.weight"):
+        if name.endswith("norm.weight") or name.rpartition(".")[2] in KV_SCALE_NAMES:
             data.fill_(1.0)
         elif data.dtype in (torch.float32, torch.float16, torch.bfloat16):
             data.uniform_(-scale, scale, generator=generator)
@@ -89,7 +90,13 @@ def initialize_dummy_weights(model: nn.Module, seed: int = 0, scale: float = 1e-
 
 
 def process_weights_after_loading(model: nn.Module) -> None:
-    for module in model.modules():
+    """Quantization methods repack their layers; attention layers hand their
+    KV-cache scales to the backend."""
+    from octavo.models.layers.attention import Attention
+
+    for name, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if method is not None:
             method.process_weights_after_loading(module)
+        elif isinstance(module, Attention):
+            module.apply_kv_scales(name)

@@ -37,7 +37,7 @@ def signature(kernel, constexprs: dict) -> dict[str, str]:
         elif name.endswith("_ptr"):
             types[name] = "*bf16"
         else:
-            types[name] = "fp32" if name in ("qk_scale", "eps") else "i32"
+            types[name] = "fp32" if name in ("qk_scale", "eps", "v_scale", "k_scale_inv", "v_scale_inv") else "i32"
     return types
 
 
@@ -65,12 +65,13 @@ def cases(attention_only: bool = False):
         return
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
-        NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16), None
+        NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, PRE_ROUND=False), None
     yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True), None
     yield "rotary", rotary._rotary_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
     yield "rotary+cache", rotary._rotary_cache_kernel, dict(
-        NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16), None
+        NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16,
+        PRE_ROUND=False), None
     yield "direct decode", sk._split_kv_kernel, dict(
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
         USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES

@@ -105,8 +105,10 @@ def test_supports_reasons():
     bad_group = AttentionSpec(6, 4, 32, 0.1, torch.float32, torch.float32, 16)
     assert "multiple" in TritonPagedAttention.supports(bad_group)
     fp8 = AttentionSpec(8, 2, 32, 0.1, torch.bfloat16, torch.float8_e4m3fn, 16)
-    assert TritonPagedAttention.supports(fp8) == (
-        "kv_cache_dtype torch.float8_e4m3fn is not supported (float16, bfloat16, float32 are)"
+    assert TritonPagedAttention.supports(fp8) is None  # fp8 caches: tests/kernels/test_fp8_kv_kernels.py
+    int8 = AttentionSpec(8, 2, 32, 0.1, torch.bfloat16, torch.int8, 16)
+    assert TritonPagedAttention.supports(int8) == (
+        "kv_cache_dtype torch.int8 is not supported (float16, bfloat16, float32, fp8 are)"
     )
     assert TritonPagedAttention(spec).kv_cache_shape(10) == (2, 10, 16, 2, 32)
 

@@ -22,11 +22,14 @@ from octavo.runtime.config import WorkerConfig
 from octavo.runtime.model_loading import LoadedModel, load_model
 
 
-def load(path: Path, quantization: str | None = None, dtype: str = "float32", load_format: str = "auto") -> LoadedModel:
+def load(
+    path: Path, quantization: str | None = None, dtype: str = "float32", load_format: str = "auto",
+    kv_cache_dtype: str = "auto",
+) -> LoadedModel:
     if load_format == "auto":
         load_format = "gguf" if str(path).endswith(".gguf") else "safetensors"
     config = WorkerConfig(
-        model_path=str(path), load_format=load_format, dtype=dtype, kv_cache_dtype="auto", block_size=16,
+        model_path=str(path), load_format=load_format, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=16,
         max_model_len=256, max_num_batched_tokens=256, max_num_seqs=4, platform="cpu", quantization=quantization,
     )
     return load_model(config, CpuPlatform(), torch.device("cpu"))

@@ -62,3 +62,59 @@ def test_fp8_kv_cache_close_to_float32(arch, checkpoint_dirs, make_llm):
             continue
         step = next(i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y)
         assert a.token_ids[step] in _top5(b)[step] and b.token_ids[step] in _top5(a)[step], (step, a.token_ids, b.token_ids)
+
+
+def _checkpoint_with(source, out, extra: dict[str, torch.Tensor]):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, out)
+    tensors = load_file(str(out / "model.safetensors"))
+    save_file({**tensors, **extra}, str(out / "model.safetensors"))
+    return out
+
+
+SCALES = {
+    "model.layers.0.self_attn.k_scale": torch.tensor(0.5),
+    "model.layers.0.self_attn.v_scale": torch.tensor([2.0]),
+    "model.layers.1.self_attn.kv_scale": torch.tensor(0.25),  # AutoFP8's single scale for both
+}
+
+
+def test_checkpoint_kv_scales(quant_llama_dir, tmp_path):
+    """Scales from the checkpoint reach each layer's backend (its own copy)
+    for an fp8 cache; keys and values are stored divided by them; logits stay
+    close to a float32 cache's. A 16/32-bit cache stores values as they are
+    and ignores them."""
+    from tests.quantization import helpers
+
+    path = _checkpoint_with(quant_llama_dir, tmp_path / "scaled", SCALES)
+    prompt = list(range(3, 90, 3))
+    reference = helpers.prefill_logits(helpers.load(path), prompt)
+    loaded = helpers.load(path, kv_cache_dtype="fp8")
+    first, second = loaded.layer_backends
+    assert (first.k_scale, first.v_scale, second.k_scale, second.v_scale) == (0.5, 2.0, 0.25, 0.25)
+    assert first is not second
+    logits = helpers.prefill_logits(loaded, prompt)
+    assert float((logits - reference).norm() / reference.norm()) < 0.05
+    plain = helpers.load(path)
+    assert all((b.k_scale, b.v_scale) == (1.0, 1.0) for b in plain.layer_backends)
+
+
+def test_kv_scale_aliases_and_refusals(quant_llama_dir, tmp_path):
+    from octavo.errors import ModelLoadError
+    from tests.quantization import helpers
+
+    path = _checkpoint_with(quant_llama_dir, tmp_path / "alias", {
+        "model.layers.1.self_attn.k_proj.output_scale": torch.tensor(0.75),
+        "model.layers.1.self_attn.v_proj.output_scale": torch.tensor(1.5),
+    })
+    backends = helpers.load(path, kv_cache_dtype="fp8").layer_backends
+    assert (backends[0].k_scale, backends[1].k_scale, backends[1].v_scale) == (1.0, 0.75, 1.5)
+    per_head = _checkpoint_with(quant_llama_dir, tmp_path / "per_head", {"model.layers.0.self_attn.k_scale": torch.ones(2)})
+    with pytest.raises(ModelLoadError, match="only per-tensor scales are supported, not per-head"):
+        helpers.load(per_head, kv_cache_dtype="fp8")
+    zero = _checkpoint_with(quant_llama_dir, tmp_path / "zero", {"model.layers.0.self_attn.v_scale": torch.tensor(0.0)})
+    with pytest.raises(ModelLoadError, match=r"model.layers.0.self_attn.attn: KV-cache scales must be positive"):
+        helpers.load(zero, kv_cache_dtype="fp8")

@@ -7,7 +7,10 @@ whole context and builds one boolean mask (causal, context length, padding);
 fast: every other backend is tested against this one.
 
 KV cache layout (shared with the Triton backend): ``[2, num_blocks,
-block_size, num_kv_heads, head_size]``.
+block_size, num_kv_heads, head_size]``. An fp8 cache with per-layer scales
+(``set_kv_scales``) stores ``key * (1 / k_scale)`` rounded to fp8 and reads
+``key * k_scale`` (folded into the softmax scale; ``v_scale`` multiplies
+the output), as the Triton kernels do.
 """
 
 from __future__ import annotations
@@ -74,14 +77,24 @@ def build_torch_paged_metadata(batch: AttentionBatch, block_size: int) -> TorchP
     )
 
 
-def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Store each token's key and value at its slot; negative slots are skipped."""
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
+    """Store each token's key and value at its slot (divided by the cache's
+    scales, computed in float32 as ``x * (1 / scale)``); negative slots are skipped."""
     num_kv_heads, head_size = key.shape[1], key.shape[2]
     key_cache = kv_cache[0].view(-1, num_kv_heads, head_size)
     value_cache = kv_cache[1].view(-1, num_kv_heads, head_size)
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         key, value, slot_mapping = key[valid], value[valid], slot_mapping[valid]
+    if (k_scale, v_scale) != (1.0, 1.0):
+        key, value = key.to(torch.float32) * (1.0 / k_scale), value.to(torch.float32) * (1.0 / v_scale)
     key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
     if key_cache.dtype.itemsize == 1 and key_cache.dtype.is_floating_point:
         # fp8 caches: index_copy_ has no fp8 kernel on every device; the
@@ -94,6 +107,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tenso
 
 class TorchPagedAttention(AttentionBackend):
     name = "torch_paged"
+    supports_kv_scales = True
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> str | None:
@@ -110,8 +124,8 @@ class TorchPagedAttention(AttentionBackend):
 
     def forward(self, query, key, value, kv_cache, metadata: TorchPagedMetadata) -> torch.Tensor:
         num_tokens = metadata.num_actual_tokens
-        write_kv_cache(key[:num_tokens], value[:num_tokens], kv_cache, metadata.slot_mapping)
-        return paged_attention_reference(query, kv_cache, metadata, self.spec)
+        write_kv_cache(key[:num_tokens], value[:num_tokens], kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        return paged_attention_reference(query, kv_cache, metadata, self.spec, self.k_scale, self.v_scale)
 
 
 def attend_padded(
@@ -121,6 +135,8 @@ def attend_padded(
     key_slots: torch.Tensor,
     mask: torch.Tensor,
     spec: AttentionSpec,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Masked attention over a padded batch: queries ``query[query_index]``
     ([B, max_q]) against the cache slots ``key_slots`` ([B, max_s]); returns
@@ -134,16 +150,23 @@ def attend_padded(
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale * k_scale)
+    if v_scale != 1.0:
+        out = out * v_scale
     return out.transpose(1, 2)
 
 
 def paged_attention_reference(
-    query: torch.Tensor, kv_cache: torch.Tensor, metadata: TorchPagedMetadata, spec: AttentionSpec
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    metadata: TorchPagedMetadata,
+    spec: AttentionSpec,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Attention of each query token over its request's cached context."""
     mask = metadata.mask(spec.sliding_window)
-    out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec)
+    out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec, k_scale, v_scale)
     out = out[metadata.query_valid]  # [T, H, D] in batch order
     result = torch.zeros_like(query)
     # Tokens past the requests' query tokens (padding) stay zero.

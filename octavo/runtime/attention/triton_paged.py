@@ -10,10 +10,16 @@ request: one program per request and KV head, or split-KV plus its merge). It do
 tensor shapes and the plan, so it can be captured in a CUDA graph and
 replayed after the batch tensors are refilled in place; rows of padding
 tokens come out finite (zeros) and are to be ignored.
+
+The cache may be fp8 (``kv_cache_dtype`` float8_e4m3fn or float8_e5m2: half
+the bytes, twice the sequences): keys and values are stored divided by the
+layer's scales (``set_kv_scales``; 1.0 unless the checkpoint has them) and
+widened in registers when read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +30,7 @@ from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpe
 from octavo.runtime.attention.triton_plan import SplitKvPolicy, num_compute_units, tiles_for_step
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 MAX_HEAD_SIZE = 256
 
 
@@ -53,6 +60,7 @@ class TritonPagedAttention(AttentionBackend):
     name = "triton_paged"
     supports_graph_capture = True
     fuses_rotary = True
+    supports_kv_scales = True
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
@@ -69,10 +77,17 @@ class TritonPagedAttention(AttentionBackend):
             return f"num_heads ({spec.num_heads}) is not a multiple of num_kv_heads ({spec.num_kv_heads})"
         if spec.head_size > MAX_HEAD_SIZE or spec.head_size % 2:
             return f"head_size {spec.head_size} is not supported (even sizes up to {MAX_HEAD_SIZE} are)"
-        for what, dtype in (("dtype", spec.dtype), ("kv_cache_dtype", spec.kv_cache_dtype)):
-            if dtype not in SUPPORTED_DTYPES:
-                return f"{what} {dtype} is not supported (float16, bfloat16, float32 are)"
+        if spec.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {spec.dtype} is not supported (float16, bfloat16, float32 are)"
+        if spec.kv_cache_dtype not in SUPPORTED_DTYPES + FP8_KV_DTYPES:
+            return f"kv_cache_dtype {spec.kv_cache_dtype} is not supported (float16, bfloat16, float32, fp8 are)"
         return None
+
+    def set_kv_scales(self, k_scale: float, v_scale: float) -> str | None:
+        reason = super().set_kv_scales(k_scale, v_scale)
+        if reason is None:
+            self.params = dataclasses.replace(self.params, k_scale=self.k_scale, v_scale=self.v_scale)
+        return reason
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         spec = self.spec
@@ -103,13 +118,15 @@ class TritonPagedAttention(AttentionBackend):
         from octavo.kernels.kv_cache_write import reshape_and_cache
 
         self._check_slots(key, metadata)
-        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         return self._attend(query, kv_cache, metadata)
 
     def forward_with_rotary(
         self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
     ) -> torch.Tensor:
         self._check_slots(key, metadata)
+        if (self.k_scale, self.v_scale) != (1.0, 1.0):
+            raise ValueError("rotary_and_cache does not apply KV-cache scales: call forward (the attention layer does)")
         query = rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
         return self._attend(query, kv_cache, metadata)
 
