@@ -1,26 +1,27 @@
 #!/usr/bin/env python
-"""GPU checks and timings of Octavo's quantization kernels (issue 6).
+"""GPU checks and timings of Octavo's quantized GEMMs (issue 17), Llama-3.1-8B shapes.
 
-Run from the repository root on the GPU machine (needs torch, triton and,
-for the GGUF rows, the ``gguf`` package; nothing is downloaded):
+Run from the repository root on the GPU machine (nothing is downloaded):
 
-    python benchmarks/quant_gpu.py            # checks + timings, ~2 min
-    python benchmarks/quant_gpu.py --quick    # fewer timing iterations
+    python benchmarks/quant_gpu.py            # checks + timings, ~4 min
+    python benchmarks/quant_gpu.py --quick    # fewer token counts
 
-1. Correctness of every GPU path against its torch reference at Llama-3.1-8B
-   shapes: the int4 Triton dequant-GEMM (groups 32/64/128, act-order), fp8
-   W8A8 (``torch._scaled_mm``), int8 W8A8 (``torch._int_mm``), the GGUF
-   Triton dequantizer (bit-exact) and fused dequant-matmul for Q8_0, Q4_0,
-   Q4_K, Q5_K, Q6_K, and the fp8 KV-cache write.
-2. Timings of one decoder layer's linear layers (q/k/v, o, gate/up, down)
-   at batch 1 and 256: bf16 vs fp8 (W8A8 and weight-only) vs int8 (W8A8 and
-   weight-only) vs int4 (Triton) vs GGUF Q4_K. Weights are cycled through
-   copies totalling > 256 MiB so that batch 1 reads them from HBM, not L2.
-   Times are per call, replayed from a CUDA graph (GPU time; the eager time
-   with Python launch overhead is in the JSON). The "floor" column is the
-   bytes each layer must read (weights + activations) over 4.12 TB/s.
+1. Correctness: every path of ``quant_paths`` (each kernel of each format's
+   dispatch, the dispatch itself, and torch's built-ins) against the float32
+   product with the format's dequantized weight, at 1, 7 and 300 tokens;
+   weight-only paths within 1e-2 (relative L2), activation-quantizing (W8A8)
+   paths within 8e-2; the fp8 KV-cache write and split-KV decode over an fp8
+   cache with scales against torch.
+2. Timings: one decoder layer's four projections (qkv, o, gate_up, down) at
+   each token count, per path: GPU medians with the L2 flushed, replayed from
+   a CUDA graph. Beside each format: bf16 cuBLAS (the baseline), and the
+   floor -- the bytes the path must read (weights as stored, with scales and
+   zero points, plus activations) over the copy bandwidth measured in the
+   same run. ``*`` marks the fastest path of a format at a token count: the
+   crossovers to set in the dispatch (``GEMV_MAX_TOKENS``,
+   ``DEQUANT_MIN_TOKENS``, ``OCTAVO_QUANT_GEMV_MAX_TOKENS``).
 
-Prints a short table; with ``$OUT`` set, also writes ``quant_gpu.json`` there.
+Prints short tables; with ``$OUT`` set, also writes ``quant_gpu.json`` there.
 """
 
 from __future__ import annotations
@@ -29,220 +30,181 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from octavo.kernels.quant import int4, scaled_mm  # noqa: E402
-from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf  # noqa: E402
+import quant_paths as qp  # noqa: E402
+from kernels_gpu import copy_bandwidth, time_us  # noqa: E402
+from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 
-SHAPES = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]  # (name, K, N)
-BATCHES = (1, 256)
-GGUF_CHECK_SHAPE = (4096, 4096)  # (N, K) for the GGUF correctness checks
-COPY_BANDWIDTH = 4.12e12
-RESULTS: dict = {"checks": [], "timings": []}
+TOKENS = (1, 2, 4, 8, 16, 64, 256, 512, 2048)
+QUICK_TOKENS = (1, 4, 16, 256, 2048)
+CHECK_TOKENS = (1, 7, 300)
+W8A8_PATHS = {"triton_quant+scaled_mm", "torch_quant+scaled_mm", "block_mm", "torch_blockwise_scaled_mm"}
+RESULTS: dict = {"checks": [], "timings": [], "unavailable": {}}
 
 
-def check(name: str, got: torch.Tensor, expected: torch.Tensor, tolerance: float, exact: bool = False) -> None:
-    if exact:
-        ok, error = bool(torch.equal(got, expected)), 0.0 if torch.equal(got, expected) else float("inf")
-    else:
-        error = float((got.float() - expected.float()).norm() / expected.float().norm().clamp(min=1e-30))
-        ok = error <= tolerance
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got.float() - expected).norm() / expected.norm().clamp(min=1e-30))
+
+
+def record_check(name: str, error: float, tolerance: float) -> None:
+    ok = error <= tolerance
     RESULTS["checks"].append({"name": name, "ok": ok, "rel_error": error, "tolerance": tolerance})
-    print(f"  {'ok  ' if ok else 'FAIL'} {name:<48} rel err {error:.2e} (tol {tolerance:.0e})", flush=True)
+    say(f"  {'ok  ' if ok else 'FAIL'} {name:<58} rel err {error:.2e} (tol {tolerance:.0e})")
 
 
-def random_gguf(type_name: str, rows: int, cols: int, device) -> torch.Tensor:
-    """Random bytes of ``type_name`` with sane fp16 scales (no inf/NaN)."""
-    from octavo.kernels.quant.gguf_dequant import random_gguf_rows
+def runnable(path: qp.Path, weights: tuple, x: torch.Tensor):
+    """The path's function, or None (reason recorded once) when it does not run here."""
+    if path.max_tokens is not None and x.shape[0] > path.max_tokens:
+        return None
+    try:
+        fn = path.make(weights, None)
+        fn(x)
+        return fn
+    except Exception as exc:  # noqa: BLE001 -- a built-in this torch lacks, a kernel that fails
+        RESULTS["unavailable"].setdefault(path.label, f"{type(exc).__name__}: {str(exc)[:120]}")
+        return None
 
-    return random_gguf_rows(type_name, rows, cols).to(device)
+
+def correctness() -> None:
+    say("correctness (each path vs the float32 product with the dequantized weight, shape 'o'):")
+    generator = torch.Generator().manual_seed(0)
+    _, num_in, num_out = qp.SHAPES[1]
+    for family in qp.FAMILIES:
+        weights = qp.make_weights(family, num_out, num_in, generator)
+        for path in [p for p in qp.all_paths() if p.family == family]:
+            for num_tokens in CHECK_TOKENS:
+                x = torch.randn(num_tokens, num_in, generator=generator).to(qp.DEVICE, qp.DTYPE)
+                fn = runnable(path, weights, x)
+                if fn is None:
+                    continue
+                tolerance = 8e-2 if path.name in W8A8_PATHS else 2e-2
+                record_check(f"{path.label} M={num_tokens}", relative_error(fn(x), qp.reference(family, weights, x)), tolerance)
+    kv_cache_checks()
 
 
-def correctness(device: torch.device) -> None:
-    from octavo.kernels.quant import gguf_triton, int4_triton
+# fp8 KV-cache check shapes: Llama-3.1-8B's attention (32 query heads, 8 KV heads of 128),
+# two requests of ~1k and ~2k tokens in blocks of 16 (the CPU smoke test shrinks them).
+KV_HEADS, KV_GROUP, KV_HEAD_SIZE, KV_SEQ_LENS, KV_BLOCKS = 8, 4, 128, (1000, 1990), 256
 
-    print("correctness (GPU path vs torch reference):")
-    torch.manual_seed(0)
-    for name, k, n in SHAPES:
-        w = (torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16)
-        for group in (128,) if name != "o" else (32, 64, 128):
-            qweight, scales, zeros = int4.quantize_int4_rtn(w, group)
-            dense = int4.dequantize_int4(qweight, scales, zeros, group, torch.bfloat16).float()
-            for m in (1, 7, 256):
-                x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-                got = int4_triton.int4_matmul(x, qweight, scales, zeros, group)
-                check(f"int4 triton {name} g{group} M={m}", got, x.float() @ dense.t(), 1e-2)
-    k, n = 4096, 4096
-    w = (torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16)
-    qweight, scales, zeros = int4.quantize_int4_rtn(w, 128)
-    perm = torch.randperm(k, device=device)
-    x = torch.randn(5, k, device=device, dtype=torch.bfloat16)
-    dense = int4.dequantize_int4(qweight, scales, zeros, 128, torch.bfloat16).float()
-    got = int4_triton.int4_linear(x.index_select(-1, perm), qweight, scales, zeros, 128, None)  # as the int4 method does
-    check("int4 act-order (input_perm) M=5", got, x[:, perm].float() @ dense.t(), 1e-2)
 
-    print(f"  fp8 W8A8 supported: {scaled_mm.fp8_w8a8_supported(device)}; int8 W8A8 supported: {scaled_mm.int8_w8a8_supported(device)}")
-    for m in (1, 17, 256):
-        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-        dense = x.float() @ w.float().t()
-        if scaled_mm.fp8_w8a8_supported(device):
-            qw, ws = scaled_mm.quantize_fp8_per_channel(w)
-            xq, xs = scaled_mm.quantize_fp8_per_token(x)
-            got = scaled_mm.fp8_w8a8_linear(x, qw, ws)
-            check(f"fp8 W8A8 _scaled_mm vs reference M={m}", got, scaled_mm.w8a8_reference(xq, xs, qw, ws), 1e-2)
-            check(f"fp8 W8A8 vs bf16 dense M={m}", got, dense, 6e-2)
-        if scaled_mm.int8_w8a8_supported(device):
-            qw, ws = scaled_mm.quantize_int8_per_channel(w)
-            xq, xs = scaled_mm.quantize_int8_per_token(x)
-            got = scaled_mm.int8_w8a8_linear(x, qw, ws)
-            check(f"int8 W8A8 _int_mm vs reference M={m}", got, scaled_mm.w8a8_reference(xq, xs, qw, ws), 1e-2)
-
-    for type_name in ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"):
-        t = GGML_TYPES_BY_NAME[type_name]
-        raw = random_gguf(type_name, *GGUF_CHECK_SHAPE, device)
-        reference = dequantize_gguf(raw, t)
-        check(f"gguf {type_name} triton dequant (bit-exact)", gguf_triton.gguf_dequantize(raw, t, torch.float32), reference, 0.0, exact=True)
-        for m in (1, 16):
-            x = torch.randn(m, GGUF_CHECK_SHAPE[1], device=device, dtype=torch.bfloat16)
-            check(f"gguf {type_name} fused matmul M={m}", gguf_triton.gguf_matmul(x, raw, t), x.float() @ reference.t(), 1e-2)
-
+def kv_cache_checks() -> None:
+    """fp8 KV cache with scales: the write and split-KV decode against torch."""
+    from octavo.kernels.kv_cache_write import reshape_and_cache
+    from octavo.kernels.paged_attention import AttentionParams, PagedBatch
+    from octavo.kernels.reference import paged_attention_reference
+    from octavo.kernels.split_kv_decode import SplitWorkspace, split_kv_decode
     from octavo.runtime.attention.torch_paged import write_kv_cache
 
-    cache = torch.zeros(2, 8, 16, 8, 128, dtype=torch.float8_e4m3fn, device=device)
-    key, value = torch.randn(20, 8, 128, device=device), torch.randn(20, 8, 128, device=device)
-    slots = torch.randperm(128, device=device)[:20]
-    write_kv_cache(key, value, cache, slots)
-    stored = cache[0].view(-1, 8, 128)[slots].float()
-    check("fp8 KV cache write (cuda)", stored, key.to(torch.float8_e4m3fn).float(), 0.0, exact=True)
+    device, k_scale, v_scale, d = qp.DEVICE, 0.5, 2.0, KV_HEAD_SIZE
+    key, value = torch.randn(40, KV_HEADS, d, device=device), torch.randn(40, KV_HEADS, d, device=device)
+    slots = torch.randperm(KV_BLOCKS * 16, device=device)[:40]
+    cache = torch.zeros(2, KV_BLOCKS, 16, KV_HEADS, d, dtype=torch.float8_e4m3fn, device=device)
+    expected = cache.clone()
+    reshape_and_cache(key, value, cache, slots, k_scale, v_scale)
+    write_kv_cache(key, value, expected, slots, k_scale, v_scale)
+    record_check("fp8 KV write with scales (bit-exact: 0)", float((cache.float() - expected.float()).abs().max()), 0.0)
+    seq_lens = torch.tensor(KV_SEQ_LENS, dtype=torch.int32, device=device)
+    blocks_per_seq = -(-max(KV_SEQ_LENS) // 16)
+    table = torch.randperm(KV_BLOCKS, device=device)[: 2 * blocks_per_seq].to(torch.int32).reshape(2, blocks_per_seq)
+    num_heads = KV_HEADS * KV_GROUP
+    query = torch.randn(2, num_heads, d, device=device, dtype=qp.DTYPE)
+    batch = PagedBatch(torch.tensor([0, 1, 2], dtype=torch.int32, device=device), seq_lens, table, 2)
+    workspace = SplitWorkspace.allocate(2, num_heads, d, 8, device)
+    params = AttentionParams(d**-0.5, k_scale=k_scale, v_scale=v_scale)
+    out = split_kv_decode(query, cache, batch, params, workspace)
+    scales = torch.tensor([k_scale, v_scale], device=device).reshape(2, 1, 1, 1, 1)
+    ref = paged_attention_reference(query, cache.float() * scales, batch.query_start_loc, seq_lens, table, d**-0.5)
+    record_check("split-KV decode over fp8 cache with scales", relative_error(out, ref.float()), 2e-2)
 
 
-def _time_eager(calls, iters: int) -> float:
-    """Mean microseconds per call, launched from Python (includes launch overhead)."""
-    for call in calls[:3]:
-        call()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(iters):
-        calls[i % len(calls)]()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / iters
+def time_layer(path: qp.Path, weights: dict, num_tokens: int) -> dict[str, float] | None:
+    times = {}
+    for shape, num_in, _ in qp.SHAPES:
+        x = torch.randn(num_tokens, num_in, device=qp.DEVICE, dtype=qp.DTYPE)
+        fn = runnable(path, weights[shape], x)
+        if fn is None:
+            return None
+        times[shape] = time_us(lambda fn=fn, x=x: fn(x), reps=20)
+    return times
 
 
-def _time_graph(calls, iters: int) -> float | None:
-    """Mean microseconds per call replayed from a CUDA graph (GPU time, as a
-    graph-captured decode step sees it); None if the calls cannot be captured."""
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for call in calls:
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in calls:
-                call()
-    except Exception as exc:  # noqa: BLE001 -- report and fall back to eager timing
-        print(f"  (graph capture failed: {type(exc).__name__}: {exc})")
-        return None
-    replays = max(1, iters // len(calls))
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / (replays * len(calls))
-
-
-def _methods(w: torch.Tensor, device: torch.device) -> dict:
-    """name -> (weight tensors, fn(x, weights)) for one bf16 weight [N, K]."""
-    from octavo.kernels.quant.gguf_triton import gguf_linear
-    from octavo.kernels.quant.int4_triton import int4_linear
-
-    fp8_w, fp8_s = scaled_mm.quantize_fp8_per_channel(w)
-    int8_w, int8_s = scaled_mm.quantize_int8_per_channel(w)
-    q4 = int4.quantize_int4_rtn(w, 128)
-    q4k = random_gguf("Q4_K", w.shape[0], w.shape[1], device)  # values do not matter for speed
-    methods = {
-        "bf16": ((w,), lambda x, t: F.linear(x, t[0])),
-        "fp8 weight-only": ((fp8_w, fp8_s), lambda x, t: scaled_mm.weight_only_linear(x, *t)),
-        "int8 weight-only": ((int8_w, int8_s), lambda x, t: scaled_mm.weight_only_linear(x, *t)),
-        "int4 g128 (triton)": (q4, lambda x, t: int4_linear(x, *t, 128, None)),
-        "gguf Q4_K (triton)": ((q4k,), lambda x, t: gguf_linear(x, t[0], GGML_TYPES_BY_NAME["Q4_K"])),
-    }
-    if scaled_mm.fp8_w8a8_supported(device):
-        methods["fp8 W8A8"] = ((fp8_w, fp8_s), lambda x, t: scaled_mm.fp8_w8a8_linear(x, *t))
-    if scaled_mm.int8_w8a8_supported(device):
-        methods["int8 W8A8"] = ((int8_w, int8_s), lambda x, t: scaled_mm.int8_w8a8_linear(x, *t))
-    return methods
-
-
-def timings(device: torch.device, iters: int) -> tuple[dict, dict]:
-    """{(method, batch): {shape: microseconds}} for one decoder layer's linears,
-    and the same for the memory floor."""
-    table: dict = {}
-    floors: dict = {}
-    for name, k, n in SHAPES:
-        w = (torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16)
-        for method, (tensors, fn) in _methods(w, device).items():
-            nbytes = sum(t.numel() * t.element_size() for t in tensors)
-            copies = [tensors] + [tuple(t.clone() for t in tensors) for _ in range((256 << 20) // nbytes)]
-            for m in BATCHES:
-                x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-                calls = [lambda c=c: fn(x, c) for c in copies]
-                eager = _time_eager(calls, iters)
-                graph = _time_graph(calls, iters)
-                us = graph if graph is not None else eager
-                table.setdefault((method, m), {})[name] = us
-                floors.setdefault((method, m), {})[name] = (nbytes + 2 * m * (k + n)) / COPY_BANDWIDTH * 1e6
-                RESULTS["timings"].append(
-                    {"method": method, "batch": m, "shape": name, "K": k, "N": n, "us_graph": graph, "us_eager": eager, "weight_bytes": nbytes}
+def timings(tokens: tuple[int, ...], bandwidth: float) -> None:
+    generator = torch.Generator().manual_seed(1)
+    for family in qp.FAMILIES:
+        weights = {shape: qp.make_weights(family, n, k, generator) for shape, k, n in qp.SHAPES}
+        for num_tokens in tokens:
+            for path in [p for p in qp.all_paths() if p.family == family]:
+                times = time_layer(path, weights, num_tokens)
+                if times is None:
+                    continue
+                floor = sum(
+                    (qp.weight_bytes(weights[s]) + 2 * num_tokens * (k + n)) / bandwidth * 1e6 for s, k, n in qp.SHAPES
                 )
-            del copies
+                RESULTS["timings"].append(
+                    {"family": family, "path": path.name, "tokens": num_tokens, "us": times, "layer_us": sum(times.values()),
+                     "floor_us": floor}
+                )
+        del weights
         torch.cuda.empty_cache()
-    return table, floors
 
 
-def print_table(table: dict, floors: dict) -> None:
-    names = [s[0] for s in SHAPES]
-    for m in BATCHES:
-        print(f"\nbatch {m}: microseconds per linear layer (Llama-3.1-8B shapes, CUDA-graph replay), one decoder layer")
-        print(f"  {'method':<20}" + "".join(f"{s:>10}" for s in names) + f"{'layer':>10}{'floor':>9}{'vs bf16':>9}")
-        base = sum(table[("bf16", m)].values())
-        for (method, batch), row in table.items():
-            if batch != m:
-                continue
-            total = sum(row.values())
-            floor = sum(floors[(method, batch)].values())
-            print(f"  {method:<20}" + "".join(f"{row[s]:>10.1f}" for s in names) + f"{total:>10.1f}{floor:>9.1f}{base / total:>8.2f}x")
+def print_tables(tokens: tuple[int, ...]) -> None:
+    rows = RESULTS["timings"]
+    base = {r["tokens"]: r["layer_us"] for r in rows if r["family"] == "bf16" and r["path"] == "cublas"}
+    say("\none decoder layer's projections, microseconds (CUDA-graph replay, L2 flushed); bf16 = bf16 cuBLAS in this run,"
+        " floor = the path's bytes / copy bandwidth, vs bf16 = bf16 / path (above 1: faster)")
+    for family in qp.FAMILIES:
+        say(f"\n{family}:")
+        say(f"  {'tokens':>6} {'path':<28}{'qkv':>9}{'o':>9}{'gate_up':>9}{'down':>9}{'layer':>10}{'bf16':>9}{'floor':>9}"
+            f"{'vs bf16':>9}")
+        for num_tokens in tokens:
+            group = [r for r in rows if r["family"] == family and r["tokens"] == num_tokens]
+            best = min((r["layer_us"] for r in group if r["path"] != "op"), default=None)
+            for r in group:
+                mark = "*" if r["layer_us"] == best else " "
+                ratio = base.get(num_tokens, float("nan")) / r["layer_us"]
+                say(f"  {num_tokens:>6} {r['path']:<27}{mark}" + "".join(f"{r['us'][s]:>9.1f}" for s, _, _ in qp.SHAPES)
+                    + f"{r['layer_us']:>10.1f}{base.get(num_tokens, float('nan')):>9.1f}{r['floor_us']:>9.1f}{ratio:>8.2f}x")
+    for label, reason in RESULTS["unavailable"].items():
+        say(f"  (not timed: {label}: {reason})")
+
+
+def precompile(tokens: tuple[int, ...]) -> None:
+    jobs = [(p.family, p.name, m, None) for p in qp.all_paths() for m in tokens if p.max_tokens is None or m <= p.max_tokens]
+    compile_in_pool(qp.compile_job, jobs, say, time.perf_counter())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer timing iterations")
+    parser.add_argument("--quick", action="store_true", help=f"token counts {QUICK_TOKENS} only")
     parser.add_argument("--skip-timings", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("no CUDA device: this script is for the GPU machine")
+        say("no CUDA device: this script is for the GPU machine")
         return 1
-    device = torch.device("cuda", 0)
-    print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
-    correctness(device)
+    say(f"device: {torch.cuda.get_device_name(qp.DEVICE)}, torch {torch.__version__}")
+    tokens = QUICK_TOKENS if args.quick else TOKENS
     if not args.skip_timings:
-        table, floors = timings(device, 20 if args.quick else 100)
-        print_table(table, floors)
+        precompile(tokens)
+    correctness()
+    if not args.skip_timings:
+        bandwidth = copy_bandwidth()
+        say(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+        timings(tokens, bandwidth)
+        print_tables(tokens)
     failed = [c["name"] for c in RESULTS["checks"] if not c["ok"]]
-    print(f"\n{len(RESULTS['checks']) - len(failed)}/{len(RESULTS['checks'])} checks passed" + (f"; FAILED: {failed}" if failed else ""))
+    say(f"\n{len(RESULTS['checks']) - len(failed)}/{len(RESULTS['checks'])} checks passed" + (f"; FAILED: {failed}" if failed else ""))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "quant_gpu.json").write_text(json.dumps(RESULTS, indent=1))
     return 1 if failed else 0

@@ -1,0 +1,143 @@
+#!/usr/bin/env python
+"""Tile sweep of the quantized GEMM kernels at Llama-3.1-8B shapes: ``python benchmarks/quant_sweep_gpu.py``.
+
+For each kernel whose tiles are parameters, every config of its sweep list
+at the token counts that decide its defaults; the time of one decoder
+layer's four projections (qkv, o, gate_up, down), GPU median with the L2
+flushed, replayed from a CUDA graph:
+
+- ``fp8 gemv`` (``gemv.GemvConfig``, 8-bit weight + per-channel scale) at 1, 2 tokens;
+- ``int4 gemv`` (``GroupedGemvConfig``) at 1, 2; ``int4 tc_mm``
+  (``GroupedMmConfig``, split-K included) at 16, 64, 256, 512;
+- ``gguf_Q4_K`` / ``gguf_Q6_K`` ``gemv`` (``GGUFGemvConfig``) at 1;
+  ``tile_mm`` (``GGUFMmConfig``) at 16, 64;
+- ``fp8_block gemv`` / ``block_mm`` (``BlockGemvConfig``, ``BlockMmConfig``) at 1 and 64, 512.
+
+Prints, per (kernel, tokens), the default config's time, the best three
+and the bytes-over-time bandwidth of the best, and at the end one line per
+kernel with the config to make the default. Kernels compile first in a
+pool of processes (Triton's disk cache). ``SWEEP_BUDGET_S`` bounds the
+timing; cases left over are skipped and say so. With ``$OUT`` set, writes
+``quant_sweep.jsonl`` there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import quant_paths as qp  # noqa: E402
+from kernels_gpu import copy_bandwidth, time_us  # noqa: E402
+from kernels_gpu_sweep import compile_in_pool  # noqa: E402
+
+from octavo.kernels.gemv import GemvConfig  # noqa: E402
+from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
+from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
+from octavo.kernels.quant.int4_triton import GroupedGemvConfig, GroupedMmConfig  # noqa: E402
+
+SWEEP_BUDGET_S = 180.0
+REPS = 15
+GEMV_8BIT = [GemvConfig(n, k, w, 2, True) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)]
+INT4_GEMV = [GroupedGemvConfig(n, b, w) for n in (2, 4, 8, 16) for b in (1, 2, 4, 8) for w in (4, 8)]
+INT4_MM_SKINNY = [
+    GroupedMmConfig(m, n, s, 8, 4, st) for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
+]
+INT4_MM_WIDE = [GroupedMmConfig(m, n, 1, 8, w, st) for m, n in ((64, 128), (64, 256), (128, 128), (128, 256)) for w in (4, 8) for st in (3, 4)]
+GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4) for w in (4, 8)]
+GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
+BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
+BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
+# (family, path, tokens, configs): ~270 kernels, ~3 minutes on the H200.
+PLAN = [
+    ("fp8", "gemv", (1, 2), GEMV_8BIT),
+    ("int4", "gemv", (1, 2), INT4_GEMV),
+    ("int4", "tc_mm", (16, 64), INT4_MM_SKINNY),
+    ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
+    ("gguf_Q4_K", "gemv", (1,), GGUF_GEMV),
+    ("gguf_Q6_K", "gemv", (1,), GGUF_GEMV),
+    ("gguf_Q4_K", "tile_mm", (16, 64), GGUF_MM),
+    ("fp8_block", "gemv", (1,), BLOCK_GEMV),
+    ("fp8_block", "block_mm", (64, 512), BLOCK_MM),
+]
+RECORDS: list[dict] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def time_config(path: qp.Path, weights: dict, num_tokens: int, config) -> float | None:
+    total = 0.0
+    for shape, num_in, _ in qp.SHAPES:
+        x = torch.randn(num_tokens, num_in, device=qp.DEVICE, dtype=qp.DTYPE)
+        try:
+            fn = path.make(weights[shape], config)
+            fn(x)
+        except Exception:  # noqa: BLE001 -- a config the kernel cannot take (registers, shared memory)
+            return None
+        total += time_us(lambda fn=fn, x=x: fn(x), reps=REPS)
+    return total
+
+
+def sweep_case(family: str, name: str, num_tokens: int, configs: list, weights: dict, bandwidth: float) -> object:
+    path = qp.path_by_label(family, name)
+    default_us = time_config(path, weights, num_tokens, None)
+    results = []
+    for config in configs:
+        us = time_config(path, weights, num_tokens, config)
+        if us is not None:
+            results.append((us, config))
+            RECORDS.append({"family": family, "path": name, "tokens": num_tokens, "config": asdict(config), "us": us})
+    results.sort(key=lambda r: r[0])
+    nbytes = sum(qp.weight_bytes(w) for w in weights.values())
+    say(f"{family} {name} M={num_tokens}: default {default_us or float('nan'):.1f} us; {len(results)}/{len(configs)} configs ran")
+    for us, config in results[:3]:
+        say(f"    {us:8.1f} us  {nbytes / (us * 1e-6) / 1e12:5.2f} TB/s (copy {bandwidth / 1e12:.2f})  {config}")
+    return results[0][1] if results else None
+
+
+def precompile() -> None:
+    jobs = [(family, name, m, config) for family, name, tokens, configs in PLAN for m in tokens for config in [None, *configs]]
+    compile_in_pool(qp.compile_job, jobs, say, time.perf_counter(), chunksize=4)
+
+
+def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
+    bandwidth = copy_bandwidth()
+    started, best, generator = time.perf_counter(), {}, torch.Generator().manual_seed(0)
+    weights_by_family: dict[str, dict] = {}
+    for family, name, tokens, configs in plan:
+        if family not in weights_by_family:
+            weights_by_family.clear()
+            weights_by_family[family] = {s: qp.make_weights(family, n, k, generator) for s, k, n in qp.SHAPES}
+        for num_tokens in tokens:
+            if time.perf_counter() - started > budget_s:
+                say(f"{family} {name} M={num_tokens}: skipped (sweep budget of {budget_s:.0f} s spent)")
+                continue
+            best[(family, name, num_tokens)] = sweep_case(family, name, num_tokens, configs, weights_by_family[family], bandwidth)
+    say("\nbest configs (set as defaults where they beat the default above):")
+    for (family, name, num_tokens), config in best.items():
+        say(f"  {family} {name} M={num_tokens}: {config}")
+    return best
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        say("no CUDA device: this script is for the GPU machine")
+        sys.exit(1)
+    precompile()
+    run()
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "quant_sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""benchmarks/quant_gpu.py and quant_sweep_gpu.py end to end on tiny shapes
+on the CPU (Triton's interpreter, in a subprocess), so that the scripts the
+GPU round runs do not rot: every path builds and is checked against its
+reference, the timing tables print, the sweep runs its plan. Timing is one
+call; paths that need a GPU (torch's int4 and block-wise fp8 built-ins)
+report themselves unavailable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@not_interpreted
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the scripts themselves")
+def test_scripts_under_interpreter():
+    rerun_under_interpreter(__file__)
+
+
+@pytest.fixture
+def scripts(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for name in ("quant_paths", "quant_gpu", "quant_sweep_gpu", "kernels_gpu", "kernels_gpu_sweep"):
+        sys.modules.pop(name, None)
+    import quant_gpu
+    import quant_paths
+    import quant_sweep_gpu
+
+    monkeypatch.setattr(quant_paths, "DEVICE", torch.device("cpu"))
+    monkeypatch.setattr(quant_paths, "DTYPE", torch.float32)
+    monkeypatch.setattr(quant_paths, "SHAPES", [("qkv", 256, 48), ("down", 512, 32)])
+    # fp8_block and the other GGUF types: the same script code, kernels tested in their own files.
+    monkeypatch.setattr(quant_paths, "FAMILIES", ("bf16", "fp8", "int4", "gguf_Q4_K"))
+    for module in (quant_gpu, quant_sweep_gpu):
+        monkeypatch.setattr(module, "time_us", lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
+        monkeypatch.setattr(module, "copy_bandwidth", lambda: 1e12)
+    monkeypatch.setattr(quant_gpu, "CHECK_TOKENS", (3,))
+    for name, value in dict(KV_HEADS=2, KV_GROUP=2, KV_HEAD_SIZE=32, KV_SEQ_LENS=(20, 37), KV_BLOCKS=8).items():
+        monkeypatch.setattr(quant_gpu, name, value)
+    return quant_gpu, quant_sweep_gpu
+
+
+@needs_interpreter
+def test_quant_gpu_script(scripts, capsys):
+    quant_gpu, _ = scripts
+    quant_gpu.correctness()
+    failed = [c for c in quant_gpu.RESULTS["checks"] if not c["ok"]]
+    assert quant_gpu.RESULTS["checks"] and not failed, failed
+    quant_gpu.timings((1,), bandwidth=1e12)
+    quant_gpu.print_tables((1,))
+    out = capsys.readouterr().out
+    assert "int4:" in out and "tc_mm" in out and "gguf_Q4_K:" in out and "floor" in out and "vs bf16" in out
+
+
+@needs_interpreter
+def test_quant_sweep_script(scripts, capsys):
+    _, sweep = scripts
+    # Two of the plan's cases, one config each: the sweep's code is the same for all.
+    plan = [(f, p, t[:1], c[:1]) for f, p, t, c in sweep.PLAN if (f, p) in (("int4", "tc_mm"), ("gguf_Q4_K", "gemv"))][:2]
+    best = sweep.run(plan=plan, budget_s=1e9)
+    assert all(config is not None for config in best.values()), best
+    assert "best configs" in capsys.readouterr().out
+
+
+@not_interpreted
+def test_make_gguf_8b_writes_a_loadable_file(tmp_path):
+    """The GPU round's GGUF writer, at tiny shapes: the file loads and runs a prefill."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import make_gguf_8b
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    from tests.quantization import helpers
+
+    config = dict(hidden_size=256, intermediate_size=512, vocab_size=512, num_attention_heads=4, num_key_value_heads=2,
+                  num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=500000.0)
+    path = make_gguf_8b.write(tmp_path / "tiny.gguf", "Q4_K", "Q6_K", config)
+    loaded = helpers.load(path)
+    assert loaded.arch.hidden_size == 256
+    logits = helpers.prefill_logits(loaded, [1, 2, 3, 4])
+    assert logits.shape == (4, 512) and bool(torch.isfinite(logits).all())
+
