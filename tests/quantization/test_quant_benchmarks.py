@@ -89,3 +89,19 @@ def test_make_gguf_8b_writes_a_loadable_file(tmp_path):
     logits = helpers.prefill_logits(loaded, [1, 2, 3, 4])
     assert logits.shape == (4, 512) and bool(torch.isfinite(logits).all())
 
+
+@not_interpreted
+def test_quant_e2e_tables(quant_llama_dir, capsys):
+    """benchmarks/quant_e2e.py on a tiny checkpoint on the CPU: each method's row
+    beside the baseline's, with its own floor; the kv mode's capacity column."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import quant_e2e
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    common = ["--model", str(quant_llama_dir), "--load-format", "safetensors", "--dtype", "float32",
+              "--num-iters", "1", "--gpu-memory-utilization", "0.5"]
+    assert quant_e2e.main(["latency", "--methods", "bf16,int4", "--input-len", "8", "--output-len", "3", *common]) == 0
+    assert quant_e2e.main(["kv", "--context", "40", "--output-len", "3", *common]) == 0
+    out = capsys.readouterr().out
+    assert "floor ms/tok" in out and "\nint4 " in out and "fp8 KV" in out and "4k seqs" in out
