@@ -55,7 +55,19 @@ for step in "$@"; do
          run_step fp8_throughput 400 $CLI bench throughput $M8B --quantization fp8 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/fp8_throughput.json";;
     int4) run_step int4_latency 300 $CLI bench latency $M8B --quantization int4 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/int4_latency.json"
           run_step int4_throughput 400 $CLI bench throughput $M8B --quantization int4 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 16384 --output-json "$O/int4_throughput.json";;
-    quant) run_step quant_gpu 400 python benchmarks/quant_gpu.py --quick;;
+    # Issue 17. quant: every quantized GEMM path at 8B layer shapes beside bf16 cuBLAS and its
+    # floor (checks first); quant_sweep: tile sweeps; quant_lat / quant_tput: bf16, fp8, int4
+    # end to end in one run with each one's floor; gguf: writes a Q4_K file (needs the gguf
+    # wheel) and times it beside bf16; kvfp8: bf16 vs fp8 KV cache at 32k context.
+    quant) TAIL=150 run_step quant_gpu 500 python benchmarks/quant_gpu.py --quick;;
+    quant_full) TAIL=250 run_step quant_gpu_full 590 python benchmarks/quant_gpu.py;;
+    quant_sweep) TAIL=80 run_step quant_sweep 450 python benchmarks/quant_sweep_gpu.py;;
+    quant_lat) TAIL=12 run_step quant_latency 560 python benchmarks/quant_e2e.py latency --output-json "$O/quant_latency.json";;
+    quant_tput) TAIL=12 run_step quant_throughput 590 python benchmarks/quant_e2e.py throughput --output-json "$O/quant_throughput.json";;
+    gguf) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
+          [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
+          TAIL=10 run_step gguf_latency 500 python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_latency.json";;
+    kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     startup) mkdir -p "$O/byte-tokenizer"  # the config directory has no tokenizer; the weights are random anyway
              python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"
              TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --tokenizer "$O/byte-tokenizer" --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
