@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
+from octavo.kernels.tile_order import grouped_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
 
 @dataclass(frozen=True)
@@ -120,15 +121,7 @@ def _grouped_mm_kernel(
     P: tl.constexpr = 16
     PACK: tl.constexpr = 32 // BITS
     BLOCK_IN: tl.constexpr = P * PACK
-    # Programs that share weight columns run close together (L2 reuse).
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
