@@ -94,6 +94,7 @@ def test_block_scaled_mm(num_tokens, dtype):
     assert relative_error(fp8_block_linear(x, qweight, scale, 32, 64, bias), expected) < bound / 2
 
 
+@needs_interpreter
 def test_fp8_w8a8_with_one_launch_quantizer():
     """The ``fp8_linear`` implementation: Triton quantizer + ``torch._scaled_mm``
     (which runs on the CPU too), against the op's reference."""

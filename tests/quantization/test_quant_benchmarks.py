@@ -65,7 +65,8 @@ def test_quant_gpu_script(scripts, capsys):
 def test_quant_sweep_script(scripts, capsys):
     _, sweep = scripts
     # Two of the plan's cases, one config each: the sweep's code is the same for all.
-    plan = [(f, p, t[:1], c[:1]) for f, p, t, c in sweep.PLAN if (f, p) in (("int4", "tc_mm"), ("gguf_Q4_K", "gemv"))][:2]
+    picked = [next(case for case in sweep.PLAN if case[:2] == key) for key in (("int4", "tc_mm"), ("gguf_Q4_K", "gemv"))]
+    plan = [(family, path, tokens[:1], configs[:1]) for family, path, tokens, configs in picked]
     best = sweep.run(plan=plan, budget_s=1e9)
     assert all(config is not None for config in best.values()), best
     assert "best configs" in capsys.readouterr().out
