@@ -167,7 +167,9 @@ class ModelRunner:
     def _maybe_capture_prefill_graphs(self) -> None:
         from octavo.runtime.prefill_graphs import prefill_graph_buckets
 
-        max_tokens = min(self.config.max_prefill_graph_tokens, self.config.max_num_batched_tokens)
+        config = self.config
+        # No step holds more tokens than its requests' contexts can.
+        max_tokens = min(config.max_prefill_graph_tokens, config.max_num_batched_tokens, config.max_model_len * config.max_num_seqs)
         buckets = prefill_graph_buckets(max_tokens)
         # An optional member of the graph-runner protocol (StepGraphs).
         make_prefill_graphs = getattr(self.graphs, "prefill_graphs", None)

@@ -50,6 +50,17 @@ def prefill_graph_buckets(max_tokens: int) -> list[int]:
     return sorted(sizes)
 
 
+def capture_lengths(num_tokens: int, num_reqs: int, max_model_len: int) -> list[int]:
+    """Per-request token counts for capturing a ``num_tokens`` bucket: filled
+    in order, each at most ``max_model_len`` (the buckets stop at what fits)."""
+    if num_tokens > num_reqs * max_model_len:
+        raise ValueError(f"{num_tokens} tokens do not fit in {num_reqs} requests of at most {max_model_len}")
+    lengths = []
+    for _ in range(num_reqs):
+        lengths.append(min(max_model_len, num_tokens - sum(lengths)))
+    return lengths
+
+
 class PrefillGraphs:
     def __init__(self, runner, buckets: list[int], max_num_reqs: int, pool=None) -> None:
         self.runner = runner
@@ -67,14 +78,16 @@ class PrefillGraphs:
         return self.buckets[index] if index < len(self.buckets) else None
 
     def _fill_capture_inputs(self, num_tokens: int) -> None:
-        """Request 0 holds every token (no KV written: slots -1); the rest are empty."""
+        """The tokens spread over the requests, none longer than ``max_model_len``
+        (no KV written: slots -1). A longer request would make attention read
+        past its row of the block table: past the table itself with one request."""
         buffers, num_reqs = self.runner.inputs.buffers, self.max_num_reqs
+        lengths = capture_lengths(num_tokens, num_reqs, self.runner.config.max_model_len)
         buffers.query_start_loc.np[0] = 0
-        buffers.query_start_loc.np[1 : num_reqs + 1] = num_tokens
-        buffers.seq_lens.np[:num_reqs] = 0
-        buffers.seq_lens.np[0] = num_tokens
+        buffers.query_start_loc.np[1 : num_reqs + 1] = np.cumsum(lengths)
+        buffers.seq_lens.np[:num_reqs] = lengths
         buffers.input_ids.np[:num_tokens] = 0
-        buffers.positions.np[:num_tokens] = np.arange(num_tokens)
+        buffers.positions.np[:num_tokens] = np.concatenate([np.arange(n) for n in lengths])
         buffers.slot_mapping.np[:num_tokens] = -1
         buffers.graph_block_table.zero_()
 

@@ -70,3 +70,16 @@ def test_padded_steps_match_plain_path(llama_dir, make_llm, options):
     assert_same(generate(llm, again), reference[1])
     assert len(graphs.replayed) > 5  # prefill, mixed and decode steps all replayed
     assert llm.engine.get_stats().prefix_cache.num_hits > 0
+
+
+def test_capture_spreads_tokens_so_no_request_outgrows_max_model_len():
+    """A bucket larger than max_model_len is captured over several requests:
+    one request holding it all would make attention read past its block-table
+    row (past the whole table with max_num_seqs=1, an illegal address on CUDA)."""
+    from octavo.runtime.prefill_graphs import capture_lengths
+
+    assert capture_lengths(2048, 4, 640) == [640, 640, 640, 128]
+    assert capture_lengths(100, 3, 640) == [100, 0, 0]
+    assert capture_lengths(640, 1, 640) == [640]
+    with pytest.raises(ValueError):
+        capture_lengths(641, 1, 640)
