@@ -22,6 +22,7 @@ from pathlib import Path
 from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
 from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.pooling_params import PoolerConfig
+from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids, load_tokenizer
@@ -57,6 +58,8 @@ class EngineArgs:
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    # "fcfs" or "priority" (requests' priority field, lower first; core/request_queue.py).
+    scheduling_policy: str = "fcfs"
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     num_kv_blocks: int | None = None
@@ -114,6 +117,7 @@ class EngineArgs:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InvalidArgumentError(f"{name} must be positive, got {value}", param=name)
+        check_policy(self.scheduling_policy)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidArgumentError("gpu_memory_utilization must be in (0, 1]", param="gpu_memory_utilization")
         if not self.structured_outputs_compile_timeout > 0 or self.structured_outputs_max_grammar_bytes < 1:
@@ -277,6 +281,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
             enable_chunked_prefill=args.enable_chunked_prefill,
             num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
             uses_kv_cache=uses_kv_cache,
+            policy=args.scheduling_policy,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )

@@ -121,6 +121,17 @@ def failed_output(request_id: str) -> RequestOutput:
     return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
 
 
+def check_priority(priority: int, policy: str) -> None:
+    """A priority other than 0 needs the priority policy (vLLM refuses it too)."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgumentError(f"priority must be an integer, got {priority!r}", param="priority")
+    if priority != 0 and policy != "priority":
+        raise InvalidArgumentError(
+            f"priority={priority} needs the priority scheduling policy (--scheduling-policy priority)",
+            param="priority",
+        )
+
+
 class RequestValidator(StructuredOutputValidation):
     """Prompt -> token ids, and the checks every request passes before it is
     queued. Shared by ``LLMEngine`` and by front ends that route requests to
@@ -260,14 +271,18 @@ class LLMEngine(RequestValidator):
         prompt: str | list[int] | dict,
         params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
+        priority: int = 0,
     ) -> str:
         """Validate and queue a request; returns its id. Raises before scheduling.
 
         With ``PoolingParams`` the request is pooled (its output is a
         ``PoolingRequestOutput``); a dict prompt may then carry
-        ``token_type_ids`` (BERT's segments of a text pair)."""
+        ``token_type_ids`` (BERT's segments of a text pair).
+        ``priority`` orders the waiting queue under the priority scheduling
+        policy (lower first); under fcfs it must be 0."""
         if self._dead is not None:
             raise self._dead
+        check_priority(priority, self.scheduler.config.policy)
         if request_id is None:
             request_id = str(next(self._counter))
         if request_id in self._parent_children:
@@ -295,6 +310,7 @@ class LLMEngine(RequestValidator):
                 max_tokens=max_tokens,
                 block_size=self.limits.block_size,
                 cache_key=cache_salt.encode() if cache_salt else b"",
+                priority=priority,
             )
             children.append(request)
         # Children are identical in size, so the first one's admission check

@@ -64,6 +64,8 @@ class Request:
     pooling_params: PoolingParams | None = None
     # BERT's segment ids of the prompt (a text pair), if the model has them.
     token_type_ids: list[int] | None = None
+    # Under the priority policy, lower values are served first (vLLM's meaning).
+    priority: int = 0
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0

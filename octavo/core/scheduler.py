@@ -7,10 +7,17 @@ budget so that the second catches up with the first. A whole prompt, a chunk
 of one, a prompt after a prefix-cache hit, and a single decode token are all
 the same rule.
 
-Order: running requests first (oldest first), then waiting ones (FIFO).
-When blocks run out, the newest running request is preempted: its blocks are
-freed and it goes back to the head of the waiting queue, to be recomputed
-(its prefix-cache hits make that cheap).
+Order: running requests first (oldest first), then waiting ones in the
+order of the scheduling policy (``core/request_queue.py``): ``fcfs`` (FIFO,
+the default) or ``priority`` (lowest ``priority`` value first, then
+arrival). When blocks run out, a running request is preempted: its blocks
+are freed and it goes back to the waiting queue, to be recomputed (its
+prefix-cache hits make that cheap). The victim is the newest request
+(``fcfs``) or the lowest-priority one, newest among equals (``priority``).
+Under ``priority``, a waiting request that cannot start (no free sequence
+slot or too few free blocks for its first chunk) also preempts running
+requests of strictly lower priority, lowest first, before the step is
+scheduled.
 
 Batches in flight (pipeline parallelism): an executor may hold up to
 ``max_concurrent_batches`` scheduled batches before the first one's output
@@ -49,6 +56,7 @@ from dataclasses import dataclass
 
 from octavo.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from octavo.core.request import Request, RequestStatus
+from octavo.core.request_queue import make_waiting_queue, priority_key, running_victim
 from octavo.core.scheduler_output import (
     CachedRequestData,
     EngineCoreOutput,
@@ -77,6 +85,8 @@ class SchedulerConfig:
     uses_kv_cache: bool = True
     # Schedule step N+1 while step N runs (see the module docstring).
     async_scheduling: bool = False
+    # Order of the waiting queue and choice of preemption victims: "fcfs" or "priority".
+    policy: str = "fcfs"
 
 
 @dataclass
@@ -118,7 +128,7 @@ class Scheduler:
         self.config = config
         self.kv = kv_cache_manager
         self.requests: dict[RequestId, Request] = {}
-        self.waiting: deque[Request] = deque()
+        self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
         self.num_preemptions = 0
         # Runner bookkeeping: which requests it holds state for, how many of
@@ -144,7 +154,7 @@ class Scheduler:
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         self.requests[request.request_id] = request
-        self.waiting.append(request)
+        self.waiting.add(request)
 
     def finish_requests(self, request_ids: list[str], status: RequestStatus) -> list[Request]:
         """End requests from outside (abort, stop string, error)."""
@@ -172,6 +182,8 @@ class Scheduler:
         output = SchedulerOutput()
         token_budget = self.config.max_num_batched_tokens
         preempted_this_step = False
+        if self.config.policy == "priority":
+            self._preempt_for_waiting_priority()
         max_requests = self._batch_request_cap()
 
         index = 0
@@ -245,7 +257,8 @@ class Scheduler:
         while self._allocate(request, self._with_lookahead(request, num_new_tokens)) is None:
             # Never a request in flight: its batch still writes to its blocks.
             # ``request`` itself is not in flight, so a victim always exists.
-            victim = next(r for r in reversed(self.running) if not self._held_by_batch(r))
+            candidates = [r for r in self.running if not self._held_by_batch(r)]
+            victim = running_victim(candidates, self.config.policy)
             self.running.remove(victim)
             self._preempt(victim)
             self._preempted_last = True
@@ -258,6 +271,31 @@ class Scheduler:
         if not self.config.uses_kv_cache:
             return []
         return self.kv.allocate_slots(request, num_slots, computed_blocks)
+
+    def _preempt_for_waiting_priority(self) -> None:
+        """Preempt running requests of lower priority than the waiting head
+        until it can start (a sequence slot and blocks for its first chunk)."""
+        if not self.waiting:
+            return
+        head = self.waiting.peek()
+        while not self._could_start(head):
+            candidates = [r for r in self.running if not self._held_by_batch(r)]
+            if not candidates:
+                return
+            victim = running_victim(candidates, "priority")
+            if priority_key(victim) <= priority_key(head):
+                return
+            self.running.remove(victim)
+            self._preempt(victim)
+
+    def _could_start(self, request: Request) -> bool:
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        if not self.config.uses_kv_cache:
+            return True
+        num_tokens = min(request.num_tokens, self.config.max_num_batched_tokens)
+        num_slots = self._with_lookahead(request, num_tokens, 0)
+        return self.kv.num_free_blocks >= -(-num_slots // self.kv.block_size)
 
     def _with_lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
         """Slots to allocate: the step's tokens plus the lookahead, never past
@@ -275,7 +313,7 @@ class Scheduler:
         request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(request)
+        self.waiting.requeue(request)
         self._forget_in_runner(request)
 
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int, max_requests: int) -> int:
@@ -285,7 +323,7 @@ class Scheduler:
             and len(self.running) < self.config.max_num_seqs
             and len(output.num_scheduled_tokens) < max_requests
         ):
-            request = self.waiting[0]
+            request = self.waiting.peek()
             computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
             num_new_tokens = request.num_tokens - num_computed_tokens
             if num_new_tokens > token_budget and (request.is_pooling or not self.config.enable_chunked_prefill):
@@ -294,7 +332,7 @@ class Scheduler:
             num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
             if self._allocate(request, num_slots, computed_blocks) is None:
                 break
-            self.waiting.popleft()
+            self.waiting.pop()
             request.num_computed_tokens = num_computed_tokens
             if request.num_preemptions == 0:
                 request.num_cached_tokens = num_computed_tokens

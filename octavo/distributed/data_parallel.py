@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, failed_output
+from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, check_priority, failed_output
 from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.outputs import RequestOutput
 from octavo.core.pooling_params import PoolingParams
@@ -135,8 +135,10 @@ class DataParallelEngine(RequestValidator):
         prompt: str | list[int] | dict,
         params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
+        priority: int = 0,
     ) -> str:
         self._raise_if_dead()
+        check_priority(priority, self.scheduler_config.policy)
         if request_id is None:
             request_id = f"dp-{next(self._counter)}"
         if self.router.replica_of(request_id) is not None:
@@ -159,7 +161,7 @@ class DataParallelEngine(RequestValidator):
         check_admissible(probe, self.scheduler_config, self.num_kv_blocks, self.limits.block_size)
         decision = self.router.choose(probe.block_hashes)
         replica = self._replicas[decision.replica]
-        message = ["add", request_id, engine_prompt, params, cache_salt]
+        message = ["add", request_id, engine_prompt, params, cache_salt, priority]
         self._send(replica, message)
         cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
         self.router.add(request_id, decision, probe.block_hashes, cost)

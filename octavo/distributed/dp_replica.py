@@ -4,7 +4,7 @@ The replica owns an ``LLMEngine`` (its scheduler, KV cache and prefix cache,
 and its own workers when it is tensor/pipeline parallel itself) and serves
 the front (``DataParallelEngine``) over a pipe of msgpack messages:
 
-front -> replica: ``["add", id, prompt, params, cache_salt]``,
+front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
 ``["abort", ids]``, ``["stats"]``, ``["health"]``, ``["shutdown"]``.
 
 replica -> front: ``["outputs", [RequestOutput...]]`` after each step that
@@ -72,9 +72,9 @@ class ReplicaServer:
         """Run one command; False once the replica should exit."""
         kind = message[0]
         if kind == "add":
-            _, request_id, prompt, params, cache_salt = message
+            _, request_id, prompt, params, cache_salt, priority = message
             try:
-                self.engine.add_request(request_id, prompt, params, cache_salt)
+                self.engine.add_request(request_id, prompt, params, cache_salt, priority)
             except OctavoError as exc:
                 self.conn.send_bytes(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
             except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on

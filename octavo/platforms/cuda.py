@@ -90,3 +90,15 @@ class CudaPlatform(TorchDevicePlatform):
             major, minor = cuda.get_device_capability(index)
             versions[f"device {index}"] = f"{cuda.get_device_name(index)} (sm_{major}{minor})"
         return versions
+
+    def default_max_num_batched_tokens(self) -> int:
+        """8,192 tokens a step on devices of 70 GiB or more (H100, H200,
+        MI300X: vLLM's server default there), 2,048 below.
+
+        A larger step carries a longer prefill chunk beside the decodes: fewer
+        steps for the same prompts (throughput, time to first token under
+        load) against a longer step for every stream (inter-token latency);
+        ``docs/serving.md`` has the H200 figures. Read from device 0's
+        properties, which creates no CUDA context."""
+        total_bytes = self.torch_namespace().get_device_properties(0).total_memory
+        return 8192 if total_bytes >= 70 << 30 else 2048

@@ -31,6 +31,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--no-enable-chunked-prefill", dest="enable_chunked_prefill", action="store_false")
     parser.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    parser.add_argument(
+        "--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+        help="fcfs, or priority: requests' priority field orders the queue (lower first) and preempts",
+    )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--num-kv-blocks", type=int, default=None, help="fix the KV cache size in blocks")
     parser.add_argument("--kv-cache-dtype", default="auto")
