@@ -48,6 +48,7 @@ from octavo.core.scheduler import SchedulerStats, check_admissible
 from octavo.core.types import RequestId
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
+from octavo.distributed.output_codec import output_request_id, unpack_outputs
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
@@ -86,6 +87,7 @@ class DataParallelEngine(RequestValidator):
         self._dead: EngineDeadError | None = None
         self._closed = False
         self._outputs: deque[RequestOutput] = deque()
+        self._prompts: dict[str, tuple[str | None, list[int]]] = {}  # unfinished request -> its prompt
         self._counter = itertools.count()
         # wake() may run on another thread at any time, so these are never
         # closed explicitly (a file descriptor closed under it could be
@@ -118,7 +120,7 @@ class DataParallelEngine(RequestValidator):
             # Not a daemon: a replica may start worker processes of its own.
             process = context.Process(
                 target=run_replica_process,
-                args=(child_end, encode(dataclasses.asdict(replica_args))),
+                args=([child_end], encode(dataclasses.asdict(replica_args))),
                 name=f"octavo-dp-replica-{index}",
             )
             process.start()
@@ -165,6 +167,8 @@ class DataParallelEngine(RequestValidator):
         self._send(replica, message)
         cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
         self.router.add(request_id, decision, probe.block_hashes, cost)
+        # Outputs come back without their prompt (output_codec): it is re-attached from here.
+        self._prompts[request_id] = (prompt_text, prompt_token_ids)
         return request_id
 
     def abort_request(self, request_ids: str | list[str]) -> None:
@@ -176,6 +180,7 @@ class DataParallelEngine(RequestValidator):
             if index is not None:
                 by_replica.setdefault(index, []).append(request_id)
                 self.router.remove(request_id)
+                self._prompts.pop(request_id, None)
         if self._dead is None:
             for index, ids in by_replica.items():
                 self._send(self._replicas[index], ["abort", ids])
@@ -194,6 +199,7 @@ class DataParallelEngine(RequestValidator):
         for output in outputs:
             if output.finished:
                 self.router.remove(output.request_id)
+                self._prompts.pop(output.request_id, None)
         return outputs
 
     def get_stats(self) -> SchedulerStats:
@@ -304,7 +310,8 @@ class DataParallelEngine(RequestValidator):
         kind = message[0]
         if kind == "outputs":
             # Drop outputs of requests aborted meanwhile (or now owned elsewhere).
-            owned = [o for o in message[1] if self.router.replica_of(o.request_id) == replica.index]
+            rows = [row for row in message[1] if self.router.replica_of(output_request_id(row)) == replica.index]
+            owned = unpack_outputs(rows, self._prompts.__getitem__)
             self._num_finished[replica.index] += sum(o.finished for o in owned)
             self._outputs.extend(owned)
         elif kind == "add_failed":
@@ -339,6 +346,7 @@ class DataParallelEngine(RequestValidator):
             for request_id in error.failed_request_ids:
                 self.router.remove(request_id)
             self._outputs.clear()
+            self._prompts.clear()
             self._dead = error
             self.shutdown()
         return self._dead

@@ -2,27 +2,34 @@
 
 The replica owns an ``LLMEngine`` (its scheduler, KV cache and prefix cache,
 and its own workers when it is tensor/pipeline parallel itself) and serves
-the front (``DataParallelEngine``) over a pipe of msgpack messages:
+its fronts (a ``DataParallelEngine`` in each API process; one unless
+``octavo serve --api-server-count N``) over pipes of msgpack messages:
 
 front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
 ``["abort", ids]``, ``["stats"]``, ``["health"]``, ``["shutdown"]``.
 
-replica -> front: ``["outputs", [RequestOutput...]]`` after each step that
-produced any, ``["stats", SchedulerStats]``, ``["health", error or None]``,
+replica -> front: ``["outputs", rows]`` after each step that produced any
+for that front (``output_codec``: outputs without their prompts),
+``["stats", SchedulerStats]``, ``["health", error or None]``,
 ``["add_failed", id, error type, message]``, ``["dead", message]``,
 ``["bye"]``.
 
 Invariants:
 - The replica steps on its own whenever it has work: replicas never wait
-  for each other or for the front. Commands are read on a thread (``Inbox``)
-  and handled between steps, so a request added while a step runs joins the
-  next step, and the front's sends never wait for a step to end.
+  for each other or for a front. Commands are read on threads
+  (``MergedInbox``) and handled between steps, so a request added while a
+  step runs joins the next step, and a front's sends never wait for a step
+  to end. Messages to a front are written on a thread (``Outbox``), so a
+  front that is slow to read never holds up the next step.
+- A request belongs to the front that added it: its outputs go to that
+  front only, and when that front leaves (``shutdown`` or its pipe closes)
+  its requests are aborted. The engine shuts down when the last front has
+  left.
 - The front has validated every request it sends; ``add_failed`` is a
   safety net, not the way bad input is reported: an exception while adding
   one request fails that request only.
-- When the front's end of the pipe closes, the replica shuts its engine
-  down and exits. It ignores SIGINT: a terminal's Ctrl-C goes to the whole
-  process group, and the front decides how to stop.
+- It ignores SIGINT: a terminal's Ctrl-C goes to the whole process group,
+  and the front decides how to stop.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from __future__ import annotations
 import logging
 import signal
 
-from octavo.distributed.inbox import Inbox
+from octavo.distributed.inbox import MergedInbox
+from octavo.distributed.outbox import Outbox
+from octavo.distributed.output_codec import pack_outputs
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import OctavoError
 from octavo.runtime.executors.worker_host import exit_process
@@ -39,71 +48,108 @@ logger = logging.getLogger(__name__)
 
 
 class ReplicaServer:
-    def __init__(self, engine, conn) -> None:
+    def __init__(self, engine, conns: list) -> None:
         self.engine = engine
-        self.conn = conn
-        self.inbox = Inbox(conn)
+        self.inbox = MergedInbox(conns)
+        self.outboxes = [Outbox(conn, name=f"octavo-outbox-{i}") for i, conn in enumerate(conns)]
+        self.live_fronts = set(range(len(conns)))
+        # Which front added each unfinished request (its outputs go there).
+        self.owner: dict[str, int] = {}
 
     def serve(self) -> None:
-        engine, conn = self.engine, self.conn
+        engine = self.engine
         while True:
             # Idle: wait for a command. Busy: take what is there, then step.
             block = not engine.has_unfinished_requests()
             while block or not self.inbox.empty():
-                message = self.inbox.get()
-                if message is None:  # the front is gone
-                    engine.shutdown()
-                    return
-                if not self.handle(decode(message)):
-                    return
+                front, message = self.inbox.get()
+                left = message is None or not self.handle(front, decode(message))
+                if left:
+                    self._leave(front)
+                    if not self.live_fronts:
+                        engine.shutdown()
+                        return
                 block = False
             if engine.has_unfinished_requests():
                 try:
                     outputs = engine.step()
-                except BaseException as exc:  # noqa: BLE001 - the front fails this replica's requests
+                except BaseException as exc:  # noqa: BLE001 - the fronts fail this replica's requests
                     logger.error("replica engine failed", exc_info=True)
-                    conn.send_bytes(encode(["dead", f"{type(exc).__name__}: {exc}"]))
+                    self._send_all(["dead", f"{type(exc).__name__}: {exc}"])
                     engine.shutdown()
                     exit_process(1)
                 if outputs:
-                    conn.send_bytes(encode(["outputs", outputs]))
+                    self._send_outputs(outputs)
 
-    def handle(self, message: list) -> bool:
-        """Run one command; False once the replica should exit."""
-        kind = message[0]
+    def _send_outputs(self, outputs: list) -> None:
+        by_front: dict[int, list] = {}
+        for output in outputs:
+            front = self.owner.get(output.request_id)
+            if front is None:
+                continue  # its front left meanwhile
+            if output.finished:
+                del self.owner[output.request_id]
+            by_front.setdefault(front, []).append(output)
+        for front, owned in by_front.items():
+            self.outboxes[front].send(encode(["outputs", pack_outputs(owned)]))
+
+    def _send_all(self, message: list) -> None:
+        data = encode(message)
+        for front in self.live_fronts:
+            self.outboxes[front].send(data)
+        for front in self.live_fronts:
+            self.outboxes[front].flush()
+
+    def _leave(self, front: int) -> None:
+        """A front is gone (or said goodbye): abort what it added."""
+        self.live_fronts.discard(front)
+        request_ids = [r for r, owner in self.owner.items() if owner == front]
+        for request_id in request_ids:
+            del self.owner[request_id]
+        if request_ids:
+            self.engine.abort_request(request_ids)
+
+    def handle(self, front: int, message: list) -> bool:
+        """Run one command of ``front``; False once that front leaves."""
+        kind, reply = message[0], self.outboxes[front].send
         if kind == "add":
             _, request_id, prompt, params, cache_salt, priority = message
             try:
                 self.engine.add_request(request_id, prompt, params, cache_salt, priority)
+                self.owner[request_id] = front
             except OctavoError as exc:
-                self.conn.send_bytes(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
+                reply(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
             except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on
                 logger.exception("replica could not add request %s", request_id)
-                self.conn.send_bytes(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
+                reply(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
         elif kind == "abort":
-            self.engine.abort_request(message[1])
+            request_ids = [r for r in message[1] if self.owner.get(r) == front]
+            for request_id in request_ids:
+                del self.owner[request_id]
+            self.engine.abort_request(request_ids)
         elif kind == "stats":
-            self.conn.send_bytes(encode(["stats", self.engine.get_stats()]))
+            reply(encode(["stats", self.engine.get_stats()]))
         elif kind == "health":
             try:
                 self.engine.check_health()
                 problem = None
             except OctavoError as exc:
                 problem = exc.message
-            self.conn.send_bytes(encode(["health", problem]))
+            reply(encode(["health", problem]))
         elif kind == "shutdown":
-            self.engine.shutdown()
-            self.conn.send_bytes(encode(["bye"]))
+            reply(encode(["bye"]))
+            self.outboxes[front].flush()
             return False
         else:
             raise ValueError(f"unknown replica command {kind!r}")
         return True
 
 
-def run_replica_process(conn, engine_args: bytes) -> None:
-    """Entry point of a spawned replica: build the engine, report, serve."""
-    # A terminal's Ctrl-C reaches the whole process group; the front decides
-    # how to stop (a server drains first) and closes the pipe, which ends us.
+def run_replica_process(conns: list, engine_args: bytes) -> None:
+    """Entry point of a spawned replica: build the engine, report to every
+    front (``conns``: one pipe end per front), serve."""
+    # A terminal's Ctrl-C reaches the whole process group; the fronts decide
+    # how to stop (a server drains first) and close their pipes, which ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from octavo.entrypoints.logging_setup import configure_process_logging
 
@@ -113,11 +159,15 @@ def run_replica_process(conn, engine_args: bytes) -> None:
 
     try:
         engine = build_single_engine(EngineArgs(**decode(engine_args)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the front
-        conn.send_bytes(encode_error(exc))
+    except BaseException as exc:  # noqa: BLE001 - reported to the fronts
+        for conn in conns:
+            conn.send_bytes(encode_error(exc))
         exit_process(1)
     scheduler = engine.scheduler
-    conn.send_bytes(encode(["ok", [engine.limits, engine.info, scheduler.config, scheduler.kv.num_blocks]]))
-    ReplicaServer(engine, conn).serve()
-    conn.close()
+    hello = encode(["ok", [engine.limits, engine.info, scheduler.config, scheduler.kv.num_blocks]])
+    for conn in conns:
+        conn.send_bytes(hello)
+    ReplicaServer(engine, conns).serve()
+    for conn in conns:
+        conn.close()
     exit_process(0)

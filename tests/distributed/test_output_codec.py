@@ -1,0 +1,122 @@
+"""The compact output rows an engine process streams to its fronts, and a
+replica serving several fronts (API processes) over its pipes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+from octavo.core.kv_cache_manager import PrefixCacheStats
+from octavo.core.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from octavo.core.sampling_params import SamplingParams
+from octavo.core.scheduler import SchedulerStats
+from octavo.distributed.dp_replica import ReplicaServer
+from octavo.distributed.output_codec import output_request_id, pack_outputs, unpack_outputs
+from octavo.distributed.serialization import decode, encode
+
+PROMPTS = {"a": ("Once upon", [5, 6]), "b": (None, [7, 8, 9])}
+
+
+def full_output() -> RequestOutput:
+    completion = CompletionOutput(
+        index=1, text=" a", token_ids=[11, 12], cumulative_logprob=-1.5,
+        logprobs=[{11: Logprob(-0.5, 1, " a"), 3: Logprob(-0.7, 2, "x")}, {12: Logprob(-1.0, 1, "")}],
+        finish_reason="stop", stop_reason="\n",
+    )
+    return RequestOutput(
+        request_id="a", prompt="Once upon", prompt_token_ids=[5, 6], outputs=[completion], finished=True,
+        prompt_logprobs=[None, {6: Logprob(-2.0, 3, "upon")}], num_cached_tokens=16,
+        metrics=RequestMetrics(arrival_time=1.0, first_token_time=1.5, last_token_time=2.0, num_generation_tokens=2, sequence_index=1),
+    )
+
+
+def test_round_trip_restores_the_prompt_and_every_field():
+    plain = RequestOutput("b", None, [7, 8, 9], [CompletionOutput(0, "", [4])], finished=False)
+    other = RequestMetrics(arrival_time=3.0)  # anything else travels as itself
+    rows = decode(encode(pack_outputs([full_output(), plain, other])))
+    assert [output_request_id(r) for r in rows[:2]] == ["a", "b"]
+    back = unpack_outputs(rows, PROMPTS.__getitem__)
+    assert back == [full_output(), plain, other]
+
+
+def test_rows_leave_the_prompt_out():
+    long_prompt = list(range(600))
+    output = RequestOutput("a", "word " * 600, long_prompt, [CompletionOutput(0, " x", [9])], finished=False)
+    assert len(encode(pack_outputs([output]))) < 64 < len(encode([output]))
+
+
+class StubEngine:
+    """Each step, one token for every live request; a request finishes after
+    three, unless its id starts with "slow" (those run until aborted)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, int] = {}
+        self.aborted: list[str] = []
+        self.shut_down = False
+
+    def add_request(self, request_id, prompt, params, cache_salt=None, priority=0) -> None:
+        self.requests[request_id] = 0
+
+    def abort_request(self, request_ids) -> None:
+        for request_id in request_ids:
+            self.requests.pop(request_id, None)
+            self.aborted.append(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def step(self) -> list[RequestOutput]:
+        outputs = []
+        for request_id in list(self.requests):
+            self.requests[request_id] += 1
+            finished = self.requests[request_id] == 3 and not request_id.startswith("slow")
+            reason = "length" if finished else None
+            outputs.append(RequestOutput(request_id, None, [1], [CompletionOutput(0, "t", [2], finish_reason=reason)], finished))
+            if finished:
+                del self.requests[request_id]
+        return outputs
+
+    def get_stats(self) -> SchedulerStats:
+        return SchedulerStats(len(self.requests), 0, 0.0, 8, 0, PrefixCacheStats())
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+def read_until_finished(conn, request_ids: set[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    while request_ids - {r for r, n in counts.items() if n < 0}:
+        message = decode(conn.recv_bytes())
+        assert message[0] == "outputs"
+        for output in unpack_outputs(message[1], lambda _: (None, [1])):
+            counts[output.request_id] = counts.get(output.request_id, 0) + 1
+            if output.finished:
+                counts[output.request_id] = -counts[output.request_id]
+    return counts
+
+
+def test_a_replica_routes_outputs_to_the_front_that_added_the_request():
+    (front_a, replica_a), (front_b, replica_b) = multiprocessing.Pipe(), multiprocessing.Pipe()
+    engine = StubEngine()
+    server = ReplicaServer(engine, [replica_a, replica_b])
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    params = SamplingParams()
+    front_a.send_bytes(encode(["add", "a1", {"prompt_token_ids": [1]}, params, None, 0]))
+    front_b.send_bytes(encode(["add", "b1", {"prompt_token_ids": [1]}, params, None, 0]))
+    assert read_until_finished(front_a, {"a1"}) == {"a1": -3}
+    assert read_until_finished(front_b, {"b1"}) == {"b1": -3}
+    # Front A leaves with a request in flight: it is aborted; front B goes on.
+    front_a.send_bytes(encode(["add", "slow-a2", {"prompt_token_ids": [1]}, params, None, 0]))
+    assert decode(front_a.recv_bytes())[0] == "outputs"
+    front_a.close()
+    for _ in range(100):  # each answer comes after the replica handled what was queued before it
+        front_b.send_bytes(encode(["stats"]))
+        assert decode(front_b.recv_bytes())[0] == "stats"
+        if engine.aborted:
+            break
+    assert engine.aborted == ["slow-a2"] and not engine.shut_down
+    front_b.send_bytes(encode(["shutdown"]))
+    assert decode(front_b.recv_bytes()) == ["bye"]
+    thread.join(10)
+    assert not thread.is_alive() and engine.shut_down
