@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from octavo.core.engine import LLMEngine
 from octavo.core.outputs import RequestOutput
-from octavo.core.sampling_params import SamplingParams
+from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerStats
 from octavo.entrypoints.engine_commands import (
     STOP,
@@ -60,6 +60,7 @@ from octavo.entrypoints.engine_commands import (
 )
 from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import EngineSnapshot, take_snapshot
+from octavo.entrypoints.output_queue import OutputQueue
 from octavo.errors import EngineDeadError, OctavoError, QueueFullError
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class AsyncEngine:
             raise QueueFullError(
                 f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
             )
-        stream = RequestStream(request_id, params.n)
+        stream = RequestStream(request_id, params.n, OutputQueue(delta=params.output_kind == RequestOutputKind.DELTA))
         added = asyncio.get_running_loop().create_future()
         self.num_inflight_seqs += params.n
         self._streams[request_id] = stream

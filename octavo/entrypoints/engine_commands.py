@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
+from octavo.entrypoints.output_queue import OutputQueue
 from octavo.errors import OctavoError
 
 
@@ -73,7 +74,8 @@ class RequestStream:
 
     request_id: str
     num_seqs: int
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # Outputs that wait for the event loop are merged (output_queue.py).
+    queue: OutputQueue = field(default_factory=OutputQueue)
     finished: bool = False
     released: bool = False
 
