@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     latency.add_argument("--output-len", type=int, default=128)
     latency.add_argument("--num-iters", type=int, default=5)
     latency.add_argument("--num-iters-warmup", type=int, default=2)
+    from octavo.benchmarks import serve_bench
+
+    serve_bench.add_parser(kinds)  # octavo bench serve: a load client for any OpenAI-compatible server
     throughput = kinds.add_parser("throughput", help="output tokens per second over many prompts")
     add_engine_args(throughput)
     throughput.add_argument("--num-prompts", type=int, default=512)
