@@ -236,8 +236,9 @@ def build_engine(args: EngineArgs):
     return engine
 
 
-def build_single_engine(args: EngineArgs) -> LLMEngine:
-    """One engine (one replica), whatever ``data_parallel_size`` says."""
+def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngine) -> LLMEngine:
+    """One engine (one replica), whatever ``data_parallel_size`` says; an
+    engine process asks for an ``EngineCore`` (its front processes outputs)."""
     args.validate()
     model_path, load_format = _model_dir(args)
     if load_format == "gguf":
@@ -311,7 +312,7 @@ def build_single_engine(args: EngineArgs) -> LLMEngine:
         enable_prefix_caching=args.enable_prefix_caching,
         sampling_defaults=defaults,
     )
-    return LLMEngine(executor, scheduler, tokenizer, limits, info)
+    return engine_cls(executor, scheduler, tokenizer, limits, info)
 
 
 def _attention_backend_names(executor) -> tuple[str, ...]:

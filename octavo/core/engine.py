@@ -119,6 +119,19 @@ def failed_output(request_id: str) -> RequestOutput:
     """The last output of a request that failed in the engine (``finish_reason="error"``)."""
     completion = CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")
     return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
+def child_requests(request_id: str, params: SamplingParams) -> list[tuple[str, SamplingParams]]:
+    """The ids and params of a request's ``n`` children: the request itself
+    when ``n == 1``, else ``id#i``; seeded children get ``seed + i``."""
+    if params.n == 1:
+        return [(request_id, params)]
+    children = []
+    for index in range(params.n):
+        child_params = params
+        if params.seed is not None:
+            child_params = params.clone()
+            child_params.seed = params.seed + index
+        children.append((f"{request_id}#{index}", child_params))
+    return children
 
 
 def check_priority(priority: int, policy: str) -> None:
@@ -296,12 +309,7 @@ class LLMEngine(RequestValidator):
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
         children = []
-        for index in range(params.n):
-            child_id = request_id if params.n == 1 else f"{request_id}#{index}"
-            child_params = params
-            if params.n > 1 and params.seed is not None:
-                child_params = params.clone()
-                child_params.seed = params.seed + index
+        for child_id, child_params in child_requests(request_id, params):
             request = Request(
                 request_id=RequestId(child_id),
                 prompt_token_ids=prompt_token_ids,

@@ -48,7 +48,7 @@ from octavo.core.scheduler import SchedulerStats, check_admissible
 from octavo.core.types import RequestId
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
-from octavo.distributed.output_codec import output_request_id, unpack_outputs
+from octavo.distributed.front_outputs import FrontOutputs
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
@@ -87,7 +87,6 @@ class DataParallelEngine(RequestValidator):
         self._dead: EngineDeadError | None = None
         self._closed = False
         self._outputs: deque[RequestOutput] = deque()
-        self._prompts: dict[str, tuple[str | None, list[int]]] = {}  # unfinished request -> its prompt
         self._counter = itertools.count()
         # wake() may run on another thread at any time, so these are never
         # closed explicitly (a file descriptor closed under it could be
@@ -101,6 +100,8 @@ class DataParallelEngine(RequestValidator):
             # While the replicas start (seconds): the front's own tokenizer.
             self.tokenizer = load_engine_tokenizer(args)
             ready = [unpack_reply(self._recv_raw(r, START_TIMEOUT_S), r.index) for r in self._replicas]
+            # The replicas send token ids; text and RequestOutputs are made here.
+            self._front = FrontOutputs(self.tokenizer)
         except BaseException:
             self.shutdown()
             raise
@@ -167,8 +168,7 @@ class DataParallelEngine(RequestValidator):
         self._send(replica, message)
         cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
         self.router.add(request_id, decision, probe.block_hashes, cost)
-        # Outputs come back without their prompt (output_codec): it is re-attached from here.
-        self._prompts[request_id] = (prompt_text, prompt_token_ids)
+        self._front.add(request_id, prompt_text, prompt_token_ids, params)
         return request_id
 
     def abort_request(self, request_ids: str | list[str]) -> None:
@@ -180,7 +180,7 @@ class DataParallelEngine(RequestValidator):
             if index is not None:
                 by_replica.setdefault(index, []).append(request_id)
                 self.router.remove(request_id)
-                self._prompts.pop(request_id, None)
+                self._front.drop(request_id)
         if self._dead is None:
             for index, ids in by_replica.items():
                 self._send(self._replicas[index], ["abort", ids])
@@ -199,7 +199,6 @@ class DataParallelEngine(RequestValidator):
         for output in outputs:
             if output.finished:
                 self.router.remove(output.request_id)
-                self._prompts.pop(output.request_id, None)
         return outputs
 
     def get_stats(self) -> SchedulerStats:
@@ -309,9 +308,10 @@ class DataParallelEngine(RequestValidator):
     def _dispatch(self, replica: _Replica, message: list) -> None:
         kind = message[0]
         if kind == "outputs":
-            # Drop outputs of requests aborted meanwhile (or now owned elsewhere).
-            rows = [row for row in message[1] if self.router.replica_of(output_request_id(row)) == replica.index]
-            owned = unpack_outputs(rows, self._prompts.__getitem__)
+            # Progress of requests aborted meanwhile has no state left and is dropped.
+            owned, stopped = self._front.process(message[1])
+            if stopped:
+                self._send(replica, ["finish", stopped])
             self._num_finished[replica.index] += sum(o.finished for o in owned)
             self._outputs.extend(owned)
         elif kind == "add_failed":
@@ -319,6 +319,7 @@ class DataParallelEngine(RequestValidator):
             logger.error("replica %d refused request %s: %s: %s", replica.index, request_id, error_type, text)
             if self.router.replica_of(request_id) == replica.index:
                 self._num_finished[replica.index] += 1
+                self._front.drop(request_id)
                 self._outputs.append(failed_output(request_id))
         elif kind == "dead":
             raise self._fail(f"data-parallel replica {replica.index} failed: {message[1]}")
@@ -346,7 +347,7 @@ class DataParallelEngine(RequestValidator):
             for request_id in error.failed_request_ids:
                 self.router.remove(request_id)
             self._outputs.clear()
-            self._prompts.clear()
+            self._front.clear()
             self._dead = error
             self.shutdown()
         return self._dead

@@ -6,10 +6,12 @@ its fronts (a ``DataParallelEngine`` in each API process; one unless
 ``octavo serve --api-server-count N``) over pipes of msgpack messages:
 
 front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
-``["abort", ids]``, ``["stats"]``, ``["health"]``, ``["shutdown"]``.
+``["abort", ids]``, ``["finish", child ids]`` (stop strings the front
+found), ``["stats"]``, ``["health"]``, ``["shutdown"]``.
 
 replica -> front: ``["outputs", rows]`` after each step that produced any
-for that front (``output_codec``: outputs without their prompts),
+for that front: the engine's per-child progress (an ``EngineCore``: token
+ids, no text; the front detokenizes), packed by ``output_codec``,
 ``["stats", SchedulerStats]``, ``["health", error or None]``,
 ``["add_failed", id, error type, message]``, ``["dead", message]``,
 ``["bye"]``.
@@ -21,9 +23,10 @@ Invariants:
   step runs joins the next step, and a front's sends never wait for a step
   to end. Messages to a front are written on a thread (``Outbox``), so a
   front that is slow to read never holds up the next step.
-- A request belongs to the front that added it: its outputs go to that
-  front only, and when that front leaves (``shutdown`` or its pipe closes)
-  its requests are aborted. The engine shuts down when the last front has
+- A request (and its children) belongs to the front that added it: its
+  outputs go to that front only, a front can abort or finish only its own,
+  and when a front leaves (``shutdown`` or its pipe closes) its requests are
+  aborted. The engine shuts down when the last front has
   left.
 - The front has validated every request it sends; ``add_failed`` is a
   safety net, not the way bad input is reported: an exception while adding
@@ -37,6 +40,7 @@ from __future__ import annotations
 import logging
 import signal
 
+from octavo.core.request import RequestStatus
 from octavo.distributed.inbox import MergedInbox
 from octavo.distributed.outbox import Outbox
 from octavo.distributed.output_codec import pack_outputs
@@ -53,7 +57,7 @@ class ReplicaServer:
         self.inbox = MergedInbox(conns)
         self.outboxes = [Outbox(conn, name=f"octavo-outbox-{i}") for i, conn in enumerate(conns)]
         self.live_fronts = set(range(len(conns)))
-        # Which front added each unfinished request (its outputs go there).
+        # Which front added each unfinished child request (its outputs go there).
         self.owner: dict[str, int] = {}
 
     def serve(self) -> None:
@@ -103,11 +107,14 @@ class ReplicaServer:
     def _leave(self, front: int) -> None:
         """A front is gone (or said goodbye): abort what it added."""
         self.live_fronts.discard(front)
-        request_ids = [r for r, owner in self.owner.items() if owner == front]
-        for request_id in request_ids:
-            del self.owner[request_id]
-        if request_ids:
-            self.engine.abort_request(request_ids)
+        self._finish(front, [r for r, owner in self.owner.items() if owner == front], RequestStatus.FINISHED_ABORTED)
+
+    def _finish(self, front: int, child_ids: list[str], status: RequestStatus) -> None:
+        owned = [c for c in child_ids if self.owner.get(c) == front]
+        for child_id in owned:
+            del self.owner[child_id]
+        if owned:
+            self.engine.finish_children(owned, status)
 
     def handle(self, front: int, message: list) -> bool:
         """Run one command of ``front``; False once that front leaves."""
@@ -116,17 +123,17 @@ class ReplicaServer:
             _, request_id, prompt, params, cache_salt, priority = message
             try:
                 self.engine.add_request(request_id, prompt, params, cache_salt, priority)
-                self.owner[request_id] = front
+                self.owner.update((child_id, front) for child_id in self.engine.children_of(request_id))
             except OctavoError as exc:
                 reply(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
             except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on
                 logger.exception("replica could not add request %s", request_id)
                 reply(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
         elif kind == "abort":
-            request_ids = [r for r in message[1] if self.owner.get(r) == front]
-            for request_id in request_ids:
-                del self.owner[request_id]
-            self.engine.abort_request(request_ids)
+            child_ids = [c for r in message[1] for c in self.engine.children_of(r)]
+            self._finish(front, child_ids, RequestStatus.FINISHED_ABORTED)
+        elif kind == "finish":
+            self._finish(front, message[1], RequestStatus.FINISHED_STOPPED)
         elif kind == "stats":
             reply(encode(["stats", self.engine.get_stats()]))
         elif kind == "health":
@@ -154,11 +161,12 @@ def run_replica_process(conns: list, engine_args: bytes) -> None:
     from octavo.entrypoints.logging_setup import configure_process_logging
 
     configure_process_logging()  # the server's level and format (OCTAVO_LOG_LEVEL, OCTAVO_LOG_FORMAT)
+    from octavo.core.engine_core import EngineCore
     from octavo.engine_args import EngineArgs, build_single_engine
     from octavo.runtime.executors.worker_host import encode_error
 
     try:
-        engine = build_single_engine(EngineArgs(**decode(engine_args)))
+        engine = build_single_engine(EngineArgs(**decode(engine_args)), engine_cls=EngineCore)
     except BaseException as exc:  # noqa: BLE001 - reported to the fronts
         for conn in conns:
             conn.send_bytes(encode_error(exc))

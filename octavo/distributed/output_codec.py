@@ -1,47 +1,30 @@
-"""Compact rows for the outputs an engine process streams to its front.
+"""Compact rows for the per-step progress an engine process streams to its front.
 
-A replica sends, after each step, one output per request that made
-progress; at 256 streams that is 256 outputs a step, so their encoding is on
-the engine loop's critical path. The generic codec (``serialization``)
-would send each as nested dataclass extensions, and every ``RequestOutput``
-carries its whole prompt (text and token ids) again: ~4.5 KB per streamed
-token at 590-token prompts, more than a pipe buffer per step, so the engine
-waited on the API process to read.
+An engine process sends, after each step, one ``EngineCoreOutput`` per
+child request that made progress (``core/engine_core.py``): at 256 streams,
+256 a step, on the engine loop's critical path. The generic codec
+(``serialization``) would send each as nested dataclass extensions; here
+each is a flat row of plain values, and logprobs are lists. Anything else
+(a pooling output, ...) travels as itself through the generic codec, so
+the stream may mix both.
 
-Here a ``RequestOutput`` travels as a flat row of plain values without its
-prompt, which the front already has (it sent it); the front re-attaches it.
-Anything else (a pooling output, ...) travels as itself through the generic
-codec, so the stream may mix both.
-
-Row: ``[request_id, finished, num_cached_tokens, metrics, completions,
-prompt_logprobs]`` where ``metrics`` is ``RequestMetrics``' fields in order
-(or None), each completion is ``[index, text, token_ids,
-cumulative_logprob, logprobs, finish_reason, stop_reason]``, and logprobs
-are lists of ``[token_id, logprob, rank, decoded_token]`` per position
-(``None`` for a prompt position without a distribution).
+Row: ``[request_id, new_token_ids, new_logprobs, new_prompt_logprobs,
+finish_reason, stop_reason, num_cached_tokens]``, where each logprobs
+entry is ``[token_ids, logprobs, ranks]`` and an empty list stays empty.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
-from octavo.core.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-
-_METRICS_FIELDS = tuple(f.name for f in dataclasses.fields(RequestMetrics))
-
-# The front's record of a request's prompt: (text or None, token ids).
-PromptLookup = Callable[[str], tuple[str | None, list[int]]]
+from octavo.core.scheduler_output import EngineCoreOutput, TokenLogprobs
 
 
 def pack_outputs(outputs: list) -> list:
-    """Rows for the ``RequestOutput``s; other outputs stay as they are."""
-    return [_pack_output(o) if type(o) is RequestOutput else o for o in outputs]
+    """Rows for the ``EngineCoreOutput``s; other outputs stay as they are."""
+    return [_pack(o) if type(o) is EngineCoreOutput else o for o in outputs]
 
 
-def unpack_outputs(rows: list, prompt_of: PromptLookup) -> list:
-    """The outputs back, each ``RequestOutput`` with its prompt from ``prompt_of``."""
-    return [_unpack_output(row, prompt_of) if type(row) is list else row for row in rows]
+def unpack_outputs(rows: list) -> list:
+    return [_unpack(row) if type(row) is list else row for row in rows]
 
 
 def output_request_id(item) -> str:
@@ -49,58 +32,26 @@ def output_request_id(item) -> str:
     return item[0] if type(item) is list else item.request_id
 
 
-def _pack_output(output: RequestOutput) -> list:
-    metrics = output.metrics
+def _pack(output: EngineCoreOutput) -> list:
     return [
         output.request_id,
-        output.finished,
+        output.new_token_ids,
+        [[e.token_ids, e.logprobs, e.ranks] for e in output.new_logprobs],
+        [[e.token_ids, e.logprobs, e.ranks] for e in output.new_prompt_logprobs],
+        output.finish_reason,
+        output.stop_reason,
         output.num_cached_tokens,
-        None if metrics is None else [getattr(metrics, name) for name in _METRICS_FIELDS],
-        [_pack_completion(c) for c in output.outputs],
-        None if output.prompt_logprobs is None else [_pack_position(p) for p in output.prompt_logprobs],
     ]
 
 
-def _pack_completion(completion: CompletionOutput) -> list:
-    logprobs = completion.logprobs
-    return [
-        completion.index,
-        completion.text,
-        completion.token_ids,
-        completion.cumulative_logprob,
-        None if logprobs is None else [_pack_position(p) for p in logprobs],
-        completion.finish_reason,
-        completion.stop_reason,
-    ]
-
-
-def _pack_position(position: dict[int, Logprob] | None) -> list | None:
-    if position is None:
-        return None
-    return [[token_id, lp.logprob, lp.rank, lp.decoded_token] for token_id, lp in position.items()]
-
-
-def _unpack_position(rows: list | None) -> dict[int, Logprob] | None:
-    if rows is None:
-        return None
-    return {token_id: Logprob(logprob, rank, decoded) for token_id, logprob, rank, decoded in rows}
-
-
-def _unpack_output(row: list, prompt_of: PromptLookup) -> RequestOutput:
-    request_id, finished, num_cached_tokens, metrics, completions, prompt_logprobs = row
-    prompt, prompt_token_ids = prompt_of(request_id)
-    outputs = []
-    for index, text, token_ids, cumulative_logprob, logprobs, finish_reason, stop_reason in completions:
-        if logprobs is not None:
-            logprobs = [_unpack_position(p) for p in logprobs]
-        outputs.append(CompletionOutput(index, text, token_ids, cumulative_logprob, logprobs, finish_reason, stop_reason))
-    return RequestOutput(
-        request_id=request_id,
-        prompt=prompt,
-        prompt_token_ids=prompt_token_ids,
-        outputs=outputs,
-        finished=finished,
-        prompt_logprobs=None if prompt_logprobs is None else [_unpack_position(p) for p in prompt_logprobs],
-        num_cached_tokens=num_cached_tokens,
-        metrics=None if metrics is None else RequestMetrics(*metrics),
+def _unpack(row: list) -> EngineCoreOutput:
+    request_id, token_ids, logprobs, prompt_logprobs, finish_reason, stop_reason, num_cached_tokens = row
+    return EngineCoreOutput(
+        request_id,
+        token_ids,
+        [TokenLogprobs(*entry) for entry in logprobs],
+        [TokenLogprobs(*entry) for entry in prompt_logprobs],
+        finish_reason,
+        stop_reason,
+        num_cached_tokens,
     )

@@ -1,5 +1,5 @@
-"""The compact output rows an engine process streams to its fronts, and a
-replica serving several fronts (API processes) over its pipes."""
+"""The compact rows an engine process streams to its fronts, and a replica
+serving several fronts (API processes) over its pipes."""
 
 from __future__ import annotations
 
@@ -7,42 +7,27 @@ import multiprocessing
 import threading
 
 from octavo.core.kv_cache_manager import PrefixCacheStats
-from octavo.core.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from octavo.core.outputs import RequestMetrics
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats
+from octavo.core.scheduler_output import EngineCoreOutput, TokenLogprobs
 from octavo.distributed.dp_replica import ReplicaServer
 from octavo.distributed.output_codec import output_request_id, pack_outputs, unpack_outputs
 from octavo.distributed.serialization import decode, encode
 
-PROMPTS = {"a": ("Once upon", [5, 6]), "b": (None, [7, 8, 9])}
-
-
-def full_output() -> RequestOutput:
-    completion = CompletionOutput(
-        index=1, text=" a", token_ids=[11, 12], cumulative_logprob=-1.5,
-        logprobs=[{11: Logprob(-0.5, 1, " a"), 3: Logprob(-0.7, 2, "x")}, {12: Logprob(-1.0, 1, "")}],
-        finish_reason="stop", stop_reason="\n",
-    )
-    return RequestOutput(
-        request_id="a", prompt="Once upon", prompt_token_ids=[5, 6], outputs=[completion], finished=True,
-        prompt_logprobs=[None, {6: Logprob(-2.0, 3, "upon")}], num_cached_tokens=16,
-        metrics=RequestMetrics(arrival_time=1.0, first_token_time=1.5, last_token_time=2.0, num_generation_tokens=2, sequence_index=1),
-    )
-
-
-def test_round_trip_restores_the_prompt_and_every_field():
-    plain = RequestOutput("b", None, [7, 8, 9], [CompletionOutput(0, "", [4])], finished=False)
+def test_round_trip_of_core_outputs():
+    logprobs = [TokenLogprobs([11, 3], [-0.5, -0.7], [1, 2])]
+    full = EngineCoreOutput("a#1", [11], logprobs, [TokenLogprobs([6], [-2.0], [3])], "stop", "\n", 16)
+    plain = EngineCoreOutput("b", [4])
     other = RequestMetrics(arrival_time=3.0)  # anything else travels as itself
-    rows = decode(encode(pack_outputs([full_output(), plain, other])))
-    assert [output_request_id(r) for r in rows[:2]] == ["a", "b"]
-    back = unpack_outputs(rows, PROMPTS.__getitem__)
-    assert back == [full_output(), plain, other]
+    rows = decode(encode(pack_outputs([full, plain, other])))
+    assert [output_request_id(r) for r in rows[:2]] == ["a#1", "b"]
+    assert unpack_outputs(rows) == [full, plain, other]
 
 
-def test_rows_leave_the_prompt_out():
-    long_prompt = list(range(600))
-    output = RequestOutput("a", "word " * 600, long_prompt, [CompletionOutput(0, " x", [9])], finished=False)
-    assert len(encode(pack_outputs([output]))) < 64 < len(encode([output]))
+def test_rows_are_small():
+    outputs = [EngineCoreOutput(f"cmpl-{i:032x}", [1000 + i]) for i in range(256)]
+    assert len(encode(["outputs", pack_outputs(outputs)])) < 256 * 64  # the id is most of it
 
 
 class StubEngine:
@@ -57,21 +42,23 @@ class StubEngine:
     def add_request(self, request_id, prompt, params, cache_salt=None, priority=0) -> None:
         self.requests[request_id] = 0
 
-    def abort_request(self, request_ids) -> None:
-        for request_id in request_ids:
-            self.requests.pop(request_id, None)
-            self.aborted.append(request_id)
+    def children_of(self, request_id) -> list[str]:
+        return [request_id] if request_id in self.requests else []
+
+    def finish_children(self, child_ids, status) -> None:
+        for child_id in child_ids:
+            self.requests.pop(child_id, None)
+            self.aborted.append(child_id)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
-    def step(self) -> list[RequestOutput]:
+    def step(self) -> list[EngineCoreOutput]:
         outputs = []
         for request_id in list(self.requests):
             self.requests[request_id] += 1
             finished = self.requests[request_id] == 3 and not request_id.startswith("slow")
-            reason = "length" if finished else None
-            outputs.append(RequestOutput(request_id, None, [1], [CompletionOutput(0, "t", [2], finish_reason=reason)], finished))
+            outputs.append(EngineCoreOutput(request_id, [2], finish_reason="length" if finished else None))
             if finished:
                 del self.requests[request_id]
         return outputs
@@ -88,9 +75,9 @@ def read_until_finished(conn, request_ids: set[str]) -> dict[str, int]:
     while request_ids - {r for r, n in counts.items() if n < 0}:
         message = decode(conn.recv_bytes())
         assert message[0] == "outputs"
-        for output in unpack_outputs(message[1], lambda _: (None, [1])):
+        for output in unpack_outputs(message[1]):
             counts[output.request_id] = counts.get(output.request_id, 0) + 1
-            if output.finished:
+            if output.finish_reason is not None:
                 counts[output.request_id] = -counts[output.request_id]
     return counts
 
