@@ -49,6 +49,7 @@ from octavo.core.types import RequestId
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
 from octavo.distributed.front_outputs import FrontOutputs
+from octavo.distributed.peer_process import PeerProcess
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
@@ -79,8 +80,34 @@ class _Replica:
     replies: deque
 
 
+def spawn_replicas(args, num_fronts: int = 1) -> tuple[list, list[list[Connection]]]:
+    """Start ``args.data_parallel_size`` replica processes, each with a pipe
+    to every front; return the processes and, per front, its pipe ends (one
+    per replica)."""
+    context = multiprocessing.get_context("spawn")
+    processes, front_ends = [], [[] for _ in range(num_fronts)]
+    for index in range(args.data_parallel_size):
+        pipes = [context.Pipe(duplex=True) for _ in range(num_fronts)]
+        replica_args = dataclasses.replace(args, data_parallel_rank=index)
+        # Not a daemon: a replica may start worker processes of its own.
+        process = context.Process(
+            target=run_replica_process,
+            args=([child for _, child in pipes], encode(dataclasses.asdict(replica_args))),
+            name=f"octavo-dp-replica-{index}",
+        )
+        process.start()
+        for front, (parent_end, child_end) in enumerate(pipes):
+            child_end.close()
+            front_ends[front].append(parent_end)
+        logger.info("engine replica %d started in its own process (pid %d)", index, process.pid)
+        processes.append(process)
+    return processes, front_ends
+
+
 class DataParallelEngine(RequestValidator):
-    def __init__(self, args) -> None:
+    def __init__(self, args, links: list[Connection] | None = None, pids: list[int] | None = None) -> None:
+        """Start the replicas, or with ``links`` (one pipe end per replica, and
+        their ``pids``) talk to replicas another process started and owns."""
         from octavo.engine_args import load_engine_tokenizer
 
         self.num_replicas = args.data_parallel_size
@@ -94,7 +121,12 @@ class DataParallelEngine(RequestValidator):
         self._wake_recv, self._wake_send = socket.socketpair()
         self._wake_recv.setblocking(False)
         self._wake_send.setblocking(False)
-        self._replicas = self._spawn(args)
+        self._owns_replicas = links is None
+        if links is None:
+            processes, (links,) = spawn_replicas(args)
+        else:
+            processes = [PeerProcess(pid) for pid in pids]
+        self._replicas = [_Replica(i, process, conn, deque()) for i, (process, conn) in enumerate(zip(processes, links))]
         self._finalizer = weakref.finalize(self, kill_processes, [r.process for r in self._replicas])
         try:
             # While the replicas start (seconds): the front's own tokenizer.
@@ -111,24 +143,6 @@ class DataParallelEngine(RequestValidator):
         self.num_kv_blocks = min(self.replica_num_kv_blocks)
         self._num_finished = [0] * self.num_replicas
         self.router = PrefixAwareRouter(self.num_replicas, self.limits.block_size)
-
-    def _spawn(self, args) -> list[_Replica]:
-        context = multiprocessing.get_context("spawn")
-        replicas = []
-        for index in range(self.num_replicas):
-            parent_end, child_end = context.Pipe(duplex=True)
-            replica_args = dataclasses.replace(args, data_parallel_rank=index)
-            # Not a daemon: a replica may start worker processes of its own.
-            process = context.Process(
-                target=run_replica_process,
-                args=([child_end], encode(dataclasses.asdict(replica_args))),
-                name=f"octavo-dp-replica-{index}",
-            )
-            process.start()
-            child_end.close()
-            logger.info("engine replica %d started in its own process (pid %d)", index, process.pid)
-            replicas.append(_Replica(index, process, parent_end, deque()))
-        return replicas
 
     # ---------------------------------------------------------------- input
 
@@ -250,7 +264,8 @@ class DataParallelEngine(RequestValidator):
                     pass
         deadline = time.monotonic() + 15.0
         for replica in self._replicas:
-            replica.process.join(max(0.0, deadline - time.monotonic()))
+            if self._owns_replicas:  # else the launcher stops them once every front has left
+                replica.process.join(max(0.0, deadline - time.monotonic()))
         kill_processes([r.process for r in self._replicas])
         for replica in self._replicas:
             replica.conn.close()
@@ -280,7 +295,7 @@ class DataParallelEngine(RequestValidator):
     def _pump(self, timeout: float) -> None:
         """Read every message that arrives within ``timeout`` (at least one wait)."""
         conns = {r.conn: r for r in self._replicas}
-        sentinels = {r.process.sentinel: r for r in self._replicas}
+        sentinels = {r.process.sentinel: r for r in self._replicas if r.process.sentinel is not None}
         for ready in wait([*conns, *sentinels, self._wake_recv], timeout=timeout):
             if ready is self._wake_recv:
                 self._clear_wake()
@@ -327,7 +342,8 @@ class DataParallelEngine(RequestValidator):
             replica.replies.append(message)
 
     def _recv_raw(self, replica: _Replica, timeout: float) -> bytes:
-        ready = wait([replica.conn, replica.process.sentinel], timeout=timeout)
+        sentinel = replica.process.sentinel
+        ready = wait([replica.conn, *([] if sentinel is None else [sentinel])], timeout=timeout)
         if replica.conn.poll(0):
             try:
                 return replica.conn.recv_bytes()

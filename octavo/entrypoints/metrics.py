@@ -9,6 +9,14 @@ data-parallel engine they are the replicas combined (``engine_stats``), and
 ``replica_metrics`` adds each replica's own, labelled ``replica``.
 prometheus_client's metrics are thread-safe; the per-sequence bookkeeping
 here is touched by the engine thread only.
+
+With several API processes (``api_server_index`` set, and
+``PROMETHEUS_MULTIPROC_DIR`` in the environment) each process records its
+requests in prometheus_client's shared files and any one of them renders
+all: request-level series are summed, engine gauges are the most recently
+refreshed value (every process reads the same engine), and the engine's
+cumulative counters come straight from the answering process's fresh
+snapshot (``EngineTotals``), so nothing is counted once per process.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestMetrics, RequestOutput
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.entrypoints.engine_stats import EngineSnapshot
+from octavo.entrypoints.engine_totals import ENGINE_COUNTERS, EngineTotals
 from octavo.entrypoints.replica_metrics import ReplicaCollector
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -44,30 +54,43 @@ class _RequestProgress:
     timings: dict[int, _SequenceTiming] = field(default_factory=dict)
     first_token_seen: bool = False
     finished_indices: set[int] = field(default_factory=set)
+    num_seqs: int = 1
 
 
 class ServerMetrics:
     """Implements the async engine's ``EngineObserver`` and renders ``/metrics``."""
 
-    def __init__(self, num_replicas: int = 1) -> None:
+    def __init__(self, num_replicas: int = 1, api_server_index: int | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.multiprocess = api_server_index is not None
+        self._api_server = str(api_server_index or 0)
+        engine_gauge = {"multiprocess_mode": "mostrecent"}  # ignored by one process alone
         self.replicas: ReplicaCollector | None = None
         if num_replicas > 1:
             self.replicas = ReplicaCollector()
             r.register(self.replicas)
-        self.num_running = Gauge("octavo:num_requests_running", "Requests running in the engine", registry=r)
-        self.num_waiting = Gauge("octavo:num_requests_waiting", "Requests waiting to be scheduled", registry=r)
-        self.num_inflight_seqs = Gauge("octavo:num_inflight_sequences", "Sequences admitted by the server", registry=r)
-        self.kv_usage = Gauge("octavo:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)", registry=r)
-        self.kv_free_blocks = Gauge("octavo:kv_cache_free_blocks", "Free KV-cache blocks", registry=r)
-        self.kv_total_blocks = Gauge("octavo:kv_cache_total_blocks", "KV-cache blocks in all", registry=r)
-        self.prefix_hit_rate = Gauge("octavo:prefix_cache_hit_rate", "Prefix-cache hits / queries (tokens)", registry=r)
-        self.prefix_queries = Counter("octavo:prefix_cache_queries", "Prompt tokens looked up in the prefix cache", registry=r)
-        self.prefix_hits = Counter("octavo:prefix_cache_hits", "Prompt tokens found in the prefix cache", registry=r)
-        self.preemptions = Counter("octavo:num_preemptions", "Requests preempted for lack of KV blocks", registry=r)
-        self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r)
+        self.num_running = Gauge("octavo:num_requests_running", "Requests running in the engine", registry=r, **engine_gauge)
+        self.num_waiting = Gauge("octavo:num_requests_waiting", "Requests waiting to be scheduled", registry=r, **engine_gauge)
+        self.num_inflight_seqs = Gauge(
+            "octavo:num_inflight_sequences", "Sequences admitted by the server", registry=r, multiprocess_mode="livesum"
+        )
+        self.kv_usage = Gauge("octavo:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1)", registry=r, **engine_gauge)
+        self.kv_free_blocks = Gauge("octavo:kv_cache_free_blocks", "Free KV-cache blocks", registry=r, **engine_gauge)
+        self.kv_total_blocks = Gauge("octavo:kv_cache_total_blocks", "KV-cache blocks in all", registry=r, **engine_gauge)
+        self.prefix_hit_rate = Gauge("octavo:prefix_cache_hit_rate", "Prefix-cache hits / queries (tokens)", registry=r, **engine_gauge)
+        self.engine_totals: EngineTotals | None = None
+        if self.multiprocess:
+            self.engine_totals = EngineTotals()
+        else:
+            self.prefix_queries = Counter("octavo:prefix_cache_queries", ENGINE_COUNTERS["prefix_queries"], registry=r)
+            self.prefix_hits = Counter("octavo:prefix_cache_hits", ENGINE_COUNTERS["prefix_hits"], registry=r)
+            self.preemptions = Counter("octavo:num_preemptions", ENGINE_COUNTERS["preemptions"], registry=r)
+        self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r, **engine_gauge)
         self.engine_restarts = Counter("octavo:engine_restarts", "Engines rebuilt after a failure (--restart-engine)", registry=r)
+        self.api_server_requests = Counter(
+            "octavo:api_server_requests", "Requests admitted, by API process (--api-server-count)", ["api_server"], registry=r
+        )
         self.prompt_tokens = Counter("octavo:prompt_tokens", "Prompt tokens of admitted requests", registry=r)
         self.generation_tokens = Counter("octavo:generation_tokens", "Generated tokens", registry=r)
         self.request_success = Counter(
@@ -86,8 +109,12 @@ class ServerMetrics:
 
     def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams | PoolingParams) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
+        self.api_server_requests.labels(api_server=self._api_server).inc()
         delta = isinstance(params, SamplingParams) and params.output_kind == RequestOutputKind.DELTA
-        self._requests[request_id] = _RequestProgress(delta=delta)
+        num_seqs = params.n if isinstance(params, SamplingParams) else 1
+        self._requests[request_id] = _RequestProgress(delta=delta, num_seqs=num_seqs)
+        if self.multiprocess:  # each process keeps its own share of the sum current
+            self.num_inflight_seqs.inc(num_seqs)
 
     def on_outputs(self, outputs: list[RequestOutput | PoolingRequestOutput]) -> None:
         for output in outputs:
@@ -105,7 +132,7 @@ class ServerMetrics:
                 metrics = output.metrics
                 if metrics is not None and metrics.finished_time is not None:
                     self.e2e.observe(metrics.finished_time - metrics.arrival_time)
-                del self._requests[output.request_id]
+                self._forget(output.request_id)
 
     def _on_pooled(self, output: PoolingRequestOutput) -> None:
         """A pooling request: one final output, no tokens generated."""
@@ -113,10 +140,10 @@ class ServerMetrics:
         if metrics is not None and metrics.finished_time is not None:
             self.e2e.observe(metrics.finished_time - metrics.arrival_time)
         self.request_success.labels(finished_reason=output.finish_reason).inc()
-        del self._requests[output.request_id]
+        self._forget(output.request_id)
 
     def on_request_aborted(self, request_id: str) -> None:
-        if self._requests.pop(request_id, None) is not None:
+        if self._forget(request_id):
             self.request_success.labels(finished_reason="abort").inc()
 
     def on_engine_restarted(self) -> None:
@@ -124,6 +151,12 @@ class ServerMetrics:
         self.engine_restarts.inc()
         self._requests.clear()
         self._last_preemptions = self._last_prefix_queries = self._last_prefix_hits = 0
+
+    def _forget(self, request_id: str) -> bool:
+        progress = self._requests.pop(request_id, None)
+        if progress is not None and self.multiprocess:
+            self.num_inflight_seqs.dec(progress.num_seqs)
+        return progress is not None
 
     def _count_tokens(self, progress: _RequestProgress, completion: CompletionOutput) -> None:
         num_counted = progress.num_tokens.get(completion.index, 0)
@@ -164,19 +197,30 @@ class ServerMetrics:
         stats = snapshot.stats
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
-        self.num_inflight_seqs.set(num_inflight_seqs)
+        if not self.multiprocess:
+            self.num_inflight_seqs.set(num_inflight_seqs)
         self.kv_usage.set(stats.kv_cache_usage)
         self.kv_free_blocks.set(stats.num_free_blocks)
         self.engine_alive.set(1 if alive else 0)
         prefix = stats.prefix_cache
         self.prefix_hit_rate.set(prefix.hit_rate)
+        if self.replicas is not None and snapshot.replicas:
+            self.replicas.update(snapshot.replicas)
+        if self.engine_totals is not None:
+            self.engine_totals.update(stats)
+            return
         self.prefix_queries.inc(max(0, prefix.num_queries - self._last_prefix_queries))
         self.prefix_hits.inc(max(0, prefix.num_hits - self._last_prefix_hits))
         self.preemptions.inc(max(0, stats.num_preemptions - self._last_preemptions))
         self._last_prefix_queries, self._last_prefix_hits = prefix.num_queries, prefix.num_hits
         self._last_preemptions = stats.num_preemptions
-        if self.replicas is not None and snapshot.replicas:
-            self.replicas.update(snapshot.replicas)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        registry.register(self.engine_totals)
+        if self.replicas is not None:
+            registry.register(self.replicas)
+        return generate_latest(registry)

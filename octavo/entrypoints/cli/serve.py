@@ -59,6 +59,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument("--no-ui", dest="enable_ui", action="store_false", help="leave out the web playground (/) and dashboard (/dashboard)")
     add_operations_args(parser)  # TLS, CORS, JSON logs, traces (openai/operations.py)
+    parser.add_argument(
+        "--api-server-count", type=int, default=1,
+        help="API processes in front of the engine process(es), sharing the port (docs/serving.md: sizing)",
+    )
     # The engine's steps would otherwise share the interpreter lock with the
     # HTTP event loop: at 256 streams on the H200 that starved the loop
     # (TTFT p50 3.8 s against 0.37 s, and one connection dropped;
@@ -83,6 +87,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
     for name in ("header_read_timeout", "body_read_timeout", "keep_alive_timeout"):
         if not getattr(args, name) > 0:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be positive", param=name)
+    if args.api_server_count < 1:
+        raise InvalidArgumentError("--api-server-count must be at least 1", param="api_server_count")
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
     from octavo.entrypoints.openai.chat_features import check_parser_names
@@ -120,25 +126,52 @@ def run(args: argparse.Namespace) -> int:
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError as exc:
         raise OctavoError(f"octavo serve needs the serve extra ({exc.name} is missing): pip install 'octavo[serve]'")
-    from octavo.entrypoints.async_engine import ServerShuttingDownError
     from octavo.entrypoints.engine_restart import EngineRestarter
     from octavo.entrypoints.logging_setup import configure_logging
     from octavo.entrypoints.openai.app import build_app
+
+    configure_logging(args.log_level, args.log_format)
+    config = server_config_from(args)
+    if config.api_key is None and args.host not in LOOPBACK_HOSTS:
+        logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
+    if args.api_server_count > 1:
+        return _run_api_servers(args)
+    engine = start_engine(args)
+    restarter = EngineRestarter(lambda: start_engine(args)) if args.restart_engine else None
+    serve_app(build_app(engine, config, restarter), args, config)
+    return 0
+
+
+def _run_api_servers(args: argparse.Namespace) -> int:
+    from octavo.entrypoints.cli.api_servers import run_api_servers
+    from octavo.entrypoints.fault_injection import FAULT_AFTER_STEPS_ENV, FAULT_FILE_ENV
+    from octavo.errors import InvalidArgumentError
+
+    fault_hooks = any(os.environ.get(name) for name in (FAULT_FILE_ENV, FAULT_AFTER_STEPS_ENV))
+    if not args.engine_process or args.restart_engine or fault_hooks:
+        raise InvalidArgumentError(
+            "--api-server-count above 1 needs the engine in its own process "
+            "(no --no-engine-process, --restart-engine or test fault hooks)",
+            param="api_server_count",
+        )
+    return run_api_servers(args)
+
+
+def serve_app(app, args: argparse.Namespace, config: ServerConfig, sockets=None, on_started=None) -> None:
+    """Run ``app`` under uvicorn until SIGTERM has drained it: on ``sockets``
+    if given (one API process of several), else on ``--host``/``--port``;
+    ``on_started`` is called once it listens."""
+    import uvicorn
+
+    from octavo.entrypoints.async_engine import ServerShuttingDownError
     from octavo.entrypoints.openai.connections import ConnectionLimits, fit_to_fd_limit, guarded_protocol
     from octavo.entrypoints.openai.log_limits import install_rate_limits
     from octavo.entrypoints.openai.operations import install_operations, operations_from, uvicorn_options
 
-    configure_logging(args.log_level, args.log_format)
-    config = server_config_from(args)
     operations = operations_from(args)
-    if config.api_key is None and args.host not in LOOPBACK_HOSTS:
-        logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
-    engine = start_engine(args)
-    restarter = EngineRestarter(lambda: start_engine(args)) if args.restart_engine else None
-    app = build_app(engine, config, restarter)
     install_operations(app, operations)
     ctx = app.state.octavo
 
@@ -169,8 +202,7 @@ def run(args: argparse.Namespace) -> int:
         **uvicorn_options(operations),
     )
     install_rate_limits()  # after uvicorn.Config, which configures its loggers
-    make_draining_server(uvicorn_config, begin_drain).run()
-    return 0
+    make_draining_server(uvicorn_config, begin_drain, on_started).run(sockets=sockets)
 
 
 def start_engine(args: argparse.Namespace):
@@ -188,12 +220,18 @@ def start_engine(args: argparse.Namespace):
     return engine
 
 
-def make_draining_server(config, on_sigterm):
-    """A uvicorn server that calls ``on_sigterm`` once on SIGTERM (defined here so uvicorn loads lazily)."""
+def make_draining_server(config, on_sigterm, on_started=None):
+    """A uvicorn server that calls ``on_sigterm`` once on SIGTERM, and
+    ``on_started`` once it listens (defined here so uvicorn loads lazily)."""
     import uvicorn
 
     class _DrainingServer(uvicorn.Server):
         """uvicorn, plus our drain on SIGTERM, and a clean exit (status 0) after it."""
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if on_started is not None and not self.should_exit:
+                on_started()
 
         def handle_exit(self, sig, frame) -> None:
             first = not self.should_exit

@@ -43,11 +43,15 @@ if TYPE_CHECKING:
 
 
 def build_app(
-    engine: LLMEngine | DataParallelEngine, config: ServerConfig, restarter: EngineRestarter | None = None
+    engine: LLMEngine | DataParallelEngine,
+    config: ServerConfig,
+    restarter: EngineRestarter | None = None,
+    api_server_index: int | None = None,
 ) -> FastAPI:
-    """The app; with ``restarter``, a failed engine is rebuilt (``--restart-engine``)."""
+    """The app; with ``restarter``, a failed engine is rebuilt (``--restart-engine``);
+    ``api_server_index``: this app is one of several API processes (shared metrics)."""
     capacity = engine_capacity(engine)
-    metrics = ServerMetrics(capacity.num_replicas)
+    metrics = ServerMetrics(capacity.num_replicas, api_server_index)
     metrics.kv_total_blocks.set(capacity.num_kv_blocks)
     max_inflight_seqs = None
     if config.max_queued_requests is not None:
