@@ -18,22 +18,45 @@ string meanwhile, and the front drops what it sends after it.
 
 from __future__ import annotations
 
+import time
+
 from octavo.core.engine import LLMEngine
 from octavo.core.request import RequestStatus
 from octavo.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 
 
 class ChildTracker:
-    """Stands in for the ``OutputProcessor``: remembers each child's parent."""
+    """Stands in for the ``OutputProcessor``: remembers each child's parent,
+    and when each was first scheduled until its first output carries it."""
 
     def __init__(self) -> None:
         self.parent_of: dict[str, str] = {}
+        self.scheduled_at: dict[str, float] = {}
+        self._seen: set[str] = set()
 
     def add_request(self, request_id: str, index: int, parent, params) -> None:
         self.parent_of[request_id] = parent.request_id
 
     def abort(self, request_ids: list[str]) -> list[str]:
+        for request_id in request_ids:
+            self.scheduled_at.pop(request_id, None)
+            self._seen.discard(request_id)
         return [p for r in request_ids if (p := self.parent_of.pop(r, None)) is not None]
+
+    def mark_scheduled(self, scheduler_output: SchedulerOutput) -> None:
+        now = time.monotonic()
+        for new in scheduler_output.new_requests:
+            if new.request_id not in self._seen and new.request_id in self.parent_of:
+                self._seen.add(new.request_id)  # a preempted request is new again: keep the first time
+                self.scheduled_at[new.request_id] = now
+
+    def stamp(self, output: EngineCoreOutput) -> None:
+        output.first_scheduled_time = self.scheduled_at.pop(output.request_id, None)
+
+    def forget(self, request_id: str) -> str | None:
+        self.scheduled_at.pop(request_id, None)
+        self._seen.discard(request_id)
+        return self.parent_of.pop(request_id, None)
 
 
 class EngineCore(LLMEngine):
@@ -58,12 +81,13 @@ class EngineCore(LLMEngine):
             self.step_observer(scheduler_output)
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         for output in core_outputs:
+            self.output_processor.stamp(output)
             if output.finish_reason is not None:
                 self._forget_child(output.request_id)
         return core_outputs
 
     def _forget_child(self, child_id: str) -> None:
-        parent_id = self.output_processor.parent_of.pop(child_id, None)
+        parent_id = self.output_processor.forget(child_id)
         children = self._parent_children.get(parent_id)
         if children is not None and child_id in children:
             children.remove(child_id)

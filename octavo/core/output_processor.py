@@ -162,6 +162,8 @@ class OutputProcessor:
         if core_output.new_prompt_logprobs and parent.prompt_logprobs is not None and state.index == 0:
             parent.prompt_logprobs.extend(self._to_logprob_dicts(core_output.new_prompt_logprobs))
         parent.num_cached_tokens = core_output.num_cached_tokens
+        if core_output.first_scheduled_time is not None and state.metrics.first_scheduled_time is None:
+            state.metrics.first_scheduled_time = core_output.first_scheduled_time
         new_token_ids = core_output.new_token_ids
         if new_token_ids:
             if state.metrics.first_token_time is None:

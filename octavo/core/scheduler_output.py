@@ -111,6 +111,10 @@ class EngineCoreOutput:
     num_cached_tokens: int = 0
     # A finished pooling request's vector (float32 little-endian bytes).
     pooled: bytes | None = None
+    # Set by an engine process on a request's first output: when it was first
+    # scheduled (time.monotonic, which all processes of a host share), for the
+    # front's timings; the in-process engine stamps its own.
+    first_scheduled_time: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -9,7 +9,7 @@ each is a flat row of plain values, and logprobs are lists. Anything else
 the stream may mix both.
 
 Row: ``[request_id, new_token_ids, new_logprobs, new_prompt_logprobs,
-finish_reason, stop_reason, num_cached_tokens]``, where each logprobs
+finish_reason, stop_reason, num_cached_tokens, first_scheduled_time]``, where each logprobs
 entry is ``[token_ids, logprobs, ranks]`` and an empty list stays empty.
 """
 
@@ -41,11 +41,12 @@ def _pack(output: EngineCoreOutput) -> list:
         output.finish_reason,
         output.stop_reason,
         output.num_cached_tokens,
+        output.first_scheduled_time,
     ]
 
 
 def _unpack(row: list) -> EngineCoreOutput:
-    request_id, token_ids, logprobs, prompt_logprobs, finish_reason, stop_reason, num_cached_tokens = row
+    request_id, token_ids, logprobs, prompt_logprobs, finish_reason, stop_reason, num_cached_tokens, scheduled = row
     return EngineCoreOutput(
         request_id,
         token_ids,
@@ -54,4 +55,5 @@ def _unpack(row: list) -> EngineCoreOutput:
         finish_reason,
         stop_reason,
         num_cached_tokens,
+        scheduled,
     )

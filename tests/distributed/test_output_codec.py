@@ -17,7 +17,7 @@ from octavo.distributed.serialization import decode, encode
 
 def test_round_trip_of_core_outputs():
     logprobs = [TokenLogprobs([11, 3], [-0.5, -0.7], [1, 2])]
-    full = EngineCoreOutput("a#1", [11], logprobs, [TokenLogprobs([6], [-2.0], [3])], "stop", "\n", 16)
+    full = EngineCoreOutput("a#1", [11], logprobs, [TokenLogprobs([6], [-2.0], [3])], "stop", "\n", 16, 12.5)
     plain = EngineCoreOutput("b", [4])
     other = RequestMetrics(arrival_time=3.0)  # anything else travels as itself
     rows = decode(encode(pack_outputs([full, plain, other])))
