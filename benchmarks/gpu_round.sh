@@ -78,6 +78,12 @@ for step in "$@"; do
     embed) pip install -q --no-deps --no-index --find-links .whl sentence-transformers scikit-learn scipy joblib threadpoolctl narwhals >/dev/null 2>&1 \
              || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
            TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
+    # Issue 19: octavo bench serve against octavo serve beside the offline engine, same workload, same round.
+    serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
+    serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \
+                    --engine-args "--max-num-batched-tokens 2048" --concurrencies 256 1024;;
+    serve_api2) TAIL=30 run_step serve_api2 500 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_api2 \
+                  --server-args "--api-server-count 2" --no-offline --concurrencies 256 1024;;
     *) echo "unknown step $step";;
   esac
 done

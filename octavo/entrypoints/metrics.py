@@ -97,6 +97,9 @@ class ServerMetrics:
             "octavo:request_success", "Finished sequences by finish reason", ["finished_reason"], registry=r
         )
         self.requests_rejected = Counter("octavo:requests_rejected", "Requests refused at admission", ["reason"], registry=r)
+        self.request_failures = Counter(
+            "octavo:request_failures", "Requests the server took and failed (5xx), by reason (failures.py)", ["reason"], registry=r
+        )
         self.ttft = Histogram("octavo:time_to_first_token_seconds", "Time to first token", buckets=TTFT_BUCKETS, registry=r)
         self.itl = Histogram("octavo:inter_token_latency_seconds", "Time between tokens", buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram("octavo:e2e_request_latency_seconds", "Arrival to finish", buckets=E2E_BUCKETS, registry=r)

@@ -18,7 +18,6 @@ with ``stop_reason: tool_use`` after tool calls.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -35,6 +34,7 @@ from octavo.entrypoints.anthropic.protocol import (
     MessagesRequest,
 )
 from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures
 from octavo.entrypoints.openai.chat_output import ChoiceMessage
 from octavo.entrypoints.openai.chat_template import ChatOptions
@@ -60,8 +60,6 @@ from octavo.entrypoints.openai.serving import (
 )
 from octavo.entrypoints.openai.structured import check_constraint
 from octavo.errors import OctavoError
-
-logger = logging.getLogger(__name__)
 
 
 async def create_message(request: Request):
@@ -168,9 +166,10 @@ async def _stream(
                 yield sse(message_delta, "message_delta")
                 yield sse({"type": "message_stop"}, "message_stop")
     except OctavoError as exc:
+        record_failure(ctx.metrics, message_id, exc)
         yield sse(anthropic_body(from_octavo(exc)), "error")
     except Exception as exc:
-        logger.exception("message stream %s failed", message_id)
+        record_failure(ctx.metrics, message_id, exc)
         yield sse(anthropic_body(ApiError(500, f"internal server error: {type(exc).__name__}")), "error")
 
 

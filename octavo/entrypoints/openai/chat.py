@@ -13,7 +13,6 @@ Tools, output constraints and template variables are resolved first
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -22,6 +21,7 @@ from fastapi.responses import JSONResponse
 from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features
 from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
 from octavo.entrypoints.openai.chat_template import ChatOptions
@@ -53,8 +53,6 @@ from octavo.entrypoints.openai.serving import (
 )
 from octavo.entrypoints.openai.structured import check_constraint
 from octavo.errors import InvalidArgumentError, OctavoError
-
-logger = logging.getLogger(__name__)
 
 
 async def create_chat_completion(request: Request):
@@ -236,9 +234,10 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Ch
         if builder.body.include_usage:
             yield sse(builder.usage_chunk())
     except OctavoError as exc:
+        record_failure(ctx.metrics, builder.request_id, exc)
         yield sse(openai_body(from_octavo(exc)))
     except Exception as exc:
-        logger.exception("chat stream %s failed", builder.request_id)
+        record_failure(ctx.metrics, builder.request_id, exc)
         yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
     yield SSE_DONE
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -20,6 +19,7 @@ from fastapi.responses import JSONResponse
 from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
+from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import LegacyLogprobs
@@ -48,8 +48,6 @@ from octavo.entrypoints.openai.serving import (
 )
 from octavo.entrypoints.openai.structured import check_constraint, constraint_from_request
 from octavo.errors import InvalidArgumentError, OctavoError
-
-logger = logging.getLogger(__name__)
 
 
 async def create_completion(request: Request):
@@ -222,9 +220,10 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Co
         if builder.body.include_usage:
             yield sse(builder.usage_chunk())
     except OctavoError as exc:
+        record_failure(ctx.metrics, builder.request_id, exc)
         yield sse(openai_body(from_octavo(exc)))
     except Exception as exc:
-        logger.exception("completion stream %s failed", builder.request_id)
+        record_failure(ctx.metrics, builder.request_id, exc)
         yield sse(openai_body(ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error")))
     yield SSE_DONE
 

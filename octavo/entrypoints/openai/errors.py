@@ -82,6 +82,7 @@ def error_response(path: str, error: ApiError, headers: dict[str, str] | None = 
 
 def install_exception_handlers(app: FastAPI) -> None:
     async def octavo_error(request: Request, exc: OctavoError):
+        _record_failure(request, exc)
         return error_response(request.url.path, from_octavo(exc))
 
     async def validation_error(request: Request, exc: RequestValidationError):
@@ -96,7 +97,7 @@ def install_exception_handlers(app: FastAPI) -> None:
         return error_response(request.url.path, error, headers=getattr(exc, "headers", None))
 
     async def internal_error(request: Request, exc: Exception):
-        logger.exception("unhandled error on %s", request.url.path)
+        _record_failure(request, exc)
         error = ApiError(500, f"internal server error: {type(exc).__name__}", "internal_error", code="internal_error")
         return error_response(request.url.path, error)
 
@@ -104,6 +105,18 @@ def install_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, internal_error)
+
+
+def _record_failure(request: Request, exc: BaseException) -> None:
+    """Count and log a 5xx the server caused (``failures.py``); the id is the HTTP request's."""
+    from octavo.entrypoints.failures import record_failure
+    from octavo.entrypoints.logging_setup import current_request_id
+
+    ctx = getattr(request.app.state, "octavo", None)
+    if ctx is not None:
+        record_failure(ctx.metrics, current_request_id() or request.url.path, exc)
+    elif not isinstance(exc, OctavoError):
+        logger.exception("unhandled error on %s", request.url.path)
 
 
 def _http_code(status: int) -> str:

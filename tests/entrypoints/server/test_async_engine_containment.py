@@ -170,15 +170,15 @@ def test_a_replica_contains_a_failed_add():
         def add_request(self, *args):
             raise OverflowError("Integer value out of range")
 
-    class Conn:
+    class Outbox:
         def __init__(self) -> None:
             self.sent = []
 
-        def send_bytes(self, data: bytes) -> None:
+        def send(self, data: bytes) -> None:
             self.sent.append(decode(data))
 
-    conn = Conn()
+    outbox = Outbox()
     server = ReplicaServer.__new__(ReplicaServer)
-    server.engine, server.conn = Engine(), conn
-    assert server.handle(["add", "r1", {"prompt": "hi"}, SamplingParams(), None]) is True
-    assert conn.sent == [["add_failed", "r1", "OverflowError", "Integer value out of range"]]
+    server.engine, server.outboxes, server.owner = Engine(), [outbox], {}
+    assert server.handle(0, ["add", "r1", {"prompt": "hi"}, SamplingParams(), None, 0]) is True
+    assert outbox.sent == [["add_failed", "r1", "OverflowError", "Integer value out of range"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import pytest
@@ -159,6 +160,12 @@ def test_queue_full_then_engine_fault(small_server, llama_dir, fault_file):
     assert read_metrics(small_server)["octavo:engine_alive"] == 0
     assert "the engine loop failed" in small_server.log()  # logged, with its traceback
     assert "Traceback" in small_server.log()
+    # Every failure the server caused is counted by reason and logged with its request id;
+    # refusals under load are not failures (they are counted as rejections).
+    metrics = read_metrics(small_server)
+    assert metrics["octavo:request_failures_total{reason=engine_dead}"] >= 3  # two streams in flight, the blocked one
+    assert not any(name.startswith("octavo:request_failures_total{reason=queue_full") for name in metrics)
+    assert re.search(r"request cmpl-\w+ failed: engine_dead: the engine loop failed", small_server.log())
 
 
 def test_after_the_fault_requests_fail_fast_with_clients(small_server, llama_dir):
