@@ -52,6 +52,7 @@ from octavo.entrypoints.engine_commands import (
     AddCommand,
     EngineObserver,
     RequestFailedError,
+    RequestOptions,
     RequestStream,
     ServerShuttingDownError,
     StatsCommand,
@@ -146,9 +147,11 @@ class AsyncEngine:
 
     # ---------------------------------------------------------------- requests
 
-    async def generate(self, request_id: str, prompt: Any, params: SamplingParams) -> AsyncIterator[RequestOutput]:
+    async def generate(
+        self, request_id: str, prompt: Any, params: SamplingParams, options: RequestOptions = RequestOptions()
+    ) -> AsyncIterator[RequestOutput]:
         """Admit a request and yield its outputs; closing the iterator early aborts it."""
-        stream = await self.add_request(request_id, prompt, params)
+        stream = await self.add_request(request_id, prompt, params, options)
         try:
             async for output in self.outputs(stream):
                 yield output
@@ -156,7 +159,9 @@ class AsyncEngine:
             # An abandoned inner generator is finalized only by the garbage collector.
             self.close(stream)
 
-    async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestStream:
+    async def add_request(
+        self, request_id: str, prompt: Any, params: SamplingParams, options: RequestOptions = RequestOptions()
+    ) -> RequestStream:
         """Admit a request: raises (validation, queue full, dead engine) before it is scheduled.
 
         The caller owns the returned stream: iterate ``outputs(stream)`` or ``close(stream)`` it.
@@ -174,7 +179,7 @@ class AsyncEngine:
         self._streams[request_id] = stream
         self._adding.add(added)
         try:
-            self._submit(AddCommand(request_id, prompt, params, stream, added))
+            self._submit(AddCommand(request_id, prompt, params, stream, added, options))
             await added
         except BaseException:
             # Validation failed, the engine died, or the client left while waiting.
@@ -317,7 +322,8 @@ class AsyncEngine:
         if command.added.done():  # cancelled while queued: the client is gone
             return
         try:
-            self.engine.add_request(command.request_id, command.prompt, command.params)
+            options = command.options
+            self.engine.add_request(command.request_id, command.prompt, command.params, options.cache_salt, options.priority)
         except EngineDeadError as exc:
             self._call_in_loop(resolve, command.added, None, exc)
             raise

@@ -46,6 +46,17 @@ class EngineObserver(Protocol):
     def on_engine_restarted(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """What a request asks of the engine beside its prompt and sampling (vLLM's request fields)."""
+
+    # Salts the request's prefix-cache block hashes: requests share cached
+    # blocks only with requests of the same salt (tenants do not see each other's hits).
+    cache_salt: str | None = None
+    # Lower first under --scheduling-policy priority; must be 0 under fcfs.
+    priority: int = 0
+
+
 @dataclass
 class AddCommand:
     request_id: str
@@ -53,6 +64,7 @@ class AddCommand:
     params: SamplingParams
     stream: RequestStream
     added: asyncio.Future
+    options: RequestOptions = field(default_factory=RequestOptions)
 
 
 @dataclass

@@ -29,6 +29,7 @@ class EngineCapacity:
     num_replicas: int
     num_kv_blocks: int  # all replicas together
     max_num_seqs: int  # sequences running at once, all replicas together
+    scheduling_policy: str = "fcfs"  # "fcfs" or "priority" (core/request_queue.py)
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ def engine_capacity(engine) -> EngineCapacity:
             num_replicas=engine.num_replicas,
             num_kv_blocks=sum(engine.replica_num_kv_blocks),
             max_num_seqs=engine.scheduler_config.max_num_seqs * engine.num_replicas,
+            scheduling_policy=engine.scheduler_config.policy,
         )
-    scheduler = engine.scheduler
-    return EngineCapacity(num_replicas=1, num_kv_blocks=scheduler.kv.num_blocks, max_num_seqs=scheduler.config.max_num_seqs)
+    config = engine.scheduler.config
+    return EngineCapacity(1, engine.scheduler.kv.num_blocks, config.max_num_seqs, config.policy)
 
 
 def take_snapshot(engine) -> EngineSnapshot:

@@ -39,6 +39,7 @@ from octavo.entrypoints.openai.serving import (
     SSEResponse,
     admit_all,
     check_admissible,
+    check_request_options,
     check_prompt,
     final_outputs,
     get_context,
@@ -81,11 +82,13 @@ async def create_chat_completion(request: Request):
         structured_outputs=features.constraint,
     )
     check_admissible(ctx, params)
+    request_options = body.request_options()
+    check_request_options(ctx, request_options)
     prompt = await render_messages(ctx, body.messages, chat_options(body, features))
     check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     request_id = new_request_id("chatcmpl")
-    streams = await admit_all(ctx, request_id, [prompt], params)
+    streams = await admit_all(ctx, request_id, [prompt], params, request_options)
     builder = ChatBuilder(ctx, request_id, model, body, prompt, features)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: ctx.engine.close(streams[0]))

@@ -33,6 +33,7 @@ from octavo.entrypoints.openai.serving import (
     SSEResponse,
     admit_all,
     check_admissible,
+    check_request_options,
     check_prompt,
     encode_prompt,
     final_outputs,
@@ -70,12 +71,14 @@ async def create_completion(request: Request):
         structured_outputs=constraint,
     )
     check_admissible(ctx, params, _num_prompts(body.prompt))
+    options = body.request_options()
+    check_request_options(ctx, options)
     prompts = await prompt_inputs(ctx, body.prompt)
     for prompt in prompts:
         check_prompt(ctx, prompt, params, "prompt", "max_tokens" if sent_max_tokens else None)
     await check_constraint(ctx.engine.engine, params, constraint_param)
     request_id = new_request_id("cmpl")
-    streams = await admit_all(ctx, request_id, prompts, params)
+    streams = await admit_all(ctx, request_id, prompts, params, options)
     builder = CompletionBuilder(ctx, request_id, model, body, prompts, echo_only)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: _close(ctx, streams))

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from octavo.entrypoints.engine_commands import RequestOptions
 from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId
+
+# A salt is a secret per tenant (vLLM suggests 256 random bits, 43 base64
+# characters); the cap only bounds what one request can make the server hash.
+MAX_CACHE_SALT_CHARS = 1024
 
 
 class OpenAIModel(BaseModel):
@@ -61,6 +66,10 @@ class SamplingFields(ConstraintFields):
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, FiniteFloat] | None = None
     user: str | None = None
+    # vLLM's request fields for the engine (RequestOptions): the prefix-cache
+    # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
+    priority: Int64 | None = None
     response_format: ResponseFormat | None = None
 
     def sampling_options(self) -> dict:
@@ -81,6 +90,9 @@ class SamplingFields(ConstraintFields):
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output,
         }
+
+    def request_options(self) -> RequestOptions:
+        return RequestOptions(cache_salt=self.cache_salt, priority=self.priority or 0)
 
     @property
     def include_usage(self) -> bool:

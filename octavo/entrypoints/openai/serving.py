@@ -26,11 +26,13 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import StreamingResponse
 
-from octavo.core.engine import EngineLimits
+from octavo.core.engine import EngineLimits, check_priority
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
 from octavo.entrypoints import fast_json
 from octavo.entrypoints.async_engine import AsyncEngine, RequestStream
+from octavo.entrypoints.engine_commands import RequestOptions
+from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.logging_setup import current_request_id
 from octavo.entrypoints.metrics import ServerMetrics
 from octavo.entrypoints.openai.config import ServerConfig
@@ -134,6 +136,11 @@ def check_admissible(ctx: ServingContext, params: SamplingParams, num_prompts: i
         )
 
 
+def check_request_options(ctx: ServingContext, options: RequestOptions) -> None:
+    """A priority other than 0 needs the priority policy: a 400 before anything is admitted."""
+    check_priority(options.priority, engine_capacity(ctx.engine.engine).scheduling_policy)
+
+
 def check_prompt(
     ctx: ServingContext, prompt: PromptInput, params: SamplingParams, prompt_param: str = "prompt",
     max_tokens_param: str | None = "max_tokens",
@@ -172,14 +179,15 @@ def unix_time() -> int:
 
 
 async def admit_all(
-    ctx: ServingContext, request_id: str, prompts: list[PromptInput], params: SamplingParams
+    ctx: ServingContext, request_id: str, prompts: list[PromptInput], params: SamplingParams,
+    options: RequestOptions = RequestOptions(),
 ) -> list[RequestStream]:
     """Admit every prompt or none: on any failure the ones already admitted are aborted."""
     streams: list[RequestStream] = []
     try:
         for index, prompt in enumerate(prompts):
             engine_id = request_id if len(prompts) == 1 else f"{request_id}-{index}"
-            streams.append(await ctx.engine.add_request(engine_id, prompt.as_engine_prompt(), params))
+            streams.append(await ctx.engine.add_request(engine_id, prompt.as_engine_prompt(), params, options))
     except BaseException as exc:
         for stream in streams:
             ctx.engine.close(stream)

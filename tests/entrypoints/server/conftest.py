@@ -143,9 +143,14 @@ def reference_llm(llama_dir):
 def read_metrics(server, headers: dict[str, str] | None = None) -> dict[str, float]:
     """``/metrics`` as ``{"name{label=value}": value}`` (label-less samples by bare name)."""
     import httpx
+
+    return parse_metrics(httpx.get(f"{server.url}/metrics", headers=headers or {}, timeout=60).text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """A /metrics text as ``{"name{label=value}": value}`` (label-less samples by bare name)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{server.url}/metrics", headers=headers or {}, timeout=60).text
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
