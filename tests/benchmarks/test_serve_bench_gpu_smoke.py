@@ -5,10 +5,13 @@ concurrencies, the table. Figures are not checked (never timed tests)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from octavo.default_model import default_model_path
 
@@ -21,6 +24,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_serve_bench_gpu_runs_on_tiny_shapes(tmp_path):
     command = [
         sys.executable, str(ROOT / "benchmarks/serve_bench_gpu.py"), "--out", str(tmp_path), "--label", "smoke",
@@ -28,7 +32,7 @@ def test_serve_bench_gpu_runs_on_tiny_shapes(tmp_path):
         "--input-len", "16", "--output-len", "4", "--concurrencies", "1", "4", "--prompts-per-stream", "2",
         "--min-prompts", "4", "--offline-prompts", "8", "--prefill-batch", "4", "--port", str(free_port()),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = (tmp_path / "smoke_table.txt").read_text()
     assert "vs offline" in table and "p99/prefill" in table and "offline engine:" in table
