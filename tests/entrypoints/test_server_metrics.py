@@ -45,3 +45,26 @@ def test_inter_token_gaps_counted_once(through_msgpack, n):
     assert sample(metrics, ITL + "_count") == 4 * n  # five tokens, four gaps, per sequence
     assert sample(metrics, ITL + "_sum") == pytest.approx(4 * n * 0.01)
     assert sample(metrics, "octavo:generation_tokens_total") == 5 * n
+
+
+def test_failures_the_server_causes_are_counted_and_logged_with_the_request_id(caplog):
+    from octavo.entrypoints.engine_commands import RequestFailedError
+    from octavo.entrypoints.failures import record_failure
+    from octavo.errors import EngineDeadError, InvalidArgumentError, QueueFullError, RequestAbortedError
+
+    metrics = ServerMetrics()
+    not_failures = [InvalidArgumentError("bad"), QueueFullError("full"), RequestAbortedError("gone")]
+    for exc in [*not_failures, EngineDeadError("the engine loop failed"), RequestFailedError("one request"),
+                KeyError("bug")]:
+        record_failure(metrics, f"cmpl-{type(exc).__name__}", exc)
+    counted = {
+        s.labels["reason"]: s.value for family in metrics.registry.collect() if family.name == "octavo:request_failures"
+        for s in family.samples if s.name.endswith("_total")
+    }
+    # Client errors, refusals under load and disconnects are not failures.
+    assert counted == {"engine_dead": 1.0, "request_failed": 1.0, "internal_error": 1.0}
+    lines = [record.getMessage() for record in caplog.records]
+    assert "request cmpl-EngineDeadError failed: engine_dead: the engine loop failed" in lines
+    assert "request cmpl-KeyError failed: internal error" in lines
+    assert next(r for r in caplog.records if "cmpl-KeyError" in r.getMessage()).exc_info is not None  # its traceback
+    assert not any("InvalidArgument" in line or "QueueFull" in line or "RequestAborted" in line for line in lines)
