@@ -18,13 +18,14 @@ def make_scheduler(num_blocks=64, block_size=4, **config) -> Scheduler:
     return Scheduler(SchedulerConfig(**config), KVCacheManager(num_blocks, block_size, enable_prefix_caching=False))
 
 
-def add(scheduler: Scheduler, request_id: str, num_prompt: int, max_tokens: int = 4) -> Request:
+def add(scheduler: Scheduler, request_id: str, num_prompt: int, max_tokens: int = 4, priority: int = 0) -> Request:
     request = Request(
         request_id=RequestId(request_id),
         prompt_token_ids=list(range(num_prompt)),
         sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
         max_tokens=max_tokens,
         block_size=scheduler.kv.block_size,
+        priority=priority,
     )
     scheduler.add_request(request)
     return request

@@ -6,33 +6,22 @@ from __future__ import annotations
 import pytest
 
 from octavo.core.engine import check_priority
-from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.request import Request, RequestStatus
 from octavo.core.request_queue import FCFSQueue, PriorityQueue
-from octavo.core.sampling_params import SamplingParams
-from octavo.core.scheduler import Scheduler, SchedulerConfig
-from octavo.core.types import RequestId
+from octavo.core.scheduler import Scheduler
 from octavo.errors import InvalidArgumentError
+from tests.core.test_scheduler import add as base_add
+from tests.core.test_scheduler import make_scheduler as base_make_scheduler
 from tests.core.test_scheduler import step
 
 
 def make_scheduler(num_blocks=64, block_size=4, **config) -> Scheduler:
-    config.setdefault("max_model_len", 128)
     config.setdefault("policy", "priority")
-    return Scheduler(SchedulerConfig(**config), KVCacheManager(num_blocks, block_size, enable_prefix_caching=False))
+    return base_make_scheduler(num_blocks, block_size, **config)
 
 
 def add(scheduler: Scheduler, request_id: str, priority: int, num_prompt: int = 4, max_tokens: int = 2) -> Request:
-    request = Request(
-        request_id=RequestId(request_id),
-        prompt_token_ids=list(range(num_prompt)),
-        sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-        max_tokens=max_tokens,
-        block_size=scheduler.kv.block_size,
-        priority=priority,
-    )
-    scheduler.add_request(request)
-    return request
+    return base_add(scheduler, request_id, num_prompt, max_tokens, priority=priority)
 
 
 def run_to_completion(scheduler: Scheduler) -> list[str]:
