@@ -3,11 +3,14 @@ separates prefix-cache hits (tenants), ``priority`` orders the queue and preempt
 under ``--scheduling-policy priority``, and both are checked before admission.
 
 The app runs in this process (the tiny Llama checkpoint) with one sequence slot,
-so the order in which requests finish is the order the scheduler ran them; a
-recording observer (the engine thread's metrics hook) sees that order."""
+so the order in which requests finish is the order the scheduler ran them. The
+engine thread's observer (its metrics hook) records that order, and can hold
+the engine thread after a step until the test has queued what it needs: no
+race with the engine's speed."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -18,16 +21,20 @@ from octavo.entrypoints.openai.app import build_app
 from octavo.entrypoints.openai.config import ServerConfig
 from tests.entrypoints.server.conftest import MODEL_NAME, parse_metrics, wait_for
 
-# Long enough that the requests sent after it are all queued while it runs.
-BLOCKER_TOKENS = 24
+LONG = 8  # tokens of the requests that hold the slot
 
 
-class FinishOrder:
-    """The metrics observer, plus the ids of finished requests in the order they finished."""
+class Recorder:
+    """The metrics observer, plus the ids of finished requests in the order they
+    finished; after ``hold(prompt)`` it holds the engine thread after the first
+    step that runs that prompt, until ``resume`` is set."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.finished: list[str] = []
+        self.held_prompt: str | None = None
+        self.paused = threading.Event()
+        self.resume = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -35,6 +42,15 @@ class FinishOrder:
     def on_outputs(self, outputs) -> None:
         self.finished += [output.request_id for output in outputs if output.finished]
         self.inner.on_outputs(outputs)
+        if any(output.prompt == self.held_prompt and not output.finished for output in outputs):
+            self.held_prompt = None
+            self.paused.set()
+            self.resume.wait(120)
+
+    def hold(self, prompt: str) -> None:
+        self.paused.clear()
+        self.resume.clear()
+        self.held_prompt = prompt
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +78,17 @@ def complete(client, prompt: str, max_tokens: int, **fields) -> dict:
     return response.json()
 
 
-def engine_gauge(client, name: str) -> float:
+def stream(client, prompt: str, max_tokens: int, **fields) -> dict:
+    """A streamed completion (outputs every step, so the engine can be held mid-request): its id and usage."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, **fields}
+    response = client.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    return {"id": chunks[0]["id"], "usage": chunks[-1]["usage"]}
+
+
+def engine_counter(client, name: str) -> float:
     return parse_metrics(client.get("/metrics").text)[name]
 
 
@@ -72,36 +98,41 @@ def in_thread(results: dict, key, call) -> threading.Thread:
     return thread
 
 
-def wait_until_queued(client, running: int, waiting: int) -> None:
-    wait_for(lambda: (engine_gauge(client, "octavo:num_requests_running"),
-                      engine_gauge(client, "octavo:num_requests_waiting")) == (running, waiting))
+def run_behind(client, recorder: Recorder, first: tuple, then: list[tuple]) -> dict:
+    """Stream ``first`` (key, prompt, max_tokens, priority), hold the engine after its
+    first step, queue every request of ``then`` while it is held, let it go; the answers by key."""
+    async_engine, results = client.app_state.engine, {}
+
+    def send(key, prompt, max_tokens, priority, call=complete):
+        return in_thread(results, key, lambda: call(client, prompt, max_tokens, priority=priority))
+
+    recorder.hold(first[1])
+    threads = [send(*first, call=stream)]
+    assert recorder.paused.wait(120)  # the engine thread is held after a step of `first`
+    threads += [send(*request) for request in then]
+    wait_for(lambda: async_engine.num_inflight_seqs == 1 + len(then))  # all handed to the held engine thread
+    recorder.resume.set()
+    for thread in threads:
+        thread.join()
+    return results
 
 
 def test_priority_orders_the_queue_and_preempts(client):
-    recorder = FinishOrder(client.app_state.engine.observer)
+    recorder = Recorder(client.app_state.engine.observer)
     client.app_state.engine.observer = recorder
     try:
         # Waiting requests run lowest priority value first once the slot frees.
-        results: dict = {}
-        threads = [in_thread(results, "blocker", lambda: complete(client, "hold the slot", BLOCKER_TOKENS))]
-        wait_until_queued(client, running=1, waiting=0)
-        for priority in (3, 1, 2):
-            threads.append(in_thread(results, priority, lambda p=priority: complete(client, f"p{p}", 2, priority=p)))
-        wait_until_queued(client, running=1, waiting=3)
-        for thread in threads:
-            thread.join()
-        assert recorder.finished == [results[key]["id"] for key in ("blocker", 1, 2, 3)]
+        results = run_behind(client, recorder, ("first", "hold the slot", LONG, 0),
+                             [(p, f"p{p}", 2, p) for p in (3, 1, 2)])
+        assert recorder.finished == [results[key]["id"] for key in ("first", 1, 2, 3)]
 
         # A waiting request of a lower value preempts the running one for its slot.
         recorder.finished.clear()
-        threads = [in_thread(results, "low", lambda: complete(client, "low", BLOCKER_TOKENS, priority=5))]
-        wait_until_queued(client, running=1, waiting=0)
-        threads.append(in_thread(results, "urgent", lambda: complete(client, "urgent", 2, priority=0)))
-        for thread in threads:
-            thread.join()
+        results = run_behind(client, recorder, ("low", "low", LONG, 5), [("urgent", "urgent", 2, 0)])
         assert recorder.finished == [results["urgent"]["id"], results["low"]["id"]]
-        assert results["low"]["usage"]["completion_tokens"] == BLOCKER_TOKENS  # resumed, not cut short
+        assert results["low"]["usage"]["completion_tokens"] == LONG  # resumed, not cut short
     finally:
+        recorder.resume.set()
         client.app_state.engine.observer = recorder.inner
 
 
@@ -109,9 +140,9 @@ def test_cache_salt_separates_prefix_hits(client):
     prompt = "a system prompt of a few blocks " * 2  # the byte-level tokenizer: ~2 tokens a word
 
     def hits_after(**fields) -> float:
-        before = engine_gauge(client, "octavo:prefix_cache_hits_total")
+        before = engine_counter(client, "octavo:prefix_cache_hits_total")
         complete(client, prompt, 1, **fields)
-        return engine_gauge(client, "octavo:prefix_cache_hits_total") - before
+        return engine_counter(client, "octavo:prefix_cache_hits_total") - before
 
     assert hits_after(cache_salt="tenant-a") == 0  # first of its salt
     assert hits_after(cache_salt="tenant-a") > 0  # same salt: its blocks are reused
