@@ -37,6 +37,9 @@ class ChildTracker:
     def add_request(self, request_id: str, index: int, parent, params) -> None:
         self.parent_of[request_id] = parent.request_id
 
+    def add_pooling_request(self, request_id: str, prompt, prompt_token_ids) -> None:
+        self.parent_of[request_id] = request_id  # its own parent: one output, the pooled vector
+
     def abort(self, request_ids: list[str]) -> list[str]:
         for request_id in request_ids:
             self.scheduled_at.pop(request_id, None)

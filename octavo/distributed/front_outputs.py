@@ -19,6 +19,7 @@ from typing import Any
 
 from octavo.core.engine import child_requests
 from octavo.core.output_processor import OutputProcessor, ParentRequest
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler_output import EngineCoreOutput
 from octavo.distributed.output_codec import unpack_outputs
@@ -29,7 +30,13 @@ class FrontOutputs:
         self.processor = OutputProcessor(tokenizer)
         self._children: dict[str, list[str]] = {}
 
-    def add(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def add(
+        self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams | PoolingParams
+    ) -> None:
+        if isinstance(params, PoolingParams):  # one output: the pooled vector
+            self.processor.add_pooling_request(request_id, prompt, prompt_token_ids)
+            self._children[request_id] = [request_id]
+            return
         parent = ParentRequest(request_id, prompt, prompt_token_ids, params)
         children = child_requests(request_id, params)
         for index, (child_id, child_params) in enumerate(children):

@@ -9,8 +9,9 @@ each is a flat row of plain values, and logprobs are lists. Anything else
 the stream may mix both.
 
 Row: ``[request_id, new_token_ids, new_logprobs, new_prompt_logprobs,
-finish_reason, stop_reason, num_cached_tokens, first_scheduled_time]``, where each logprobs
-entry is ``[token_ids, logprobs, ranks]`` and an empty list stays empty.
+finish_reason, stop_reason, num_cached_tokens, first_scheduled_time, pooled]``, where each logprobs
+entry is ``[token_ids, logprobs, ranks]`` and an empty list stays empty; ``pooled`` is a
+finished pooling request's vector (bytes) or None.
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def _pack(output: EngineCoreOutput) -> list:
         output.stop_reason,
         output.num_cached_tokens,
         output.first_scheduled_time,
+        output.pooled,
     ]
 
 
 def _unpack(row: list) -> EngineCoreOutput:
-    request_id, token_ids, logprobs, prompt_logprobs, finish_reason, stop_reason, num_cached_tokens, scheduled = row
+    request_id, token_ids, logprobs, prompt_logprobs, finish_reason, stop_reason, num_cached_tokens, scheduled, pooled = row
     return EngineCoreOutput(
         request_id,
         token_ids,
@@ -55,5 +57,6 @@ def _unpack(row: list) -> EngineCoreOutput:
         finish_reason,
         stop_reason,
         num_cached_tokens,
-        scheduled,
+        pooled=pooled,
+        first_scheduled_time=scheduled,
     )

@@ -173,7 +173,9 @@ class AsyncEngine:
             raise QueueFullError(
                 f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
             )
-        stream = RequestStream(request_id, params.n, OutputQueue(delta=params.output_kind == RequestOutputKind.DELTA))
+        # PoolingParams have no output kind: their one output is final.
+        delta = getattr(params, "output_kind", None) == RequestOutputKind.DELTA
+        stream = RequestStream(request_id, params.n, OutputQueue(delta=delta))
         added = asyncio.get_running_loop().create_future()
         self.num_inflight_seqs += params.n
         self._streams[request_id] = stream

@@ -17,12 +17,27 @@ from octavo.distributed.serialization import decode, encode
 
 def test_round_trip_of_core_outputs():
     logprobs = [TokenLogprobs([11, 3], [-0.5, -0.7], [1, 2])]
-    full = EngineCoreOutput("a#1", [11], logprobs, [TokenLogprobs([6], [-2.0], [3])], "stop", "\n", 16, 12.5)
+    full = EngineCoreOutput("a#1", [11], logprobs, [TokenLogprobs([6], [-2.0], [3])], "stop", "\n", 16, first_scheduled_time=12.5)
     plain = EngineCoreOutput("b", [4])
     other = RequestMetrics(arrival_time=3.0)  # anything else travels as itself
     rows = decode(encode(pack_outputs([full, plain, other])))
     assert [output_request_id(r) for r in rows[:2]] == ["a#1", "b"]
     assert unpack_outputs(rows) == [full, plain, other]
+
+
+def test_a_pooled_vector_travels_in_its_row():
+    """A pooling request's one output (``pooled`` bytes) reaches the front intact."""
+    from octavo.core.pooling_params import PoolingParams
+    from octavo.distributed.front_outputs import FrontOutputs
+
+    vector = bytes(range(16))
+    core = EngineCoreOutput("embd-1", [], finish_reason="stop", pooled=vector, first_scheduled_time=2.5)
+    (back,) = unpack_outputs(decode(encode(pack_outputs([core]))))
+    assert (back.pooled, back.first_scheduled_time, back.finish_reason) == (vector, 2.5, "stop")
+    front = FrontOutputs(None)
+    front.add("embd-1", "hi", [5, 6], PoolingParams())
+    (output,), stopped = front.process(pack_outputs([core]))
+    assert output.outputs.raw == vector and output.finished and stopped == []
 
 
 def test_rows_are_small():
