@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from octavo.benchmarks.serve_datasets import SampleRequest
+
+if TYPE_CHECKING:  # httpx comes with the serve extra; the CLI imports this module to build its parser
+    import httpx
 
 
 @dataclass
@@ -71,6 +73,8 @@ def request_body(settings: RequestSettings, sample: SampleRequest) -> dict:
 
 
 async def send_request(client: httpx.AsyncClient, settings: RequestSettings, sample: SampleRequest) -> RequestResult:
+    import httpx
+
     result = RequestResult(prompt_len=sample.prompt_len, started_at=time.perf_counter())
     try:
         async with client.stream("POST", settings.endpoint, json=request_body(settings, sample)) as response:

@@ -94,3 +94,21 @@ def test_version(capsys):
 def test_bad_engine_flags(llama_dir, flag):
     result = octavo("generate", "--model", str(llama_dir), flag, "hi")
     assert result.returncode == 2 and "error:" in result.stderr
+
+
+def test_the_cli_starts_without_the_serve_extra():
+    """A base install has no httpx, fastapi or uvicorn: `octavo --help` and
+    `octavo bench serve --help` still build their parsers (CI's `make run`
+    caught `bench serve` importing httpx at parser time)."""
+
+    code = (
+        "import sys\n"
+        "for name in ('httpx', 'fastapi', 'uvicorn', 'orjson'): sys.modules[name] = None\n"
+        "from octavo.entrypoints.cli.main import main\n"
+        "for argv in (['octavo', '--help'], ['octavo', 'bench', 'serve', '--help']):\n"
+        "    sys.argv = argv\n"
+        "    try: main()\n"
+        "    except SystemExit as exc: assert exc.code == 0, exc.code\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
