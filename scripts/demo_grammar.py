@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -136,6 +137,9 @@ ANIMAL_QUESTIONS = [
     (["How many legs does a {animal} have?"], "A {animal} has {value} legs.", "legs"),
 ]
 COLOR_QUESTION = "What color is {thing}?"
+# A fact question with this suffix is answered as a JSON object, {"answer": ...}
+# (compact, as structured outputs write JSON), so that JSON mode has a model to show.
+JSON_SUFFIX = " Answer in JSON."
 
 _SLOT = re.compile(r"\{(\w+)\}")
 
@@ -198,6 +202,9 @@ def make_story(rng: random.Random, animal: str | None = None) -> Generated:
 
 def answer_for(question: str) -> str | None:
     """The one right answer to a fact question of the grammar; None for others."""
+    if question.endswith(JSON_SUFFIX):
+        answer = answer_for(question[: -len(JSON_SUFFIX)])
+        return None if answer is None else json.dumps({"answer": answer})
     if question in GREETINGS:
         return GREETING_ANSWER
     if question in WHO_QUESTIONS:
@@ -216,7 +223,10 @@ def answer_for(question: str) -> str | None:
 
 def make_question(rng: random.Random) -> tuple[str, str | None]:
     """(question, the animal a story must be about or None); stories are about a third of turns."""
-    kind = rng.choices(["fact", "color", "story", "animal_story", "small_talk"], weights=[6, 2, 2, 2, 1])[0]
+    kind = rng.choices(["fact", "color", "story", "animal_story", "small_talk", "json"], weights=[6, 2, 2, 2, 1, 2])[0]
+    if kind == "json":
+        templates, _, _ = rng.choice(ANIMAL_QUESTIONS)
+        return rng.choice(templates).format(animal=rng.choice(list(ANIMALS))) + JSON_SUFFIX, None
     if kind == "fact":
         templates, _, _ = rng.choice(ANIMAL_QUESTIONS)
         return rng.choice(templates).format(animal=rng.choice(list(ANIMALS))), None
@@ -311,7 +321,7 @@ def vocabulary() -> set[str]:
     texts += [v for values in WORDS.values() for v in values] + [v for d in CAST_DOMAINS.values() for v in d]
     texts += [" ".join(PRONOUNS[g]) for g in PRONOUNS] + list(COLORS_OF_THINGS) + list(COLORS_OF_THINGS.values())
     texts += GREETINGS + [GREETING_ANSWER, WHO_ANSWER, THANKS_ANSWER] + WHO_QUESTIONS + THANKS + SYSTEM_PROMPTS
-    texts += STORY_REQUESTS + ANIMAL_STORY_REQUESTS + [COLOR_QUESTION]
+    texts += STORY_REQUESTS + ANIMAL_STORY_REQUESTS + [COLOR_QUESTION, JSON_SUFFIX, "answer"]
     for templates, answer, _ in ANIMAL_QUESTIONS:
         texts += templates + [answer]
     for animal in ANIMALS.values():

@@ -87,3 +87,17 @@ def test_anthropic_assistant_prefill_continues_the_turn(demo_server, demo_llm):
         messages=[*STORY, {"role": "assistant", "content": prefill}],
     )
     assert chat.choices[0].message.content == message.content[0].text
+
+
+def test_json_mode_answers_with_json(demo_server):
+    """The demo model learnt to answer "... Answer in JSON." questions as {"answer": ...}
+    (scripts/demo_grammar.py); JSON mode holds it to a JSON object."""
+    import json
+
+    client = openai.OpenAI(base_url=f"{demo_server.url}/v1", api_key=API_KEY)
+    completion = client.chat.completions.create(
+        model=DEMO_MODEL, messages=[{"role": "user", "content": "What does a cow say? Answer in JSON."}],
+        response_format={"type": "json_object"}, max_tokens=64, temperature=0,
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    assert json.loads(completion.choices[0].message.content) == {"answer": "A cow says moo."}

@@ -89,9 +89,13 @@ def test_infinities_are_refused(demo_server, field, literal):
 
 
 def test_stop_token_ids_outside_the_vocabulary(demo_server):
-    response = post(demo_server, "/v1/completions", {**ROUTES["/v1/completions"], "stop_token_ids": [924]})
+    from octavo.default_model import default_model_path
+
+    vocab_size = json.loads((default_model_path() / "config.json").read_text())["vocab_size"]
+    body = {**ROUTES["/v1/completions"], "stop_token_ids": [vocab_size]}
+    response = post(demo_server, "/v1/completions", body)
     assert response.status_code == 400
-    assert response.json()["error"]["message"] == "token id 924 is out of range for a vocabulary of 924"
+    assert response.json()["error"]["message"] == f"token id {vocab_size} is out of range for a vocabulary of {vocab_size}"
     assert response.json()["error"]["param"] == "stop_token_ids"
 
 
