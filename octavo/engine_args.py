@@ -81,6 +81,9 @@ class EngineArgs:
     async_scheduling: bool = False
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    # MoE layers: whole experts per tensor-parallel rank (tokens' results
+    # summed across ranks) instead of a slice of every expert.
+    enable_expert_parallel: bool = False
     distributed_executor_backend: str | None = None
     data_parallel_size: int = 1
     # Run the engine in a process of its own (a one-replica DataParallelEngine),
@@ -357,6 +360,7 @@ def _worker_config(
         num_kv_blocks=args.num_kv_blocks,
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel,
         overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
         async_scheduling=args.async_scheduling,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
@@ -369,7 +373,7 @@ def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
     from octavo.distributed.checks import check_parallel_config
     from octavo.runtime.executor import resolve_backend
 
-    check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size)
+    check_parallel_config(arch, args.tensor_parallel_size, args.pipeline_parallel_size, args.enable_expert_parallel)
     backend = resolve_backend(args.distributed_executor_backend, args.tensor_parallel_size * args.pipeline_parallel_size)
     if args.async_scheduling and backend != "uni":
         raise InvalidArgumentError(

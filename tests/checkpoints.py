@@ -45,6 +45,63 @@ ARCH_OVERRIDES = {
 
 ARCHITECTURES = tuple(ARCH_OVERRIDES)
 
+# The other families (tests/models/test_families.py), each with the options
+# that make it differ from Llama set away from their defaults. MoE configs
+# have 8 or 16 experts and route 2, 4 or 8 of them per token.
+FAMILY_OVERRIDES = {
+    "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_local_experts=8, num_experts_per_tok=2)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(num_experts=8, num_experts_per_tok=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+             norm_topk_prob=False, decoder_sparse_step=2),
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(num_experts=16, num_experts_per_tok=8, moe_intermediate_size=32, norm_topk_prob=True,
+             mlp_only_layers=[0], head_dim=32),
+    ),
+    "olmoe": ("OlmoeConfig", dict(intermediate_size=32, num_experts=8, num_experts_per_tok=8, clip_qkv=2.0)),
+    "gemma2": (
+        "Gemma2Config",
+        dict(head_dim=32, query_pre_attn_scalar=24, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+             sliding_window=8, tie_word_embeddings=True),
+    ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        dict(head_dim=256, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}}),
+    ),
+    "phi3": (
+        "Phi3Config",
+        dict(max_position_embeddings=8192, original_max_position_embeddings=4096,
+             rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                              "short_factor": [1.0 + i / 8 for i in range(8)], "long_factor": [4.0] * 8}),
+    ),
+    "olmo2": ("Olmo2Config", dict()),
+    "granite": (
+        "GraniteConfig",
+        dict(embedding_multiplier=12.0, attention_multiplier=0.0625, residual_multiplier=0.22, logits_scaling=8.0),
+    ),
+    "deepseek_v2": (
+        "DeepseekV2Config",
+        dict(kv_lora_rank=32, q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+             num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+             n_shared_experts=1, first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+             routed_scaling_factor=1.5,
+             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 1024,
+                              "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}),
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+             num_key_value_heads=4, n_routed_experts=16, num_experts_per_tok=4, moe_intermediate_size=32,
+             n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True,
+             routed_scaling_factor=2.5),
+    ),
+}
+FAMILIES = tuple(FAMILY_OVERRIDES)
+
 
 def _config_and_model(arch: str, vocab_size: int, **overrides):
     import transformers
@@ -55,6 +112,11 @@ def _config_and_model(arch: str, vocab_size: int, **overrides):
         "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
         "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     }
+    if arch in FAMILY_OVERRIDES:
+        config_name, family = FAMILY_OVERRIDES[arch]
+        settings = {k: v for k, v in dict(COMMON, vocab_size=vocab_size, **family, **overrides).items() if v is not None}
+        config = getattr(transformers, config_name)(**settings)
+        return transformers.AutoModelForCausalLM.from_config(config)
     config_name, model_name = classes[arch]
     settings = dict(COMMON, vocab_size=vocab_size, **ARCH_OVERRIDES[arch])
     settings.update(overrides)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkpoints import ARCHITECTURES, build_chat_checkpoint, build_checkpoint, build_tokenizer
+from tests.checkpoints import ARCHITECTURES, FAMILIES, build_chat_checkpoint, build_checkpoint, build_tokenizer
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The shared folder sits next to the checkout (/work/main -> /work/shared); a
@@ -33,6 +33,21 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 def checkpoint_dirs(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("checkpoints")
     return {arch: build_checkpoint(root / arch, arch, tokenizer_dir) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def family_dir(tmp_path_factory, tokenizer_dir):
+    """``family_dir(name)`` -> a small checkpoint of one of ``FAMILIES``, built on first use."""
+    root = tmp_path_factory.mktemp("families")
+    built: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        assert name in FAMILIES, name
+        if name not in built:
+            built[name] = build_checkpoint(root / name, name, tokenizer_dir)
+        return built[name]
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,8 @@ class AttentionSpec:
     kv_cache_dtype: torch.dtype
     block_size: int
     sliding_window: int | None = None
+    # Scores become ``cap * tanh(scores / cap)`` after scaling (Gemma 2).
+    logits_soft_cap: float | None = None
 
 
 @dataclass
@@ -71,6 +73,10 @@ class AttentionBackend(ABC):
 
     # True when ``set_kv_scales`` accepts scales other than 1.0 (plugin API 1.1).
     supports_kv_scales: ClassVar[bool] = False
+    # True when ``forward`` honours ``spec.logits_soft_cap``. Declared rather
+    # than left to ``supports`` so that a backend written before the option
+    # existed is never chosen for a model that needs it.
+    supports_logits_soft_cap: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionSpec) -> None:
         self.spec = spec
@@ -136,6 +142,13 @@ class AttentionBackend(ABC):
         writing. A 1.0 backend's method without this parameter is still
         called, with seven arguments."""
         raise NotImplementedError(f"{self.name} does not fuse the rotary embedding")
+
+
+def backend_refusal(backend_class: type[AttentionBackend], spec: AttentionSpec) -> str | None:
+    """Why ``backend_class`` cannot run ``spec`` (None: it can)."""
+    if spec.logits_soft_cap is not None and not backend_class.supports_logits_soft_cap:
+        return "no logit soft-capping"
+    return backend_class.supports(spec)
 
 
 def kv_cache_bytes_per_block(spec: AttentionSpec, num_layers: int) -> int:

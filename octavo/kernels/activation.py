@@ -44,6 +44,15 @@ def _gelu(gate32, TANH: tl.constexpr):
 
 
 @triton.jit
+def act_then_mul(gate32, up32, ACT: tl.constexpr, DTYPE: tl.constexpr):
+    """``act(gate) * up`` in float32 for an ACT code, the activation rounded to
+    ``DTYPE`` first (the references' rounding); shared with the fused MoE kernel."""
+    if ACT == 0:  # SILU
+        return silu_then_mul(gate32, up32, DTYPE)
+    return _gelu(gate32, ACT == 2).to(DTYPE).to(tl.float32) * up32
+
+
+@triton.jit
 def _gated_kernel(
     out_ptr, x_ptr, stride_x, stride_out, INTERMEDIATE: tl.constexpr, BLOCK: tl.constexpr, ACT: tl.constexpr
 ):
@@ -53,10 +62,7 @@ def _gated_kernel(
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + INTERMEDIATE + cols, mask=mask, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    if ACT == 0:  # SILU
-        out = silu_then_mul(gate, up, dtype)
-    else:
-        out = _gelu(gate, ACT == 2).to(dtype).to(tl.float32) * up
+    out = act_then_mul(gate, up, ACT, dtype)
     tl.store(out_ptr + row * stride_out + cols, out.to(dtype), mask=mask)
 
 

@@ -11,6 +11,8 @@ Invariants the kernels rely on:
 - The online softmax works in base 2 (scores are pre-multiplied by
   ``scale * log2(e)``) and guards rows with no allowed key, whose running
   max stays ``-inf``: such rows end with ``l == 0`` and produce zeros.
+- With logit soft-capping (``USE_SOFT_CAP``, Gemma 2) ``qk_scale`` is the
+  plain scale; scores become ``cap * tanh(scores / cap)``, then base 2.
 - The cache's head dimension is contiguous (stride 1).
 
 Triton device functions cannot take dataclasses, so these take their
@@ -63,12 +65,24 @@ def kv_tile_offsets(
 
 
 @triton.jit
+def soft_cap_log2(scores, soft_cap):
+    """``cap * tanh(scores / cap) * log2(e)``, tanh from exp2 of a non-positive
+    argument (no overflow, no cancellation near 0)."""
+    x = scores / soft_cap
+    e = tl.exp2(-2.8853900817779268 * tl.abs(x))  # exp(-2|x|)
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t) * (soft_cap * 1.4426950408889634)
+
+
+@triton.jit
 def online_softmax_step(
-    q, k, v, allowed, m_i, l_i, acc, qk_scale,
-    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    q, k, v, allowed, m_i, l_i, acc, qk_scale, soft_cap,
+    MASKED: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Fold one key tile into the running (max, sum, acc) of each query row."""
     scores = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=PRECISION) * qk_scale
+    if USE_SOFT_CAP:
+        scores = soft_cap_log2(scores, soft_cap)
     if MASKED:
         scores = tl.where(allowed, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
@@ -84,10 +98,11 @@ def online_softmax_step(
 
 @triton.jit
 def attend_keys(
-    q, q_pos, m_i, l_i, acc, kv_lo, kv_hi, kv_end, sliding_window, qk_scale,
+    q, q_pos, m_i, l_i, acc, kv_lo, kv_hi, kv_end, sliding_window, qk_scale, soft_cap,
     k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Fold key tiles at ``kv_lo, kv_lo + BLOCK_N, ... < kv_hi`` into (m, l, acc).
 
@@ -117,5 +132,7 @@ def attend_keys(
             k = tl.load(k_cache_ptr + offsets, mask=dim_valid[None, :], other=0.0)
             v = tl.load(v_cache_ptr + offsets, mask=dim_valid[None, :], other=0.0)
             allowed = key_valid[None, :]  # unused
-        m_i, l_i, acc = online_softmax_step(q, k, v, allowed, m_i, l_i, acc, qk_scale, MASKED, DOT_DTYPE, PRECISION)
+        m_i, l_i, acc = online_softmax_step(
+            q, k, v, allowed, m_i, l_i, acc, qk_scale, soft_cap, MASKED, USE_SOFT_CAP, DOT_DTYPE, PRECISION
+        )
     return m_i, l_i, acc

@@ -127,6 +127,8 @@ def builtin_layer_ops() -> list[OpImpl]:
         OpImpl("silu_and_mul", "triton", "octavo.kernels.activation:silu_and_mul", device_types=CUDA),
         OpImpl("gelu_and_mul", "triton", "octavo.kernels.activation:gelu_and_mul", device_types=CUDA),
         OpImpl("gelu_tanh_and_mul", "triton", "octavo.kernels.activation:gelu_tanh_and_mul", device_types=CUDA),
+        OpImpl("moe_topk_softmax", "triton", "octavo.kernels.moe_topk:topk_softmax", device_types=CUDA),
+        OpImpl("fused_moe", "triton", "octavo.kernels.fused_moe:fused_moe", device_types=CUDA),
     ]
     max_tokens = _env_max_tokens(gemv_max_tokens)
     if max_tokens:

@@ -14,7 +14,8 @@ request by binary search over ``query_start_loc``.
 
 The cache may be fp8 (keys and values widened in registers, scaled back by
 ``AttentionParams.k_scale`` / ``v_scale``). Each query token at position ``p`` attends to cached keys ``[0, p]``
-(``(p - window, p]`` with a sliding window); position ``p`` of the ``j``-th
+(``(p - window, p]`` with a sliding window; scores soft-capped when
+``soft_cap`` is set); position ``p`` of the ``j``-th
 of a request's ``q_len`` tokens is ``seq_len - q_len + j``. Math: online
 softmax in float32, products in the input dtype (float32 in full precision).
 
@@ -51,11 +52,13 @@ class AttentionParams:
     # into the softmax scale), values as ``v * v_scale`` (on the output).
     k_scale: float = 1.0
     v_scale: float = 1.0
+    soft_cap: float | None = None  # scores -> soft_cap * tanh(scores / soft_cap)
 
     @property
     def qk_scale(self) -> float:
-        """The scores' scale in the kernels' base-2 softmax."""
-        return self.scale * self.k_scale * LOG2_E
+        """The kernels' score multiplier (k_scale folded in): base 2 folded in too, unless soft-capping does it later."""
+        scale = self.scale * self.k_scale
+        return scale if self.soft_cap is not None else scale * LOG2_E
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,12 @@ def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
-    num_reqs, num_tokens, qk_scale, v_scale, sliding_window,
+    num_reqs, num_tokens, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -145,19 +148,19 @@ def _paged_attention_kernel(
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
     if USE_WINDOW:
         m_i, l_i, acc = attend_keys(
-            q, q_pos, m_i, l_i, acc, kv_start, unmasked_lo, kv_end, sliding_window, qk_scale,
+            q, q_pos, m_i, l_i, acc, kv_start, unmasked_lo, kv_end, sliding_window, qk_scale, soft_cap,
             k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
+            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
         )
     m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, kv_end, sliding_window, qk_scale,
+        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, kv_end, sliding_window, qk_scale, soft_cap,
         k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, DOT_DTYPE, PRECISION,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
     )
     m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, unmasked_hi, kv_end, kv_end, sliding_window, qk_scale,
+        q, q_pos, m_i, l_i, acc, unmasked_hi, kv_end, kv_end, sliding_window, qk_scale, soft_cap,
         k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, DOT_DTYPE, PRECISION,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
     )
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None] * v_scale
@@ -205,13 +208,13 @@ def paged_attention(
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache,
         batch.query_start_loc, batch.seq_lens, batch.block_table,
-        batch.num_reqs, num_tokens, params.qk_scale, params.v_scale, params.sliding_window or 0,
+        batch.num_reqs, num_tokens, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, GROUP_PAD=next_power_of_2(group), HEAD_SIZE=head_size,
         HEAD_PAD=max(16, next_power_of_2(head_size)), BLOCK_SIZE=block_size, BLOCK_Q=block_q,
         BLOCK_N=tiles.block_n, USE_WINDOW=params.sliding_window is not None,
-        DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
+        USE_SOFT_CAP=params.soft_cap is not None, DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out

@@ -35,12 +35,14 @@ def paged_attention_reference(
     block_table: torch.Tensor,
     scale: float,
     sliding_window: int | None = None,
+    soft_cap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention of each request's queries over its cached context.
 
     Request ``i``'s ``q_len`` query tokens are the last of its ``seq_lens[i]``
     tokens; the query at position ``p`` sees keys ``[0, p]`` (``(p - window,
-    p]`` with a sliding window). Rows outside every request are zeros.
+    p]`` with a sliding window); with ``soft_cap`` scores become
+    ``soft_cap * tanh(scores / soft_cap)``. Rows outside every request are zeros.
     """
     num_heads, head_size = query.shape[1], query.shape[2]
     block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
@@ -58,6 +60,8 @@ def paged_attention_reference(
         keys = keys.repeat_interleave(group, dim=1)
         values = values.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", query[q_start:q_end].float(), keys) * scale
+        if soft_cap is not None:
+            scores = torch.tanh(scores / soft_cap) * soft_cap
         query_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
         key_pos = torch.arange(seq_len, device=query.device)
         allowed = key_pos[None, :] <= query_pos[:, None]

@@ -79,11 +79,12 @@ class SplitWorkspace:
 def _split_kv_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     seq_lens_ptr, block_table_ptr,
-    num_reqs, qk_scale, v_scale, sliding_window,
+    num_reqs, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     token = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -118,14 +119,14 @@ def _split_kv_kernel(
     q_pos = tl.full([ROWS], seq_len - 1, tl.int32)
     kv_full_end = tl.maximum(kv_start + (kv_end - kv_start) // BLOCK_N * BLOCK_N, kv_start)
     m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, kv_start, kv_full_end, kv_end, sliding_window, qk_scale,
+        q, q_pos, m_i, l_i, acc, kv_start, kv_full_end, kv_end, sliding_window, qk_scale, soft_cap,
         k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, False, DOT_DTYPE, PRECISION,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
     )
     m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, kv_full_end, kv_end, kv_end, sliding_window, qk_scale,
+        q, q_pos, m_i, l_i, acc, kv_full_end, kv_end, kv_end, sliding_window, qk_scale, soft_cap,
         k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, DOT_DTYPE, PRECISION,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
     )
 
     if NUM_SPLITS == 1:
@@ -197,12 +198,13 @@ def split_kv_decode(
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
         batch.seq_lens, batch.block_table,
-        batch.num_reqs, params.qk_scale, params.v_scale, params.sliding_window or 0,
+        batch.num_reqs, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         GROUP=group, ROWS=max(16, next_power_of_2(group)),
         HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
+        USE_SOFT_CAP=params.soft_cap is not None,
         DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )

@@ -36,6 +36,9 @@ class ModelInitContext:
     max_model_len: int
     block_size: int
     kv_cache_dtype: torch.dtype
+    # Mixture-of-experts layers: whole experts per tensor-parallel rank
+    # instead of a slice of every expert (``--enable-expert-parallel``).
+    expert_parallel: bool = False
     # The layer ops resolved for this model (plugin API 1.1). Octavo's layers
     # take them from the scope the builder opens around construction; a
     # model may also pass them explicitly.

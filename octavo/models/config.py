@@ -2,7 +2,12 @@
 
 Octavo reads the JSON itself (no ``AutoConfig``, no remote code), accepting
 both the older ``rope_scaling`` + ``rope_theta`` keys and the newer
-``rope_parameters`` dict of transformers 5.
+``rope_parameters`` dict of transformers 5 (per layer type for Gemma 3:
+``full_attention`` and ``sliding_attention``).
+
+Options the layers cannot honour (an unknown RoPE type, an activation the
+MLPs lack) are refused here, naming the option, so that nothing is silently
+approximated.
 """
 
 from __future__ import annotations
@@ -12,7 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from octavo.errors import ModelLoadError
+from octavo.errors import ModelLoadError, UnsupportedModelError
+from octavo.models.moe_config import MoEConfig, parse_moe_config
+
+# What ``models.layers`` implement; anything else is refused at load.
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
+SUPPORTED_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh")
+# Sliding-window layers when ``layer_types`` is absent: every other layer
+# (Gemma 2) or five of every six (Gemma 3).
+_SLIDING_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "gemma3": 6}
 
 
 @dataclass
@@ -39,22 +52,38 @@ class ModelArchConfig:
     torch_dtype: str | None
     quantization_config: dict[str, Any] | None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    # Mixture-of-experts settings; None for a dense model.
+    moe: MoEConfig | None = None
+    # RoPE of the sliding-window layers where it differs from the global one
+    # (Gemma 3's local base); None: the same as every other layer.
+    local_rope_theta: float | None = None
+    local_rope_parameters: dict[str, Any] | None = None
 
     @property
     def bos_token_id(self) -> int | None:
         return self.raw.get("bos_token_id")
 
 
-def _rope(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+def _rope(raw: dict[str, Any], layer_type: str = "full_attention") -> tuple[float, dict[str, Any] | None]:
     params = raw.get("rope_parameters")
     if isinstance(params, dict) and params:
-        if "full_attention" in params and isinstance(params["full_attention"], dict):
-            params = params["full_attention"]
+        if isinstance(params.get(layer_type), dict):
+            params = params[layer_type]
         theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
         return float(theta), dict(params)
     theta = float(raw.get("rope_theta", 10000.0))
     scaling = raw.get("rope_scaling")
     return theta, dict(scaling) if scaling else None
+
+
+def _local_rope(raw: dict[str, Any]) -> tuple[float | None, dict[str, Any] | None]:
+    """Gemma 3: the sliding layers' own RoPE (``rope_local_base_freq`` in older configs)."""
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get("sliding_attention"), dict):
+        return _rope(raw, "sliding_attention")
+    if "rope_local_base_freq" in raw:
+        return float(raw["rope_local_base_freq"]), None
+    return None, None
 
 
 def _sliding_windows(raw: dict[str, Any], num_layers: int) -> list[int | None]:
@@ -64,9 +93,44 @@ def _sliding_windows(raw: dict[str, Any], num_layers: int) -> list[int | None]:
     layer_types = raw.get("layer_types")
     if layer_types:
         return [window if kind == "sliding_attention" else None for kind in layer_types]
+    pattern = raw.get("sliding_window_pattern") or _SLIDING_PATTERNS.get(raw.get("model_type", ""))
+    if pattern:
+        return [window if (i + 1) % pattern else None for i in range(num_layers)]
     if "max_window_layers" in raw:  # Qwen2 convention: layers past it slide
         return [window if i >= raw["max_window_layers"] else None for i in range(num_layers)]
     return [window] * num_layers
+
+
+def _complete_longrope(params: dict[str, Any], raw: dict[str, Any]) -> None:
+    """LongRoPE reads two config values from outside its dict (as Hugging Face does)."""
+    original = params.get("original_max_position_embeddings") or raw.get("original_max_position_embeddings")
+    if not original:
+        raise ModelLoadError("config.json: longrope scaling needs original_max_position_embeddings")
+    params["original_max_position_embeddings"] = int(original)
+    if params.get("factor") is None:
+        params["factor"] = int(raw.get("max_position_embeddings", original)) / int(original)
+
+
+def _check_supported(config: "ModelArchConfig") -> None:
+    """Refuse options the layers do not implement, naming the option."""
+    raw = config.raw
+    partial = (config.rope_parameters or {}).get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0):
+        raise UnsupportedModelError(f"config.json: partial_rotary_factor {partial} is not supported (only 1.0 is)")
+    for what, params in (("", config.rope_parameters), (" of the sliding-window layers", config.local_rope_parameters)):
+        rope_type = (params or {}).get("rope_type") or (params or {}).get("type") or "default"
+        if rope_type in ("su", "longrope"):  # "su": Phi-3's first name for LongRoPE
+            params["rope_type"] = rope_type = "longrope"
+            _complete_longrope(params, raw)
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise UnsupportedModelError(
+                f"config.json: rope_type {rope_type!r}{what} is not supported "
+                f"({', '.join(SUPPORTED_ROPE_TYPES)} are)"
+            )
+    if config.hidden_act not in SUPPORTED_ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"config.json: hidden_act {config.hidden_act!r} is not supported ({', '.join(SUPPORTED_ACTIVATIONS)} are)"
+        )
 
 
 def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
@@ -80,7 +144,8 @@ def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
         hidden_size = int(raw["hidden_size"])
         num_layers = int(raw["num_hidden_layers"])
         theta, rope_parameters = _rope(raw)
-        return ModelArchConfig(
+        local_theta, local_parameters = _local_rope(raw)
+        config = ModelArchConfig(
             architecture=architectures[0],
             model_type=raw.get("model_type", ""),
             vocab_size=int(raw["vocab_size"]),
@@ -97,16 +162,22 @@ def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            hidden_act=raw.get("hidden_act", "silu"),
+            # Gemma names its activation hidden_activation (hidden_act is legacy).
+            hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
             sliding_windows=_sliding_windows(raw, num_layers),
             torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
             quantization_config=raw.get("quantization_config"),
             raw=raw,
+            moe=parse_moe_config(raw, num_layers),
+            local_rope_theta=local_theta,
+            local_rope_parameters=local_parameters,
         )
     except KeyError as exc:
         raise ModelLoadError(f"config.json is missing the field {exc.args[0]!r}") from exc
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"config.json has a field of the wrong type: {exc}") from exc
+    _check_supported(config)
+    return config
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -1,14 +1,17 @@
 """Loading a model straight from a ``.gguf`` file (llama.cpp's format).
 
 * ``gguf_arch_config``: the config from the GGUF metadata (llama, mistral,
-  qwen2 and qwen3 families), after checking every tensor against it: known
-  name, shape implied by the metadata, supported ggml type. Nothing is
-  allocated for the model before these checks pass.
+  qwen2 and qwen3 families; Mixtral (llama with ``expert_count``), qwen2moe
+  and qwen3moe), after checking every tensor against it: known name, shape
+  implied by the metadata, supported ggml type. Nothing is allocated for
+  the model before these checks pass.
 * ``iterate_gguf_tensors``: ``(hf_name, tensor)`` pairs for the model's
   ``load_weights``. Linear layers whose weights are quantized stay quantized
   (``<module>.qweight`` raw rows, for the ``gguf`` quantization method); all
   other tensors are dequantized by ``octavo.kernels.quant.gguf_dequant`` to
-  float32 (then cast to the model dtype by the parameters' loaders).
+  float32 (then cast to the model dtype by the parameters' loaders). That
+  includes the stacked expert tensors (split into one tensor per expert):
+  the experts run unquantized, in the model dtype.
 * ``gguf_tokenizer``: a fast HF tokenizer built from the metadata by
   transformers' GGUF converter (vocabulary, merges, special tokens, chat
   template).
@@ -43,8 +46,13 @@ ARCHITECTURES = {
     "mistral": ("MistralForCausalLM", "mistral", True, False),
     "qwen2": ("Qwen2ForCausalLM", "qwen2", False, False),
     "qwen3": ("Qwen3ForCausalLM", "qwen3", False, True),
+    "qwen2moe": ("Qwen2MoeForCausalLM", "qwen2_moe", False, False),
+    "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe", False, True),
 }
-_FUSED_GROUPS = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
+_FUSED_GROUPS = (
+    ("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",),
+    ("ffn_gate_shexp", "ffn_up_shexp"), ("ffn_down_shexp",),
+)
 _MAX_DIM = 1 << 20
 _MAX_CONTEXT = 1 << 24
 # llama.cpp's general.file_type: all F32, mostly F16, mostly BF16.
@@ -125,11 +133,35 @@ def _llama3_from_rope_freqs(gguf: GGUFFile, arch: str, head_dim: int, theta: flo
     return params
 
 
+def _moe_config(gguf: GGUFFile, arch: str, num_layers: int) -> dict[str, Any]:
+    """HF config fields of the experts (empty for a dense file)."""
+    key = lambda suffix: f"{arch}.{suffix}"  # noqa: E731
+    if not gguf.field(key("expert_count")):
+        return {}
+    experts = _int_field(gguf, key("expert_count"), maximum=4096)
+    fields = {"num_experts_per_tok": _int_field(gguf, key("expert_used_count"), maximum=experts)}
+    expert_size = _int_field(gguf, key("expert_feed_forward_length"), default=0) or None
+    # llama.cpp renormalises the top-k weights for Mixtral and Qwen3-MoE, not for Qwen2-MoE.
+    norm = gguf.field(key("expert_weights_norm"), arch != "qwen2moe")
+    if arch in ("llama", "mistral"):
+        return {**fields, "num_local_experts": experts, "intermediate_size": expert_size or _int_field(gguf, key("feed_forward_length"))}
+    fields.update(num_experts=experts, moe_intermediate_size=expert_size or _int_field(gguf, key("feed_forward_length")))
+    fields.update(norm_topk_prob=bool(norm), decoder_sparse_step=1)
+    fields["mlp_only_layers"] = [i for i in range(num_layers) if f"blk.{i}.ffn_gate_inp.weight" not in gguf.tensors]
+    if any(n.endswith(".ffn_gate_shexp.weight") for n in gguf.tensors):
+        fields["shared_expert_intermediate_size"] = _int_field(gguf, key("expert_shared_feed_forward_length"))
+    if arch == "qwen2moe":
+        fields["qkv_bias"] = "blk.0.attn_q.bias" in gguf.tensors
+    return fields
+
+
 def _hf_config(gguf: GGUFFile, arch: str) -> dict[str, Any]:
     architecture, model_type, _, _ = ARCHITECTURES[arch]
     name = gguf.field("general.name")
     if arch == "llama" and isinstance(name, str) and "mistral" in name.lower():
         architecture, model_type = "MistralForCausalLM", "mistral"
+    if arch in ("llama", "mistral") and gguf.field(f"{arch}.expert_count"):
+        architecture, model_type = "MixtralForCausalLM", "mixtral"
     key = lambda suffix: f"{arch}.{suffix}"  # noqa: E731
     hidden = _int_field(gguf, key("embedding_length"))
     heads = _int_field(gguf, key("attention.head_count"))
@@ -139,14 +171,16 @@ def _hf_config(gguf: GGUFFile, arch: str) -> dict[str, Any]:
     tokens = gguf.reader.fields.get("tokenizer.ggml.tokens")
     theta = _float_field(gguf, key("rope.freq_base"), 10000.0)
     eos = [gguf.field(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
-    return {
+    num_layers = _int_field(gguf, key("block_count"), maximum=4096)
+    moe = _moe_config(gguf, arch, num_layers)
+    return moe | {
         "architectures": [architecture],
         "model_type": model_type,
         "gguf_architecture": arch,
         "vocab_size": _int_field(gguf, key("vocab_size"), default=len(tokens.data) if tokens else None, maximum=1 << 24),
         "hidden_size": hidden,
-        "intermediate_size": _int_field(gguf, key("feed_forward_length")),
-        "num_hidden_layers": _int_field(gguf, key("block_count"), maximum=4096),
+        "intermediate_size": moe.get("intermediate_size") or _int_field(gguf, key("feed_forward_length")),
+        "num_hidden_layers": num_layers,
         "num_attention_heads": heads,
         "num_key_value_heads": _int_field(gguf, key("attention.head_count_kv"), default=heads),
         "head_dim": head_dim,
@@ -169,13 +203,13 @@ def _check_tensors(gguf: GGUFFile, config: ModelArchConfig, qk_norm: bool) -> No
     for name, info in gguf.tensors.items():
         if name in gguf_names.CONFIG_TENSORS:
             continue
-        if gguf_names.hf_name(name) is None:
+        expected = gguf_names.expected_shape(name, config) if gguf_names.hf_name(name) is not None else None
+        if expected is None:
             raise UnsupportedModelError(f"{file}: tensor {name!r} is not part of a {config.model_type} model")
         block = gguf_names.block_index(name)
         if block is not None and block >= config.num_hidden_layers:
             raise ModelLoadError(f"{file}: tensor {name!r} is in block {block}, but the metadata says {config.num_hidden_layers} blocks")
-        expected = gguf_names.expected_shape(name, config)
-        if info.shape != expected:
+        if info.shape != expected and not (name.endswith("ffn_gate_inp_shexp.weight") and info.shape == (1, *expected)):
             raise ModelLoadError(f"{file}: tensor {name!r} has shape {list(info.shape)}, but the metadata implies {list(expected)}")
         if info.type_id not in GGML_TYPES:
             from gguf import GGMLQuantizationType
@@ -195,6 +229,8 @@ def _raw_modules(gguf: GGUFFile, config: ModelArchConfig) -> dict[str, str]:
     for layer in range(config.num_hidden_layers):
         for group in _FUSED_GROUPS:
             names = [f"blk.{layer}.{part}.weight" for part in group]
+            if any(n not in gguf.tensors for n in names):
+                continue  # a sparse layer's dense MLP, or a dense layer's shared expert
             types = [GGML_TYPES[gguf.tensors[n].type_id] for n in names]
             if any(t.is_quantized for t in types):
                 for name, ggml_type in zip(names, types):
@@ -241,7 +277,12 @@ def iterate_gguf_tensors(path: Path, arch: ModelArchConfig) -> Iterator[tuple[st
             tensor = _read_dequantized(gguf, name)
         if heads is not None:
             tensor = gguf_names.unpermute_rows(tensor, heads)
-        yield hf, tensor
+        if "{}" in hf:  # stacked experts: one tensor per expert
+            yield from ((hf.format(e), tensor[e]) for e in range(tensor.shape[0]))
+        elif hf.endswith("shared_expert_gate.weight"):
+            yield hf, tensor.reshape(1, -1)
+        else:
+            yield hf, tensor
 
 
 def gguf_tokenizer(path: Path, chat_template: str | None = None) -> Any:

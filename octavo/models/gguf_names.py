@@ -1,4 +1,6 @@
-"""GGUF tensor names and shapes for the Llama family (llama, mistral, qwen2, qwen3).
+"""GGUF tensor names and shapes for the Llama family (llama, mistral, qwen2,
+qwen3) and its mixture-of-experts members (Mixtral as llama with experts,
+qwen2moe, qwen3moe).
 
 llama.cpp names tensors ``token_embd``, ``blk.N.attn_q``, ...; Octavo's
 models load Hugging Face names. ``hf_name`` maps one to the other and
@@ -11,6 +13,12 @@ llama.cpp's converter permutes the rows of q and k for llama-arch files
 rows of each head go from ``(2, D/2)`` order to ``(D/2, 2)``. ``unpermute_rows``
 undoes that; rows are independent in every ggml type, so it applies to raw
 quantized rows as well. qwen2/qwen3 files are not permuted.
+
+Experts are stored stacked, one tensor per projection per layer
+(``ffn_gate_exps`` ``[experts, I, H]``, ...); their HF names are templates
+with ``{}`` for the expert index (``EXPERT_TENSORS``), filled in when the
+tensor is split on loading. A layer without ``ffn_gate_inp`` (the router) is
+dense.
 """
 
 from __future__ import annotations
@@ -42,9 +50,21 @@ _BLOCK = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "mlp.gate.weight",
+    "ffn_gate_exps.weight": "mlp.experts.{}.gate_proj.weight",
+    "ffn_up_exps.weight": "mlp.experts.{}.up_proj.weight",
+    "ffn_down_exps.weight": "mlp.experts.{}.down_proj.weight",
+    "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
+    "ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
+    "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
+    "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
 }
+EXPERT_TENSORS = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
 # Linear layers: kept quantized on the device when their type is quantized.
-LINEAR_SUFFIXES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+LINEAR_SUFFIXES = (
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+    "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+)
 # Tensors used while reading the config, not loaded as weights.
 CONFIG_TENSORS = ("rope_freqs.weight",)
 _BLOCK_NAME = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -65,8 +85,9 @@ def block_index(gguf_name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def expected_shape(gguf_name: str, config: ModelArchConfig) -> tuple[int, ...]:
-    """The torch shape (``[out, in]`` for weights) that ``config`` implies."""
+def expected_shape(gguf_name: str, config: ModelArchConfig) -> tuple[int, ...] | None:
+    """The torch shape (``[out, in]`` for weights) that ``config`` implies;
+    None for a tensor this model has no place for (experts in a dense model)."""
     hidden, head_dim = config.hidden_size, config.head_dim
     q_size, kv_size = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
     if gguf_name in ("token_embd.weight", "output.weight"):
@@ -91,18 +112,44 @@ def expected_shape(gguf_name: str, config: ModelArchConfig) -> tuple[int, ...]:
         "ffn_up.weight": (config.intermediate_size, hidden),
         "ffn_down.weight": (hidden, config.intermediate_size),
     }
-    return shapes[part]
+    moe = config.moe
+    if moe is not None:
+        experts, inter, shared = moe.num_experts, moe.intermediate_size, moe.shared_expert_intermediate_size
+        shapes.update({
+            "ffn_gate_inp.weight": (experts, hidden),
+            "ffn_gate_exps.weight": (experts, inter, hidden),
+            "ffn_up_exps.weight": (experts, inter, hidden),
+            "ffn_down_exps.weight": (experts, hidden, inter),
+            "ffn_gate_inp_shexp.weight": (hidden,),  # llama.cpp drops HF's leading 1
+            "ffn_gate_shexp.weight": (shared, hidden),
+            "ffn_up_shexp.weight": (shared, hidden),
+            "ffn_down_shexp.weight": (hidden, shared),
+        })
+    return shapes.get(part)
+
+
+def ffn_parts(config: ModelArchConfig, layer: int) -> list[str]:
+    """The MLP tensors (names after ``blk.N.``, without ``.weight``) block ``layer`` must have."""
+    moe = config.moe
+    if moe is None or not moe.sparse_layers[layer]:
+        return ["ffn_gate", "ffn_up", "ffn_down"]
+    parts = ["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+    if moe.shared_expert_intermediate_size:
+        parts += ["ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"]
+        if moe.shared_expert_gate:
+            parts.append("ffn_gate_inp_shexp")
+    return parts
 
 
 def required_names(config: ModelArchConfig, qk_norm: bool) -> list[str]:
     names = ["token_embd.weight", "output_norm.weight"]
     if not config.tie_word_embeddings:
         names.append("output.weight")
-    per_block = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+    per_block = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm"]
     if qk_norm:
         per_block += ["attn_q_norm", "attn_k_norm"]
     for index in range(config.num_hidden_layers):
-        names += [f"blk.{index}.{part}.weight" for part in per_block]
+        names += [f"blk.{index}.{part}.weight" for part in per_block + ffn_parts(config, index)]
     return names
 
 

@@ -1,70 +1,127 @@
-"""The Llama decoder, and the family that shares its shape.
+"""The Llama decoder, and every family that shares its shape.
 
-Llama 2/3/3.1 and Mistral are this class as is; Qwen2 adds biases on q, k
-and v (``qwen2.py``); Qwen3 adds RMSNorm on each q and k head (``qwen3.py``).
-Projections are fused (qkv, gate-up) and split across tensor-parallel ranks.
+Llama 2/3/3.1 and Mistral are this class as is; the other families set a
+few hooks (``DecoderOptions``, built by ``decoder_options``) rather than
+copying it: biases on q/k/v (Qwen2), q/k RMSNorm per head (Qwen3, Gemma 3)
+or over all heads (OLMo 2, OLMoE), the norm's rounding (Gemma, OLMo 2), the
+layer's norm placement (pre-norm; Gemma's sandwich of four norms; OLMo 2's
+post-norms), attention scale and logit soft-capping, multipliers (Granite),
+and the MLP of each layer (``build_mlp``: a dense SwiGLU/GeGLU MLP or a
+mixture of experts). Projections are fused (qkv, gate-up) and split across
+tensor-parallel ranks by their weight loaders (``models/weights.py``).
+
+Every layer returns ``(delta, residual)``: the residual stream after the
+layer is ``delta + residual``, so that the next layer's first norm can fuse
+the add (and pipeline stages hand the pair on as is).
 Every layer computes through the layer ops resolved for this model
 (``ctx.ops``; the layers take them from the scope the builder opens).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
-from octavo.errors import UnsupportedModelError
 from octavo.models.base import ModelInitContext
-from octavo.models.layers.activation import gated_activation
-from octavo.models.layers.attention import Attention, ForwardContext, kv_scale_param_name
+from octavo.models.layers.activation import SiluAndMul, gated_activation
+from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from octavo.models.layers.norm import RMSNorm
+from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm
+from octavo.models.layers.qk_norm import ShardedRMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
-from octavo.models.weight_loading import check_all_loaded, load_named_tensors
+from octavo.models.weights import load_decoder_weights
 from octavo.quantization.base import UnquantizedLinearMethod
 
 
+@dataclass(frozen=True)
+class DecoderOptions:
+    """How a family's decoder differs from Llama's."""
+
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: str | None = None  # "head": each head (Qwen3, Gemma 3); "full": all heads at once (OLMo)
+    norm_in_float32: bool = False  # scale in float32 before casting back (Gemma, OLMo 2)
+    norm_weight_offset: float = 0.0  # Gemma scales by 1 + weight
+    layer_kind: str = "pre_norm"  # "pre_norm", "sandwich" (Gemma 2/3) or "post_norm" (OLMo 2)
+    attention_scale: float | None = None  # None: head_size ** -0.5
+    attn_soft_cap: float | None = None
+    clip_qkv: float | None = None  # OLMoE clamps q, k and v
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0  # Granite scales each block's output
+    final_soft_cap: float | None = None  # Gemma 2 caps the logits
+    logits_divisor: float = 1.0  # Granite divides the logits
+    # The attention module's class (ctx, options, layer_index, prefix); None:
+    # DecoderAttention (DeepSeek brings its latent attention).
+    attention: Callable[..., nn.Module] | None = None
+
+    def make_attention(self, ctx: ModelInitContext, layer_index: int, prefix: str) -> nn.Module:
+        return (self.attention or DecoderAttention)(ctx, self, layer_index, prefix)
+
+    def norm(self, ctx: ModelInitContext, size: int) -> nn.Module:
+        eps = ctx.config.rms_norm_eps
+        if self.norm_in_float32:
+            return Float32ScaleRMSNorm(size, eps, ctx.dtype, self.norm_weight_offset)
+        return RMSNorm(size, eps, ctx.dtype)
+
+
 class DecoderAttention(nn.Module):
-    def __init__(self, ctx: ModelInitContext, layer_index: int, prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, layer_index: int, prefix: str):
         super().__init__()
         config = ctx.config
         self.head_size = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size, self.head_size, config.num_attention_heads, config.num_key_value_heads,
-            bias=qkv_bias, quant_config=ctx.quant_config, prefix=f"{prefix}.qkv_proj", params_dtype=ctx.dtype,
+            bias=options.qkv_bias, quant_config=ctx.quant_config, prefix=f"{prefix}.qkv_proj", params_dtype=ctx.dtype,
         )
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size, self.kv_size = self.num_heads * self.head_size, self.num_kv_heads * self.head_size
         self.o_proj = RowParallelLinear(
-            config.num_attention_heads * self.head_size, config.hidden_size, bias=o_bias,
+            config.num_attention_heads * self.head_size, config.hidden_size, bias=options.o_bias,
             quant_config=ctx.quant_config, prefix=f"{prefix}.o_proj", params_dtype=ctx.dtype,
         )
-        self.q_norm = RMSNorm(self.head_size, config.rms_norm_eps, ctx.dtype) if qk_norm else None
-        self.k_norm = RMSNorm(self.head_size, config.rms_norm_eps, ctx.dtype) if qk_norm else None
-        self.rotary_emb = RotaryEmbedding(self.head_size, ctx.max_model_len, config.rope_theta, config.rope_parameters)
+        self.qk_norm, self.clip_qkv = options.qk_norm, options.clip_qkv
+        self.q_norm = self.k_norm = None
+        if options.qk_norm == "head":
+            self.q_norm, self.k_norm = options.norm(ctx, self.head_size), options.norm(ctx, self.head_size)
+        elif options.qk_norm == "full":
+            eps, f32 = config.rms_norm_eps, options.norm_in_float32
+            self.q_norm = ShardedRMSNorm(config.num_attention_heads * self.head_size, eps, ctx.dtype, f32)
+            kv_total = config.num_key_value_heads * self.head_size
+            self.k_norm = ShardedRMSNorm(kv_total, eps, ctx.dtype, f32, num_replicas=self.qkv_proj.kv_replicas)
+        window = config.sliding_windows[layer_index]
+        theta, rope = config.rope_theta, config.rope_parameters
+        if window is not None and config.local_rope_theta is not None:  # Gemma 3's local layers
+            theta, rope = config.local_rope_theta, config.local_rope_parameters
+        self.rotary_emb = RotaryEmbedding(self.head_size, ctx.max_model_len, theta, rope)
         spec = AttentionSpec(
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
             head_size=self.head_size,
-            scale=self.head_size**-0.5,
+            scale=options.attention_scale or self.head_size**-0.5,
             dtype=ctx.dtype,
             kv_cache_dtype=ctx.kv_cache_dtype,
             block_size=ctx.block_size,
-            sliding_window=config.sliding_windows[layer_index],
+            sliding_window=window,
+            logits_soft_cap=options.attn_soft_cap,
         )
         self.attn = Attention(ctx.attention_backend(spec), layer_index)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
         num_tokens = hidden.shape[0]
-        qkv = self.qkv_proj(hidden)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.qk_norm == "full":
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.clip_qkv is not None:
+            q, k, v = (t.clamp(-self.clip_qkv, self.clip_qkv) for t in (q, k, v))
         q = q.reshape(num_tokens, self.num_heads, self.head_size)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_size)
-        if self.q_norm is not None:
+        if self.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_size)
         out = self.attn(q, k, v, fctx, positions=positions, rotary=self.rotary_emb)
@@ -72,24 +129,26 @@ class DecoderAttention(nn.Module):
 
 
 class DecoderMLP(nn.Module):
-    def __init__(self, ctx: ModelInitContext, prefix: str):
+    """``down(act(gate(x)) * up(x))``; ``reduce_results=False`` leaves TP partial sums."""
+
+    def __init__(self, ctx: ModelInitContext, prefix: str, intermediate_size: int | None = None, reduce_results: bool = True):
         super().__init__()
         config = ctx.config
-        if config.hidden_act not in ("silu", "swish"):
-            raise UnsupportedModelError(f"hidden_act {config.hidden_act!r} is not supported (silu is)")
+        size = intermediate_size or config.intermediate_size
         self.act_fn = gated_activation(config.hidden_act, ctx.ops)
         self.gate_up_proj = MergedColumnParallelLinear(
-            config.hidden_size, [config.intermediate_size] * 2, bias=config.mlp_bias,
+            config.hidden_size, [size] * 2, bias=config.mlp_bias,
             quant_config=ctx.quant_config, prefix=f"{prefix}.gate_up_proj", params_dtype=ctx.dtype,
         )
         self.down_proj = RowParallelLinear(
-            config.intermediate_size, config.hidden_size, bias=config.mlp_bias,
-            quant_config=ctx.quant_config, prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype,
+            size, config.hidden_size, bias=config.mlp_bias, quant_config=ctx.quant_config,
+            prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype, reduce_results=reduce_results,
         )
-        # An unquantized gate-up projection and its activation are one op,
+        # An unquantized gate-up projection and SiLU are one op,
         # ``linear_silu_and_mul`` (one launch at decode where the platform has
-        # it; otherwise the resolved linear, then silu_and_mul).
-        fused = type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod
+        # it; otherwise the resolved linear, then silu_and_mul). GeGLU MLPs
+        # take the gate-up projection, then their activation op.
+        fused = isinstance(self.act_fn, SiluAndMul) and type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod
         self.linear_silu_and_mul = ctx.ops.linear_silu_and_mul if fused else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -100,23 +159,68 @@ class DecoderMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, ctx: ModelInitContext, layer_index: int, prefix: str, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+    """Pre-norm (Llama): norm -> attention -> add; norm -> MLP -> add."""
+
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, mlp: nn.Module, layer_index: int, prefix: str):
         super().__init__()
-        config = ctx.config
-        self.self_attn = DecoderAttention(ctx, layer_index, f"{prefix}.self_attn", qkv_bias, o_bias, qk_norm)
-        self.mlp = DecoderMLP(ctx, f"{prefix}.mlp")
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype)
+        hidden = ctx.config.hidden_size
+        self.self_attn = options.make_attention(ctx, layer_index, f"{prefix}.self_attn")
+        self.mlp = mlp
+        self.input_layernorm = options.norm(ctx, hidden)
+        self.post_attention_layernorm = options.norm(ctx, hidden)
+        self.residual_scale = options.residual_scale
+
+    def input_norm(self, hidden, residual):
+        """The first norm, with the previous layer's residual add fused in."""
+        if residual is None:
+            return self.input_layernorm(hidden), hidden
+        return self.input_layernorm(hidden, residual)
 
     def forward(self, positions, hidden, residual, fctx: ForwardContext):
-        if residual is None:
-            residual = hidden
-            hidden = self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden, residual = self.input_norm(hidden, residual)
         hidden = self.self_attn(positions, hidden, fctx)
+        if self.residual_scale != 1.0:
+            hidden = hidden * self.residual_scale
         hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+        hidden = self.mlp(hidden)
+        if self.residual_scale != 1.0:
+            hidden = hidden * self.residual_scale
+        return hidden, residual
+
+
+class SandwichDecoderLayer(DecoderLayer):
+    """Gemma 2/3: norms before and after both attention and MLP."""
+
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, mlp: nn.Module, layer_index: int, prefix: str):
+        super().__init__(ctx, options, mlp, layer_index, prefix)
+        self.pre_feedforward_layernorm = options.norm(ctx, ctx.config.hidden_size)
+        self.post_feedforward_layernorm = options.norm(ctx, ctx.config.hidden_size)
+
+    def forward(self, positions, hidden, residual, fctx: ForwardContext):
+        hidden, residual = self.input_norm(hidden, residual)
+        hidden = self.post_attention_layernorm(self.self_attn(positions, hidden, fctx))
+        hidden, residual = self.pre_feedforward_layernorm(hidden, residual)
+        return self.post_feedforward_layernorm(self.mlp(hidden)), residual
+
+
+class PostNormDecoderLayer(nn.Module):
+    """OLMo 2: attention -> norm -> add; MLP -> norm -> add (no input norms)."""
+
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, mlp: nn.Module, layer_index: int, prefix: str):
+        super().__init__()
+        hidden = ctx.config.hidden_size
+        self.self_attn = options.make_attention(ctx, layer_index, f"{prefix}.self_attn")
+        self.mlp = mlp
+        self.post_attention_layernorm = options.norm(ctx, hidden)
+        self.post_feedforward_layernorm = options.norm(ctx, hidden)
+
+    def forward(self, positions, hidden, residual, fctx: ForwardContext):
+        stream = hidden if residual is None else hidden + residual
+        stream = stream + self.post_attention_layernorm(self.self_attn(positions, stream, fctx))
+        return self.post_feedforward_layernorm(self.mlp(stream)), stream
+
+
+LAYER_KINDS = {"pre_norm": DecoderLayer, "sandwich": SandwichDecoderLayer, "post_norm": PostNormDecoderLayer}
 
 
 def layer_range(num_layers: int) -> tuple[int, int]:
@@ -127,33 +231,40 @@ def layer_range(num_layers: int) -> tuple[int, int]:
     return start, start + base + (1 if pp.rank < extra else 0)
 
 
+MlpFactory = Callable[[ModelInitContext, int, str], nn.Module]
+
+
 class DecoderModel(nn.Module):
-    def __init__(self, ctx: ModelInitContext, qkv_bias: bool, o_bias: bool, qk_norm: bool):
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, build_mlp: MlpFactory):
         super().__init__()
         config = ctx.config
         self.start_layer, self.end_layer = layer_range(config.num_hidden_layers)
+        self.embed_scale = options.embed_scale
         pp = get_pp_group()
         self.embed_tokens = (
             VocabParallelEmbedding(config.vocab_size, config.hidden_size, ctx.dtype, "model.embed_tokens")
             if pp.is_first or config.tie_word_embeddings
             else None
         )
-        # Layers outside this rank's range are absent (None keeps indices stable).
+        layer_class = LAYER_KINDS[options.layer_kind]
+        # Layers outside this rank's range are absent (Identity keeps indices stable).
         self.layers = nn.ModuleList(
             [
-                DecoderLayer(ctx, i, f"model.layers.{i}", qkv_bias, o_bias, qk_norm)
+                layer_class(ctx, options, build_mlp(ctx, i, f"model.layers.{i}.mlp"), i, f"model.layers.{i}")
                 if self.start_layer <= i < self.end_layer
                 else nn.Identity()
                 for i in range(config.num_hidden_layers)
             ]
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ctx.dtype) if pp.is_last else None
+        self.norm = options.norm(ctx, config.hidden_size) if pp.is_last else None
 
     def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
         """First PP rank: embed ``input_ids``; other ranks continue ``intermediate``
         (hidden, residual). Last rank returns normed hidden states."""
         if intermediate is None:
             hidden, residual = self.embed_tokens(input_ids), None
+            if self.embed_scale != 1.0:
+                hidden = hidden * self.embed_scale
         else:
             hidden, residual = intermediate
         for layer in self.layers[self.start_layer : self.end_layer]:
@@ -165,31 +276,25 @@ class DecoderModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    # How the HF checkpoint's separate projections map onto fused layers.
-    stacked_params = (
-        ("qkv_proj", "q_proj", "q"),
-        ("qkv_proj", "k_proj", "k"),
-        ("qkv_proj", "v_proj", "v"),
-        ("gate_up_proj", "gate_proj", 0),
-        ("gate_up_proj", "up_proj", 1),
-    )
-    qk_norm = False
+    # Checkpoint name fragments renamed before anything else (Mixtral's
+    # ``block_sparse_moe`` is this decoder's ``mlp``).
+    checkpoint_renames: tuple[tuple[str, str], ...] = ()
     # Pooling variants (decoder_pooling.py) are built without the LM head.
     has_lm_head = True
 
-    @staticmethod
-    def has_qkv_bias(config) -> bool:
-        return config.attention_bias
+    @classmethod
+    def decoder_options(cls, config, dtype: torch.dtype) -> DecoderOptions:
+        return DecoderOptions(qkv_bias=config.attention_bias, o_bias=config.attention_bias)
 
-    @staticmethod
-    def has_o_bias(config) -> bool:
-        return config.attention_bias
+    def build_mlp(self, ctx: ModelInitContext, layer_index: int, prefix: str) -> nn.Module:
+        return DecoderMLP(ctx, prefix)
 
     def __init__(self, ctx: ModelInitContext) -> None:
         super().__init__()
         config = ctx.config
         self.config = config
-        self.model = DecoderModel(ctx, self.has_qkv_bias(config), self.has_o_bias(config), self.qk_norm)
+        self.options = self.decoder_options(config, ctx.dtype)
+        self.model = DecoderModel(ctx, self.options, self.build_mlp)
         self.lm_head = None
         if get_pp_group().is_last and self.has_lm_head:
             tie = self.model.embed_tokens if config.tie_word_embeddings else None
@@ -199,28 +304,14 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, fctx, intermediate)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.lm_head.compute_logits(hidden_states)
+        logits = self.lm_head.compute_logits(hidden_states)
+        if self.options.logits_divisor != 1.0:
+            logits = logits / self.options.logits_divisor
+        cap = self.options.final_soft_cap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors into parameters; raise on missing ones."""
-        loaded = load_named_tensors(self, weights, self._checkpoint_name)
-        tied_head = self.config.tie_word_embeddings
-        check_all_loaded(
-            self, loaded, {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)},
-            skip=lambda name: tied_head and name == "lm_head.weight",
-        )
-        return loaded
-
-    def _checkpoint_name(self, name: str) -> tuple[str, object] | None:
-        """The parameter (and fused shard) a checkpoint tensor goes to; None: skip it."""
-        if "rotary_emb.inv_freq" in name:
-            return None
-        if name == "lm_head.weight" and self.config.tie_word_embeddings:
-            return None
-        return self._param_name(kv_scale_param_name(name))
-
-    def _param_name(self, name: str) -> tuple[str, object]:
-        for fused, original, shard_id in self.stacked_params:
-            if f".{original}." in name:
-                return name.replace(f".{original}.", f".{fused}."), shard_id
-        return name, None
+        return load_decoder_weights(self, weights)

@@ -1,13 +1,9 @@
 """Qwen2: the Llama decoder with biases on q, k and v (never on o)."""
 
-from octavo.models.llama import LlamaForCausalLM
+from octavo.models.llama import DecoderOptions, LlamaForCausalLM
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):
-    @staticmethod
-    def has_qkv_bias(config) -> bool:
-        return True
-
-    @staticmethod
-    def has_o_bias(config) -> bool:
-        return False
+    @classmethod
+    def decoder_options(cls, config, dtype) -> DecoderOptions:
+        return DecoderOptions(qkv_bias=True, o_bias=False)

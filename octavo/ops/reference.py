@@ -161,6 +161,21 @@ def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return silu_and_mul(linear(x, weight, bias))
 
 
+def moe_topk_softmax(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mixture-of-experts router's choice from its logits ``[T, E]``.
+
+    Softmax over the experts in float32, the ``top_k`` largest probabilities
+    (largest first, ``torch.topk``'s order) and their expert ids, divided by
+    their sum when ``renormalize``. Returns ``(weights float32 [T, K], ids
+    int32 [T, K])``, new tensors.
+    """
+    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids.to(torch.int32)
+
+
 def fused_moe(
     x: torch.Tensor,
     w13: torch.Tensor,
@@ -174,7 +189,8 @@ def fused_moe(
     ``x``: ``[T, H]``; ``w13``: ``[E, 2 * I, H]`` (each expert's gate then
     up projection); ``w2``: ``[E, H, I]``; ``topk_weights``: ``[T, K]``
     (float32, already renormalised if the model does so); ``topk_ids``:
-    ``[T, K]`` int, each in ``[0, E)``. ``activation``: one of
+    ``[T, K]`` int, each in ``[0, E)``, or -1 for an expert this rank does
+    not hold (expert parallelism: that slot adds nothing). ``activation``: one of
     ``MOE_ACTIVATIONS`` (``silu`` -> ``silu_and_mul``, ``gelu``,
     ``gelu_tanh``). For each token ``t``: ``sum_k topk_weights[t, k] *
     expert(topk_ids[t, k], x[t])`` with ``expert(e, v) = w2[e] @ act(w13[e]

@@ -109,6 +109,7 @@ _SPECS = (
         "linear_silu_and_mul", reference.linear_silu_and_mul, GEMM, "gate-up projection fused with SiLU-and-mul",
         compose=_compose_linear_silu_and_mul, composed_of=("linear", "silu_and_mul"),
     ),
+    OpSpec("moe_topk_softmax", reference.moe_topk_softmax, ELEMENTWISE, "MoE router: softmax, top-k, renormalise"),
     OpSpec("fused_moe", reference.fused_moe, GEMM, "routed experts' weighted MLP sum"),
     OpSpec("fp8_linear", quant_reference.fp8_linear, FP8, "fp8 e4m3 per-channel weights"),
     OpSpec("fp8_block_linear", quant_reference.fp8_block_linear, FP8, "fp8 e4m3 weights with block-wise scales"),

@@ -80,6 +80,7 @@ class LayerOps:
     gelu_tanh_and_mul: Callable
     linear: Callable
     linear_silu_and_mul: Callable
+    moe_topk_softmax: Callable
     fused_moe: Callable
     fp8_linear: Callable
     fp8_block_linear: Callable

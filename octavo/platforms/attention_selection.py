@@ -56,6 +56,8 @@ class BackendChoice:
 
 def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> BackendChoice:
     """The backend class for ``spec`` on ``platform``, by the rule above."""
+    from octavo.core.attention import backend_refusal
+
     backends = installed_attention_backends()
     override = attention_override(platform.name)
     if override:
@@ -64,14 +66,14 @@ def choose_attention_backend(platform: Platform, spec: AttentionSpec) -> Backend
             raise PlatformError(
                 f"{OVERRIDE_ENV}={override!r}: no such attention backend (installed: {', '.join(sorted(backends))})"
             )
-        refusal = backend_class.supports(spec)
+        refusal = backend_refusal(backend_class, spec)
         if refusal is not None:
             raise PlatformError(f"{OVERRIDE_ENV}={override!r} cannot run this model: {refusal}")
         return BackendChoice(backend_class, f"requested by {OVERRIDE_ENV}")
     skipped: list[str] = []
     for name in _with_reference(platform.attention_backends):
         backend_class = backends.get(name)
-        refusal = "not installed" if backend_class is None else backend_class.supports(spec)
+        refusal = "not installed" if backend_class is None else backend_refusal(backend_class, spec)
         if refusal is None:
             reason = f"preferred by {platform.name}" if not skipped else f"fallback on {platform.name}"
             return BackendChoice(backend_class, reason, skipped)

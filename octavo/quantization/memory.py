@@ -33,10 +33,15 @@ class WeightMemory:
     total_bytes: int
     linear_bytes: int
     linear_bf16_bytes: int
+    # Logical parameters (a quantized weight counts its unpacked values), and
+    # those one token multiplies: for MoE only its top-k experts of each layer.
+    num_params: int = 0
+    num_active_params: int = 0
+    expert_bytes: int = 0  # routed experts (MoE), not counted as linear layers
 
     @property
     def other_bytes(self) -> int:
-        return self.total_bytes - self.linear_bytes
+        return self.total_bytes - self.linear_bytes - self.expert_bytes
 
     @property
     def linear_ratio(self) -> float:
@@ -44,10 +49,15 @@ class WeightMemory:
         return self.linear_bytes / self.linear_bf16_bytes if self.linear_bf16_bytes else 1.0
 
     def describe(self, quantization: str | None) -> str:
+        params = f"{self.num_params / 1e9:.2f} B parameters"
+        if self.num_active_params != self.num_params:
+            params += f", {self.num_active_params / 1e9:.2f} B active per token"
         return (
-            f"weights {_size(self.total_bytes)} ({quantization or 'unquantized'}): "
+            f"{params}; weights {_size(self.total_bytes)} ({quantization or 'unquantized'}): "
             f"linear layers {_size(self.linear_bytes)} = {self.linear_ratio:.3f} x bf16 "
-            f"({_size(self.linear_bf16_bytes)}), embeddings/norms/LM head {_size(self.other_bytes)}"
+            f"({_size(self.linear_bf16_bytes)}), "
+            + (f"experts {_size(self.expert_bytes)}, " if self.expert_bytes else "")
+            + f"embeddings/norms/LM head {_size(self.other_bytes)}"
         )
 
 
@@ -65,7 +75,7 @@ def weight_memory_of(model: nn.Module) -> WeightMemory:
     from octavo.models.layers.linear import LinearBase
 
     seen: set[int] = set()
-    total = linear = linear_bf16 = 0
+    total = linear = linear_bf16 = params = inactive = experts_size = 0
     for module in model.modules():
         # Parameters only: buffers hold caches (rotary tables), not weights.
         own = [t for t in module.parameters(recurse=False) if id(t) not in seen]
@@ -76,7 +86,16 @@ def weight_memory_of(model: nn.Module) -> WeightMemory:
             linear += size
             in_features = getattr(module, "input_size_per_partition", module.input_size)
             linear_bf16 += 2 * in_features * sum(module.output_partition_sizes)
-    return WeightMemory(total, linear, linear_bf16)
+            outputs = sum(module.output_partition_sizes)
+            params += in_features * outputs + (outputs if getattr(module, "bias", None) is not None else 0)
+            continue
+        count = sum(t.numel() for t in own)
+        params += count
+        experts, top_k = getattr(module, "num_experts", None), getattr(module, "num_experts_per_tok", None)
+        if isinstance(experts, int) and isinstance(top_k, int):  # routed experts: a token uses top_k
+            inactive += count - count * top_k // experts
+            experts_size += size
+    return WeightMemory(total, linear, linear_bf16, params, params - inactive, experts_size)
 
 
 def measure_weight_memory(model_path: str, quantization: str | None = None, dtype: str = "bfloat16") -> WeightMemory:

@@ -46,6 +46,7 @@ class WorkerConfig:
     num_kv_blocks: int | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    enable_expert_parallel: bool = False
     # Launch the next greedy decode step before this one's tokens reach the
     # host (runtime/decode_overlap.py); needs one token of KV lookahead.
     overlap_decode: bool = False

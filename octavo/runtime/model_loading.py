@@ -129,6 +129,7 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         max_model_len=config.max_model_len,
         block_size=config.block_size,
         kv_cache_dtype=kv_cache_dtype,
+        expert_parallel=config.enable_expert_parallel,
         ops=ops,
         pooler=pooler,
     )

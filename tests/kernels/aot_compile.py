@@ -18,11 +18,15 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from octavo.kernels import activation, gemv, kv_cache_write, paged_attention, rms_norm, rotary, split_kv_decode
+from octavo.kernels import (
+    activation, fused_moe, gemv, kv_cache_write, moe_topk, paged_attention, rms_norm, rotary, split_kv_decode,
+)
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
-                "slot_mapping_ptr": "*i64", "positions_ptr": "*i64"}
-FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr"}
+                "slot_mapping_ptr": "*i64", "positions_ptr": "*i64", "sorted_slots_ptr": "*i32",
+                "block_experts_ptr": "*i32", "ids_ptr": "*i32"}
+FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr"}
+FP32_SCALARS = ("qk_scale", "eps", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 
 
 def signature(kernel, constexprs: dict) -> dict[str, str]:
@@ -37,7 +41,7 @@ def signature(kernel, constexprs: dict) -> dict[str, str]:
         elif name.endswith("_ptr"):
             types[name] = "*bf16"
         else:
-            types[name] = "fp32" if name in ("qk_scale", "eps", "v_scale", "k_scale_inv", "v_scale_inv") else "i32"
+            types[name] = "fp32" if name in FP32_SCALARS else "i32"
     return types
 
 
@@ -56,11 +60,18 @@ def cases(attention_only: bool = False):
         for tiles in (pa.DECODE_TILES, pa.PREFILL_TILES):
             consts = dict(GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16,
                           BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
-                          DOT_DTYPE=tl.bfloat16, PRECISION=None)
+                          USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
             yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
+    # Gemma 2: head size 256, soft-capped logits, a sliding window.
+    tiles = pa.LARGE_HEAD_PREFILL_TILES
+    consts = dict(GROUP=2, GROUP_PAD=2, HEAD_SIZE=256, HEAD_PAD=256, BLOCK_SIZE=16, BLOCK_Q=tiles.block_m // 2,
+                  BLOCK_N=tiles.block_n, USE_WINDOW=True, USE_SOFT_CAP=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+    yield f"paged_attention gemma2 {tiles}", pa._paged_attention_kernel, consts, tiles
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
-                  USE_WINDOW=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+                  USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    consts = dict(consts, GROUP=2, HEAD_SIZE=256, HEAD_PAD=256, USE_SOFT_CAP=True)
+    yield "split_kv gemma2", sk._split_kv_kernel, consts, sk.SPLIT_TILES
     if attention_only:
         return
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
@@ -74,7 +85,7 @@ def cases(attention_only: bool = False):
         PRE_ROUND=False), None
     yield "direct decode", sk._split_kv_kernel, dict(
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
-        USE_WINDOW=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
+        USE_WINDOW=False, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
     for act_name, act in (("silu", activation.SILU), ("gelu", activation.GELU), ("gelu_tanh", activation.GELU_TANH)):
         yield f"{act_name}_and_mul", activation._gated_kernel, dict(INTERMEDIATE=14336, BLOCK=1024, ACT=act), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
@@ -82,6 +93,13 @@ def cases(attention_only: bool = False):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False)
         yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config
+    for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
+        consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+                      DOT_DTYPE=tl.bfloat16, PRECISION=None)
+        yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0), tiles
+        yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
+    yield "fused_moe align", fused_moe._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16), None
+    yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
 
 
 def main(target_name: str, attention_only: bool) -> None:

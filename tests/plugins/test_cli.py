@@ -50,7 +50,12 @@ def test_plugins_list(sandbox, capsys):
     assert models_line.startswith("  [octavo_builtin] ")
     models = models_line.removeprefix("  [octavo_builtin] ").split(", ")
     assert models == sorted(models)
-    assert {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "BertModel"} <= set(models)
+    assert {
+        "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "BertModel",
+        "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
+        "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+        "Phi3ForCausalLM", "Olmo2ForCausalLM", "GraniteForCausalLM",
+    } <= set(models)
 
 
 def test_plugins_check_cpu(fresh_plugins, capsys):

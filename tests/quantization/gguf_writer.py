@@ -10,12 +10,17 @@ llama/mistral q and k rows are permuted the way llama.cpp's converter does.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-ARCH_KEYS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+ARCH_KEYS = {
+    "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+    "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+}
+PERMUTED = ("llama", "mistral", "mixtral")
 HF_TO_GGUF = {
     "model.embed_tokens.weight": "token_embd.weight",
     "model.norm.weight": "output_norm.weight",
@@ -36,7 +41,16 @@ HF_BLOCK = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
 }
+# One expert's projection (HF) -> the stacked GGUF tensor of all experts.
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
+_EXPERT_PARTS = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down"}
 
 
 def _f16_bytes(values: np.ndarray) -> np.ndarray:
@@ -221,6 +235,33 @@ def gguf_tensor_name(hf_name: str) -> str:
     return f"blk.{parts[2]}.{HF_BLOCK['.'.join(parts[3:])]}"
 
 
+def stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-expert HF tensors replaced by llama.cpp's stacked ``blk.N.ffn_*_exps`` (by GGUF name)."""
+    stacked: dict[tuple[str, str], dict[int, np.ndarray]] = {}
+    rest = {}
+    for name, value in tensors.items():
+        match = _EXPERT.match(name)
+        if match is None:
+            rest[name] = value
+            continue
+        layer, expert, part = match.groups()
+        stacked.setdefault((layer, _EXPERT_PARTS[part]), {})[int(expert)] = value
+    for (layer, part), experts in stacked.items():
+        rest[f"blk.{layer}.ffn_{part}_exps.weight"] = np.stack([experts[e] for e in sorted(experts)])
+    return rest
+
+
+def _add_moe_metadata(writer, config: dict) -> None:
+    experts = config.get("num_local_experts") or config.get("num_experts")
+    if not experts:
+        return
+    writer.add_expert_count(experts)
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(config.get("moe_intermediate_size") or config["intermediate_size"])
+    if config.get("shared_expert_intermediate_size"):
+        writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
+
+
 def _write_tokenizer(writer, tokenizer_dir: Path) -> None:
     data = json.loads((tokenizer_dir / "tokenizer.json").read_text())
     vocab = data["model"]["vocab"]
@@ -282,19 +323,22 @@ def write_gguf(checkpoint_dir: Path, out_path: Path, arch: str, types: dict[str,
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_freq_base(float(config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)))
     writer.add_rope_dimension_count(head_dim)
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3_moe"):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    _add_moe_metadata(writer, config)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     _write_tokenizer(writer, checkpoint_dir)
-    for hf_name, value in tensors.items():
-        if hf_name == "lm_head.weight" and config.get("tie_word_embeddings"):
+    for name, value in stack_experts(tensors).items():
+        if name == "lm_head.weight" and config.get("tie_word_embeddings"):
             continue
-        name = gguf_tensor_name(hf_name)
+        name = name if name.startswith("blk.") else gguf_tensor_name(name)
         if name in variant.skip:
             continue
         value = value.astype(np.float32)
-        if arch in ("llama", "mistral") and (".attn_q." in name or ".attn_k." in name):
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            value = value.reshape(-1)  # llama.cpp stores HF's [1, H] as [H]
+        if arch in PERMUTED and (".attn_q." in name or ".attn_k." in name):
             value = permute_rows(value, heads if ".attn_q." in name else kv_heads)
         suffix = ".".join(name.split(".")[-2:])
         type_name = "F32" if value.ndim == 1 else types.get(name, types.get(suffix, variant.default_type))

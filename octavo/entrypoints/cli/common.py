@@ -54,6 +54,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     parser.add_argument(
+        "--enable-expert-parallel", action="store_true",
+        help="MoE models: whole experts per tensor-parallel rank instead of a slice of every expert",
+    )
+    parser.add_argument(
         "--distributed-executor-backend",
         default=None,
         help="uni, mp (default when tp*pp > 1), ray or external_launcher (under torchrun)",

@@ -1,10 +1,19 @@
 """Rotary position embeddings (the GPT-NeoX "rotate half" layout HF uses).
 
-Supported ``rope_type``s: default, linear, llama3 (Llama 3.1), yarn. The
-cos/sin table is computed once in float32 and indexed by position; layers
-with the same rotary parameters share one table (computing it per layer was
-a measurable part of a small model's start-up). The rotation is the
-``rotary_embedding`` layer op (``octavo.ops``).
+Supported ``rope_type``s: default, linear, llama3 (Llama 3.1), yarn (with
+DeepSeek's ``mscale``) and longrope (Phi-3). The cos/sin table is computed
+once in float32 and indexed by position; layers with the same rotary
+parameters share one table (computing it per layer was a measurable part of
+a small model's start-up). The rotation is the ``rotary_embedding`` layer op
+(``octavo.ops``).
+
+LongRoPE has two sets of per-dimension factors: Hugging Face uses the long
+ones for a whole forward pass once the sequence passes
+``original_max_position_embeddings``, the short ones otherwise. A paged
+cache cannot re-rotate keys it already holds, so the set is chosen once from
+``max_model_len``: long factors when it exceeds the original length (what HF
+does for a prompt that long), short factors otherwise (exactly HF for every
+sequence that fits).
 """
 
 from __future__ import annotations
@@ -39,29 +48,56 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any]) -> torch.Te
     return torch.where(is_medium, smoothed, scaled)
 
 
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature ``0.1 * mscale * ln(factor) + 1`` (1 without scaling)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
 def _yarn_inv_freq(inv_freq: torch.Tensor, dim: int, base: float, params: dict[str, Any], max_pos: int):
     factor = params["factor"]
     original = params.get("original_max_position_embeddings") or max_pos
-    beta_fast, beta_slow = params.get("beta_fast", 32), params.get("beta_slow", 1)
+    beta_fast, beta_slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
 
     def correction_dim(num_rotations: float) -> float:
         return (dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
     ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     extrapolation = 1 - ramp
     inv_freq = (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation
-    attention_factor = params.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+        if mscale and mscale_all_dim:  # DeepSeek: the ratio, the rest goes into the softmax scale
+            attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_mscale(factor)
     return inv_freq, attention_factor
+
+
+def _longrope_inv_freq(inv_freq_shape: torch.Tensor, base: float, params: dict[str, Any], max_pos: int):
+    original = params["original_max_position_embeddings"]
+    factor = params.get("factor") or 1.0
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    factors = params["long_factor"] if max_pos > original else params["short_factor"]
+    if len(factors) != inv_freq_shape.shape[0]:
+        raise UnsupportedModelError(f"rope {'long' if max_pos > original else 'short'}_factor has {len(factors)} values, expected {inv_freq_shape.shape[0]}")
+    ext = torch.tensor(factors, dtype=torch.float32)
+    return 1.0 / (ext * base**inv_freq_shape), attention_factor
 
 
 def compute_inv_freq(head_size: int, base: float, rope_params: dict[str, Any] | None, max_pos: int):
     """Inverse frequencies and the cos/sin scaling for ``rope_params``."""
     dim = head_size
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+    inv_freq_shape = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
+    inv_freq = 1.0 / (base**inv_freq_shape)
     rope_type = (rope_params or {}).get("rope_type") or (rope_params or {}).get("type") or "default"
     if rope_type == "default":
         return inv_freq, 1.0
@@ -71,7 +107,9 @@ def compute_inv_freq(head_size: int, base: float, rope_params: dict[str, Any] | 
         return _llama3_inv_freq(inv_freq, rope_params), 1.0
     if rope_type == "yarn":
         return _yarn_inv_freq(inv_freq, dim, base, rope_params, max_pos)
-    raise UnsupportedModelError(f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn are)")
+    if rope_type == "longrope":
+        return _longrope_inv_freq(inv_freq_shape, base, rope_params, max_pos)
+    raise UnsupportedModelError(f"rope_type {rope_type!r} is not supported (default, linear, llama3, yarn, longrope are)")
 
 
 # (head_size, max_position, base, rope params, device) -> the table, while some module holds it.

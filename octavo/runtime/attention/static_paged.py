@@ -130,6 +130,7 @@ def static_paged_attention(
 
 class StaticPagedAttention(AttentionBackend):
     name = "static_paged"
+    supports_logits_soft_cap = True
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> str | None:

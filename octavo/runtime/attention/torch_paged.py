@@ -3,7 +3,9 @@
 Each step the metadata gathers, for every request, the cache slots of its
 whole context and builds one boolean mask (causal, context length, padding);
 ``forward`` then writes the new keys and values and runs one masked
-``scaled_dot_product_attention`` over the padded batch. Simple and exact, not
+``scaled_dot_product_attention`` over the padded batch (with logit
+soft-capping, the same math spelled out: scores, ``cap * tanh(s / cap)``,
+mask, softmax in float32, as Hugging Face's eager attention does). Simple and exact, not
 fast: every other backend is tested against this one.
 
 KV cache layout (shared with the Triton backend): ``[2, num_blocks,
@@ -108,6 +110,7 @@ def write_kv_cache(
 class TorchPagedAttention(AttentionBackend):
     name = "torch_paged"
     supports_kv_scales = True
+    supports_logits_soft_cap = True
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> str | None:
@@ -150,7 +153,13 @@ def attend_padded(
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale * k_scale)
+    if spec.logits_soft_cap is None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale * k_scale)
+    else:
+        scores = torch.matmul(q, k.transpose(2, 3)) * (spec.scale * k_scale)
+        scores = torch.tanh(scores / spec.logits_soft_cap) * spec.logits_soft_cap
+        scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
     if v_scale != 1.0:
         out = out * v_scale
     return out.transpose(1, 2)

@@ -61,13 +61,14 @@ class TritonPagedAttention(AttentionBackend):
     supports_graph_capture = True
     fuses_rotary = True
     supports_kv_scales = True
+    supports_logits_soft_cap = True
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
         self.split_policy = split_policy or SplitKvPolicy.from_env()
         from octavo.kernels.paged_attention import AttentionParams
 
-        self.params = AttentionParams(scale=spec.scale, sliding_window=spec.sliding_window)
+        self.params = AttentionParams(scale=spec.scale, sliding_window=spec.sliding_window, soft_cap=spec.logits_soft_cap)
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> str | None:

@@ -120,6 +120,14 @@ def _moe_case(tokens: int, experts: int, top_k: int, hidden: int, inter: int, ac
     return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}, {activation}", tokens, make)
 
 
+def _router_case(tokens: int, experts: int, top_k: int, renormalize: bool) -> OpCase:
+    def make(dtype, device, gen):
+        (logits,) = _on(device, dtype, _randn(gen, tokens, experts, scale=2.0))
+        return logits, top_k, renormalize
+
+    return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}" + (", renormalised" if renormalize else ""), tokens, make)
+
+
 def _channel_quant_case(tokens: int, out_features: int, in_features: int, kind: str, bias: bool) -> OpCase:
     def make(dtype, device, gen):
         from octavo.kernels.quant import scaled_mm
@@ -172,6 +180,7 @@ OP_CASES: dict[str, list[OpCase]] = {
                _linear_case(17, 64, 96, False)],
     "linear_silu_and_mul": [_linear_case(1, 2 * 36, 80, False), _linear_case(1, 2 * 64, 256, True),
                             _linear_case(3, 2 * 36, 80, True), _linear_case(17, 2 * 32, 64, False)],
+    "moe_topk_softmax": [_router_case(1, 128, 8, True), _router_case(3, 8, 2, True), _router_case(17, 60, 4, False)],
     "fused_moe": [_moe_case(1, 8, 2, 64, 32, "silu"), _moe_case(5, 8, 2, 64, 32, "silu"),
                   _moe_case(17, 8, 7, 32, 48, "gelu_tanh"), _moe_case(3, 4, 3, 32, 16, "gelu")],
     "fp8_linear": [_channel_quant_case(t, 64, 128, "fp8", bias) for t, bias in ((1, False), (3, True), (17, False))],

@@ -1,0 +1,157 @@
+"""The fused MoE kernel (two grouped GEMMs, SiLU-and-mul and routing weights
+fused) against the plain-torch reference that loops over experts: uneven
+expert loads, experts with no tokens, top-k equal to the number of experts,
+slots of experts held by another rank (-1), decode and prefill tile shapes,
+sizes that are not multiples of the tiles; and the expert alignment it
+starts from. On the CPU through Triton's interpreter; on a GPU at real
+shapes too (Mixtral-8x7B, Qwen3-30B-A3B layers)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from octavo.kernels.fused_moe import (  # noqa: E402
+    MoeTiles,
+    align_to_experts,
+    align_to_experts_torch,
+    fused_moe,
+    moe_tiles,
+)
+from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
+from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
+from octavo.ops.reference import moe_topk_softmax as select_experts  # noqa: E402
+from tests.kernels.tolerances import INTERPRETING  # noqa: E402
+from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
+
+DECODE = MoeTiles(16, 32, 32, 4, 2)
+PREFILL = MoeTiles(32, 64, 64, 4, 2)
+TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def make_inputs(num_tokens, num_experts, top_k, hidden, inter, dtype, device, skew=0.0, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator) * scale).to(dtype).to(device)
+
+    x = randn(num_tokens, hidden)
+    w13, w2 = randn(num_experts, 2 * inter, hidden, scale=0.1), randn(num_experts, hidden, inter, scale=0.1)
+    logits = torch.randn(num_tokens, num_experts, generator=generator)
+    logits[:, : num_experts // 2] += skew  # skew > 0: the first half takes most tokens
+    weights, ids = select_experts(logits, top_k, renormalize=True)
+    return x, w13, w2, weights.to(device), ids.to(device)
+
+
+def check(inputs, tiles, dtype, activation="silu"):
+    x, w13, w2, weights, ids = inputs
+    out = fused_moe(x, w13, w2, weights, ids, activation, tiles)
+    expected = fused_moe_reference(x, w13, w2, weights, ids, activation)
+    torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("tiles", [DECODE, PREFILL], ids=["decode-tiles", "prefill-tiles"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_uneven_loads_and_idle_experts(tiles, dtype, device):
+    # 8 experts, top-2, tokens skewed onto experts 0-3: experts 4-7 get few
+    # or no tokens; 40 hidden / 24 intermediate are not multiples of the tiles.
+    inputs = make_inputs(13, 8, 2, 40, 24, dtype, device, skew=6.0)
+    ids = inputs[4]
+    counts = torch.bincount(ids.flatten().long().cpu(), minlength=8)
+    assert counts.min() == 0 and counts.max() >= 8
+    check(inputs, tiles, dtype)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_top_k_equals_num_experts(activation, device):
+    check(make_inputs(5, 8, 8, 32, 32, torch.float32, device), DECODE, torch.float32, activation)
+
+
+def test_single_token_many_experts(device):
+    # Decode at Qwen3-MoE's routing (top-8 of many): most experts idle.
+    check(make_inputs(1, 32, 8, 32, 16, torch.float32, device, seed=3), DECODE, torch.float32)
+
+
+def test_experts_on_other_ranks_add_nothing(device):
+    x, w13, w2, weights, ids = make_inputs(9, 8, 2, 32, 16, torch.float32, device, seed=1)
+    local = torch.where(ids < 4, ids, -1)  # this rank holds experts 0-3 of 8
+    out = fused_moe(x, w13[:4], w2[:4], weights, local, "silu", PREFILL)
+    expected = fused_moe_reference(x, w13[:4], w2[:4], weights, local, "silu")
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_alignment_groups_every_slot_once():
+    ids = torch.tensor([[3, 0], [3, 1], [0, -1], [3, 3]], dtype=torch.int32)
+    align = align_to_experts(ids, num_experts=4, block_m=4)
+    num_slots = ids.numel()
+    slots, experts = align.sorted_slots.tolist(), align.block_experts.tolist()
+    assert sorted(s for s in slots if s < num_slots) == [0, 1, 2, 3, 4, 6, 7]  # slot 5 (-1) is dropped
+    for block, expert in enumerate(experts):
+        real = [s for s in slots[4 * block : 4 * block + 4] if s < num_slots]
+        assert all(ids.flatten()[s] == expert for s in real)
+        assert expert >= 0 or not real
+    # Experts 0, 1, 3 each fill one padded block, expert 2 none; the rest is spare.
+    assert experts[:3] == [0, 1, 3] and set(experts[3:]) == {-1}
+
+
+@pytest.mark.parametrize("num_tokens,num_experts,top_k,block_m", [(1, 128, 8, 16), (37, 8, 2, 16), (100, 20, 6, 32)])
+def test_alignment_kernel_matches_torch_sort(num_tokens, num_experts, top_k, block_m, device):
+    generator = torch.Generator().manual_seed(num_tokens)
+    ids = torch.stack([torch.randperm(num_experts, generator=generator)[:top_k] for _ in range(num_tokens)])
+    ids[ids % 7 == 3] = -1  # some slots' experts live on another rank
+    ids = ids.to(torch.int32).to(device)
+    kernel, torch_sort = align_to_experts(ids, num_experts, block_m), align_to_experts_torch(ids, num_experts, block_m)
+    assert torch.equal(kernel.sorted_slots, torch_sort.sorted_slots)
+    assert torch.equal(kernel.block_experts, torch_sort.block_experts)
+
+
+@pytest.mark.parametrize("num_experts,top_k,renormalize", [(8, 2, True), (128, 8, True), (60, 4, False), (8, 8, False)])
+def test_router_topk_matches_reference(num_experts, top_k, renormalize, device):
+    logits = torch.randn(5, num_experts, generator=torch.Generator().manual_seed(num_experts)).to(device)
+    weights, ids = topk_softmax(logits, top_k, renormalize)
+    expected_weights, expected_ids = select_experts(logits, top_k, renormalize)
+    assert torch.equal(ids, expected_ids)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
+
+
+def test_tiles_follow_tokens_per_expert():
+    assert moe_tiles(1, 8, 128).block_m == 16  # decode
+    assert moe_tiles(8192, 2, 8).block_m == 128  # Mixtral prefill: 2048 tokens per expert
+    assert moe_tiles(512, 8, 128).block_m == 32
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRETING, reason="real shapes need a GPU")
+@pytest.mark.parametrize(
+    "num_experts,top_k,hidden,inter", [(8, 2, 4096, 14336), (128, 8, 2048, 768)], ids=["mixtral-8x7b", "qwen3-30b-a3b"]
+)
+@pytest.mark.parametrize("num_tokens", [1, 64, 2048])
+def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens):
+    inputs = make_inputs(num_tokens, num_experts, top_k, hidden, inter, torch.bfloat16, torch.device("cuda"))
+    x, w13, w2, weights, ids = inputs
+    out = fused_moe(x, w13, w2, weights, ids)
+    expected = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, "silu").to(torch.bfloat16)
+    torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)
+
+
+def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
+    """The built-in plugin offers both kernels for CUDA; run through the
+    conformance kit's op check (the vendor's check) on the CPU, they match
+    their references on its grid (an idle expert, several activations)."""
+    from octavo.kernels.builtin import builtin_layer_ops
+    from octavo.platforms.cpu import CpuPlatform
+    from octavo.testing.conformance.checks import make_context
+    from octavo.testing.conformance.ops import check_ops
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu
+
+    ops = ("moe_topk_softmax", "fused_moe")
+    impls = {impl.op: impl for impl in builtin_layer_ops() if impl.op in ops}
+    assert set(impls) == set(ops) and all(impl.device_types == ("cuda",) for impl in impls.values())
+    add_triton_on_cpu(sandbox, ops=ops)
+    ctx = make_context(CpuPlatform(), tmp_path)
+    ctx.dtypes = [torch.float32]
+    summary = check_ops(ctx)
+    for op in ops:
+        assert f"{op}=triton [triton_on_cpu]" in summary
