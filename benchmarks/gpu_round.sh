@@ -12,12 +12,18 @@ MQ3="--model benchmarks/configs/qwen3-30b-a3b --load-format dummy --dtype bfloat
 MMX="--model benchmarks/configs/mixtral-8x7b --load-format dummy --dtype bfloat16"
 MG2="--model benchmarks/configs/gemma-2-9b --load-format dummy --dtype bfloat16"
 # HF_MODE=eager (or static) if HF's compiled mode fails on a MoE model's expert loop.
-family_steps() {  # $1 step prefix, $2 model flags: batch-1 decode, TTFT 512 / 2048, 512 x (256 in, 256 out)
+# One figure of a family: lat1 (batch-1 decode), ttft512, ttft2048, tput (512 x (256 in, 256 out)).
+# Each fits one 10-minute device command; "$1" alone runs all four.
+family_step() {  # $1 step prefix, $2 model flags, $3 which figure
   local hf="--compare-hf ${HF_MODE:+--hf-mode $HF_MODE}"
-  TAIL=20 run_step "${1}_latency_b1" 580 $CLI bench latency $2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 $hf --output-json "$O/${1}_latency_b1.json"
-  TAIL=20 run_step "${1}_ttft_512" 500 $CLI bench latency $2 --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 $hf --output-json "$O/${1}_ttft_512.json"
-  TAIL=20 run_step "${1}_ttft_2048" 500 $CLI bench latency $2 --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 $hf --output-json "$O/${1}_ttft_2048.json"
-  run_step "${1}_throughput" 580 $CLI bench throughput $2 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --compare-hf --output-json "$O/${1}_throughput.json"
+  case $3 in
+    lat1) TAIL=20 run_step "${1}_latency_b1" 580 $CLI bench latency $2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 $hf --output-json "$O/${1}_latency_b1.json";;
+    ttft512) TAIL=20 run_step "${1}_ttft_512" 500 $CLI bench latency $2 --batch-size 1 --input-len 512 --output-len 2 --num-iters 5 $hf --output-json "$O/${1}_ttft_512.json";;
+    ttft2048) TAIL=20 run_step "${1}_ttft_2048" 500 $CLI bench latency $2 --batch-size 1 --input-len 2048 --output-len 2 --num-iters 5 $hf --output-json "$O/${1}_ttft_2048.json";;
+    tput) run_step "${1}_throughput" 580 $CLI bench throughput $2 --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --compare-hf --output-json "$O/${1}_throughput.json";;
+    all) for which in lat1 ttft512 ttft2048 tput; do family_step "$1" "$2" "$which"; done;;
+    *) echo "unknown figure $3 (lat1, ttft512, ttft2048, tput)";;
+  esac
 }
 run_step() {
   local name=$1 limit=$2; shift 2
@@ -98,10 +104,10 @@ for step in "$@"; do
     serve_api2) TAIL=30 run_step serve_api2 500 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_api2 \
                   --server-args "--api-server-count 2" --no-offline --concurrencies 256 1024;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py tests/kernels/test_attention_options.py;;
-    qwen3moe) family_steps qwen3moe "$MQ3";;
-    qwen3moe_lat1) TAIL=20 run_step qwen3moe_latency_b1 580 $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf ${HF_MODE:+--hf-mode $HF_MODE} --output-json "$O/qwen3moe_latency_b1.json";;
-    mixtral) family_steps mixtral "$MMX";;
-    mixtral_lat1) TAIL=20 run_step mixtral_latency_b1 580 $CLI bench latency $MMX --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf ${HF_MODE:+--hf-mode $HF_MODE} --output-json "$O/mixtral_latency_b1.json";;
+    qwen3moe) family_step qwen3moe "$MQ3" all;;
+    qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
+    mixtral) family_step mixtral "$MMX" all;;
+    mixtral_*) family_step mixtral "$MMX" "${step#mixtral_}";;
     gemma2_lat1) TAIL=20 run_step gemma2_latency_b1 580 $CLI bench latency $MG2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/gemma2_latency_b1.json";;
     *) echo "unknown step $step";;
   esac
