@@ -234,6 +234,10 @@ def silu_in_place(x):
     x.zero_()
     return out
 
+def router_off_by_one(router_logits, top_k, renormalize):
+    weights, ids = reference.moe_topk_softmax(router_logits, top_k, renormalize)
+    return weights, (ids + 1) % router_logits.shape[-1]
+
 @hookimpl
 def octavo_layer_ops():
     return [OpImpl("{op}", "broken_kernel", {fn}, platforms=("cpu",))]
@@ -247,6 +251,11 @@ def octavo_layer_ops():
         (
             "silu_and_mul", "silu_in_place",
             "silu_and_mul=broken_kernel [wrong_kernel] float32, 1 tokens x 2*300: it modified its argument x",
+        ),
+        (  # expert ids are compared exactly (a tolerance would pass near ids in bfloat16)
+            "moe_topk_softmax", "router_off_by_one",
+            "moe_topk_softmax=broken_kernel [wrong_kernel] float32, 1 tokens, 128 experts top-8, renormalised: "
+            "output 1: 8 of 8 values differ",
         ),
     ],
 )

@@ -3,7 +3,8 @@
 Per op, a few cases: token counts of 1 (decode), 3 and 17 (partial tiles),
 odd feature sizes, strided views where layers pass them (per-head norms on
 a fused qkv output, rotary on q/k views), biases and none, negative slots
-in the KV write, an expert that gets no token. Each case makes the op's
+in the KV write, an expert that gets no token, router logits without ties
+(integer outputs, a router's expert ids, must be equal). Each case makes the op's
 positional arguments on a device in a dtype from a seed, so that the
 reference (on the CPU) and the implementation (on the device) see equal
 inputs. Quantized weights are made by the formats' own quantizers.
@@ -121,8 +122,11 @@ def _moe_case(tokens: int, experts: int, top_k: int, hidden: int, inter: int, ac
 
 
 def _router_case(tokens: int, experts: int, top_k: int, renormalize: bool) -> OpCase:
+    # Distinct logits, multiples of 1/16 (exact in every dtype): no two
+    # experts tie, so every implementation must choose the same ids.
     def make(dtype, device, gen):
-        (logits,) = _on(device, dtype, _randn(gen, tokens, experts, scale=2.0))
+        ranks = torch.stack([torch.randperm(experts, generator=gen) for _ in range(tokens)])
+        (logits,) = _on(device, dtype, (ranks.float() - experts / 2) / 16)
         return logits, top_k, renormalize
 
     return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}" + (", renormalised" if renormalize else ""), tokens, make)
