@@ -103,6 +103,10 @@ for step in "$@"; do
                     --engine-args "--max-num-batched-tokens 2048" --concurrencies 256 1024;;
     serve_api2) TAIL=30 run_step serve_api2 500 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_api2 \
                   --server-args "--api-server-count 2" --no-offline --concurrencies 256 1024;;
+    # The fused MoE kernel alone, one layer of each MoE model at 1..4096 tokens: kernel, torch reference, floor
+    # (routed experts' bytes / copy bandwidth, or FLOPs / matmul rate); moe_sweep adds the best tile shapes.
+    moe_bench) TAIL=16 run_step moe_bench 400 python benchmarks/moe_gpu.py;;
+    moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py tests/kernels/test_attention_options.py;;
     qwen3moe) family_step qwen3moe "$MQ3" all;;
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;

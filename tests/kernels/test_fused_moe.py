@@ -155,3 +155,27 @@ def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
     summary = check_ops(ctx)
     for op in ops:
         assert f"{op}=triton [triton_on_cpu]" in summary
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
+    """benchmarks/moe_gpu.py (the GPU round's moe_bench / moe_sweep steps)
+    on the CPU: the kernel, the reference, the floor and a two-shape sweep."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_gpu.py"
+    spec = importlib.util.spec_from_file_location("moe_gpu_bench", script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert module.main(["--smoke", "--tokens", "3", "--sweep"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny      3" in out and out.count(" sweep ") == 2
+    records = [json.loads(line) for line in (tmp_path / "moe_gpu.jsonl").read_text().splitlines()]
+    case = records[0]
+    assert case["routed_experts"] <= 8 and case["max_error"] < 1e-5 and case["floor_us"] > 0
+    assert [r["tokens"] for r in records[1:]] == [3, 3]

@@ -1,0 +1,182 @@
+"""The fused MoE kernel at real shapes, against its floor: ``python benchmarks/moe_gpu.py``.
+
+One MoE layer (the router has run) of Qwen3-30B-A3B (128 experts, top-8,
+hidden 2048, expert width 768) and Mixtral-8x7B (8 experts, top-2, hidden
+4096, width 14336), shapes read from ``benchmarks/configs``, bfloat16, at
+1 / 8 / 64 / 512 / 4096 tokens with random routing. Per case: the Triton
+kernel with the tiles ``moe_tiles`` picks, the plain-torch reference (a loop
+over experts, what a platform without the kernel runs), and the floor of
+the same run: the larger of the expert weights the step reads (only the
+experts some token is routed to) over the measured copy bandwidth, and the
+routed FLOPs over the measured matmul rate.
+
+``--sweep`` also times every tile shape of ``SWEEP`` per case and prints the
+best three with their max difference from the default's output (the values
+to put in ``fused_moe._TILE_TABLE``, or to try as ``OCTAVO_MOE_TILES``).
+
+GPU times are medians with the L2 flushed before each run; the kernel is
+replayed from a CUDA graph (as decode steps run it), the reference is not
+(it syncs on the routing). ``--smoke`` runs tiny shapes on the CPU (Triton
+interpreter) to check that the script works. With ``$OUT`` set, the table
+also goes to ``$OUT/moe_gpu.log`` and every number to ``$OUT/moe_gpu.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from octavo.benchmarks.ceilings import measure_ceilings  # noqa: E402
+from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
+from octavo.ops.reference import moe_topk_softmax  # noqa: E402
+
+MODELS = ("qwen3-30b-a3b", "mixtral-8x7b")
+TOKENS = (1, 8, 64, 512, 4096)
+SWEEP = [MoeTiles(m, n, k, w, s) for m in (16, 32, 64, 128) for n in (64, 128) for k in (64, 128)
+         for w in (4, 8) for s in (3, 4)]
+LOG_LINES: list[str] = []
+RECORDS: list[dict] = []
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    name: str
+    experts: int
+    top_k: int
+    hidden: int
+    inter: int
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LOG_LINES.append(line)
+
+
+def shape_of(model: str) -> MoeShape:
+    config = json.loads((REPO / "benchmarks" / "configs" / model / "config.json").read_text())
+    experts = config.get("num_experts") or config["num_local_experts"]
+    inter = config.get("moe_intermediate_size") or config["intermediate_size"]
+    return MoeShape(model, experts, config["num_experts_per_tok"], config["hidden_size"], inter)
+
+
+def smoke_shape() -> MoeShape:
+    return MoeShape("tiny", 8, 2, 32, 16)
+
+
+def time_us(fn, device: torch.device, use_graph: bool, reps: int) -> float:
+    """Median time of ``fn`` in microseconds (GPU: events, L2 flushed; CPU: one wall-clock run)."""
+    if device.type != "cuda":
+        started = time.perf_counter()
+        fn()
+        return 1e6 * (time.perf_counter() - started)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from kernels_gpu import time_us as gpu_time_us
+
+    return gpu_time_us(fn, use_graph=use_graph, reps=reps)
+
+
+def make_weights(shape: MoeShape, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's experts ``(w13, w2)``, made on the device (Mixtral's are 2.8 GB)."""
+    gen = torch.Generator(device).manual_seed(0)
+    w13 = torch.randn(shape.experts, 2 * shape.inter, shape.hidden, generator=gen, device=device, dtype=dtype)
+    w2 = torch.randn(shape.experts, shape.hidden, shape.inter, generator=gen, device=device, dtype=dtype)
+    return w13.mul_(shape.hidden**-0.5), w2.mul_(shape.inter**-0.5)
+
+
+def make_inputs(shape: MoeShape, num_tokens: int, experts: tuple, device: torch.device, dtype: torch.dtype):
+    gen = torch.Generator().manual_seed(num_tokens)
+    x = torch.randn(num_tokens, shape.hidden, generator=gen).to(device, dtype)
+    logits = torch.randn(num_tokens, shape.experts, generator=gen).to(device)
+    weights, ids = moe_topk_softmax(logits, shape.top_k, True)
+    return x, *experts, weights, ids
+
+
+def floor_us(shape: MoeShape, ids: torch.Tensor, num_tokens: int, ceilings, dtype: torch.dtype) -> tuple[float, int]:
+    """The step's floor (microseconds) and the number of experts it reads."""
+    routed = int(torch.unique(ids).numel())
+    size = torch.empty((), dtype=dtype).element_size()
+    weight_bytes = routed * 3 * shape.hidden * shape.inter * size
+    activation_bytes = num_tokens * shape.hidden * size * 2 + num_tokens * shape.top_k * (shape.inter + shape.hidden) * size * 2
+    flops = 2 * num_tokens * shape.top_k * 3 * shape.hidden * shape.inter
+    seconds = max((weight_bytes + activation_bytes) / ceilings.copy_bytes_per_s,
+                  flops / ceilings.matmul_rate(str(dtype).removeprefix("torch.")))
+    return 1e6 * seconds, routed
+
+
+def sweep_case(case: dict, inputs, expected: torch.Tensor, device: torch.device, reps: int) -> list[tuple[float, MoeTiles, float]]:
+    results = []
+    for tiles in SWEEP:
+        try:
+            out = fused_moe(*inputs, "silu", tiles)
+            us = time_us(lambda tiles=tiles: fused_moe(*inputs, "silu", tiles), device, True, reps)
+        except Exception as exc:  # a tile shape the GPU cannot run (shared memory): skip it
+            say(f"    {tiles}: {type(exc).__name__}")
+            continue
+        results.append((us, tiles, float((out.float() - expected.float()).abs().max())))
+        RECORDS.append({**case, "sweep_tiles": asdict(tiles), "us": us})
+    return sorted(results, key=lambda r: r[0])
+
+
+def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: torch.device, dtype: torch.dtype,
+             ceilings) -> None:
+    inputs = make_inputs(shape, num_tokens, experts, device, dtype)
+    tiles = moe_tiles(num_tokens, shape.top_k, shape.experts)
+    ours = fused_moe(*inputs, "silu")
+    reference = fused_moe_reference(*inputs, "silu")
+    error = float((ours.float() - reference.float()).abs().max())
+    kernel_us = time_us(lambda: fused_moe(*inputs, "silu"), device, True, args.reps)
+    reference_us = time_us(lambda: fused_moe_reference(*inputs, "silu"), device, False, max(3, args.reps // 5))
+    floor, routed = floor_us(shape, inputs[4], num_tokens, ceilings, dtype)
+    say(f"{shape.name:>14} {num_tokens:>6} {routed:>4}/{shape.experts:<4} {kernel_us:>10.1f} {reference_us:>10.1f} "
+        f"{floor:>9.1f} {kernel_us / floor:>7.2f}x {reference_us / kernel_us:>7.1f}x  {error:.1e}  {tiles}")
+    RECORDS.append({"model": shape.name, "tokens": num_tokens, "routed_experts": routed, "kernel_us": kernel_us,
+                    "reference_us": reference_us, "floor_us": floor, "max_error": error, "tiles": asdict(tiles)})
+    if args.sweep:
+        best = sweep_case({"model": shape.name, "tokens": num_tokens}, inputs, ours, device, args.reps)
+        for us, candidate, diff in best[:3]:
+            say(f"{'':>14} sweep {us:>10.1f} us ({us / floor:.2f}x floor, max diff {diff:.1e})  {candidate}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated token counts")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--sweep", action="store_true", help="also time every tile shape of SWEEP")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (set TRITON_INTERPRET=1)")
+    args = parser.parse_args(argv)
+    device = torch.device("cpu" if args.smoke else "cuda")
+    dtype = torch.float32 if args.smoke else torch.bfloat16
+    if args.smoke:
+        global SWEEP
+        SWEEP = SWEEP[:2]
+    shapes = [smoke_shape()] if args.smoke else [shape_of(m) for m in args.models.split(",")]
+    ceilings = measure_ceilings(device, [str(dtype).removeprefix("torch.")])
+    say(f"fused MoE, one layer, {dtype}, silu, routing renormalised; device {ceilings.describe()}")
+    say(f"{'model':>14} {'tokens':>6} {'experts':>9} {'kernel us':>10} {'ref us':>10} {'floor us':>9} "
+        f"{'/floor':>8} {'ref/ker':>8}  max err  tiles")
+    for shape in shapes:
+        experts = make_weights(shape, device, dtype)
+        for num_tokens in (int(t) for t in args.tokens.split(",")):
+            run_case(shape, num_tokens, experts, args, device, dtype, ceilings)
+        del experts
+    if out := os.environ.get("OUT"):
+        Path(out, "moe_gpu.log").write_text("\n".join(LOG_LINES) + "\n")
+        Path(out, "moe_gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
