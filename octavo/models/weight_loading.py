@@ -4,8 +4,9 @@ A model says how a checkpoint name maps onto its own parameters (a
 ``rename`` function: ``(parameter name, shard id)`` or None to skip the
 tensor); parameters with a ``weight_loader`` (parallel and fused layers) get
 the tensor through it, others are copied after a shape check. Every
-parameter must end up loaded (every shard of a fused one), or loading fails
-with the first one missing: a half-loaded model never serves.
+parameter must end up loaded (every shard of a fused one, every shard id a
+parameter's ``required_shard_ids`` lists), or loading fails with the first
+one missing: a half-loaded model never serves.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tens
             loader(param, tensor)
         else:
             loader(param, tensor, shard_id)
-        loaded.add(target if shard_id is None else f"{target}:{shard_id}")
+        # A loader that fills several shards from one tensor (all experts stacked) names them.
+        covers = getattr(param, "shards_loaded_by", None)
+        shards = covers(param, shard_id) if covers is not None and shard_id is not None else [shard_id]
+        loaded.update(target if s is None else f"{target}:{s}" for s in shards)
     return loaded
 
 
@@ -55,8 +59,12 @@ def check_all_loaded(
             continue  # made by a quantization method after loading
         if skip is not None and skip(name):
             continue
+        listed = getattr(param, "required_shard_ids", None)  # e.g. this rank's experts
         fused = next((f for f in fused_shards if f".{f}." in f".{name}"), None)
-        required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
+        if listed is not None:
+            required = [f"{name}:{s}" for s in listed(param)]
+        else:
+            required = [f"{name}:{s}" for s in fused_shards[fused]] if fused else [name]
         missing = [r for r in required if r not in loaded]
         if missing:
             raise ModelLoadError(f"the checkpoint has no tensor for {missing[0]}")

@@ -10,7 +10,8 @@ shard it needs was loaded: the three of ``qkv_proj``, the two of
 ``gate_up_proj``, the ``required_shard_ids`` an expert parameter lists (its
 rank's experts), else the tensor itself; anything missing is a
 ``ModelLoadError`` naming it. Tensors of no parameter are skipped (another
-pipeline stage's layers, rotary caches).
+pipeline stage's layers, rotary caches). The copying and the completeness
+check are ``weight_loading``'s, shared with the encoder models.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from octavo.errors import ModelLoadError
 from octavo.models.layers.attention import kv_scale_param_name
 from octavo.models.layers.moe import expert_param_name
+from octavo.models.weight_loading import check_all_loaded, load_named_tensors
 
 STACKED_PARAMS = (
     ("qkv_proj", "q_proj", "q"),
@@ -48,47 +49,13 @@ def param_name(name: str, renames: tuple[tuple[str, str], ...] = ()) -> tuple[st
 
 
 def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-    params = dict(model.named_parameters(remove_duplicate=False))
     tied = model.config.tie_word_embeddings
-    loaded: set[str] = set()
-    for name, tensor in weights:
+
+    def rename(name: str) -> tuple[str, object] | None:
         if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and tied):
-            continue
-        target, shard_id = param_name(name, model.checkpoint_renames)
-        param = params.get(target)
-        if param is None:
-            continue  # another pipeline stage's layer, or an unused tensor
-        loader = getattr(param, "weight_loader", None)
-        if loader is None:
-            if param.shape != tensor.shape:
-                raise ModelLoadError(f"{name}: shape {tuple(tensor.shape)} but expected {tuple(param.shape)}")
-            param.data.copy_(tensor)
-        elif shard_id is None:
-            loader(param, tensor)
-        else:
-            loader(param, tensor, shard_id)
-        if isinstance(shard_id, tuple) and shard_id[0] == "all":  # every expert at once
-            loaded.update(f"{target}:{s}" for s in param.required_shard_ids(param))
-        else:
-            loaded.add(target if shard_id is None else f"{target}:{shard_id}")
-    check_complete(params, loaded, tied)
+            return None
+        return param_name(kv_scale_param_name(name), model.checkpoint_renames)
+
+    loaded = load_named_tensors(model, weights, rename)
+    check_all_loaded(model, loaded, _FUSED_SHARDS, skip=lambda name: tied and name == "lm_head.weight")
     return loaded
-
-
-def _required(name: str, param: torch.Tensor) -> list[str]:
-    listed = getattr(param, "required_shard_ids", None)
-    if listed is not None:
-        return [f"{name}:{s}" for s in listed(param)]
-    fused = next((f for f in _FUSED_SHARDS if f".{f}." in name), None)
-    return [f"{name}:{s}" for s in _FUSED_SHARDS[fused]] if fused else [name]
-
-
-def check_complete(params: dict[str, torch.Tensor], loaded: set[str], tied: bool) -> None:
-    for name, param in params.items():
-        if getattr(param, "not_in_checkpoint", False):
-            continue  # made by a quantization method after loading
-        if name == "lm_head.weight" and tied:
-            continue
-        missing = [r for r in _required(name, param) if r not in loaded]
-        if missing:
-            raise ModelLoadError(f"the checkpoint has no tensor for {missing[0]}")

@@ -141,6 +141,7 @@ class FusedMoE(nn.Module):
         for param in (self.w13_weight, self.w2_weight):
             param.weight_loader = self.weight_loader
             param.required_shard_ids = self.required_shard_ids
+            param.shards_loaded_by = self.shards_loaded_by
         self.activation = _EXPERT_ACTIVATIONS[activation]
         self.experts_op = (ops or current_layer_ops()).fused_moe
 
@@ -150,6 +151,10 @@ class FusedMoE(nn.Module):
         if param is self.w2_weight:
             return [(e, "down") for e in experts]
         return [(e, s) for e in experts for s in (0, 1)]
+
+    def shards_loaded_by(self, param: torch.Tensor, shard_id) -> list[object]:
+        """The shards one checkpoint tensor fills: a stacked one, all of this rank's."""
+        return self.required_shard_ids(param) if shard_id[0] == "all" else [shard_id]
 
     def owns(self, shard_id) -> bool:
         expert = shard_id[0]
