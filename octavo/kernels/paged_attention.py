@@ -48,11 +48,11 @@ class PagedBatch:
 class AttentionParams:
     scale: float
     sliding_window: int | None = None
+    soft_cap: float | None = None  # scores -> soft_cap * tanh(scores / soft_cap)
     # An fp8 cache's per-layer scales: keys are read as ``k * k_scale`` (folded
     # into the softmax scale), values as ``v * v_scale`` (on the output).
     k_scale: float = 1.0
     v_scale: float = 1.0
-    soft_cap: float | None = None  # scores -> soft_cap * tanh(scores / soft_cap)
 
     @property
     def qk_scale(self) -> float:
