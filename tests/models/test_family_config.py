@@ -96,12 +96,15 @@ def test_latent_attention_caches_one_latent_per_token(family_dir):
 def test_parameter_counts_match_hf(family, family_dir):
     from transformers import AutoModelForCausalLM
 
+    from octavo.models.layers.attention import KV_SCALE_NAMES
     from octavo.quantization.memory import measure_weight_memory
 
     path = family_dir(family)
     memory = measure_weight_memory(str(path), None, "float32")
     hf = AutoModelForCausalLM.from_pretrained(str(path))
-    assert memory.num_params == sum(p.numel() for p in hf.parameters())
+    # Each attention layer also holds its KV-cache scales (one number each, 1.0 unless an fp8 cache loads them).
+    kv_scales = hf.config.num_hidden_layers * len(KV_SCALE_NAMES)
+    assert memory.num_params == sum(p.numel() for p in hf.parameters()) + kv_scales
     moe = json.loads((path / "config.json").read_text())
     experts = moe.get("num_local_experts") or moe["num_experts"]
     expert_params = sum(p.numel() for n, p in hf.named_parameters() if ".experts." in n)
