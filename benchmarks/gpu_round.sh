@@ -91,6 +91,14 @@ for step in "$@"; do
              python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"
              TAIL=24 run_step startup_serve 600 python benchmarks/startup.py serve benchmarks/configs/llama-3.1-8b --tokenizer "$O/byte-tokenizer" --load-format dummy --dtype bfloat16 --baseline --log "$O/startup_server.log" --output-json "$O/startup.json";;
     structured) run_step structured 500 python benchmarks/structured_gpu.py ${TOKENIZER:+--tokenizer "$TOKENIZER"} --json-out "$O/structured.json";;
+    # CPU compiled decode (issue 23) on this host's CPU, pinned to 2 cores as on the dev machine:
+    # a 135M Llama in float32, eager vs OCTAVO_CPU_COMPILE=1 (inductor), HF eager, and the floor.
+    # CPU_LEN="IN OUT ITERS" shrinks it; CPU_COMPILE_BACKEND=eager traces without inductor (the smoke run:
+    # CPU_LEN="16 8 1" CPU_COMPILE_BACKEND=eager). Batch 1 only, so one graph is compiled at start.
+    cpu_compile) set -- ${CPU_LEN:-128 128 3}
+                 CPU135="--model benchmarks/configs/llama-135m --load-format dummy --dtype float32 --platform cpu --batch-size 1 --input-len $1 --output-len $2 --num-iters $3 --num-iters-warmup 1"
+                 CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=2 TAIL=12 run_step cpu_eager 580 taskset -c 0,1 $CLI bench latency $CPU135 --compare-hf --hf-mode eager --output-json "$O/cpu_eager.json"
+                 CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=2 OCTAVO_CPU_COMPILE=${CPU_COMPILE_BACKEND:-1} OCTAVO_CPU_COMPILE_MAX_BATCH=1 TAIL=12 run_step cpu_compiled 580 taskset -c 0,1 $CLI bench latency $CPU135 --output-json "$O/cpu_compiled.json";;
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
     # sentence-transformers is the baseline when its wheels are carried in .whl/ (it needs scipy and
     # scikit-learn); without them the script times the same pipeline in transformers (hf-automodel).

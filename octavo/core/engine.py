@@ -49,7 +49,7 @@ from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_poolin
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats, check_admissible
-from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.core.scheduler_output import CompilationCounts, ModelRunnerOutput, SchedulerOutput
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.structured_output.manager import StructuredOutputManager
 from octavo.core.structured_output.validation import StructuredOutputValidation
@@ -268,6 +268,8 @@ class LLMEngine(RequestValidator):
         # Called with each batch's SchedulerOutput as its outputs are
         # processed; benchmarks set it to trace steps (None: no cost).
         self.step_observer: Callable[[SchedulerOutput], None] | None = None
+        # The workers' compilation counts, as of the last step's output.
+        self.compilations = CompilationCounts()
         self._structured: StructuredOutputManager | None = None
 
     @property
@@ -469,6 +471,8 @@ class LLMEngine(RequestValidator):
         return self._process(scheduler_output, runner_output)
 
     def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
+        if runner_output.compilations is not None:
+            self.compilations = runner_output.compilations
         if self.step_observer is not None:
             self.step_observer(scheduler_output)
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
@@ -525,7 +529,9 @@ class LLMEngine(RequestValidator):
         self.executor.check_health()
 
     def get_stats(self) -> SchedulerStats:
-        return self.scheduler.get_stats()
+        stats = self.scheduler.get_stats()
+        stats.compilations = self.compilations
+        return stats
 
     def shutdown(self) -> None:
         self._batches_in_flight.clear()

@@ -52,13 +52,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from octavo.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from octavo.core.request import Request, RequestStatus
 from octavo.core.request_queue import make_waiting_queue, priority_key, running_victim
 from octavo.core.scheduler_output import (
     CachedRequestData,
+    CompilationCounts,
     EngineCoreOutput,
     ModelRunnerOutput,
     NewRequestData,
@@ -97,6 +98,8 @@ class SchedulerStats:
     num_free_blocks: int
     num_preemptions: int
     prefix_cache: PrefixCacheStats
+    # Filled by the engine from its workers' reports (zeros where nothing compiles).
+    compilations: CompilationCounts = field(default_factory=CompilationCounts)
 
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:

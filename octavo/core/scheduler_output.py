@@ -87,6 +87,14 @@ class TokenLogprobs:
 
 
 @dataclass
+class CompilationCounts:
+    """Programs a worker's platform compiled (``Platform.compilations``)."""
+
+    total: int = 0  # since the worker started, warm-up included
+    after_warmup: int = 0  # of which after warm-up (each one logged as a warning)
+
+
+@dataclass
 class ModelRunnerOutput:
     # Empty list for a request whose prompt is only partly computed.
     sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
@@ -96,6 +104,9 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
     # Pooling requests computed this step: their vector, float32 little-endian.
     pooled: dict[str, bytes] = field(default_factory=dict)
+    # The worker's compilation counts after this step; None where its
+    # platform compiles nothing.
+    compilations: CompilationCounts | None = None
 
 
 @dataclass

@@ -45,6 +45,7 @@ from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats, check_admissible
+from octavo.core.scheduler_output import CompilationCounts
 from octavo.core.types import RequestId
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
@@ -391,5 +392,9 @@ def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
         num_free_blocks=sum(s.num_free_blocks for s in stats),
         num_preemptions=sum(s.num_preemptions for s in stats),
         prefix_cache=prefix,
+        compilations=CompilationCounts(
+            total=sum(s.compilations.total for s in stats),
+            after_warmup=sum(s.compilations.after_warmup for s in stats),
+        ),
     )
 

@@ -35,6 +35,7 @@ from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerConfig, SchedulerStats
 from octavo.core.scheduler_output import (
     CachedRequestData,
+    CompilationCounts,
     GrammarBitmask,
     ModelRunnerOutput,
     NewRequestData,
@@ -72,6 +73,7 @@ for _cls in (
     NewRequestData,
     CachedRequestData,
     ModelRunnerOutput,
+    CompilationCounts,
     TokenLogprobs,
     SamplingParams,
     RequestOutputKind,

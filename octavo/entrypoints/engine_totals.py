@@ -20,6 +20,8 @@ ENGINE_COUNTERS = {
     "prefix_queries": "Prompt tokens looked up in the prefix cache",
     "prefix_hits": "Prompt tokens found in the prefix cache",
     "preemptions": "Requests preempted for lack of KV blocks",
+    "compilations": "Programs the platform compiled (XLA, torch.compile), warm-up included",
+    "compilations_after_warmup": "Programs compiled after warm-up (steady state should add none)",
 }
 
 
@@ -38,6 +40,8 @@ class EngineTotals(Collector):
             ("octavo:prefix_cache_queries", "prefix_queries", stats.prefix_cache.num_queries),
             ("octavo:prefix_cache_hits", "prefix_hits", stats.prefix_cache.num_hits),
             ("octavo:num_preemptions", "preemptions", stats.num_preemptions),
+            ("octavo:compilations", "compilations", stats.compilations.total),
+            ("octavo:compilations_after_warmup", "compilations_after_warmup", stats.compilations.after_warmup),
         )
         for name, key, value in values:
             yield CounterMetricFamily(name, ENGINE_COUNTERS[key], value=value)

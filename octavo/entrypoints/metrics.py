@@ -4,7 +4,7 @@ Request-level metrics (tokens, TTFT, inter-token latency, end-to-end latency,
 finish reasons) are recorded on the engine thread as outputs appear, from the
 timestamps the output processor stamps on each sequence; engine-level gauges
 (running and waiting requests, KV-cache usage and free blocks, prefix-cache
-hit rate, preemptions) are refreshed from the scheduler at scrape time. For a
+hit rate, preemptions, the platform's compilations) are refreshed from the scheduler at scrape time. For a
 data-parallel engine they are the replicas combined (``engine_stats``), and
 ``replica_metrics`` adds each replica's own, labelled ``replica``.
 prometheus_client's metrics are thread-safe; the per-sequence bookkeeping
@@ -29,6 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestMetrics, RequestOutput
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.scheduler_output import CompilationCounts
 from octavo.entrypoints.engine_stats import EngineSnapshot
 from octavo.entrypoints.engine_totals import ENGINE_COUNTERS, EngineTotals
 from octavo.entrypoints.replica_metrics import ReplicaCollector
@@ -86,6 +87,10 @@ class ServerMetrics:
             self.prefix_queries = Counter("octavo:prefix_cache_queries", ENGINE_COUNTERS["prefix_queries"], registry=r)
             self.prefix_hits = Counter("octavo:prefix_cache_hits", ENGINE_COUNTERS["prefix_hits"], registry=r)
             self.preemptions = Counter("octavo:num_preemptions", ENGINE_COUNTERS["preemptions"], registry=r)
+            self.compilations = Counter("octavo:compilations", ENGINE_COUNTERS["compilations"], registry=r)
+            self.compilations_after_warmup = Counter(
+                "octavo:compilations_after_warmup", ENGINE_COUNTERS["compilations_after_warmup"], registry=r
+            )
         self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r, **engine_gauge)
         self.engine_restarts = Counter("octavo:engine_restarts", "Engines rebuilt after a failure (--restart-engine)", registry=r)
         self.api_server_requests = Counter(
@@ -105,6 +110,7 @@ class ServerMetrics:
         self.e2e = Histogram("octavo:e2e_request_latency_seconds", "Arrival to finish", buckets=E2E_BUCKETS, registry=r)
         self._requests: dict[str, _RequestProgress] = {}
         self._last_preemptions = 0
+        self._last_compilations = CompilationCounts()
         self._last_prefix_queries = 0
         self._last_prefix_hits = 0
 
@@ -217,6 +223,10 @@ class ServerMetrics:
         self.preemptions.inc(max(0, stats.num_preemptions - self._last_preemptions))
         self._last_prefix_queries, self._last_prefix_hits = prefix.num_queries, prefix.num_hits
         self._last_preemptions = stats.num_preemptions
+        compiled = stats.compilations
+        self.compilations.inc(max(0, compiled.total - self._last_compilations.total))
+        self.compilations_after_warmup.inc(max(0, compiled.after_warmup - self._last_compilations.after_warmup))
+        self._last_compilations = compiled
 
     def render(self) -> bytes:
         if not self.multiprocess:

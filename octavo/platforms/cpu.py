@@ -8,6 +8,16 @@ of ``max_model_len`` tokens, capped at half of the memory free after the
 weights are loaded (``OCTAVO_CPU_KVCACHE_SPACE`` GiB overrides it). Its
 memory is calloc'd, so pages become resident only as sequences fill them:
 start-up neither zeroes nor commits the whole cache.
+
+Compiled decode (opt-in, ``OCTAVO_CPU_COMPILE=1``): decode steps of up to
+``OCTAVO_CPU_COMPILE_MAX_BATCH`` requests (default 8) are padded to a power of
+two and run through ``torch.compile`` with inductor (another backend by
+name: ``OCTAVO_CPU_COMPILE=aot_eager``), one graph per batch size, compiled
+at warm-up; attention is an opaque op around ``torch_paged``
+(``runtime/attention/opaque.py``), so only the token count shapes a graph.
+Other steps (prefills, larger batches) run eagerly. Off by default: the
+compilation costs tens of seconds at start on a small host, which a short
+run or a test never earns back.
 """
 
 from __future__ import annotations
@@ -20,10 +30,23 @@ import numpy as np
 import torch
 
 from octavo.platforms.interface import MemoryInfo, Platform
+from octavo.platforms.step_shapes import StepBuckets, power_of_two_sizes
 
 logger = logging.getLogger(__name__)
 # The default KV cache never takes more than this share of the free memory.
 MAX_FREE_MEMORY_SHARE = 0.5
+
+COMPILE_ENV = "OCTAVO_CPU_COMPILE"
+COMPILE_MAX_BATCH_ENV = "OCTAVO_CPU_COMPILE_MAX_BATCH"
+DEFAULT_COMPILE_MAX_BATCH = 8
+
+
+def compile_backend() -> str | None:
+    """The torch.compile backend ``OCTAVO_CPU_COMPILE`` asks for, or None (eager)."""
+    value = os.environ.get(COMPILE_ENV, "").strip()
+    if value.lower() in ("", "0", "false", "no", "off"):
+        return None
+    return "inductor" if value.lower() in ("1", "true", "yes", "on") else value
 
 
 class CpuPlatform(Platform):
@@ -32,6 +55,14 @@ class CpuPlatform(Platform):
     dist_backend = "gloo"
     priority = 0
     supported_quantization = None  # every method has a plain-torch path
+
+    def __init__(self) -> None:
+        self._compiler = None
+        backend = compile_backend()
+        if backend is not None:
+            from octavo.platforms.torch_compile import CountedCompiler
+
+            self._compiler = CountedCompiler(backend)
 
     @classmethod
     def is_available(cls) -> bool:
@@ -70,8 +101,31 @@ class CpuPlatform(Platform):
             return torch.float8_e4m3fn
         return super().kv_cache_dtype(name)
 
+    # -------------------------------------------- compiled decode (opt-in)
+
+    def attention_backend(self, spec):
+        backend = super().attention_backend(spec)
+        if self._compiler is None:
+            return backend
+        from octavo.runtime.attention.opaque import OpaqueAttention
+
+        return OpaqueAttention(backend)
+
+    def step_buckets(self, config) -> StepBuckets | None:
+        if self._compiler is None:
+            return None
+        max_batch = int(os.environ.get(COMPILE_MAX_BATCH_ENV, DEFAULT_COMPILE_MAX_BATCH))
+        return StepBuckets(request_sizes=power_of_two_sizes(1, min(config.max_num_seqs, max(1, max_batch))))
+
+    def compile_step(self, step):
+        return step if self._compiler is None else self._compiler(step)
+
+    def compilations(self) -> int | None:
+        return None if self._compiler is None else self._compiler.count
+
     def versions(self) -> dict[str, str]:
-        return {"torch": torch.__version__, "threads": str(torch.get_num_threads())}
+        compiled = self._compiler.backend if self._compiler is not None else f"off ({COMPILE_ENV}=1 turns it on)"
+        return {"torch": torch.__version__, "threads": str(torch.get_num_threads()), "compiled decode": compiled}
 
 
 def requested_kv_cache_bytes(config, bytes_per_block: int, free_bytes: int) -> int:

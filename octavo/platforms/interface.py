@@ -17,11 +17,20 @@ quantization methods). Invariants every platform keeps:
 Plugin API version 1.1: see docs/plugins.md. What the objects handed to
 these methods offer (the runner, the worker config, graph runners, events)
 is in ``octavo.platforms.contract``.
+
+Runner hooks (1.1), for platforms that compile or trace steps: the grad mode
+steps run under (``grad_mode``), ``begin_step`` / ``end_step`` around each
+step's device work, static step shapes (``step_buckets``: the runner pads
+steps to them and warms every one up at start), the function that runs a
+padded step (``compile_step``), and a compilation counter
+(``compilations``). Their defaults keep a platform eager and unpadded.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +39,7 @@ import torch
 if TYPE_CHECKING:
     from octavo.core.attention import AttentionBackend, AttentionSpec
     from octavo.platforms.contract import DeviceEvent, GraphRunnerFactory, RunnerView
+    from octavo.platforms.step_shapes import StepBuckets
 
 
 @dataclass
@@ -58,6 +68,10 @@ class Platform(ABC):
     # True when host staging buffers should be pinned (page-locked), so that
     # host-to-device copies run asynchronously (plugin API 1.1).
     pins_host_memory: ClassVar[bool] = False
+    # True when each step's inputs should be new device tensors instead of
+    # copies into persistent device buffers (plugin API 1.1): on a lazy-tensor
+    # device (XLA) such a copy would become part of the traced step.
+    fresh_step_inputs: ClassVar[bool] = False
     # Attention backends by name, most preferred first. Resolved through the
     # ``octavo_attention_backends`` hook, so a plugin may add one and a
     # platform may name it; torch_paged (the reference) is the last resort.
@@ -117,6 +131,54 @@ class Platform(ABC):
         to wait for asynchronous copies; None (the default) when the host need
         not wait for them (plugin API 1.1). Octavo asks for events only through
         this method, never from ``torch.cuda`` directly."""
+        return None
+
+    # ------------------------------------------------ runner hooks (plugin API 1.1)
+
+    def grad_mode(self) -> AbstractContextManager:
+        """The autograd mode every step runs under. Default ``torch.inference_mode()``;
+        a tracing device that cannot take inference tensors (XLA) returns
+        ``torch.no_grad()``."""
+        return torch.inference_mode()
+
+    def begin_step(self) -> None:
+        """Called in the worker at the start of each step, before its inputs
+        are prepared. Default nothing."""
+
+    def end_step(self) -> None:
+        """Called once per step after its device work (model, logits, sampling)
+        is queued and before any result is read on the host: where XLA cuts
+        and launches the traced graph (``torch_xla.sync()``) and HPU marks a
+        step. Default nothing."""
+
+    def step_buckets(self, config: Any) -> "StepBuckets | None":
+        """Static step shapes for a worker with this ``WorkerConfig``, or None
+        (the default): steps run at their own shapes.
+
+        With buckets, the runner pads every step they cover to its bucket's
+        ``StepShape`` (``octavo.platforms.step_shapes``: padding tokens belong
+        to no request), runs it through ``compile_step``'s function, and
+        warms every shape up once the KV cache exists, so that a compiler
+        sees one shape per bucket and compiles nothing in steady state. Steps
+        no bucket covers (and steps asking for prompt logprobs) run unpadded,
+        as without buckets."""
+        return None
+
+    def compile_step(self, step: Callable) -> Callable:
+        """Called once per worker with buckets: ``step(input_ids, positions,
+        attn_metadata, logits_indices)`` runs the model on a padded step's
+        inputs and returns the logits of the sampled rows (``[num_reqs of the
+        shape, vocab]``); it reads nothing on the host. Return what the runner
+        calls instead: ``torch.compile(step, ...)``, a vendor's graph
+        compiler, or ``step`` itself (the default; XLA traces it as it runs)."""
+        return step
+
+    def compilations(self) -> int | None:
+        """Programs compiled so far in this process (XLA programs,
+        ``torch.compile`` graphs), or None (the default) when the platform
+        compiles nothing. Read before and after every step: a step that
+        compiles after warm-up is logged as a warning and counted
+        (``octavo:compilations_after_warmup`` on ``/metrics``)."""
         return None
 
     def check_config(self, config: Any) -> None:

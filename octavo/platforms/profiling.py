@@ -75,9 +75,15 @@ def _profile_batch(lengths: list[int], block_size: int, device: torch.device) ->
     )
 
 
-@torch.inference_mode()
 def profile_run(runner: Any) -> None:
-    """One dummy step of the largest size through ``runner``'s model, writing no KV."""
+    """One dummy step of the largest size through ``runner``'s model, writing no KV
+    (under the platform's grad mode)."""
+    with runner.platform.grad_mode():
+        _profile_step(runner)
+    runner.platform.end_step()
+
+
+def _profile_step(runner: Any) -> None:
     config, loaded, device = runner.config, runner.loaded, runner.device
     lengths = _profile_sequence_lengths(config)
     kv_caches = [torch.empty(0, device=device)] * loaded.arch.num_hidden_layers

@@ -14,6 +14,14 @@ Any step may instead be padded to ``padded_num_reqs`` requests and
 ``padded_num_tokens`` tokens (a prefill graph's shape): padding requests
 have no tokens and no context, padding tokens belong to no request, have
 slot -1 and position 0.
+
+``prepare_static`` pads a step to a platform's ``StepShape``
+(``octavo.platforms.step_shapes``) with the same conventions: padding
+requests have no tokens and no context, padding tokens belong to no request
+(slot -1, position 0), the block table has exactly the shape's width, and
+the rows to sample are padded to the shape's requests with row 0 (never
+sampled). Where the shape has no width, only tokens and sampled rows are
+padded and the attention sees the step's real requests.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import torch
 
 from octavo.core.attention import AttentionBatch
 from octavo.core.scheduler_output import SchedulerOutput
+from octavo.platforms.step_shapes import StepShape
 from octavo.runtime.input_buffers import InputBuffers
 from octavo.runtime.request_state import RequestStates
 
@@ -51,6 +60,27 @@ class PreparedBatch:
     prompt_logprob_spans: list[PromptLogprobSpan] = field(default_factory=list)
 
 
+@dataclass
+class HostStep:
+    """A step's host-side layout, shared by ``prepare`` and ``prepare_static``."""
+
+    order: list[str]  # request ids, in the scheduler's order
+    states: list
+    rows: np.ndarray  # each request's row in the block table
+    token_rows: np.ndarray  # each token's request row
+    positions: np.ndarray  # each token's position
+    starts: np.ndarray  # each request's num_computed_tokens
+    ends: np.ndarray  # ... plus its scheduled tokens
+    query_start_loc: np.ndarray  # the staging buffer, filled to num_reqs + 1
+    sample_mask: np.ndarray  # requests that sample this step
+    max_query_len: int
+    is_uniform_decode: bool
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.order)
+
+
 class InputPreparer:
     def __init__(
         self,
@@ -73,6 +103,28 @@ class InputPreparer:
     def prepare(
         self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None, padded_num_tokens: int | None = None
     ) -> PreparedBatch:
+        step = self._host_step(scheduler_output)
+        batch = self._assemble(
+            step.rows, step.token_rows, step.positions, step.ends, step.max_query_len, padded_num_reqs, padded_num_tokens
+        )
+        logits_indices = step.query_start_loc[1 : step.num_reqs + 1][step.sample_mask] - 1
+        batch.logits_indices = torch.from_numpy(logits_indices).to(self.device, non_blocking=True)
+        self._finish(batch, step)
+        return batch
+
+    def prepare_static(self, scheduler_output: SchedulerOutput, shape: StepShape) -> PreparedBatch:
+        """The step padded to ``shape`` (the module docstring says how)."""
+        step = self._host_step(scheduler_output)
+        batch = self._assemble_static(step, shape)
+        logits_indices = np.zeros(shape.num_reqs, dtype=np.int64)
+        sampled = step.query_start_loc[1 : step.num_reqs + 1][step.sample_mask] - 1
+        logits_indices[: len(sampled)] = sampled
+        batch.logits_indices = self.buffers.to_device(logits_indices)
+        self._finish(batch, step)
+        return batch
+
+    def _host_step(self, scheduler_output: SchedulerOutput) -> HostStep:
+        """Positions, token ids, query starts and which requests sample (host side)."""
         buffers = self.buffers
         order = list(scheduler_output.num_scheduled_tokens)
         states = [self.states[r] for r in order]
@@ -100,16 +152,15 @@ class InputPreparer:
                 [np.asarray(s.token_ids[b:e], dtype=np.int64) for s, b, e in zip(states, starts.tolist(), ends.tolist())]
             )
         sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
-        batch = self._assemble(
-            rows, token_rows, positions, ends, int(num_scheduled.max()), padded_num_reqs, padded_num_tokens
+        return HostStep(
+            order, states, rows, token_rows, positions, starts, ends, query_start_loc, sample_mask,
+            int(num_scheduled.max()), is_uniform_decode,
         )
-        batch.logits_indices = torch.from_numpy(query_start_loc[1 : num_reqs + 1][sample_mask] - 1).to(
-            self.device, non_blocking=True
-        )
-        batch.sample_request_ids = [r for r, sample in zip(order, sample_mask.tolist()) if sample]
-        batch.is_uniform_decode = is_uniform_decode
-        batch.prompt_logprob_spans = self._prompt_logprob_spans(states, starts, ends, query_start_loc)
-        return batch
+
+    def _finish(self, batch: PreparedBatch, step: HostStep) -> None:
+        batch.sample_request_ids = [r for r, sample in zip(step.order, step.sample_mask.tolist()) if sample]
+        batch.is_uniform_decode = step.is_uniform_decode
+        batch.prompt_logprob_spans = self._prompt_logprob_spans(step.states, step.starts, step.ends, step.query_start_loc)
 
     def prepare_decode_from_device(
         self, request_ids: list[str], positions: np.ndarray, token_ids: torch.Tensor, padded_num_reqs: int | None
@@ -134,10 +185,7 @@ class InputPreparer:
         """Fill positions, slots, lengths and block tables (host), then upload."""
         buffers, block_size = self.buffers, self.block_size
         num_reqs, num_tokens = len(rows), len(positions)
-        buffers.seq_lens.np[:num_reqs] = ends
-        buffers.positions.np[:num_tokens] = positions
-        block_ids = self.states.block_table[token_rows, positions // block_size]
-        buffers.slot_mapping.np[:num_tokens] = block_ids.astype(np.int64) * block_size + positions % block_size
+        self._fill_tokens(token_rows, positions, ends)
         total_reqs, total_tokens = num_reqs, num_tokens
         if padded_num_tokens is not None:
             total_reqs, total_tokens = padded_num_reqs, padded_num_tokens
@@ -168,6 +216,33 @@ class InputPreparer:
             query_start_loc_cpu=buffers.query_start_loc.host[: total_reqs + 1],
             seq_lens_cpu=buffers.seq_lens.host[:total_reqs],
         )
+        return self._staged_batch(attn_batch, total_tokens, num_tokens)
+
+    def _assemble_static(self, step: HostStep, shape: StepShape) -> PreparedBatch:
+        """Fill and upload a step padded to ``shape``."""
+        buffers, block_size = self.buffers, self.block_size
+        num_reqs, num_tokens = step.num_reqs, len(step.positions)
+        self._fill_tokens(step.token_rows, step.positions, step.ends)
+        pad_requests = shape.block_table_width > 0
+        total_reqs = shape.num_reqs if pad_requests else num_reqs
+        self._pad_tokens(num_reqs, num_tokens, total_reqs, shape.num_tokens)
+        max_seq_len = int(step.ends.max())
+        width = shape.block_table_width or max(1, -(-max_seq_len // block_size))
+        table = buffers.block_table.np[: total_reqs * width].reshape(total_reqs, width)
+        table[:num_reqs] = self.states.block_table[step.rows, :width]
+        table[num_reqs:] = 0
+        attn_batch = staged_attention_batch(
+            buffers, total_reqs, width, shape.num_tokens, num_reqs, num_tokens,
+            # Padded attention claims the shape's lengths, so that a backend's
+            # internal shapes follow the bucket, not the data.
+            max_query_len=shape.max_query_len if pad_requests else step.max_query_len,
+            max_seq_len=width * block_size if pad_requests else max_seq_len,
+        )
+        return self._staged_batch(attn_batch, shape.num_tokens, num_tokens)
+
+    def _staged_batch(self, attn_batch: AttentionBatch, total_tokens: int, num_tokens: int) -> PreparedBatch:
+        """The step's token inputs uploaded from the staging buffers, around ``attn_batch``."""
+        buffers = self.buffers
         batch = PreparedBatch(
             input_ids=buffers.input_ids.upload(total_tokens),
             positions=buffers.positions.upload(total_tokens),
@@ -179,6 +254,14 @@ class InputPreparer:
         )
         self._record_staging()
         return batch
+
+    def _fill_tokens(self, token_rows, positions, ends) -> None:
+        """Sequence lengths, positions and KV slots of the real requests and tokens (host)."""
+        buffers, block_size = self.buffers, self.block_size
+        buffers.seq_lens.np[: len(ends)] = ends
+        buffers.positions.np[: len(positions)] = positions
+        block_ids = self.states.block_table[token_rows, positions // block_size]
+        buffers.slot_mapping.np[: len(positions)] = block_ids.astype(np.int64) * block_size + positions % block_size
 
     def wait_for_staging(self) -> None:
         """Before overwriting the pinned host buffers: the last uploads from them are done."""
@@ -220,3 +303,24 @@ class InputPreparer:
             targets = state.prompt_token_ids[start + 1 : last + 1]
             spans.append(PromptLogprobSpan(state.request_id, int(query_start_loc[i]), targets))
         return spans
+
+
+def staged_attention_batch(
+    buffers: InputBuffers, total_reqs: int, width: int, total_tokens: int, num_reqs: int, num_tokens: int,
+    max_query_len: int, max_seq_len: int,
+) -> AttentionBatch:
+    """Upload the filled staging buffers as an ``AttentionBatch`` of
+    ``total_reqs`` requests (block table ``width`` columns wide) and
+    ``total_tokens`` tokens, ``num_reqs`` / ``num_tokens`` of them real."""
+    return AttentionBatch(
+        query_start_loc=buffers.query_start_loc.upload(total_reqs + 1),
+        seq_lens=buffers.seq_lens.upload(total_reqs),
+        block_table=buffers.block_table.upload(total_reqs * width, (total_reqs, width)),
+        slot_mapping=buffers.slot_mapping.upload(total_tokens),
+        num_reqs=num_reqs,
+        num_actual_tokens=num_tokens,
+        max_query_len=max_query_len,
+        max_seq_len=max_seq_len,
+        query_start_loc_cpu=buffers.query_start_loc.host[: total_reqs + 1],
+        seq_lens_cpu=buffers.seq_lens.host[:total_reqs],
+    )

@@ -77,9 +77,11 @@ def _backend_factory(platform: Platform):
 def weight_bytes(model: nn.Module) -> int:
     seen, total = set(), 0
     for tensor in list(model.parameters()) + list(model.buffers()):
-        if tensor.data_ptr() in seen:
+        # Lazy-tensor devices (XLA) report no data pointer: count those by object.
+        key = tensor.data_ptr() or id(tensor)
+        if key in seen:
             continue
-        seen.add(tensor.data_ptr())
+        seen.add(key)
         total += tensor.numel() * tensor.element_size()
     return total
 

@@ -4,6 +4,12 @@ The runner owns the model, the KV cache tensors and the per-request state
 (``RequestStates``); it knows nothing about scheduling policy. A pooling
 model's steps go to its ``PoolingRunner`` (``runtime/pooling_runner.py``)
 and run eagerly; an encoder-only model has no KV cache.
+
+Each step runs under the platform's grad mode, between its ``begin_step``
+and ``end_step`` (plugin API 1.1); ``end_step`` comes after the step's device
+work is queued (model, logits, sampling) and before anything is read on the
+host. A platform with static step shapes gets its steps padded and compiled
+through ``runtime/static_steps.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from octavo.runtime.model_loading import LoadedModel, load_model
 from octavo.runtime.request_state import RequestStates
 from octavo.runtime.sampler import AllowedTokens, Sampler, SamplingRow, gather_logprobs
 from octavo.runtime.startup import timed_phase
+from octavo.runtime.static_steps import CompilationTracker, StaticSteps
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +49,7 @@ class ModelRunner:
         self.states = RequestStates(config.max_num_seqs, max_blocks_per_req)
         buffers = InputBuffers(
             max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs, max_blocks_per_req, device,
-            pin_memory=platform.pins_host_memory,
+            pin_memory=platform.pins_host_memory, fresh=platform.fresh_step_inputs,
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
         self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
@@ -54,6 +61,9 @@ class ModelRunner:
         self.prefill_graphs = None
         self.pooling = None
         self.overlap = None
+        self.static_steps: StaticSteps | None = None
+        self.compilations = CompilationTracker(platform)
+        self._step_open = False
         self.async_steps = None
         if config.async_scheduling:
             from octavo.runtime.async_steps import AsyncStepper
@@ -146,6 +156,15 @@ class ModelRunner:
         self.num_kv_blocks = num_blocks
         with timed_phase("capture graphs"):
             self._maybe_capture_graphs()
+        with timed_phase("warm up step shapes"):
+            self._maybe_warm_up_static_steps()
+
+    def _maybe_warm_up_static_steps(self) -> None:
+        buckets = None if self.config.enforce_eager else self.platform.step_buckets(self.config)
+        if buckets is None or get_pp_group().world_size > 1:
+            return
+        self.static_steps = StaticSteps(self, buckets)
+        self.static_steps.warm_up(self.compilations)
 
     def _maybe_capture_graphs(self) -> None:
         self.graphs = None
@@ -180,15 +199,14 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ step
 
-    @torch.inference_mode()
     def execute_model_async(self, scheduler_output: SchedulerOutput):
         """Launch one step and return a ``PendingOutput`` at once (async
         scheduling); the step before is collected on the way."""
         from octavo.runtime.async_steps import PendingStep
 
-        return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
+        with self.platform.grad_mode():
+            return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
 
-    @torch.inference_mode()
     def execute_model(
         self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:
@@ -198,8 +216,37 @@ class ModelRunner:
         self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
+        before = self.compilations.read()
+        with self.platform.grad_mode():
+            self._step_open = True
+            self.platform.begin_step()
+            try:
+                result = self._execute(scheduler_output, intermediate)
+            finally:
+                self._end_step()
+        counts = self.compilations.update(before, f"a step of {scheduler_output.total_num_scheduled_tokens} tokens")
+        if isinstance(result, ModelRunnerOutput):
+            result.compilations = counts
+        return result
+
+    def _end_step(self) -> None:
+        """The platform's ``end_step``, once per step, before any host read of results."""
+        if self._step_open:
+            self._step_open = False
+            self.platform.end_step()
+
+    def _execute(self, scheduler_output: SchedulerOutput, intermediate) -> ModelRunnerOutput | tuple:
         if self.pooling is not None:
             return self.pooling.execute(scheduler_output)
+        if self.static_steps is not None:
+            shape = self.static_steps.shape_for(scheduler_output, intermediate)
+            if shape is not None:
+                output = ModelRunnerOutput()
+                batch = self.inputs.prepare_static(scheduler_output, shape)
+                logits = self.static_steps.run(batch)
+                if batch.sample_request_ids:
+                    self._sample(logits, batch, output, scheduler_output)
+                return output
         if self.overlap is not None:
             if self.overlap.eligible(scheduler_output):
                 return self.overlap.execute(scheduler_output)
@@ -292,7 +339,9 @@ class ModelRunner:
         self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput, scheduler_output: SchedulerOutput
     ) -> None:
         rows = self.sampling_rows(batch.sample_request_ids)
-        token_ids, logprobs = self.sampler(logits, rows, self.grammar_allowed(batch, scheduler_output))
+        sampled = self.sampler.sample(logits, rows, self.grammar_allowed(batch, scheduler_output))
+        self._end_step()
+        token_ids, logprobs = sampled.to_host()
         for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
             output.sampled_token_ids[request_id] = [token_id]
             if token_logprobs is not None:

@@ -143,6 +143,23 @@ class SampledBatch:
         return token_ids, logprobs
 
 
+_HAS_GENERATORS: dict[str, bool] = {}
+
+
+def random_device(device: torch.device) -> torch.device:
+    """Where random numbers for ``device`` are drawn: the device itself if
+    torch has generators for it, else the CPU (the draws are then copied; XLA)."""
+    supported = _HAS_GENERATORS.get(device.type)
+    if supported is None:
+        try:
+            torch.Generator(device=device)
+            supported = True
+        except RuntimeError:
+            supported = False
+        _HAS_GENERATORS[device.type] = supported
+    return device if supported else torch.device("cpu")
+
+
 def _seed_for(seed: int, output_index: int) -> int:
     # A cheap 64-bit mix so that consecutive steps get unrelated streams.
     value = (seed * 0x9E3779B97F4A7C15 + output_index * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
@@ -231,7 +248,7 @@ class Sampler:
 
     def _generator(self, device: torch.device) -> torch.Generator:
         if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+            self._generators[device] = torch.Generator(device=random_device(device)).manual_seed(self.seed)
         return self._generators[device]
 
     def __call__(
@@ -284,12 +301,14 @@ class Sampler:
             any_min_p=any(p.min_p > 0 for p in params),
         )
         probs = truncate_distribution(sub, truncation).softmax(dim=-1)
-        race = torch.empty_like(probs).exponential_(generator=self._generator(device))
+        source = random_device(device)
+        race = torch.empty(probs.shape, device=source).exponential_(generator=self._generator(device))
         for j, i in enumerate(random_rows):
             seed = rows[i].params.seed
             if seed is not None:
-                row_generator = torch.Generator(device=device).manual_seed(_seed_for(seed, rows[i].num_output_tokens))
-                race[j] = torch.empty(probs.shape[-1], device=device).exponential_(generator=row_generator)
+                row_generator = torch.Generator(device=source).manual_seed(_seed_for(seed, rows[i].num_output_tokens))
+                race[j] = torch.empty(probs.shape[-1], device=source).exponential_(generator=row_generator)
+        race = race.to(device)
         choice = (probs / race).argmax(dim=-1)
         return greedy.index_copy(0, index, choice)
 

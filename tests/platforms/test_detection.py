@@ -149,10 +149,26 @@ def test_tpu_detection_never_imports_torch_xla(vendor_env, monkeypatch):
     assert TpuPlatform.availability_detail() == f"TPU found: {vendor_env.dev}/accel0"
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     assert not TpuPlatform.is_available()
-    assert TpuPlatform.availability_detail() == "PJRT_DEVICE=CPU (not TPU)"
+    assert TpuPlatform.availability_detail().startswith("PJRT_DEVICE=CPU (not TPU; OCTAVO_TPU_ALLOW_CPU_PJRT=1")
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
     assert TpuPlatform.availability_detail().startswith("TPU found: TPU_ACCELERATOR_TYPE, PJRT_DEVICE=TPU")
+    assert "torch_xla" not in sys.modules
+
+
+def test_tpu_on_the_cpu_pjrt_device_only_when_opted_in(vendor_env, monkeypatch):
+    """torch_xla's CPU device is never picked on its own: the opt-in makes
+    tpu available without a TPU (PJRT_DEVICE=CPU, or unset with none found)."""
+    vendor_env.unimportable_package("torch_xla")
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    assert not TpuPlatform.is_available()
+    monkeypatch.setenv("OCTAVO_TPU_ALLOW_CPU_PJRT", "1")
+    assert TpuPlatform.is_available() and TpuPlatform.uses_cpu_pjrt()
+    assert "CPU PJRT device" in TpuPlatform.availability_detail()
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert TpuPlatform.is_available() and TpuPlatform.uses_cpu_pjrt()
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")  # a real TPU wins over the opt-in
+    assert not TpuPlatform.uses_cpu_pjrt()
     assert "torch_xla" not in sys.modules
 
 

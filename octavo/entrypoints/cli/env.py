@@ -121,12 +121,44 @@ def _describe_selected(platform) -> list[str]:
         lines[-1] += "; then torch_paged (the reference) as a fallback"
     if attention_override(platform.name):
         lines.append(f"  attention backend forced by {OVERRIDE_ENV}: {attention_override(platform.name)}")
+    lines.extend(describe_compiled_steps(platform))
     try:
         for key, value in platform.versions().items():
             lines.append(f"  {key}: {value}")
     except Exception as exc:  # a vendor package failing here must not hide the rest
         lines.append(f"  versions: unavailable ({type(exc).__name__}: {exc})")
     return lines
+
+
+def describe_compiled_steps(platform) -> list[str]:
+    """Whether ``platform`` compiles steps (runner hooks, plugin API 1.1): its
+    step shapes for the default limits and its compilation count so far."""
+    from octavo.core.scheduler import SchedulerConfig
+    from octavo.runtime.config import WorkerConfig
+
+    try:
+        limits = SchedulerConfig()
+        config = WorkerConfig(
+            model_path="", load_format="dummy", dtype="float32", kv_cache_dtype="auto", block_size=16,
+            max_model_len=limits.max_model_len, max_num_batched_tokens=platform.default_max_num_batched_tokens(),
+            max_num_seqs=limits.max_num_seqs, platform=platform.name,
+        )
+        buckets = platform.step_buckets(config)
+        compiled = platform.compilations()
+    except Exception as exc:  # a vendor package failing here must not hide the rest
+        return [f"  compiled steps: unavailable ({type(exc).__name__}: {exc})"]
+    if buckets is None and compiled is None:
+        return ["  compiled steps: no (steps run eagerly at their own shapes)"]
+    limits_text = (
+        f"max_num_seqs {config.max_num_seqs}, max_model_len {config.max_model_len}, "
+        f"{config.max_num_batched_tokens} tokens a step"
+    )
+    shapes = "no static shapes" if buckets is None else f"{buckets.describe()} ({limits_text}), all compiled at warm-up"
+    counted = "not counted" if compiled is None else (
+        f"{compiled} in this process so far; per step on /metrics "
+        "(octavo:compilations, octavo:compilations_after_warmup), a warning for each after warm-up"
+    )
+    return [f"  compiled steps: {shapes}", f"  compilations: {counted}"]
 
 
 def _version(package: str) -> str:

@@ -4,13 +4,17 @@ XLA (TPU) compiles one program per distinct set of tensor shapes and stalls
 whenever the host reads a device value. This backend computes exactly what
 ``torch_paged`` computes, with two differences:
 
-* Every internal shape comes from a padded bucket: the number of requests,
-  the longest query and the longest context are rounded up to powers of two
-  (the context to a multiple of the block size), so a server settles on a
-  handful of compiled programs. Buckets are computed from the host-side ints
-  of ``AttentionBatch``; no device value is ever read.
+* Every internal shape comes from a padded bucket: the number of requests
+  (the rows of ``query_start_loc``), the longest query and the longest
+  context are rounded up to powers of two (the context to a multiple of the
+  block size), so a server settles on a handful of compiled programs. Buckets
+  come from tensor shapes and the host-side ints ``max_query_len`` /
+  ``max_seq_len``; no device value is ever read, and no other host int
+  reaches the computation (XLA would bake it into the program). A runner
+  that pads steps to a platform's ``StepShape`` passes tensors already padded
+  and those two ints at the bucket, so these buckets change nothing.
 * No data-dependent shape: padding tokens (negative slot, or past
-  ``num_actual_tokens``) are not filtered out. Their KV write is redirected
+  the requests' last query token) are not filtered out. Their KV write is redirected
   to the slot of the step's first real token, carrying that token's values,
   so the duplicate index writes identical data whatever order the scatter
   runs in; when the step has no real token at all, slot 0 is rewritten with
@@ -62,12 +66,14 @@ def _pad_rows(tensor: torch.Tensor, num_rows: int, fill_last: bool) -> torch.Ten
 
 
 def _padded_requests(batch: AttentionBatch, block_size: int) -> tuple[TorchPagedMetadata, torch.Tensor, int]:
-    num_reqs = bucket(batch.num_reqs)
+    # Requests past ``num_reqs`` (padding) have no tokens and no context.
+    num_given = batch.query_start_loc.shape[0] - 1
+    num_reqs = bucket(num_given)
     max_query = bucket(max(batch.max_query_len, 1))
     max_context = bucket(max(batch.max_seq_len, 1), block_size)
     device = batch.block_table.device
-    query_start = _pad_rows(batch.query_start_loc[: batch.num_reqs + 1].to(torch.long), num_reqs + 1, fill_last=True)
-    seq_lens = _pad_rows(batch.seq_lens[: batch.num_reqs].to(torch.long), num_reqs, fill_last=False)
+    query_start = _pad_rows(batch.query_start_loc.to(torch.long), num_reqs + 1, fill_last=True)
+    seq_lens = _pad_rows(batch.seq_lens.to(torch.long), num_reqs, fill_last=False)
     query_lens = query_start[1:] - query_start[:-1]
     offsets = torch.arange(max_query, device=device)
     query_valid = offsets[None, :] < query_lens[:, None]
@@ -75,7 +81,7 @@ def _padded_requests(batch: AttentionBatch, block_size: int) -> tuple[TorchPaged
     query_pos = (seq_lens - query_lens)[:, None] + offsets[None, :]
 
     num_cols = max_context // block_size
-    block_table = batch.block_table[: batch.num_reqs, :num_cols].to(torch.long)
+    block_table = batch.block_table[:num_given, :num_cols].to(torch.long)
     block_table = _pad_rows(F.pad(block_table, (0, num_cols - block_table.shape[1])), num_reqs, fill_last=False)
     positions = torch.arange(max_context, device=device)
     key_valid = positions[None, :] < seq_lens[:, None]
@@ -96,7 +102,8 @@ def build_static_paged_metadata(batch: AttentionBatch, block_size: int) -> Stati
     padded, query_start, max_query = _padded_requests(batch, block_size)
     slots = batch.slot_mapping.to(torch.long)
     tokens = torch.arange(slots.shape[0], device=slots.device)
-    token_valid = tokens < batch.num_actual_tokens
+    # Real tokens are those of some request: before the last query end.
+    token_valid = tokens < query_start[-1]
     writes = (slots >= 0) & token_valid
     any_write = writes.any()
     first_write = torch.argmax(writes.to(torch.int32))

@@ -13,9 +13,10 @@ OCTAVO_PLUGIN_API_VERSION = "1.1"
 
 @hookimpl
 def octavo_platforms():
+    from octavo_example_accelerator.openvino_platform import ExampleOpenVinoPlatform
     from octavo_example_accelerator.platform import ExamplePlatform
 
-    return [ExamplePlatform]
+    return [ExamplePlatform, ExampleOpenVinoPlatform]
 
 
 @hookimpl
