@@ -29,6 +29,7 @@ def test_metrics_cover_the_documented_series(server, auth_headers, openai_client
         "octavo:kv_cache_free_blocks", "octavo:prefix_cache_hit_rate", "octavo:num_preemptions_total",
         "octavo:prompt_tokens_total", "octavo:generation_tokens_total", "octavo:time_to_first_token_seconds_count",
         "octavo:inter_token_latency_seconds_count", "octavo:e2e_request_latency_seconds_count", "octavo:engine_alive",
+        "octavo:compilations_total", "octavo:compilations_after_warmup_total",
     ):
         assert name in metrics, name
     assert metrics["octavo:generation_tokens_total"] >= 4
