@@ -114,6 +114,7 @@ def _merge(groups: list[ExpertGroup]) -> list[ExpertGroup]:
 def weight_inventory(model: nn.Module, linear_kind: Callable[[nn.Module], str], model_kind: str) -> WeightInventory:
     """Sort every parameter of ``model`` into its role (``linear_kind``: the
     matmul kind of a linear layer)."""
+    from octavo.models.layers.attention import KV_SCALE_NAMES
     from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
     from octavo.models.layers.linear import LinearBase
 
@@ -137,6 +138,10 @@ def weight_inventory(model: nn.Module, linear_kind: Callable[[nn.Module], str], 
         elif isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead):
             _own_params(module, seen)
             inventory.embedding_row_bytes = module.weight.shape[1] * module.weight.element_size()
+    # The attention layers' KV-cache scales go to the kernels as scalars once
+    # loaded (models/layers/attention.py); no step reads them from memory.
+    kv_scales = [p for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in KV_SCALE_NAMES]
+    seen.update(id(p) for p in kv_scales)
     inventory.other_bytes = _bytes(_own_params(model, seen, recurse=True))
     inventory.experts = _merge(groups)
     return inventory
