@@ -48,7 +48,7 @@ def instrument(engine) -> None:
     engine.executor.execute_model = timed("execute (all)", engine.executor.execute_model)
     runner.inputs.prepare = timed("  prepare inputs", runner.inputs.prepare)
     runner.run_model = timed("  model forward (eager)", runner.run_model)
-    runner.sampler = timed("  sample", runner.sampler)
+    runner.sampler.sample = timed("  sample", runner.sampler.sample)
     if runner.graphs is not None:
         runner.graphs.replay = timed("  graph replay", runner.graphs.replay)
     if runner.prefill_graphs is not None:

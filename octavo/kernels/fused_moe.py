@@ -96,6 +96,7 @@ class ExpertAlignment:
 
 ALIGN_KERNEL_MAX_SLOTS = 1024
 _ALIGN_BLOCK = 64
+_ALIGN_FILL_BLOCK = 1024
 
 
 def max_padded_slots(num_slots: int, num_experts: int, block_m: int) -> int:
@@ -105,10 +106,15 @@ def max_padded_slots(num_slots: int, num_experts: int, block_m: int) -> int:
 @triton.jit(do_not_specialize=["num_slots", "max_padded"])
 def _align_kernel(
     ids_ptr, sorted_slots_ptr, block_experts_ptr, num_slots, max_padded,
-    E_PAD: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+    E_PAD: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, FILL_BLOCK: tl.constexpr,
 ):
     """One program: count slots per expert, place each slot (stable), then
-    mark padding positions and every block's expert."""
+    mark padding positions and every block's expert. The three kinds of
+    position (real slots, an expert's padding, the spare tail) are disjoint,
+    so their stores need no ordering; only the slot pass compares against
+    every expert, the others are plain stores (decode at 128 experts pads
+    to ~2,000 positions, which a per-position expert search made the
+    slowest launch of the layer)."""
     experts = tl.arange(0, E_PAD)
     counts = tl.zeros([E_PAD], tl.int32)
     for start in range(0, num_slots, BLOCK):
@@ -128,16 +134,19 @@ def _align_kernel(
         dest = tl.sum(onehot * (earlier + seen[None, :] + starts[None, :]), axis=1)
         tl.store(sorted_slots_ptr + dest, offs, mask=ids >= 0)
         seen += tl.sum(onehot, axis=0)
-    for start in range(0, max_padded, BLOCK):
-        pos = start + tl.arange(0, BLOCK)
-        owner = tl.sum((ends[None, :] <= pos[:, None]).to(tl.int32), axis=1)
-        mine = (experts[None, :] == owner[:, None]).to(tl.int32)
-        offset = pos - tl.sum(mine * starts[None, :], axis=1)
-        in_use = pos < total
-        is_pad = ~in_use | (offset >= tl.sum(mine * counts[None, :], axis=1))
-        tl.store(sorted_slots_ptr + pos, num_slots, mask=is_pad & (pos < max_padded))
-        at_block = (pos % BLOCK_M == 0) & (pos < max_padded)
-        tl.store(block_experts_ptr + pos // BLOCK_M, tl.where(in_use, owner, -1), mask=at_block)
+    # Each expert's padding: fewer than BLOCK_M positions after its slots.
+    pad = starts[:, None] + counts[:, None] + tl.arange(0, BLOCK_M)[None, :]
+    tl.store(sorted_slots_ptr + pad, num_slots, mask=pad < ends[:, None])
+    # The spare tail past the last expert's run.
+    for start in range(0, max_padded, FILL_BLOCK):
+        pos = start + tl.arange(0, FILL_BLOCK)
+        tl.store(sorted_slots_ptr + pos, num_slots, mask=(pos >= total) & (pos < max_padded))
+    # Every block's expert: the one whose run holds the block's first position.
+    for start in range(0, max_padded // BLOCK_M, BLOCK):
+        blocks = start + tl.arange(0, BLOCK)
+        first = blocks * BLOCK_M
+        owner = tl.sum((ends[None, :] <= first[:, None]).to(tl.int32), axis=1)
+        tl.store(block_experts_ptr + blocks, tl.where(first < total, owner, -1), mask=first < max_padded)
 
 
 def align_to_experts(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> ExpertAlignment:
@@ -151,7 +160,8 @@ def align_to_experts(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> 
     ids = topk_ids.reshape(-1).to(torch.int32)
     _align_kernel[(1,)](
         ids, sorted_slots, block_experts, num_slots, max_padded,
-        E_PAD=max(16, triton.next_power_of_2(num_experts)), BLOCK=_ALIGN_BLOCK, BLOCK_M=block_m, num_warps=4,
+        E_PAD=max(16, triton.next_power_of_2(num_experts)), BLOCK=_ALIGN_BLOCK, BLOCK_M=block_m,
+        FILL_BLOCK=_ALIGN_FILL_BLOCK, num_warps=4,
     )
     return ExpertAlignment(sorted_slots, block_experts)
 
@@ -165,7 +175,9 @@ def align_to_experts_torch(topk_ids: torch.Tensor, num_experts: int, block_m: in
     counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=device)
     counts.scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
-    padded[num_experts] = 0
+    # The skipped-slot bucket takes no room. A mask, not ``padded[E] = 0``: that
+    # copies a host scalar, which CUDA graph capture refuses.
+    padded = padded * (torch.arange(num_experts + 1, device=device) < num_experts)
     ends = torch.cumsum(padded, 0)
     starts = ends - padded
     order = torch.argsort(flat, stable=True)

@@ -82,8 +82,8 @@ def test_experts_on_other_ranks_add_nothing(device):
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_alignment_groups_every_slot_once():
-    ids = torch.tensor([[3, 0], [3, 1], [0, -1], [3, 3]], dtype=torch.int32)
+def test_alignment_groups_every_slot_once(device):
+    ids = torch.tensor([[3, 0], [3, 1], [0, -1], [3, 3]], dtype=torch.int32, device=device)
     align = align_to_experts(ids, num_experts=4, block_m=4)
     num_slots = ids.numel()
     slots, experts = align.sorted_slots.tolist(), align.block_experts.tolist()
@@ -132,10 +132,34 @@ def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens):
     inputs = make_inputs(num_tokens, num_experts, top_k, hidden, inter, torch.bfloat16, torch.device("cuda"))
     x, w13, w2, weights, ids = inputs
     out = fused_moe(x, w13, w2, weights, ids)
-    expected = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, "silu").to(torch.bfloat16)
-    torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)
+    expected = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, "silu")
+    # Outputs reach ~500 at these widths and the kernel rounds the activation
+    # to bf16 as the bf16 reference does (~0.4% per element): compared by the
+    # error's norm. One wrong expert or slot would be an error of order 1.
+    relative_error = (out.float() - expected).norm() / expected.norm()
+    assert relative_error < 1e-2, relative_error
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRETING or not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("num_tokens", [1, 4096], ids=["align-kernel", "align-torch-sort"])
+def test_captured_in_a_cuda_graph(num_tokens):
+    # The engine captures decode and prefill steps in CUDA graphs: both
+    # alignment paths (the one-block kernel and the sort past its slot limit)
+    # must capture, and the replay must match an eager call on new inputs.
+    x, w13, w2, weights, ids = make_inputs(num_tokens, 128, 8, 256, 128, torch.bfloat16, torch.device("cuda"))
+    fused_moe(x, w13, w2, weights, ids)  # compile the kernels outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_moe(x, w13, w2, weights, ids)
+    fresh = make_inputs(num_tokens, 128, 8, 256, 128, torch.bfloat16, torch.device("cuda"), seed=5)
+    for buffer, value in zip((x, weights, ids), (fresh[0], fresh[3], fresh[4])):
+        buffer.copy_(value)
+    graph.replay()
+    torch.testing.assert_close(out, fused_moe(x, w13, w2, weights, ids), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="runs the Triton kernels on the CPU through the interpreter")
 def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
     """The built-in plugin offers both kernels for CUDA; run through the
     conformance kit's op check (the vendor's check) on the CPU, they match
