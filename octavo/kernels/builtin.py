@@ -122,6 +122,11 @@ def builtin_layer_ops() -> list[OpImpl]:
     impls += _quant_impls() + [
         OpImpl("rms_norm", "triton", "octavo.kernels.rms_norm:rms_norm", device_types=CUDA),
         OpImpl("fused_add_rms_norm", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm", device_types=CUDA),
+        OpImpl("rms_norm_f32_scale", "triton", "octavo.kernels.rms_norm:rms_norm_f32_scale", device_types=CUDA),
+        OpImpl(
+            "fused_add_rms_norm_f32_scale", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm_f32_scale",
+            device_types=CUDA,
+        ),
         OpImpl("rotary_embedding", "triton", "octavo.kernels.rotary:apply_rotary", device_types=CUDA),
         OpImpl("rotary_and_cache", "triton", "octavo.kernels.rotary:rotary_and_cache", device_types=CUDA),
         OpImpl("silu_and_mul", "triton", "octavo.kernels.activation:silu_and_mul", device_types=CUDA),

@@ -28,9 +28,9 @@ from octavo.kernels.triton_utils import next_power_of_2
 
 @triton.jit
 def _rms_norm_kernel(
-    out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, eps,
+    out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, eps, weight_offset,
     inner, stride_x0, stride_x1, stride_r0, stride_r1,
-    HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SCALE_F32: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     outer_index, inner_index = row // inner, row % inner
@@ -46,9 +46,12 @@ def _rms_norm_kernel(
         tl.store(sum_ptr + row * HIDDEN + cols, x, mask=mask)
     x32 = x.to(tl.float32)
     variance = tl.sum(x32 * x32, 0) / HIDDEN
-    normed = (x32 * tl.rsqrt(variance + eps)).to(in_dtype)
+    normed = x32 * tl.rsqrt(variance + eps)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
-    out = weight.to(tl.float32) * normed.to(tl.float32)
+    if SCALE_F32:  # Gemma / OLMo 2: scale before rounding, by offset + weight
+        out = normed * (weight_offset + weight.to(tl.float32))
+    else:  # Llama: round, then scale
+        out = weight.to(tl.float32) * normed.to(in_dtype).to(tl.float32)
     tl.store(out_ptr + row * HIDDEN + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -63,9 +66,13 @@ def _as_rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int]:
     return x, x.shape[0], x.shape[1], x.stride(0), x.stride(1)
 
 
-def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
+def _launch(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, weight_offset: float | None = None
+):
+    """``weight_offset`` None: the Llama rounding (``rms_norm``); a number: ``rms_norm_f32_scale``."""
     hidden = x.shape[-1]
-    out = torch.empty(x.shape, dtype=torch.result_type(weight, x), device=x.device)
+    out_dtype = torch.result_type(weight, x) if weight_offset is None else x.dtype
+    out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     summed = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else out
     x_rows, outer, inner, stride_x0, stride_x1 = _as_rows(x)
     if residual is not None:
@@ -77,9 +84,9 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
         return out, summed
     block = next_power_of_2(hidden)
     _rms_norm_kernel[(num_rows,)](
-        out, summed, x_rows, residual_rows, weight, eps,
+        out, summed, x_rows, residual_rows, weight, eps, float(weight_offset or 0.0),
         inner, stride_x0, stride_x1, stride_r0, stride_r1,
-        HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None,
+        HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, SCALE_F32=weight_offset is not None,
         num_warps=min(16, max(1, block // 256)),
     )
     return out, summed
@@ -95,3 +102,17 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     if residual.shape != x.shape:
         raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
     return _launch(x, residual, weight, eps)
+
+
+def rms_norm_f32_scale(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:
+    """The ``rms_norm_f32_scale`` layer op: ``norm(x) * (weight_offset + weight)`` in float32, rounded once."""
+    return _launch(x, None, weight, eps, weight_offset)[0]
+
+
+def fused_add_rms_norm_f32_scale(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float
+):
+    """The ``fused_add_rms_norm_f32_scale`` layer op: ``(rms_norm_f32_scale(x + residual), x + residual)``."""
+    if residual.shape != x.shape:
+        raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
+    return _launch(x, residual, weight, eps, weight_offset)

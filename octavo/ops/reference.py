@@ -49,6 +49,26 @@ def fused_add_rms_norm(
     return rms_norm(summed, weight, eps), summed
 
 
+def rms_norm_f32_scale(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:
+    """RMSNorm scaled in float32 before rounding (Gemma, OLMo 2, as Hugging Face rounds them).
+
+    ``x`` as for ``rms_norm``; normalise in float32, multiply by
+    ``weight_offset + weight`` in float32 (Gemma stores the scale minus one:
+    offset 1.0; OLMo 2: 0.0), then round to ``x.dtype``.
+    """
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (x32 * (weight_offset + weight.to(torch.float32))).to(x.dtype)
+
+
+def fused_add_rms_norm_f32_scale(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm_f32_scale(x + residual), x + residual)``, the sum rounded to the dtype."""
+    summed = x + residual
+    return rms_norm_f32_scale(summed, weight, eps, weight_offset), summed
+
+
 def rotary_embedding(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

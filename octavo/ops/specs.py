@@ -92,6 +92,11 @@ def _compose_linear_silu_and_mul(ops: dict[str, Callable]) -> Callable:
 _SPECS = (
     OpSpec("rms_norm", reference.rms_norm, ELEMENTWISE, "RMSNorm"),
     OpSpec("fused_add_rms_norm", reference.fused_add_rms_norm, ELEMENTWISE, "residual add, then RMSNorm"),
+    OpSpec("rms_norm_f32_scale", reference.rms_norm_f32_scale, ELEMENTWISE, "RMSNorm scaled in float32 (Gemma, OLMo 2)"),
+    OpSpec(
+        "fused_add_rms_norm_f32_scale", reference.fused_add_rms_norm_f32_scale, ELEMENTWISE,
+        "residual add, then RMSNorm scaled in float32",
+    ),
     OpSpec(
         "rotary_embedding", reference.rotary_embedding, ELEMENTWISE, "rotary embedding (rotate half) of q and k",
         may_modify=("query", "key"),

@@ -73,6 +73,8 @@ class LayerOps:
 
     rms_norm: Callable
     fused_add_rms_norm: Callable
+    rms_norm_f32_scale: Callable
+    fused_add_rms_norm_f32_scale: Callable
     rotary_embedding: Callable
     rotary_and_cache: Callable
     silu_and_mul: Callable

@@ -119,7 +119,10 @@ def test_conformance_kit_passes_octavo_kernels_and_the_fused_rotary_path(sandbox
     from octavo.testing.conformance.ops import check_ops
     from tests.kernels.triton_on_cpu import add_triton_on_cpu
 
-    elementwise = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear")
+    elementwise = (
+        "rms_norm", "fused_add_rms_norm", "rms_norm_f32_scale", "fused_add_rms_norm_f32_scale",
+        "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear",
+    )
     add_triton_on_cpu(sandbox, ops=elementwise)
     monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec))
     ctx = make_context(CpuPlatform(), tmp_path)

@@ -55,6 +55,15 @@ def _fused_add_case(tokens: int, hidden: int) -> OpCase:
     return OpCase(f"{tokens} tokens x {hidden}", tokens, make)
 
 
+def _with_offset(case: OpCase, weight_offset: float) -> OpCase:
+    """A norm case for the ``*_f32_scale`` ops: the same inputs plus ``weight_offset``."""
+
+    def make(dtype, device, gen):
+        return (*case.make(dtype, device, gen), weight_offset)
+
+    return OpCase(f"{case.label}, offset {weight_offset:g}", case.num_tokens, make)
+
+
 def cos_sin_table(head_size: int, max_position: int) -> torch.Tensor:
     """A rotary cos/sin table (base 10000) as ``RotaryEmbedding`` builds it."""
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_size, 2, dtype=torch.float32) / head_size))
@@ -175,6 +184,9 @@ def _tokens_grid(make_case, *args) -> list[OpCase]:
 OP_CASES: dict[str, list[OpCase]] = {
     "rms_norm": [_norm_case(1, 64), _norm_case(3, 96), _norm_case(17, 256), _norm_case(5, 32, heads=4)],
     "fused_add_rms_norm": _tokens_grid(_fused_add_case, 96),
+    "rms_norm_f32_scale": [_with_offset(_norm_case(1, 64), 1.0), _with_offset(_norm_case(17, 256), 0.0),
+                           _with_offset(_norm_case(5, 32, heads=4), 1.0)],
+    "fused_add_rms_norm_f32_scale": [_with_offset(case, 1.0) for case in _tokens_grid(_fused_add_case, 96)],
     "rotary_embedding": [_rotary_case(1, 4, 2, 32), _rotary_case(3, 8, 1, 64), _rotary_case(17, 4, 4, 128)],
     "rotary_and_cache": [_rotary_cache_case(1, 4, 2, 32), _rotary_cache_case(3, 8, 1, 64), _rotary_cache_case(17, 4, 4, 128)],
     "silu_and_mul": _tokens_grid(_gated_case, 300),
