@@ -25,9 +25,19 @@ family_step() {  # $1 step prefix, $2 model flags, $3 which figure
     *) echo "unknown figure $3 (lat1, ttft512, ttft2048, tput)";;
   esac
 }
+# A step's engine process can outlive its command by seconds while it frees
+# its memory (seen after a compiled-HF run: the next step ran out of memory):
+# wait until no process holds the GPU, for at most a minute.
+wait_gpu_idle() {
+  command -v nvidia-smi > /dev/null || return 0
+  for _ in $(seq 60); do
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return 0; sleep 1
+  done
+  echo "GPU still in use by: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
+}
 run_step() {
   local name=$1 limit=$2; shift 2
-  echo "=== $name"; local start=$SECONDS
+  wait_gpu_idle; echo "=== $name"; local start=$SECONDS
   timeout "$limit" "$@" > "$O/$name.log" 2>&1; local rc=$?
   echo "rc=$rc $((SECONDS - start))s"; grep -v -E "it/s\]|run/s\]|prompt/s\]|request/s\]|s/it\]|s/run\]" "$O/$name.log" | tail -n "${TAIL:-14}"
 }
