@@ -39,10 +39,17 @@ NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
 LLAMA_CLASSES = frozenset({"LlamaTokenizer", "LlamaTokenizerFast"})
 
-# transformers routes these model types to Mistral's own tokenizer or patches
-# their pre-tokenizer's regex.
-MISTRAL_MODEL_TYPES = frozenset(
-    {"mistral", "mistral3", "mixtral", "ministral", "ministral3", "pixtral", "voxtral", "mistral_large4"}
+# Model types (config.json) for which AutoTokenizer keeps the class that
+# tokenizer_config.json names: none is registered for them, or the generic
+# one, or a model-specific one that the names in the file win over. Others are
+# routed elsewhere (qwen2 to Qwen2Tokenizer, which rebuilds the pipeline;
+# Mistral's to its own tokenizer and regex patches). A test checks this
+# against transformers' own tables.
+MODEL_TYPES = frozenset(
+    {
+        "llama", "granite", "granitemoe", "olmo2", "olmoe", "phi3", "deepseek_v2", "deepseek_v3",
+        "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+    }
 )
 
 # tokenizer_config.json keys whose effect is mirrored (or which have none on
@@ -163,8 +170,8 @@ def _check_model_config(path: Path) -> None:
     if not path.is_file():
         raise Unsupported("no config.json (AutoTokenizer's routing depends on it)")
     config = _read_json(path)
-    if config.get("model_type") in MISTRAL_MODEL_TYPES:
-        raise Unsupported(f"model type {config.get('model_type')!r} has its own tokenizer rules")
+    if config.get("model_type") not in MODEL_TYPES:
+        raise Unsupported(f"AutoTokenizer may choose another class for model type {config.get('model_type')!r}")
     for key in ("auto_map", "tokenizer_class", "_name_or_path"):
         if key in config:
             raise Unsupported(f"config.json sets {key}")
