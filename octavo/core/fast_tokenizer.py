@@ -27,14 +27,22 @@ _CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
              (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
+# apply_chat_template's parameters for tokenizing the text, which transformers
+# keeps out of the template's variables (the fast path renders text only).
+_TOKENIZING_OPTIONS = frozenset({
+    "sanitize_control_tokens", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs",
+})
+
+
 class FastTokenizer:
     is_fast = True
 
     def __init__(self, files: TokenizerFiles) -> None:
-        from tokenizers import Tokenizer, processors
+        from tokenizers import processors
 
         self._files = files
-        self._tokenizer = Tokenizer.from_file(str(files.tokenizer_json))
+        self._tokenizer = files.backend
         if files.add_empty_post_processor:
             # transformers' update_post_processor without BOS or EOS: pairs get type id 1.
             self._tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
@@ -139,7 +147,7 @@ class FastTokenizer:
             return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in token_ids]
         text = self._tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
         clean_up = self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces
-        if clean_up and self._files.options.get("model_type") != "BPE":
+        if clean_up and self._files.model_type != "BPE":
             for old, new in _CLEAN_UP:
                 text = text.replace(old, new)
         return text
@@ -160,7 +168,7 @@ class FastTokenizer:
                             continue_final_message: bool | str = False, tokenize: bool = True, **kwargs: Any) -> Any:
         template = self.get_chat_template(chat_template, tools)
         batched = bool(conversation) and isinstance(conversation[0], (list, tuple))
-        if tokenize or batched or not isinstance(template, str):
+        if tokenize or batched or not isinstance(template, str) or _TOKENIZING_OPTIONS.intersection(kwargs):
             return self._delegated_chat(conversation, tools, documents, chat_template, add_generation_prompt, continue_final_message, tokenize, kwargs)
         try:
             return render_chat(template, conversation, self._files.special_tokens, tools=tools, documents=documents,

@@ -27,7 +27,7 @@ Invariants (what an accepted ``TokenizerFiles`` promises):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ class Unsupported(Exception):
 @dataclass(frozen=True)
 class TokenizerFiles:
     directory: Path
-    tokenizer_json: Path
+    backend: Any  # the tokenizers.Tokenizer read from tokenizer.json
     special_tokens: dict[str, str]  # named special tokens, as transformers' special_tokens_map
     extra_special_tokens: tuple[str, ...]
     chat_template: str | None
@@ -105,7 +105,7 @@ class TokenizerFiles:
     padding_side: str
     truncation_side: str
     add_empty_post_processor: bool  # transformers sets "$A:0 / $A:0 $B:1" where the file has none
-    options: dict[str, Any] = field(default_factory=dict)
+    model_type: str  # the backend's model (BPE, Unigram, WordPiece, ...)
 
 
 def transformers_major() -> int | None:
@@ -134,15 +134,17 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     _check_model_config(directory / "config.json")
     if config.get("split_special_tokens") or config.get("use_default_system_prompt"):
         raise Unsupported("split_special_tokens or use_default_system_prompt is set")
-    backend = _read_json(tokenizer_json)
-    _check_class(config, backend)
-    if backend.get("truncation") is not None or backend.get("padding") is not None:
-        raise Unsupported("tokenizer.json declares truncation or padding")
+    if config.get("tokenizer_class") not in GENERIC_CLASSES | LLAMA_CLASSES:
+        raise Unsupported(f"tokenizer class {config.get('tokenizer_class')!r}")
     special, extra = _special_tokens(directory, config)
+    backend = _read_backend(tokenizer_json)
+    _check_class(config, backend)
+    if backend.truncation is not None or backend.padding is not None:
+        raise Unsupported("tokenizer.json declares truncation or padding")
     _check_added_tokens(backend, config, special, extra)
     return TokenizerFiles(
         directory=directory,
-        tokenizer_json=tokenizer_json,
+        backend=backend,
         special_tokens=special,
         extra_special_tokens=extra,
         chat_template=_chat_template(directory, config),
@@ -150,9 +152,23 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         model_max_length=config.get("model_max_length"),
         padding_side=config.get("padding_side", "left" if config.get("tokenizer_class") in LLAMA_CLASSES else "right"),
         truncation_side=config.get("truncation_side", "right"),
-        add_empty_post_processor=backend.get("post_processor") is None,
-        options={"model_type": backend.get("model", {}).get("type")},
+        add_empty_post_processor=backend.post_processor is None,
+        model_type=type(backend.model).__name__,
     )
+
+
+def _read_backend(path: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library's own errors: transformers will say more
+        raise Unsupported(f"tokenizers cannot read tokenizer.json: {exc}") from None
+
+
+def _component(value: Any) -> Any:
+    """A pipeline component as its JSON (None where the file has none)."""
+    return None if value is None else json.loads(value.__getstate__())
 
 
 def _read_json(path: Path) -> dict:
@@ -184,9 +200,10 @@ def _check_class(config: dict, backend: dict) -> None:
     if name in LLAMA_CLASSES:
         if config.get("legacy", False) or config.get("add_prefix_space") not in (None, True):
             raise Unsupported("LlamaTokenizer with legacy spacing or without a prefix space")
-        pipeline = {key: backend.get(key) for key in _LLAMA_PIPELINE}
-        model = {key: value for key, value in backend.get("model", {}).items() if key not in ("vocab", "merges")}
-        if pipeline != _LLAMA_PIPELINE or model != _LLAMA_MODEL:
+        pipeline = {key: _component(getattr(backend, key)) for key in _LLAMA_PIPELINE}
+        model = backend.model
+        fields = {key: getattr(model, key, None) for key in _LLAMA_MODEL if key != "type"}
+        if pipeline != _LLAMA_PIPELINE or {"type": type(model).__name__, **fields} != _LLAMA_MODEL:
             raise Unsupported("tokenizer.json differs from the pipeline transformers' LlamaTokenizer rebuilds")
         return
     raise Unsupported(f"tokenizer class {name!r}")
@@ -215,19 +232,22 @@ def _special_tokens(directory: Path, config: dict) -> tuple[dict[str, str], tupl
     return named, tuple(_token_text(token, "extra_special_tokens") for token in extra)
 
 
-def _check_added_tokens(backend: dict, config: dict, special: dict[str, str], extra: tuple[str, ...]) -> None:
-    added = {token["content"]: token for token in backend.get("added_tokens", [])}
+_FLAGS = ("content", "lstrip", "rstrip", "single_word", "normalized", "special")
+
+
+def _check_added_tokens(backend: Any, config: dict, special: dict[str, str], extra: tuple[str, ...]) -> None:
+    by_id = {index: {flag: getattr(token, flag) for flag in _FLAGS} for index, token in backend.get_added_tokens_decoder().items()}
+    added = {token["content"]: token for token in by_id.values()}
     for token in [*special.values(), *extra]:
         entry = added.get(token)
-        if entry is None or not entry.get("special") or entry.get("normalized"):
+        if entry is None or not entry["special"] or entry["normalized"]:
             raise Unsupported(f"special token {token!r} is not a special, unnormalized added token of tokenizer.json")
-    by_id = {token["id"]: token for token in backend.get("added_tokens", [])}
     for index, wanted in (config.get("added_tokens_decoder") or {}).items():
         have = by_id.get(int(index))
         if not isinstance(wanted, dict) or have is None:
             raise Unsupported(f"added_tokens_decoder entry {index} is not in tokenizer.json")
-        for flag in ("content", "lstrip", "rstrip", "single_word", "normalized", "special"):
-            if wanted.get(flag, have.get(flag)) != have.get(flag):
+        for flag in _FLAGS:
+            if wanted.get(flag, have[flag]) != have[flag]:
                 raise Unsupported(f"added_tokens_decoder entry {index} differs from tokenizer.json on {flag}")
 
 

@@ -207,6 +207,10 @@ def test_calls_it_does_not_mirror_go_to_transformers(pair):
         CONVERSATIONS[0], chat_template=LLAMA2_STYLE_TEMPLATE
     )
     assert fast.tokenize("Hello world") == hf.tokenize("Hello world")  # an attribute it lacks
+    # apply_chat_template's tokenizing options are transformers' parameters, not template variables.
+    assert fast.apply_chat_template(CONVERSATIONS[0], chat_template=FEATURES_TEMPLATE, tokenize=False, return_dict=True) == (
+        hf.apply_chat_template(CONVERSATIONS[0], chat_template=FEATURES_TEMPLATE, tokenize=False, return_dict=True)
+    )
     assert transformers_tokenizer(fast) is fast._delegate and transformers_tokenizer(hf) is hf
 
 
