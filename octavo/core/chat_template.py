@@ -105,7 +105,9 @@ def compile_template(source: str):
         def fromkeys(self, *args, **kwargs):
             return dict.fromkeys(*args, **kwargs)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals.update(
         raise_exception=raise_exception,
@@ -155,7 +157,9 @@ def _tag_final_message(template: str, messages: list[dict], which: bool | str) -
     if field in REASONING_FIELDS:
         fields = [name for name in REASONING_FIELDS if messages[-1].get(name) == final]
     if not any(name in template for name in fields):
-        raise ValueError(f'continue_final_message is set to "{field}" but this is not an accepted field in the chat_template')
+        raise ValueError(
+            f'continue_final_message is set to "{field}" but this is not an accepted field in the chat_template'
+        )
     if not isinstance(final, str):
         raise UnsupportedChatInput("continuing a message made of content blocks")
     for name in fields:
@@ -166,7 +170,10 @@ def _tag_final_message(template: str, messages: list[dict], which: bool | str) -
 def _cut_at_tag(text: str, final: str) -> str:
     tag = _CONTINUE_TAG.strip()
     if final.strip() not in text or tag not in text:
-        raise ValueError("continue_final_message is set but the final message does not appear in the chat after applying the chat template!")
+        raise ValueError(
+            "continue_final_message is set but the final message does not appear in the chat after applying the "
+            "chat template!"
+        )
     at = text.rindex(tag)
     if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
         return text[:at]

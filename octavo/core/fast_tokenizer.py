@@ -45,7 +45,9 @@ class FastTokenizer:
         self._tokenizer = files.backend
         if files.add_empty_post_processor:
             # transformers' update_post_processor without BOS or EOS: pairs get type id 1.
-            self._tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
+            self._tokenizer.post_processor = processors.TemplateProcessing(
+                single="$A:0", pair="$A:0 $B:1", special_tokens=[]
+            )
         self.chat_template = files.chat_template
         self.name_or_path = str(files.directory)
         self.model_max_length = files.model_max_length
@@ -136,9 +138,15 @@ class FastTokenizer:
             return self.transformers_tokenizer().encode(text, add_special_tokens=add_special_tokens, **kwargs)
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def decode(self, token_ids: Any, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None, **kwargs: Any) -> str | list[str]:
+    def decode(
+        self, token_ids: Any, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None,
+        **kwargs: Any,
+    ) -> str | list[str]:
         if kwargs:
-            return self.transformers_tokenizer().decode(token_ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces, **kwargs)
+            return self.transformers_tokenizer().decode(
+                token_ids, skip_special_tokens=skip_special_tokens,
+                clean_up_tokenization_spaces=clean_up_tokenization_spaces, **kwargs,
+            )
         if hasattr(token_ids, "tolist"):
             token_ids = token_ids.tolist()
         if isinstance(token_ids, int):
@@ -146,8 +154,9 @@ class FastTokenizer:
         if token_ids and isinstance(token_ids[0], (list, tuple)):
             return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in token_ids]
         text = self._tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
-        clean_up = self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces
-        if clean_up and self._files.model_type != "BPE":
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        if clean_up_tokenization_spaces and self._files.model_type != "BPE":
             for old, new in _CLEAN_UP:
                 text = text.replace(old, new)
         return text
@@ -163,23 +172,24 @@ class FastTokenizer:
             raise ValueError("Cannot use chat template functions because tokenizer.chat_template is not set")
         return template
 
-    def apply_chat_template(self, conversation: list, tools: list | None = None, documents: list | None = None,
-                            chat_template: str | None = None, add_generation_prompt: bool = False,
-                            continue_final_message: bool | str = False, tokenize: bool = True, **kwargs: Any) -> Any:
+    def apply_chat_template(
+        self, conversation: list, tools: list | None = None, documents: list | None = None,
+        chat_template: str | None = None, add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False, tokenize: bool = True, **kwargs: Any,
+    ) -> Any:
         template = self.get_chat_template(chat_template, tools)
+        options = dict(
+            tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, **kwargs,
+        )
         batched = bool(conversation) and isinstance(conversation[0], (list, tuple))
-        if tokenize or batched or not isinstance(template, str) or _TOKENIZING_OPTIONS.intersection(kwargs):
-            return self._delegated_chat(conversation, tools, documents, chat_template, add_generation_prompt, continue_final_message, tokenize, kwargs)
-        try:
-            return render_chat(template, conversation, self._files.special_tokens, tools=tools, documents=documents,
-                               add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message, **kwargs)
-        except UnsupportedChatInput:
-            return self._delegated_chat(conversation, tools, documents, chat_template, add_generation_prompt, continue_final_message, tokenize, kwargs)
-
-    def _delegated_chat(self, conversation, tools, documents, chat_template, add_generation_prompt, continue_final_message, tokenize, kwargs):
+        if not (tokenize or batched or _TOKENIZING_OPTIONS.intersection(kwargs)):
+            try:
+                return render_chat(template, conversation, self._files.special_tokens, **options)
+            except UnsupportedChatInput:
+                pass
         return self.transformers_tokenizer().apply_chat_template(
-            conversation, tools=tools, documents=documents, chat_template=chat_template,
-            add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message, tokenize=tokenize, **kwargs,
+            conversation, chat_template=chat_template, tokenize=tokenize, **options
         )
 
     # ---------------------------------------------------------- everything else
@@ -190,7 +200,10 @@ class FastTokenizer:
             if self._delegate is None:
                 from octavo.core.tokenizer import load_transformers_tokenizer
 
-                logger.info("loading transformers' tokenizer for %s (a call the fast tokenizer does not mirror)", self.name_or_path)
+                logger.info(
+                    "loading transformers' tokenizer for %s (a call the fast tokenizer does not mirror)",
+                    self.name_or_path,
+                )
                 self._delegate = load_transformers_tokenizer(self._files.directory)
             self._delegate.chat_template = self.chat_template
             return self._delegate

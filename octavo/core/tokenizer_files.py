@@ -236,7 +236,10 @@ _FLAGS = ("content", "lstrip", "rstrip", "single_word", "normalized", "special")
 
 
 def _check_added_tokens(backend: Any, config: dict, special: dict[str, str], extra: tuple[str, ...]) -> None:
-    by_id = {index: {flag: getattr(token, flag) for flag in _FLAGS} for index, token in backend.get_added_tokens_decoder().items()}
+    by_id = {
+        index: {flag: getattr(token, flag) for flag in _FLAGS}
+        for index, token in backend.get_added_tokens_decoder().items()
+    }
     added = {token["content"]: token for token in by_id.values()}
     for token in [*special.values(), *extra]:
         entry = added.get(token)

@@ -298,3 +298,41 @@ def test_legacy_llama_file_really_differs(tmp_path, llama2_tokenizer_dir):
 def test_fast_tokenizer_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("OCTAVO_FAST_TOKENIZER", "0")
     assert not isinstance(load_tokenizer(DEMO_MODEL_DIR), FastTokenizer)
+
+
+@pytest.mark.parametrize("changes", [{"add_bos_token": True, "add_eos_token": True}, {"clean_up_tokenization_spaces": True}])
+def test_config_options_match(tmp_path, tokenizer_dir, changes):
+    """transformers ignores add_bos_token and add_eos_token where tokenizer.json exists (its
+    post-processor decides), and skips the clean-up of spaces for BPE models."""
+    path = _checkpoint_like(tokenizer_dir, tmp_path / "options", **changes)
+    fast, hf = load_tokenizer(path), load_transformers_tokenizer(path)
+    assert isinstance(fast, FastTokenizer)
+    for text in TEXTS:
+        ids = hf.encode(text)
+        assert fast.encode(text) == ids and fast.decode(ids) == hf.decode(ids), text
+
+
+def test_wordpiece_clean_up_matches(tmp_path):
+    """The clean-up of spaces applies to non-BPE models (here WordPiece), as in transformers."""
+    from tokenizers import Tokenizer, decoders
+
+    from tests.models.pooling_checkpoints import build_wordpiece_tokenizer
+
+    src = build_wordpiece_tokenizer(tmp_path / "wordpiece")
+    backend = Tokenizer.from_file(str(src / "tokenizer.json"))
+    backend.add_special_tokens(["[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"])
+    backend.decoder = decoders.WordPiece(cleanup=False)  # so that transformers' own clean-up shows
+    backend.save(str(src / "tokenizer.json"))
+    decoded = set()
+    for clean_up in (True, False):
+        path = _checkpoint_like(src, tmp_path / f"clean{clean_up}", clean_up_tokenization_spaces=clean_up)
+        fast, hf = load_tokenizer(path), load_transformers_tokenizer(path)
+        assert isinstance(fast, FastTokenizer)
+        assert json.loads(fast.backend_tokenizer.to_str()) == json.loads(hf.backend_tokenizer.to_str())
+        for text in ["the cat , the dog . ok ? yes !", "The Cat.", ""]:
+            ids = hf.encode(text)
+            assert fast.encode(text) == ids
+            for skip in (True, False):
+                assert fast.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip), text
+        decoded.add(fast.decode(fast.encode("the cat , the dog .")))
+    assert len(decoded) == 2
