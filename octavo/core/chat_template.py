@@ -11,7 +11,7 @@ and offers ``raise_exception``, ``strftime_now``, a ``tojson`` that does not
 escape HTML, loop controls and the ``{% generation %}`` block.
 
 Only plain JSON-like values reach the template (dicts, lists, strings,
-numbers, booleans, None); anything else is refused with ``Unsupported`` so
+numbers, booleans, None); anything else is refused with ``UnsupportedChatInput`` so
 that the caller can hand the call to transformers.
 """
 
@@ -59,6 +59,10 @@ def compile_template(source: str):
     import jinja2
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    if tuple(int(part) for part in jinja2.__version__.split(".")[:3] if part.isdigit()) < (3, 1, 6):
+        # transformers refuses older versions (known sandbox escapes); so does this path
+        raise UnsupportedChatInput(f"jinja2 {jinja2.__version__} is older than 3.1.6")
 
     class GenerationBlock(jinja2.ext.Extension):
         """``{% generation %}...{% endgeneration %}`` renders its body (the

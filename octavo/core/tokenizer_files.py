@@ -182,9 +182,10 @@ def _read_json(path: Path) -> dict:
 
 
 def _check_model_config(path: Path) -> None:
-    """AutoTokenizer consults the model's config: remote code, Mistral routing, name patterns."""
+    """AutoTokenizer consults the model's config: remote code, routing by model type, name
+    patterns. A tokenizer directory without one keeps the class its files name."""
     if not path.is_file():
-        raise Unsupported("no config.json (AutoTokenizer's routing depends on it)")
+        return
     config = _read_json(path)
     if config.get("model_type") not in MODEL_TYPES:
         raise Unsupported(f"AutoTokenizer may choose another class for model type {config.get('model_type')!r}")

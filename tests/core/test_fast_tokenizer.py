@@ -75,12 +75,14 @@ def _checkpoint_like(src: Path, out: Path, model_type: str = "llama", **config_c
     return out
 
 
-@pytest.fixture(scope="module", params=["llama2", "demo", "byte_bpe"])
+@pytest.fixture(scope="module", params=["llama2", "llama2_alone", "demo", "byte_bpe"])
 def pair(request, tmp_path_factory, tokenizer_dir):
     out = tmp_path_factory.mktemp(request.param)
     if request.param == "llama2":
         src = request.getfixturevalue("llama2_tokenizer_dir")
         path = _checkpoint_like(src, out, chat_template=TOOL_CHAT_TEMPLATE.strip())
+    elif request.param == "llama2_alone":  # a tokenizer directory without config.json
+        path = request.getfixturevalue("llama2_tokenizer_dir")
     elif request.param == "demo":
         path = DEMO_MODEL_DIR
     else:
@@ -234,15 +236,13 @@ def _legacy_normalizer(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["no_config", "unknown_key", "other_class", "mistral", "qwen2", "legacy_llama", "missing_special", "truncation"]
+    "case", ["unknown_key", "other_class", "mistral", "qwen2", "legacy_llama", "missing_special", "truncation"]
 )
 def test_unusual_files_load_with_transformers(case, tmp_path, llama2_tokenizer_dir):
     model_type = case if case in ("mistral", "qwen2") else "llama"
     path = _checkpoint_like(llama2_tokenizer_dir, tmp_path / case, model_type=model_type)
     config = json.loads((path / "tokenizer_config.json").read_text())
-    if case == "no_config":
-        (path / "config.json").unlink()
-    elif case == "unknown_key":
+    if case == "unknown_key":
         config["some_new_option"] = True
     elif case == "other_class":
         config["tokenizer_class"] = "GPT2Tokenizer"
