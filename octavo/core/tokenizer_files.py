@@ -53,7 +53,9 @@ MODEL_TYPES = frozenset(
 )
 
 # tokenizer_config.json keys whose effect is mirrored (or which have none on
-# the loaded tokenizer's behaviour, like bookkeeping written by save_pretrained).
+# transformers 5's TokenizersBackend, like bookkeeping written by
+# save_pretrained). Keys that choose other files (fast_tokenizer_files,
+# tokenizer_file, vocab_file) are left out: transformers then decides.
 KNOWN_CONFIG_KEYS = frozenset(
     {
         *NAMED_SPECIAL_TOKENS,
@@ -63,8 +65,7 @@ KNOWN_CONFIG_KEYS = frozenset(
         "clean_up_tokenization_spaces", "model_max_length", "chat_template", "padding_side", "truncation_side",
         "model_input_names", "use_default_system_prompt", "legacy", "add_prefix_space", "backend", "is_local",
         "local_files_only", "name_or_path", "split_special_tokens", "errors", "sp_model_kwargs",
-        "spaces_between_special_tokens", "processor_class", "tokenizer_file", "vocab_file", "merges_file",
-        "do_lower_case", "fast_tokenizer_files",
+        "spaces_between_special_tokens", "processor_class", "do_lower_case",
     }
 )
 
@@ -89,6 +90,10 @@ _LLAMA_MODEL = {
 }
 
 
+# transformers' model_max_length where the config gives none.
+_NO_LENGTH_LIMIT = int(1e30)
+
+
 class Unsupported(Exception):
     """Why transformers must load this tokenizer (the fast path does not know the case)."""
 
@@ -101,7 +106,7 @@ class TokenizerFiles:
     extra_special_tokens: tuple[str, ...]
     chat_template: str | None
     clean_up_tokenization_spaces: bool
-    model_max_length: int | None
+    model_max_length: int
     padding_side: str
     truncation_side: str
     add_empty_post_processor: bool  # transformers sets "$A:0 / $A:0 $B:1" where the file has none
@@ -149,7 +154,7 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         extra_special_tokens=extra,
         chat_template=_chat_template(directory, config),
         clean_up_tokenization_spaces=bool(config.get("clean_up_tokenization_spaces", False)),
-        model_max_length=config.get("model_max_length"),
+        model_max_length=_NO_LENGTH_LIMIT if config.get("model_max_length") is None else config["model_max_length"],
         padding_side=config.get("padding_side", "left" if config.get("tokenizer_class") in LLAMA_CLASSES else "right"),
         truncation_side=config.get("truncation_side", "right"),
         add_empty_post_processor=backend.post_processor is None,
@@ -194,7 +199,7 @@ def _check_model_config(path: Path) -> None:
             raise Unsupported(f"config.json sets {key}")
 
 
-def _check_class(config: dict, backend: dict) -> None:
+def _check_class(config: dict, backend: Any) -> None:
     name = config.get("tokenizer_class")
     if name in GENERIC_CLASSES:
         return
@@ -227,7 +232,10 @@ def _special_tokens(directory: Path, config: dict) -> tuple[dict[str, str], tupl
                 raise Unsupported(f"special_tokens_map.json and tokenizer_config.json disagree on {key}")
             merged[key] = value
     named = {key: _token_text(merged[key], key) for key in NAMED_SPECIAL_TOKENS if merged.get(key) is not None}
-    extra = merged.get("extra_special_tokens") or merged.get("additional_special_tokens") or []
+    old_name, new_name = merged.get("additional_special_tokens"), merged.get("extra_special_tokens")
+    if old_name and new_name and old_name != new_name:
+        raise Unsupported("additional_special_tokens and extra_special_tokens differ")
+    extra = new_name or old_name or []
     if not isinstance(extra, list):
         raise Unsupported("extra_special_tokens is not a list")
     return named, tuple(_token_text(token, "extra_special_tokens") for token in extra)

@@ -300,13 +300,17 @@ def test_fast_tokenizer_can_be_turned_off(monkeypatch):
     assert not isinstance(load_tokenizer(DEMO_MODEL_DIR), FastTokenizer)
 
 
-@pytest.mark.parametrize("changes", [{"add_bos_token": True, "add_eos_token": True}, {"clean_up_tokenization_spaces": True}])
+@pytest.mark.parametrize(
+    "changes",
+    [{"add_bos_token": True, "add_eos_token": True}, {"clean_up_tokenization_spaces": True}, {"model_max_length": None}],
+)
 def test_config_options_match(tmp_path, tokenizer_dir, changes):
     """transformers ignores add_bos_token and add_eos_token where tokenizer.json exists (its
     post-processor decides), and skips the clean-up of spaces for BPE models."""
     path = _checkpoint_like(tokenizer_dir, tmp_path / "options", **changes)
     fast, hf = load_tokenizer(path), load_transformers_tokenizer(path)
     assert isinstance(fast, FastTokenizer)
+    assert fast.model_max_length == hf.model_max_length
     for text in TEXTS:
         ids = hf.encode(text)
         assert fast.encode(text) == ids and fast.decode(ids) == hf.decode(ids), text
