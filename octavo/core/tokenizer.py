@@ -1,29 +1,71 @@
 """Tokenizer loading and the few operations the engine needs.
 
 Tokenizers come from Hugging Face (``tokenizer.json`` and its config); no
-remote code is ever executed. Incremental decoding uses the ``tokenizers``
-library's ``DecodeStream`` when the tokenizer is backed by it.
+remote code is ever executed. Where ``octavo.core.tokenizer_files`` knows the
+files give the same tokenizer as transformers, the ``tokenizers`` library
+reads them (``FastTokenizer``: a quarter of a second instead of seconds of
+importing transformers); anything else is loaded by transformers'
+``AutoTokenizer``. ``OCTAVO_FAST_TOKENIZER=0`` always uses transformers.
+Incremental decoding uses the ``tokenizers`` library's ``DecodeStream`` when
+the tokenizer is backed by it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from octavo.errors import ModelLoadError
 
+logger = logging.getLogger(__name__)
+
 
 def load_tokenizer(path: str | Path, chat_template: str | None = None) -> Any:
     """Load the Hugging Face tokenizer stored in ``path`` (offline, no remote code)."""
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
-    except Exception as exc:  # transformers raises many kinds of errors
-        raise ModelLoadError(f"could not load a tokenizer from {path}: {exc}") from exc
+    tokenizer = _fast_tokenizer(Path(path)) if os.environ.get("OCTAVO_FAST_TOKENIZER", "1") != "0" else None
+    if tokenizer is None:
+        tokenizer = load_transformers_tokenizer(path)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     return tokenizer
+
+
+def _fast_tokenizer(path: Path) -> Any | None:
+    from octavo.core.tokenizer_files import Unsupported, read_tokenizer_files
+
+    if not path.is_dir():
+        return None
+    try:
+        files = read_tokenizer_files(path)
+    except Unsupported as reason:
+        logger.info("tokenizer in %s: loading it with transformers (%s)", path, reason)
+        return None
+    from octavo.core.fast_tokenizer import FastTokenizer
+
+    try:
+        return FastTokenizer(files)
+    except Exception as exc:  # a tokenizer.json the library refuses: transformers says why
+        logger.info("tokenizer in %s: loading it with transformers (tokenizers: %s)", path, exc)
+        return None
+
+
+def load_transformers_tokenizer(path: str | Path) -> Any:
+    """transformers' ``AutoTokenizer`` for ``path`` (offline, no remote code)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds of errors
+        raise ModelLoadError(f"could not load a tokenizer from {path}: {exc}") from exc
+
+
+def transformers_tokenizer(tokenizer: Any) -> Any:
+    """The transformers tokenizer behind ``tokenizer`` (for libraries that need
+    one, like xgrammar): a ``FastTokenizer`` loads it, any other is one."""
+    loader = getattr(type(tokenizer), "transformers_tokenizer", None)
+    return loader(tokenizer) if loader is not None else tokenizer
 
 
 def fast_backend(tokenizer: Any) -> Any | None:

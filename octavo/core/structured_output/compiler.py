@@ -105,8 +105,11 @@ class GrammarCompiler:
         """xgrammar's compiler for this tokenizer (reading the vocabulary takes a while)."""
         import xgrammar as xgr
 
+        from octavo.core.tokenizer import transformers_tokenizer
+
+        # xgrammar reads a transformers tokenizer's class and vocabulary.
         info = xgr.TokenizerInfo.from_huggingface(
-            self._tokenizer, vocab_size=self.vocab_size, stop_token_ids=self._stop_token_ids or None
+            transformers_tokenizer(self._tokenizer), vocab_size=self.vocab_size, stop_token_ids=self._stop_token_ids or None
         )
         self._xgr_compiler = xgr.GrammarCompiler(info, max_threads=min(8, os.cpu_count() or 1), cache_enabled=False)
         return self._xgr_compiler
