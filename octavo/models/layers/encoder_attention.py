@@ -55,9 +55,8 @@ def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttent
     attending to its own sequence."""
     num_tokens = qkv.shape[0]
     head_size = qkv.shape[1] // (3 * num_heads)
-    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size].
-    # (index_select over one flat index: on the CPU a few times faster than
-    # advanced indexing, the same rows.)
+    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size]
+    # (index_select over one flat index each way: the plainest gather torch has).
     grid = qkv.index_select(0, metadata.grid_index)
     grid = grid.view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
     query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
