@@ -14,7 +14,8 @@ class Node:
         self.other = self  # a cycle: only the cyclic collector frees it
 
 
-def test_freezing_moves_the_live_heap_out_of_collection_and_thaws_the_last_freeze():
+def test_freezing_moves_the_live_heap_out_of_collection_and_thaws_the_last_freeze(monkeypatch):
+    monkeypatch.setenv("OCTAVO_GC_FREEZE", "1")
     try:
         node = Node()
         alive = weakref.ref(node)
@@ -27,3 +28,9 @@ def test_freezing_moves_the_live_heap_out_of_collection_and_thaws_the_last_freez
     finally:
         gc.unfreeze()
 
+
+
+def test_the_freeze_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("OCTAVO_GC_FREEZE", "0")
+    gc.unfreeze()
+    assert freeze_startup_heap() == 0 and gc.get_freeze_count() == 0

@@ -96,7 +96,6 @@ def test_a_batch_of_short_texts_is_one_step_that_never_samples(pooling_dirs, mak
     """256 short sentences fit the token budget: one step holds them all, the
     pooling step does not touch the sampler, and the vectors are transformers'
     (each sentence alone) within 1e-4."""
-    import gc
     import random
 
     import torch
@@ -108,7 +107,6 @@ def test_a_batch_of_short_texts_is_one_step_that_never_samples(pooling_dirs, mak
     rng = random.Random(0)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))) for _ in range(256)]
     llm = make_llm(path, max_model_len=MAX_MODEL_LEN, max_num_seqs=256, max_num_batched_tokens=256 * 16)
-    assert gc.get_freeze_count() > 0  # the startup heap is out of the full collections (gc_heap)
     runner = llm.engine.executor.worker.runner
     runner.sampler.sample = lambda *args, **kwargs: pytest.fail("a pooling step sampled")
     steps = []
@@ -120,3 +118,17 @@ def test_a_batch_of_short_texts_is_one_step_that_never_samples(pooling_dirs, mak
         ref = F.normalize(hf_hidden_states(model, output.prompt_token_ids).mean(0), dim=0).to(torch.float64)
         error = (torch.tensor(output.outputs.embedding, dtype=torch.float64) - ref).abs().max().item()
         assert error < 1e-4
+
+
+def test_an_llm_freezes_its_startup_heap(pooling_dirs, make_llm, monkeypatch):
+    """Out of the full collections a batch's garbage sets off (``core/gc_heap.py``)."""
+    import gc
+
+    monkeypatch.setenv("OCTAVO_GC_FREEZE", "1")
+    gc.unfreeze()
+    try:
+        llm = make_llm(pooling_dirs("bert"), max_model_len=MAX_MODEL_LEN)
+        assert gc.get_freeze_count() > 0
+        assert len(llm.embed(["the cat sits on the mat"])[0].outputs.embedding) == 32
+    finally:
+        gc.unfreeze()
