@@ -12,6 +12,9 @@ import pytest
 from tests.checkpoints import ARCHITECTURES, FAMILIES, build_chat_checkpoint, build_checkpoint, build_tokenizer
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No heap freeze per engine (its full collection, ~0.5 s each, over hundreds of engines);
+# tests/core/test_gc_heap.py and the pooling step test turn it back on.
+os.environ.setdefault("OCTAVO_GC_FREEZE", "0")
 # The shared folder sits next to the checkout (/work/main -> /work/shared); a
 # worktree one level deeper (/work/wt/NAME) finds it one more level up.
 SHARED_LLAMA2_TOKENIZER = next(

@@ -76,6 +76,44 @@ def fast_backend(tokenizer: Any) -> Any | None:
     return None
 
 
+def encode_batch_ids(
+    tokenizer: Any, batch: list[str] | list[tuple[str, str]], with_type_ids: bool
+) -> tuple[list[list[int]], list[list[int]] | None] | None:
+    """``tokenizer(batch)``'s ids (and segment ids), unpadded and untruncated,
+    from one call to the ``tokenizers`` library without offsets.
+
+    Half the time of going through transformers (no offsets to compute, no
+    per-text conversion to its ``BatchEncoding``), and the same ids: the same
+    backend encodes with the same settings. None where they could differ: a
+    tokenizer class that wraps its own call, or a backend set to truncate or
+    pad (transformers' call would reset that first), or one whose handling of
+    special tokens in text is not the tokenizer's."""
+    backend = fast_backend(tokenizer)
+    if backend is None or not _plain_call(type(tokenizer)):
+        return None
+    if backend.truncation is not None or backend.padding is not None:
+        return None
+    if backend.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False)):
+        return None
+    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    encodings = encode(batch, add_special_tokens=True)
+    ids = [encoding.ids for encoding in encodings]
+    return ids, ([encoding.type_ids for encoding in encodings] if with_type_ids else None)
+
+
+def _plain_call(tokenizer_class: type) -> bool:
+    """Whether ``tokenizer_class(...)(texts)`` is transformers' own call straight to its backend."""
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return False
+    return (
+        tokenizer_class.__call__ is PreTrainedTokenizerBase.__call__
+        and getattr(tokenizer_class, "_encode_plus", None) is TokenizersBackend._encode_plus
+    )
+
+
 def eos_token_ids(tokenizer: Any | None, *configs: dict) -> frozenset[int]:
     """EOS ids from the model and generation configs and the tokenizer."""
     ids: set[int] = set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from octavo.core.gc_heap import freeze_startup_heap
 from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestOutput
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
@@ -47,6 +48,9 @@ class LLM:
             raise InvalidArgumentError(f"unknown LLM option(s): {', '.join(sorted(unknown))}")
         self.engine = build_engine(EngineArgs(model=model, **kwargs))
         self._next_id = 0
+        # The startup heap out of the full collections each batch's garbage
+        # would otherwise set off (``gc_heap``).
+        freeze_startup_heap()
 
     def get_tokenizer(self):
         return self.engine.tokenizer

@@ -1,7 +1,8 @@
 """Inputs of pooling requests, shared by ``LLM`` and the HTTP routes.
 
 Texts are tokenized the way the model was trained to read them: in one
-batched tokenizer call, lowercased when sentence-transformers says so, a
+batched tokenizer call (straight to the ``tokenizers`` library where that
+gives transformers' ids: ``encode_batch_ids``), lowercased when sentence-transformers says so, a
 text pair (cross-encoder scoring) as the tokenizer joins pairs, with BERT's
 segment ids when they are not all zero. Nothing is truncated unless
 ``truncate_prompt_tokens`` asks (-1: to the model's limit); an input that is
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from octavo.core.pooling_params import PoolerConfig
+from octavo.core.tokenizer import encode_batch_ids
 from octavo.errors import InvalidArgumentError, UnsupportedTaskError
 
 
@@ -69,18 +71,33 @@ def encode_texts(
     if pooler.lowercase:
         texts = [t.lower() for t in texts]
         pairs = [t.lower() for t in pairs] if pairs is not None else None
+    # The segment ids transformers' call returns: asked for, or named by the tokenizer.
+    with_types = pooler.num_token_types > 1 or "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+    encoded = None
+    if truncate is None:
+        batch = list(texts) if pairs is None else list(zip(texts, pairs))
+        encoded = encode_batch_ids(tokenizer, batch, with_types)
+    if encoded is None:
+        encoded = _encode_with_transformers(tokenizer, pooler, texts, pairs, truncate)
+    id_lists, type_lists = encoded
+    shown = texts if pairs is None else [f"{a}\n{b}" for a, b in zip(texts, pairs)]
+    return [
+        PoolingInput(text, list(ids), list(types) if types is not None and any(types) else None)
+        for text, ids, types in zip(shown, id_lists, type_lists or [None] * len(id_lists))
+    ]
+
+
+def _encode_with_transformers(
+    tokenizer: Any, pooler: PoolerConfig, texts: Sequence[str], pairs: Sequence[str] | None, truncate: int | None
+) -> tuple[list[list[int]], list[list[int]] | None]:
+    """The tokenizer's own call: for truncation, and tokenizers ``encode_batch_ids`` cannot stand in for."""
     options: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False}
     if truncate is not None:
         options.update(truncation="longest_first" if pairs is not None else True, max_length=truncate)
     if pooler.num_token_types > 1:
         options["return_token_type_ids"] = True
     encoded = tokenizer(list(texts), list(pairs), **options) if pairs is not None else tokenizer(list(texts), **options)
-    type_lists = encoded.get("token_type_ids") or [None] * len(texts)
-    shown = texts if pairs is None else [f"{a}\n{b}" for a, b in zip(texts, pairs)]
-    return [
-        PoolingInput(text, list(ids), list(types) if types is not None and any(types) else None)
-        for text, ids, types in zip(shown, encoded["input_ids"], type_lists)
-    ]
+    return encoded["input_ids"], encoded.get("token_type_ids")
 
 
 def token_inputs(token_lists: Sequence[Sequence[int]], truncate: int | None, tokenizer: Any = None) -> list[PoolingInput]:

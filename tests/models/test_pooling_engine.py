@@ -90,3 +90,45 @@ def test_async_scheduling_is_refused_for_pooling(pooling_dirs):
 
     with pytest.raises(InvalidArgumentError, match="async_scheduling is for generation"):
         LLM(str(pooling_dirs("bert")), dtype="float32", async_scheduling=True)
+
+
+def test_a_batch_of_short_texts_is_one_step_that_never_samples(pooling_dirs, make_llm):
+    """256 short sentences fit the token budget: one step holds them all, the
+    pooling step does not touch the sampler, and the vectors are transformers'
+    (each sentence alone) within 1e-4."""
+    import random
+
+    import torch
+    import torch.nn.functional as F
+
+    from tests.models.pooling_checkpoints import WORDS, hf_hidden_states, hf_model
+
+    path = pooling_dirs("bert")
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))) for _ in range(256)]
+    llm = make_llm(path, max_model_len=MAX_MODEL_LEN, max_num_seqs=256, max_num_batched_tokens=256 * 16)
+    runner = llm.engine.executor.worker.runner
+    runner.sampler.sample = lambda *args, **kwargs: pytest.fail("a pooling step sampled")
+    steps = []
+    llm.engine.step_observer = lambda output: steps.append(len(output.num_scheduled_tokens))
+    outputs = llm.embed(texts)
+    assert steps == [256]
+    model = hf_model(path)
+    for output in outputs[::16]:
+        ref = F.normalize(hf_hidden_states(model, output.prompt_token_ids).mean(0), dim=0).to(torch.float64)
+        error = (torch.tensor(output.outputs.embedding, dtype=torch.float64) - ref).abs().max().item()
+        assert error < 1e-4
+
+
+def test_an_llm_freezes_its_startup_heap(pooling_dirs, make_llm, monkeypatch):
+    """Out of the full collections a batch's garbage sets off (``core/gc_heap.py``)."""
+    import gc
+
+    monkeypatch.setenv("OCTAVO_GC_FREEZE", "1")
+    gc.unfreeze()
+    try:
+        llm = make_llm(pooling_dirs("bert"), max_model_len=MAX_MODEL_LEN)
+        assert gc.get_freeze_count() > 0
+        assert len(llm.embed(["the cat sits on the mat"])[0].outputs.embedding) == 32
+    finally:
+        gc.unfreeze()

@@ -207,6 +207,7 @@ def serve_app(app, args: argparse.Namespace, config: ServerConfig, sockets=None,
 
 def start_engine(args: argparse.Namespace):
     """Build the engine (at start, and again for each restart), with the test fault hook if asked."""
+    from octavo.core.gc_heap import freeze_startup_heap
     from octavo.engine_args import build_engine
     from octavo.entrypoints.cli.common import engine_args_from
     from octavo.entrypoints.fault_injection import install_from_env
@@ -217,6 +218,7 @@ def start_engine(args: argparse.Namespace):
     except BaseException:
         engine.shutdown()
         raise
+    freeze_startup_heap()  # no full collections over the startup heap while serving (gc_heap)
     return engine
 
 

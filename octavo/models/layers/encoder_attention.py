@@ -28,9 +28,8 @@ class EncoderAttentionMetadata:
     # [num_seqs * max_seqlen]: the flat token in each grid cell (an empty cell
     # repeats its sequence's first token; it is masked out as a key).
     grid_index: torch.Tensor
-    # [num_tokens] each: the grid row (sequence) and column (position) of each token.
-    token_rows: torch.Tensor
-    token_cols: torch.Tensor
+    # [num_tokens]: each token's grid cell, row-major (sequence * max_seqlen + position).
+    token_cells: torch.Tensor
     # [num_seqs, 1, 1, max_seqlen]: True for real keys; None when the grid is full.
     key_mask: torch.Tensor | None
 
@@ -42,12 +41,12 @@ class EncoderAttentionMetadata:
         offsets = np.arange(max_seqlen, dtype=np.int64)
         valid = offsets[None, :] < seq_lens[:, None]
         grid_index = np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1)
-        token_rows, token_cols = np.nonzero(valid)  # row-major: the tokens' own order
+        token_cells = np.flatnonzero(valid)  # row-major: the tokens' own order
         key_mask = None
         if not valid.all():
             key_mask = torch.from_numpy(valid).to(device, non_blocking=True)[:, None, None, :]
         upload = lambda array: torch.from_numpy(array).to(device, non_blocking=True)  # noqa: E731
-        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_rows), upload(token_cols), key_mask)
+        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_cells), key_mask)
 
 
 def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttentionMetadata, scale: float) -> torch.Tensor:
@@ -56,10 +55,12 @@ def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttent
     attending to its own sequence."""
     num_tokens = qkv.shape[0]
     head_size = qkv.shape[1] // (3 * num_heads)
-    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size].
-    grid = qkv[metadata.grid_index].view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
+    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size]
+    # (index_select over one flat index each way: the plainest gather torch has).
+    grid = qkv.index_select(0, metadata.grid_index)
+    grid = grid.view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
     query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=metadata.key_mask, scale=scale)
     # One gather takes each token's row back off the grid ([seqs, heads, len, d] -> [tokens, heads, d]).
-    out = out.transpose(1, 2)[metadata.token_rows, metadata.token_cols]
-    return out.reshape(num_tokens, num_heads * head_size)
+    cells = out.transpose(1, 2).reshape(metadata.num_seqs * metadata.max_seqlen, num_heads, head_size)
+    return cells.index_select(0, metadata.token_cells).reshape(num_tokens, num_heads * head_size)
