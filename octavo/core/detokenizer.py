@@ -30,14 +30,30 @@ class IncrementalDetokenizer:
         if self._backend is not None:
             from tokenizers.decoders import DecodeStream
 
-            # Seeding with the prompt's tail gives the right leading space for
-            # SentencePiece tokenizers; a few tokens of context suffice.
-            context = list(prompt_token_ids[-8:])
-            try:
-                self._stream = DecodeStream(context, skip_special_tokens=params.skip_special_tokens)
-            except TypeError:  # older tokenizers without prefill support
-                self._stream = DecodeStream(skip_special_tokens=params.skip_special_tokens)
+            self._stream = self._seeded_stream(DecodeStream, list(prompt_token_ids[-8:]))
         self._slow_text = ""
+
+    def _seeded_stream(self, decode_stream: Any, context: list[int]) -> Any:
+        """A decode stream that has seen the prompt's tail.
+
+        Seeding with the prompt's tail gives the right leading space for
+        SentencePiece tokenizers; a few tokens of context suffice. A prompt
+        that ends inside a character (byte-fallback tokens) must not seed
+        the stream with that broken character: the stream would then hand
+        out the whole seed again once the character completes. Those tokens
+        (at most 3: a character is at most 4 bytes) are stepped through
+        instead, so the completed character opens the output."""
+        skip = self.params.skip_special_tokens
+        held: list[int] = []
+        while context and len(held) < 3 and self._backend.decode(context, skip_special_tokens=skip).endswith(_REPLACEMENT_CHAR):
+            held.insert(0, context.pop())
+        try:
+            stream = decode_stream(context, skip_special_tokens=skip)
+        except TypeError:  # older tokenizers without prefill support
+            return decode_stream(skip_special_tokens=skip)
+        for token_id in held:
+            stream.step(self._backend, token_id)  # prompt text: handed out by no one
+        return stream
 
     def update(self, new_token_ids: list[int], check_stop: bool) -> str | None:
         """Append tokens; return the stop string that matched, if one did."""

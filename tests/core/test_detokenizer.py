@@ -108,3 +108,20 @@ def test_stop_string_output_logprobs_cover_the_kept_tokens(llama2):
     assert len(completion.logprobs) == kept
     # Logprob of output i is -(i + 1): the sum over the kept tokens only.
     assert completion.cumulative_logprob == -sum(range(1, kept + 1))
+
+
+@pytest.mark.parametrize("bytes_in_prompt", [1, 2, 3])
+def test_prompt_ending_inside_a_character(llama2, bytes_in_prompt):
+    # A token-id prompt may stop inside a byte-fallback character: the output
+    # opens with that character once completed, never with the prompt's text.
+    from octavo.core.detokenizer import IncrementalDetokenizer
+
+    ids = llama2.encode("Hi \U0001d518 ok \U0001f389 done", add_special_tokens=False)
+    first_byte = next(i for i, piece in enumerate(llama2.convert_ids_to_tokens(ids)) if piece.startswith("<0x"))
+    cut = first_byte + bytes_in_prompt
+    detokenizer = IncrementalDetokenizer(llama2, ids[:cut], SamplingParams(max_tokens=16))
+    pieces = []
+    for token_id in ids[cut:]:
+        detokenizer.update([token_id], check_stop=False)
+        pieces.append(detokenizer.get_next_output_text(finished=False, delta=True))
+    assert detokenizer.output_text == "".join(pieces) == "\U0001d518 ok \U0001f389 done"
