@@ -66,7 +66,9 @@ if dummy:  # random weights at the checkpoint's shapes, as --load-format dummy
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=dtype)
 else:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map=device)
+    # No device_map on the CPU: transformers 5.25 asks torch.cuda for free memory
+    # whenever one is given, which a CPU-only torch refuses.
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map=None if device == "cpu" else device)
 ready = seconds_since_process_start()
 model.generate(torch.tensor([[1, 2, 3, 4]], device=device), max_new_tokens=1, do_sample=False)
 print(json.dumps({"ready_s": ready, "first_token_s": seconds_since_process_start()}))
