@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from octavo.benchmarks.ceilings import measure_ceilings  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import moe_topk_softmax  # noqa: E402
 
@@ -129,6 +130,30 @@ def sweep_case(case: dict, inputs, expected: torch.Tensor, device: torch.device,
     return sorted(results, key=lambda r: r[0])
 
 
+GEMV_MAX_TOKENS = 8
+GEMV_SWEEP = [(n, k, w) for n in (4, 8, 16, 32) for k in (128, 256, 512) for w in (2, 4, 8)]
+
+
+def run_gemv(shape: MoeShape, num_tokens: int, inputs, reference, floor: float, args, device) -> None:
+    """The decode path (fused_moe_gemv: two GEMVs, no alignment) beside the grouped GEMMs."""
+    tiles_list = GEMV_SWEEP if args.sweep else [moe_gemv_tiles()]
+    if args.smoke:
+        tiles_list = tiles_list[:2]
+    timed = []
+    for tiles in tiles_list:
+        try:
+            out = fused_moe_gemv(*inputs, 0, tiles)
+            us = time_us(lambda tiles=tiles: fused_moe_gemv(*inputs, 0, tiles), device, True, args.reps)
+        except Exception as exc:  # a tile shape the GPU cannot run: skip it
+            say(f"    gemv {tiles}: {type(exc).__name__}")
+            continue
+        timed.append((us, tiles, float((out.float() - reference.float()).abs().max())))
+        RECORDS.append({"model": shape.name, "tokens": num_tokens, "gemv_tiles": tiles, "gemv_us": us})
+    for us, tiles, error in sorted(timed)[:3]:
+        say(f"{'':>14} {num_tokens:>6} {'gemv':>9} {us:>10.1f} {'':>10} {floor:>9.1f} {us / floor:>7.2f}x "
+            f"{'':>8}  {error:.1e}  (block_n, block_k, warps) = {tiles}")
+
+
 def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: torch.device, dtype: torch.dtype,
              ceilings) -> None:
     inputs = make_inputs(shape, num_tokens, experts, device, dtype)
@@ -143,6 +168,8 @@ def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: tor
         f"{floor:>9.1f} {kernel_us / floor:>7.2f}x {reference_us / kernel_us:>7.1f}x  {error:.1e}  {tiles}")
     RECORDS.append({"model": shape.name, "tokens": num_tokens, "routed_experts": routed, "kernel_us": kernel_us,
                     "reference_us": reference_us, "floor_us": floor, "max_error": error, "tiles": asdict(tiles)})
+    if num_tokens <= GEMV_MAX_TOKENS:
+        run_gemv(shape, num_tokens, inputs, reference, floor, args, device)
     if args.sweep:
         best = sweep_case({"model": shape.name, "tokens": num_tokens}, inputs, ours, device, args.reps)
         for us, candidate, diff in best[:3]:

@@ -29,7 +29,8 @@ softmax and top-k are one launch too (``moe_topk.py``). Tile shapes
 come from ``moe_tiles`` by the average number of tokens per expert (batch
 size x top-k / experts): small tiles for decode, large ones for prefill;
 ``OCTAVO_MOE_TILES=block_m,block_n,block_k,num_warps,num_stages``
-overrides them for tuning runs.
+overrides them for tuning runs. Batches of up to ``OCTAVO_MOE_GEMV_MAX_TOKENS``
+tokens take two GEMVs instead (``fused_moe_gemv.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
+from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision
 
 
@@ -86,6 +88,21 @@ def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:
         return override
     per_expert = num_tokens * top_k / max(num_experts, 1)
     return next(tiles for limit, tiles in _TILE_TABLE if limit is None or per_expert <= limit)
+
+
+MOE_GEMV_MAX_TOKENS_ENV = "OCTAVO_MOE_GEMV_MAX_TOKENS"
+
+
+@functools.cache
+def moe_gemv_max_tokens() -> int:
+    """Batches of up to this many tokens take the two-GEMV decode path
+    (``fused_moe_gemv.py``: no alignment, the sum over k fused) instead of
+    the grouped GEMMs (``OCTAVO_MOE_GEMV_MAX_TOKENS``, default 0: off until
+    benchmarks/moe_gpu.py has timed both on a GPU)."""
+    value = os.environ.get(MOE_GEMV_MAX_TOKENS_ENV, "0")
+    if not value.isdigit() or int(value) > 64:
+        raise ValueError(f"{MOE_GEMV_MAX_TOKENS_ENV}={value!r}: expected a number of tokens from 0 (off) to 64")
+    return int(value)
 
 
 @dataclass
@@ -295,6 +312,8 @@ def fused_moe(
         raise ValueError("fused_moe: expert weights must be contiguous along their last dimension")
     if hidden.stride(-1) != 1:
         hidden = hidden.contiguous()
+    if tiles is None and num_tokens <= moe_gemv_max_tokens():
+        return fused_moe_gemv(hidden, w13, w2, topk_weights, topk_ids, ACTIVATIONS[activation])
     tiles = tiles or moe_tiles(num_tokens, top_k, num_experts)
     align = align_to_experts(topk_ids, num_experts, tiles.block_m)
     num_slots, num_blocks = topk_ids.numel(), align.block_experts.shape[0]

@@ -184,7 +184,8 @@ def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
 def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
     """benchmarks/moe_gpu.py (the GPU round's moe_bench / moe_sweep steps)
-    on the CPU: the kernel, the reference, the floor and a two-shape sweep."""
+    on the CPU: the kernel, the reference, the floor, a two-shape sweep and
+    the two-GEMV decode path."""
     import importlib.util
     import json
     import sys
@@ -202,4 +203,7 @@ def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
     records = [json.loads(line) for line in (tmp_path / "moe_gpu.jsonl").read_text().splitlines()]
     case = records[0]
     assert case["routed_experts"] <= 8 and case["max_error"] < 1e-5 and case["floor_us"] > 0
-    assert [r["tokens"] for r in records[1:]] == [3, 3]
+    gemv = [r for r in records[1:] if "gemv_us" in r]  # the two-GEMV decode path, two tile shapes
+    assert len(gemv) == 2 and all(r["tokens"] == 3 and r["gemv_us"] > 0 for r in gemv)
+    assert " gemv " in out
+    assert [r["tokens"] for r in records[1:] if "sweep_tiles" in r] == [3, 3]

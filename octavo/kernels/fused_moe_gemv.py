@@ -1,0 +1,137 @@
+"""Fused mixture-of-experts for a handful of tokens (decode): two GEMVs.
+
+At decode a step routes 1-4 tokens to ``top_k`` experts each, and the
+grouped-GEMM path (``fused_moe.py``) spends most of its time around the
+GEMMs: an alignment launch, blocks of ``block_m`` rows holding one real
+row, a zero fill and a sum over ``k``. Here no slot is sorted:
+
+1. ``_gate_up_gemv_kernel``, program (slot, column tile): the slot's expert
+   read from ``topk_ids``, its gate and up rows times the token's hidden
+   state, the activation-and-mul fused, written to the slot's row of
+   ``[T * k, I]``.
+2. ``_down_gemv_kernel``, program (token, column tile): for each of the
+   token's ``k`` slots, the slot's row times its expert's down rows, times
+   the routing weight, summed over ``k`` in registers: ``[T, H]`` directly.
+
+Rounding follows the reference step for step (each linear's output and the
+activation rounded to the input dtype, the routing weight rounded to it,
+each slot's product rounded, the sum over ``k`` in float32 rounded once, as
+torch's sum of that dtype). Slots of -1 (experts on another rank) add
+nothing. Weights are read once per step: each program streams its rows of
+one expert (gate-up) or of ``k`` experts (down) along the contiguous input
+dimension. ``OCTAVO_MOE_GEMV_TILES=block_n,block_k,num_warps`` overrides the
+tiles for tuning runs (benchmarks/moe_gpu.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.activation import act_then_mul
+from octavo.kernels.triton_utils import cdiv
+
+MOE_GEMV_TILES_ENV = "OCTAVO_MOE_GEMV_TILES"
+_DEFAULT_TILES = (8, 256, 4)  # block_n, block_k, num_warps: a starting point, to be swept on the GPU
+
+
+@functools.cache
+def moe_gemv_tiles() -> tuple[int, int, int]:
+    value = os.environ.get(MOE_GEMV_TILES_ENV)
+    if not value:
+        return _DEFAULT_TILES
+    try:
+        block_n, block_k, num_warps = (int(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError(f"{MOE_GEMV_TILES_ENV}={value!r}: expected block_n,block_k,num_warps") from None
+    return block_n, block_k, num_warps
+
+
+@triton.jit
+def _row_times_tile(x_row_ptr, w_ptrs, col_ok, length, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sum_k x[k] * w[n, k] in float32 for the tile's ``BLOCK_N`` rows ``w_ptrs`` (at k = 0)."""
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for k0 in range(0, length, BLOCK_K):
+        k_ok = k0 + ks < length
+        x = tl.load(x_row_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        w = tl.load(w_ptrs + k0 + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+        acc += tl.sum(w * x[None, :], axis=1)
+    return acc
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gate_up_gemv_kernel(
+    x_ptr, w13_ptr, out_ptr, ids_ptr,
+    num_slots, top_k, inter, hidden,
+    stride_xt, stride_we, stride_wn, stride_ot,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
+):
+    slot = tl.program_id(0)
+    expert = tl.load(ids_ptr + slot)
+    if expert < 0:
+        return
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < inter
+    x_row = x_ptr + (slot // top_k).to(tl.int64) * stride_xt
+    w_rows = w13_ptr + expert.to(tl.int64) * stride_we + cols[:, None].to(tl.int64) * stride_wn
+    gate = _row_times_tile(x_row, w_rows, col_ok, hidden, BLOCK_N, BLOCK_K)
+    up = _row_times_tile(x_row, w_rows + inter * stride_wn, col_ok, hidden, BLOCK_N, BLOCK_K)
+    dtype = out_ptr.dtype.element_ty
+    out = act_then_mul(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), ACT, dtype)
+    tl.store(out_ptr + slot.to(tl.int64) * stride_ot + cols, out.to(dtype), mask=col_ok)
+
+
+@triton.jit
+def _down_gemv_kernel(
+    act_ptr, w2_ptr, out_ptr, weights_ptr, ids_ptr,
+    top_k, hidden, inter,
+    stride_at, stride_we, stride_wn, stride_ot,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    dtype = out_ptr.dtype.element_ty
+    total = tl.zeros([BLOCK_N], tl.float32)
+    for j in range(0, top_k):
+        slot = token * top_k + j
+        expert = tl.load(ids_ptr + slot)
+        if expert >= 0:
+            w_rows = w2_ptr + expert.to(tl.int64) * stride_we + cols[:, None].to(tl.int64) * stride_wn
+            acc = _row_times_tile(act_ptr + slot * stride_at, w_rows, col_ok, inter, BLOCK_N, BLOCK_K)
+            weight = tl.load(weights_ptr + slot).to(dtype).to(tl.float32)
+            total += (acc.to(dtype).to(tl.float32) * weight).to(dtype).to(tl.float32)
+    tl.store(out_ptr + token * stride_ot + cols, total.to(dtype), mask=col_ok)
+
+
+def fused_moe_gemv(
+    hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+    topk_weights: torch.Tensor, topk_ids: torch.Tensor, act_code: int, tiles: tuple[int, int, int] | None = None,
+) -> torch.Tensor:
+    """``fused_moe`` for a few tokens (same arguments; ``act_code`` as
+    ``fused_moe.ACTIVATIONS`` maps them; ``tiles`` (block_n, block_k,
+    num_warps) for tuning runs). Inputs already checked there."""
+    num_tokens, hidden_size = hidden.shape
+    inter, top_k = w13.shape[1] // 2, topk_ids.shape[1]
+    block_n, block_k, num_warps = tiles or moe_gemv_tiles()
+    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    num_slots = ids.numel()
+    act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
+    _gate_up_gemv_kernel[(num_slots, cdiv(inter, block_n))](
+        hidden, w13, act, ids, num_slots, top_k, inter, hidden_size,
+        hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_N=block_n, BLOCK_K=block_k, ACT=act_code, num_warps=num_warps,
+    )
+    out = torch.empty((num_tokens, hidden_size), dtype=hidden.dtype, device=hidden.device)
+    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    _down_gemv_kernel[(num_tokens, cdiv(hidden_size, block_n))](
+        act, w2, out, weights, ids, top_k, hidden_size, inter,
+        act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps,
+    )
+    return out
