@@ -19,6 +19,7 @@ from torch import nn
 
 from octavo.errors import ModelLoadError
 from octavo.models.layers.attention import KV_SCALE_NAMES
+from octavo.models.weight_loading import mark_adoptable
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ def iterate_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]
         try:
             with safe_open(str(file), framework="pt") as f:
                 for name in f.keys():
-                    yield name, f.get_tensor(name)
+                    # A fresh copy-on-write view of the mapped file each time: a parameter may keep it.
+                    yield name, mark_adoptable(f.get_tensor(name))
         except ModelLoadError:
             raise
         except Exception as exc:  # SafetensorError, OSError, ...

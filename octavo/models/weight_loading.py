@@ -7,6 +7,12 @@ the tensor through it, others are copied after a shape check. Every
 parameter must end up loaded (every shard of a fused one, every shard id a
 parameter's ``required_shard_ids`` lists), or loading fails with the first
 one missing: a half-loaded model never serves.
+
+On the CPU a parameter whose checkpoint tensor has its exact layout takes
+that tensor instead of a copy (``fill_parameter``): the safetensors reader's
+tensors are copy-on-write views of the memory-mapped file, so the weights'
+pages are the page cache's until written. Copying cost more in page faults
+on the freshly allocated parameter than in the copy itself (docs/startup.md).
 """
 
 from __future__ import annotations
@@ -19,6 +25,30 @@ from torch import nn
 from octavo.errors import ModelLoadError
 
 Rename = Callable[[str], tuple[str, object] | None]
+
+# Set on tensors that no one but the loading model will hold (the safetensors
+# reader's fresh views of the mapped file): a parameter may keep such a tensor.
+ADOPTABLE = "octavo_adoptable"
+
+
+def mark_adoptable(tensor: torch.Tensor) -> torch.Tensor:
+    setattr(tensor, ADOPTABLE, True)
+    return tensor
+
+
+def fill_parameter(param: torch.Tensor, loaded: torch.Tensor) -> None:
+    """``param.data.copy_(loaded)``, or, for a whole CPU parameter and an
+    adoptable tensor of its dtype, shape and layout, ``param.data = loaded``."""
+    adopt = (
+        isinstance(param, nn.Parameter) and getattr(loaded, ADOPTABLE, False)
+        and param.device.type == "cpu" and loaded.device.type == "cpu"
+        and param.dtype == loaded.dtype and param.shape == loaded.shape
+        and param.is_contiguous() and loaded.is_contiguous()
+    )
+    if adopt:
+        param.data = loaded
+    else:
+        param.data.copy_(loaded)
 
 
 def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]], rename: Rename) -> set[str]:
@@ -37,7 +67,7 @@ def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tens
         if loader is None:
             if param.shape != tensor.shape:
                 raise ModelLoadError(f"{name}: shape {tuple(tensor.shape)} but expected {tuple(param.shape)}")
-            param.data.copy_(tensor)
+            fill_parameter(param, tensor)
         elif shard_id is None:
             loader(param, tensor)
         else:

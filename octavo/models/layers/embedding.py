@@ -16,6 +16,7 @@ from octavo.distributed.parallel_state import (
     tensor_model_parallel_all_reduce,
 )
 from octavo.errors import ModelLoadError
+from octavo.models.weight_loading import fill_parameter
 from octavo.ops import LayerOps, current_layer_ops
 
 
@@ -39,6 +40,9 @@ class VocabParallelEmbedding(nn.Module):
                 f"{self.prefix}: checkpoint tensor has shape {tuple(loaded.shape)}, "
                 f"expected {(self.vocab_size, param.shape[1])}"
             )
+        if self.tp_size == 1:
+            fill_parameter(param, loaded)
+            return
         rows = loaded[self.vocab_start : self.vocab_end]
         param.data[: rows.shape[0]].copy_(rows)
         param.data[rows.shape[0] :].zero_()

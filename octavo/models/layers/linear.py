@@ -16,6 +16,7 @@ from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
 from octavo.errors import ModelLoadError
+from octavo.models.weight_loading import fill_parameter
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
 
@@ -23,7 +24,7 @@ from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
 def _copy_checked(param: torch.Tensor, loaded: torch.Tensor, name: str) -> None:
     if param.shape != loaded.shape:
         raise ModelLoadError(f"{name}: checkpoint tensor has shape {tuple(loaded.shape)}, expected {tuple(param.shape)}")
-    param.data.copy_(loaded)
+    fill_parameter(param, loaded)
 
 
 def _packed(param: torch.Tensor, dim: int, size: int) -> int:
@@ -111,6 +112,9 @@ class ColumnParallelLinear(LinearBase):
             return
         offset, start, size = self._shard_offset_and_rank_slice(shard_id)
         offset, start, size = (_packed(param, output_dim, v) for v in (offset, start, size))
+        if (offset, start, size) == (0, 0, param.shape[output_dim]) and loaded.shape[output_dim] == size:
+            _copy_checked(param, loaded, self.prefix)  # the whole parameter from the whole tensor
+            return
         target = param.data.narrow(output_dim, offset, size)
         if loaded.shape[output_dim] < start + size:
             raise ModelLoadError(
