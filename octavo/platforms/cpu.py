@@ -14,10 +14,14 @@ Compiled decode (opt-in, ``OCTAVO_CPU_COMPILE=1``): decode steps of up to
 two and run through ``torch.compile`` with inductor (another backend by
 name: ``OCTAVO_CPU_COMPILE=aot_eager``), one graph per batch size, compiled
 at warm-up; attention is an opaque op around ``torch_paged``
-(``runtime/attention/opaque.py``), so only the token count shapes a graph.
+(``runtime/attention/opaque.py``; inside it, decode steps take
+``torch_paged``'s decode path), so only the token count shapes a graph.
 Other steps (prefills, larger batches) run eagerly. Off by default: the
 compilation costs tens of seconds at start on a small host, which a short
-run or a test never earns back.
+run or a test never earns back. On a shared 2-core host, batch-1 decode of a
+135M Llama in float32 was ~1.7x faster compiled than eager but still ~10x
+the bandwidth floor: the float32 GEMVs dominate (benchmarks/RESULTS.md,
+"CPU compiled decode (issue 23)").
 """
 
 from __future__ import annotations

@@ -130,6 +130,30 @@ def test_cpu_compiled_decode_through_torch_compile(llama_dir, make_llm, monkeypa
     assert runner.static_steps.num_steps >= MAX_TOKENS - 1 + 2
 
 
+@pytest.mark.slow
+def test_cpu_compiled_decode_with_inductor(llama_dir, make_llm, monkeypatch):
+    """OCTAVO_CPU_COMPILE=1 as benchmarked (issue 23): inductor, batch-1 decode
+    steps in one graph with no graph break, the same greedy tokens as eager,
+    and nothing compiled after warm-up."""
+    from torch._dynamo.utils import counters
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS[1:3]]  # one at a time: batch-1 decode
+    eager = make_llm(llama_dir, **OPTIONS)
+    expected = [_tokens(eager.generate([p], params))[0] for p in prompts]
+    monkeypatch.setenv("OCTAVO_CPU_COMPILE", "1")
+    monkeypatch.setenv("OCTAVO_CPU_COMPILE_MAX_BATCH", "1")
+    counters.clear()
+    llm = make_llm(llama_dir, **OPTIONS)
+    runner = _runner(llm)
+    assert runner.platform.compilations() == 1
+    steps = runner.static_steps.num_steps
+    assert [_tokens(llm.generate([p], params))[0] for p in prompts] == expected
+    assert runner.platform.compilations() == 1
+    assert runner.static_steps.num_steps - steps == 2 * (MAX_TOKENS - 1)
+    assert not counters["graph_break"]
+
+
 def test_step_buckets_pick_the_smallest_fit():
     from octavo.platforms.step_shapes import StepBuckets, StepShape, power_of_two_sizes
 

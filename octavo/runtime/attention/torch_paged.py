@@ -6,7 +6,10 @@ whole context and builds one boolean mask (causal, context length, padding);
 ``scaled_dot_product_attention`` over the padded batch (with logit
 soft-capping, the same math spelled out: scores, ``cap * tanh(s / cap)``,
 mask, softmax in float32, as Hugging Face's eager attention does). Simple and exact, not
-fast: every other backend is tested against this one.
+fast: every other backend is tested against this one. Decode steps (one
+token per request) take a shorter road to the same math
+(``torch_decode.py``): whole-block gathers, grouped heads by reshape, no
+mask unless contexts differ.
 
 KV cache layout (shared with the Triton backend): ``[2, num_blocks,
 block_size, num_kv_heads, head_size]``. An fp8 cache with per-layer scales
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpec
+from octavo.runtime.attention.torch_decode import DecodeView, attend_decode, build_decode_view
 
 
 @dataclass
@@ -34,6 +38,7 @@ class TorchPagedMetadata:
     key_slots: torch.Tensor  # [B, max_s] cache slot of each context position
     key_valid: torch.Tensor  # [B, max_s]
     num_actual_tokens: int
+    decode: DecodeView | None = None  # set when every request computes one token
     _masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
 
     def mask(self, sliding_window: int | None) -> torch.Tensor:
@@ -76,6 +81,7 @@ def build_torch_paged_metadata(batch: AttentionBatch, block_size: int) -> TorchP
         key_slots=key_slots,
         key_valid=key_valid,
         num_actual_tokens=batch.num_actual_tokens,
+        decode=build_decode_view(batch, block_size),
     )
 
 
@@ -128,6 +134,8 @@ class TorchPagedAttention(AttentionBackend):
     def forward(self, query, key, value, kv_cache, metadata: TorchPagedMetadata) -> torch.Tensor:
         num_tokens = metadata.num_actual_tokens
         write_kv_cache(key[:num_tokens], value[:num_tokens], kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        if metadata.decode is not None:
+            return attend_decode(query, kv_cache, metadata.decode, self.spec, self.k_scale, self.v_scale)
         return paged_attention_reference(query, kv_cache, metadata, self.spec, self.k_scale, self.v_scale)
 
 
