@@ -181,6 +181,19 @@ class Platform(ABC):
         (``octavo:compilations_after_warmup`` on ``/metrics``)."""
         return None
 
+    def reference_device(self) -> torch.device:
+        """Where the conformance kit runs its Hugging Face reference (the
+        ``model`` and ``plugin_models`` checks), in the dtype under test.
+
+        Called in the process running the kit, once per comparison, after
+        Octavo's own run on ``device(0)``. Default ``device(0)``: the
+        reference runs on the hardware under test. A platform whose device
+        traces and compiles whole programs (XLA) returns the CPU instead:
+        transformers' ``generate`` grows its shapes every step, so there it
+        would compile a new program per token, and the reference is only
+        there to be correct, not to exercise the device."""
+        return self.device(0)
+
     def check_config(self, config: Any) -> None:
         """Raise ``PlatformError`` if ``config`` (a ``WorkerConfig``) cannot run here.
 

@@ -187,6 +187,10 @@ def test_tpu_configuration_with_a_stand_in_torch_xla(vendor_env, monkeypatch):
     assert synced == ["sync", "wait"]
     memory = platform.memory_info()
     assert (memory.free_bytes, memory.total_bytes) == (14 << 30, 16 << 30)
+    # The conformance kit's Hugging Face reference runs on the CPU, not XLA.
+    assert platform.reference_device() == torch.device("cpu")
+    assert CpuPlatform().reference_device() == torch.device("cpu")
+    assert CudaPlatform().reference_device() == torch.device("cuda", 0)
 
 
 def test_tpu_memory_info_formats():

@@ -10,7 +10,8 @@ Three ways to run it (see docs/plugins.md):
 
 The checks live in ``checks``; the attention scenarios in ``batches``; the
 end-to-end comparison with Hugging Face in ``model``. Every check runs on
-the platform's own device, with the platform selected exactly as the engine
+the platform's own device (Hugging Face's reference on the platform's
+``reference_device()``), with the platform selected exactly as the engine
 would select it when asked for by name.
 """
 

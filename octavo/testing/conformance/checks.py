@@ -25,7 +25,8 @@ one-line summary, or raises ``ConformanceFailure`` saying what is wrong (or
 7. ``model``: a tiny random Llama checkpoint (built with transformers)
    runs end to end through ``LLM`` on this platform (KV cache sized by the
    platform's ``kv_cache_budget``), with chunked prefill and prefix-cache
-   hits, and its greedy tokens match Hugging Face's on the same device.
+   hits, and its greedy tokens match Hugging Face's in the same dtype on
+   the platform's ``reference_device()`` (the summary names it).
 8. ``plugin_models``: every model architecture a plugin registers, against
    the transformers class it reproduces (``plugin_models.py``).
 9. ``two_devices``: tensor parallelism over two devices with the platform's

@@ -1,5 +1,7 @@
 """End to end on a platform: a tiny random Llama through ``LLM``, against
-Hugging Face transformers on the same device and dtype.
+Hugging Face transformers in the same dtype, on the platform's
+``reference_device()`` (its own device, unless it compiles whole programs:
+then the CPU). The summary says where the reference ran.
 
 The checkpoint is built with transformers in a temporary directory (no
 download): 2 layers, GQA (4 query heads, 2 KV heads), a 512-token vocabulary,
@@ -183,12 +185,13 @@ def octavo_greedy_rounds(platform: Platform, path: Path, dtype: torch.dtype, **o
 
 def compare_with_hf(platform: Platform, path: Path, dtype: torch.dtype) -> str:
     """Run both rounds of the checkpoint at ``path`` on ``platform`` in ``dtype``,
-    and Hugging Face on the same device; a one-line summary."""
+    and Hugging Face on the platform's ``reference_device()``; a one-line summary."""
     from octavo.runtime.config import dtype_name
 
     first, second = make_prompts()
     ours, hits, free, total = octavo_greedy_rounds(platform, path, dtype)
-    refs = [hf_greedy(path, prompts, dtype, platform.device(0)) for prompts in (first, second)]
+    reference_device = platform.reference_device()
+    refs = [hf_greedy(path, prompts, dtype, reference_device) for prompts in (first, second)]
     name = dtype_name(dtype)
     worst = 0.0
     for round_index, (round_ours, round_refs) in enumerate(zip(ours, refs)):
@@ -201,5 +204,5 @@ def compare_with_hf(platform: Platform, path: Path, dtype: torch.dtype) -> str:
     exact = sum(a.token_ids == b.token_ids for r_ours, r_refs in zip(ours, refs) for a, b in zip(r_ours, r_refs))
     return (
         f"{name}: {exact}/{len(first) + len(second)} prompts token-identical to HF, "
-        f"max logprob diff {worst:.1e}, {hits} prefix-hit tokens"
+        f"max logprob diff {worst:.1e}, {hits} prefix-hit tokens (HF ran on {reference_device})"
     )
