@@ -19,14 +19,15 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from octavo.kernels import (
-    activation, fused_moe, gemv, kv_cache_write, moe_topk, paged_attention, rms_norm, rotary, split_kv_decode,
+    activation, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_topk, paged_attention, rms_norm, rotary,
+    split_kv_decode,
 )
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64", "sorted_slots_ptr": "*i32",
                 "block_experts_ptr": "*i32", "ids_ptr": "*i32"}
 FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr"}
-FP32_SCALARS = ("qk_scale", "eps", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
+FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 
 
 def signature(kernel, constexprs: dict) -> dict[str, str]:
@@ -77,7 +78,9 @@ def cases(attention_only: bool = False):
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
         NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, PRE_ROUND=False), None
-    yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True), None
+    yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False), None
+    yield "rms_norm f32 scale (gemma)", rms_norm._rms_norm_kernel, dict(
+        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True), None
     yield "rotary", rotary._rotary_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
     yield "rotary+cache", rotary._rotary_cache_kernel, dict(
@@ -98,7 +101,10 @@ def cases(attention_only: bool = False):
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
         yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0), tiles
         yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
-    yield "fused_moe align", fused_moe._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16), None
+    yield "fused_moe align", fused_moe._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
+    block_n, block_k, _ = fused_moe_gemv.moe_gemv_tiles()
+    yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(BLOCK_N=block_n, BLOCK_K=block_k, ACT=0), None
+    yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=block_n, BLOCK_K=block_k), None
     yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
 
 
