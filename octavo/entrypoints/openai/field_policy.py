@@ -18,6 +18,8 @@ IGNORABLE_FIELDS = {
     "chat": frozenset({"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}),
     "completions": frozenset({"metadata", "store", "service_tier"}),
     "messages": frozenset({"service_tier"}),
+    "tokenize": frozenset(),
+    "detokenize": frozenset(),
 }
 # Known, not honoured, and they would change the output: named reasons.
 REFUSED_FIELDS = {

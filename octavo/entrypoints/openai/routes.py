@@ -10,6 +10,7 @@ from octavo.entrypoints.metrics import CONTENT_TYPE
 from octavo.entrypoints.openai.chat import chat_options, render_messages
 from octavo.entrypoints.openai.errors import ApiError, error_response, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
+from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from octavo.entrypoints.openai.responses import (
     DetokenizeResponse,
@@ -70,6 +71,7 @@ async def metrics(request: Request):
 async def tokenize(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, TokenizeRequest)
+    check_undeclared_fields(body, "tokenize")
     resolve_model(ctx, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidArgumentError("send exactly one of prompt and messages", param="prompt")
@@ -85,6 +87,7 @@ async def tokenize(request: Request):
 async def detokenize(request: Request):
     ctx = get_context(request)
     body = await parse_body(request, DetokenizeRequest)
+    check_undeclared_fields(body, "detokenize")
     resolve_model(ctx, body.model)
     check_token_ids(body.tokens, ctx.limits.vocab_size, "tokens")
     if ctx.tokenizer is None:
