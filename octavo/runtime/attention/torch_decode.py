@@ -12,7 +12,7 @@ sliding window.
 
 On a small CPU those copies and the mask were most of the attention's time
 (about a quarter of a compiled batch-1 step of a 135M Llama; issue 23); the
-math is the same masked softmax, in the same dtype, as ``attend_padded``.
+math is ``torch_math.masked_attention``, as for ``attend_padded``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from octavo.core.attention import AttentionBatch, AttentionSpec
+from octavo.runtime.attention.torch_math import masked_attention
 
 
 @dataclass
@@ -87,18 +87,7 @@ def attend_decode(
     # Query head h reads KV head h // group, as repeat_interleave would arrange it.
     q = query[:num_reqs].view(num_reqs, kv_heads, group, head_size)
     k, v = _gather(kv_cache, view, query.dtype)
-    mask = _mask(view, spec.sliding_window, query.device)
-    scale = spec.scale * k_scale
-    if spec.logits_soft_cap is None:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    else:
-        scores = torch.matmul(q, k.transpose(2, 3)) * scale
-        scores = torch.tanh(scores / spec.logits_soft_cap) * spec.logits_soft_cap
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
-    if v_scale != 1.0:
-        out = out * v_scale
+    out = masked_attention(q, k, v, _mask(view, spec.sliding_window, query.device), spec, k_scale, v_scale)
     # Contiguous: a compiled graph around the opaque op expects the query's layout.
     out = out.reshape(num_reqs, spec.num_heads, head_size).contiguous()
     if query.shape[0] == num_reqs:

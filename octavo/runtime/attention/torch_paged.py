@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from octavo.core.attention import AttentionBackend, AttentionBatch, AttentionSpec
 from octavo.runtime.attention.torch_decode import DecodeView, attend_decode, build_decode_view
+from octavo.runtime.attention.torch_math import masked_attention
 
 
 @dataclass
@@ -161,16 +161,7 @@ def attend_padded(
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    if spec.logits_soft_cap is None:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale * k_scale)
-    else:
-        scores = torch.matmul(q, k.transpose(2, 3)) * (spec.scale * k_scale)
-        scores = torch.tanh(scores / spec.logits_soft_cap) * spec.logits_soft_cap
-        scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
-    if v_scale != 1.0:
-        out = out * v_scale
-    return out.transpose(1, 2)
+    return masked_attention(q, k, v, mask, spec, k_scale, v_scale).transpose(1, 2)
 
 
 def paged_attention_reference(
