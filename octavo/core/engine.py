@@ -55,6 +55,7 @@ from octavo.core.structured_output.manager import StructuredOutputManager
 from octavo.core.structured_output.validation import StructuredOutputValidation
 from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
+from octavo.core.step_log import step_log_from_env
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError, UnsupportedTaskError
 
 # Pooling requests carry no sampling; the scheduler and runner still read a
@@ -266,8 +267,9 @@ class LLMEngine(RequestValidator):
         self._batches_in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._dead: EngineDeadError | None = None
         # Called with each batch's SchedulerOutput as its outputs are
-        # processed; benchmarks set it to trace steps (None: no cost).
-        self.step_observer: Callable[[SchedulerOutput], None] | None = None
+        # processed; benchmarks set it to trace steps, OCTAVO_STEP_LOG to log
+        # them (core/step_log.py); None: no cost.
+        self.step_observer: Callable[[SchedulerOutput], None] | None = step_log_from_env(scheduler)
         # The workers' compilation counts, as of the last step's output.
         self.compilations = CompilationCounts()
         self._structured: StructuredOutputManager | None = None

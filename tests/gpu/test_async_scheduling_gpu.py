@@ -25,7 +25,25 @@ def test_async_matches_sync_on_the_gpu(llama_dir, make_llm, tight):
     expected = run(make_llm(llama_dir, overlap_decode=False, **options), prompts, params_for(LENGTHS))
     fast = make_llm(llama_dir, async_scheduling=True, **options)
     assert fast.engine.executor.worker.runner.graphs is not None
-    assert run(fast, prompts, params_for(LENGTHS)) == expected
+    got = run(fast, prompts, params_for(LENGTHS))
+    assert got == expected, describe_differences(got, expected)
+
+
+FIELDS = ("token_ids", "finish_reason", "text", "logprobs", "prompt_logprobs")
+
+
+def describe_differences(got: list, expected: list) -> str:
+    """Which request and which field differ, with both values (first differing position)."""
+    lines = []
+    for index, (ours, theirs) in enumerate(zip(got, expected)):
+        for name, a, b in zip(FIELDS, ours, theirs):
+            if a == b:
+                continue
+            if isinstance(a, list) and isinstance(b, list):
+                at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                a, b = f"[{at}] {a[at:at + 2]} (len {len(a)})", f"[{at}] {b[at:at + 2]} (len {len(b)})"
+            lines.append(f"request {index} {name}: async {a} | sync {b}")
+    return "\n".join(lines)
 
 
 def test_sampling_never_waits_for_the_device():
