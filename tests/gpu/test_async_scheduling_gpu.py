@@ -1,6 +1,15 @@
 """On a CUDA GPU: async scheduling (pinned asynchronous copies, events,
 decode and prefill graphs) gives the synchronous engine's outputs for every
-sampling parameter, with chunked prefill and preemption. Skipped without a GPU."""
+sampling parameter, with chunked prefill and preemption. Skipped without a GPU.
+
+Under preemption the two schedules differ by design: the async scheduler
+plans step N+1 before step N's outputs free any blocks, so a waiting
+prompt may join a step later than in the synchronous run (the CPU test
+shows the batches). On the GPU a request's float32 results depend on the
+batch it ran in (GEMM and split-KV reduction orders), so there the tight
+case is held to the house rule for such runs: token ids identical, or at
+the first difference each token in the other's top-5, with the same
+finish reasons and lengths; the roomy case (same schedule) stays exact."""
 
 from __future__ import annotations
 
@@ -16,17 +25,32 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 LENGTHS = [12, 20, 7, 16, 18, 9, 14, 5]
 
 
-@pytest.mark.parametrize("tight", [False, True])
-def test_async_matches_sync_on_the_gpu(llama_dir, make_llm, tight):
+def test_async_matches_sync_on_the_gpu(llama_dir, make_llm):
     prompts = make_prompts(vocab(llama_dir))
-    options = dict(platform="cuda")
-    if tight:
-        options.update(num_kv_blocks=14, max_num_batched_tokens=24, enable_prefix_caching=False)
-    expected = run(make_llm(llama_dir, overlap_decode=False, **options), prompts, params_for(LENGTHS))
-    fast = make_llm(llama_dir, async_scheduling=True, **options)
+    expected = run(make_llm(llama_dir, overlap_decode=False, platform="cuda"), prompts, params_for(LENGTHS))
+    fast = make_llm(llama_dir, async_scheduling=True, platform="cuda")
     assert fast.engine.executor.worker.runner.graphs is not None
     got = run(fast, prompts, params_for(LENGTHS))
     assert got == expected, describe_differences(got, expected)
+
+
+def test_async_under_preemption_matches_sync_up_to_near_ties(llama_dir, make_llm):
+    prompts = make_prompts(vocab(llama_dir))
+    options = dict(platform="cuda", num_kv_blocks=14, max_num_batched_tokens=24, enable_prefix_caching=False)
+    params = params_for(LENGTHS, logprobs=5)  # every request's top-5 at each step, for the near-tie rule
+    sync = make_llm(llama_dir, overlap_decode=False, **options)
+    expected = sync.generate([{"prompt_token_ids": p} for p in prompts], params)
+    fast = make_llm(llama_dir, async_scheduling=True, **options)
+    got = fast.generate([{"prompt_token_ids": p} for p in prompts], params)
+    assert fast.engine.get_stats().num_preemptions > 0
+    for index, (ours, theirs) in enumerate(zip(got, expected)):
+        a, b = ours.outputs[0], theirs.outputs[0]
+        assert (a.finish_reason, len(a.token_ids)) == (b.finish_reason, len(b.token_ids)), index
+        first = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+        if first is not None:
+            assert a.token_ids[first] in b.logprobs[first] and b.token_ids[first] in a.logprobs[first], (
+                f"request {index} diverges at step {first} beyond a near-tie: {a.token_ids} vs {b.token_ids}")
+        assert (ours.prompt_logprobs is None) == (theirs.prompt_logprobs is None), index
 
 
 FIELDS = ("token_ids", "finish_reason", "text", "logprobs", "prompt_logprobs")
