@@ -119,6 +119,12 @@ for step in "$@"; do
     serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
     serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \
                     --engine-args "--max-num-batched-tokens 2048" --concurrencies 256 1024;;
+    # The 256-stream level with the offline run's 1,024 prompts, both engines logging their steps
+    # (OCTAVO_STEP_LOG), then the two side by side: where the server's 11% goes (round 25).
+    serve_steplog) mkdir -p "$O/steps"
+                   OCTAVO_STEP_LOG="$O/steps/s" TAIL=12 run_step serve_steplog 500 python benchmarks/serve_bench_gpu.py --out "$O" \
+                     --label serve_steplog --concurrencies 256 --prompts-per-stream 4
+                   python benchmarks/step_log_summary.py "$O"/steps/s.*;;
     serve_api2) TAIL=30 run_step serve_api2 500 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_api2 \
                   --server-args "--api-server-count 2" --no-offline --concurrencies 256 1024;;
     # The fused MoE kernel alone, one layer of each MoE model at 1..4096 tokens: kernel, torch reference, floor
