@@ -45,7 +45,7 @@ import triton.language as tl
 
 from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
-from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision
+from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,8 @@ _TILE_TABLE = (
 
 @functools.cache
 def _tiles_from_env() -> MoeTiles | None:
-    value = os.environ.get("OCTAVO_MOE_TILES")
-    if not value:
-        return None
-    try:
-        return MoeTiles(*(int(part) for part in value.split(",")))
-    except (TypeError, ValueError):
-        raise ValueError(f"OCTAVO_MOE_TILES={value!r}: expected block_m,block_n,block_k,num_warps,num_stages") from None
+    parts = ints_from_env("OCTAVO_MOE_TILES", "block_m,block_n,block_k,num_warps,num_stages", (5,))
+    return None if parts is None else MoeTiles(*parts)
 
 
 def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:

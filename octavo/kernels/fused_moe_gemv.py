@@ -26,14 +26,13 @@ tiles for tuning runs (benchmarks/moe_gpu.py).
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from octavo.kernels.activation import act_then_mul
-from octavo.kernels.triton_utils import cdiv
+from octavo.kernels.triton_utils import cdiv, ints_from_env
 
 MOE_GEMV_TILES_ENV = "OCTAVO_MOE_GEMV_TILES"
 _DEFAULT_TILES = (8, 256, 4)  # block_n, block_k, num_warps: a starting point, to be swept on the GPU
@@ -41,14 +40,7 @@ _DEFAULT_TILES = (8, 256, 4)  # block_n, block_k, num_warps: a starting point, t
 
 @functools.cache
 def moe_gemv_tiles() -> tuple[int, int, int]:
-    value = os.environ.get(MOE_GEMV_TILES_ENV)
-    if not value:
-        return _DEFAULT_TILES
-    try:
-        block_n, block_k, num_warps = (int(part) for part in value.split(","))
-    except ValueError:
-        raise ValueError(f"{MOE_GEMV_TILES_ENV}={value!r}: expected block_n,block_k,num_warps") from None
-    return block_n, block_k, num_warps
+    return ints_from_env(MOE_GEMV_TILES_ENV, "block_n,block_k,num_warps", (3,)) or _DEFAULT_TILES
 
 
 @triton.jit

@@ -28,7 +28,6 @@ interpreter; tiles come from an H200 sweep (``benchmarks/gemv_gpu_sweep.py``).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +36,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.activation import silu_then_mul
-from octavo.kernels.triton_utils import next_power_of_2
+from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
 MAX_ROWS = 8
@@ -64,14 +63,10 @@ DEFAULT_SILU_CONFIG = GemvConfig(block_n=1, block_k=2048, num_warps=2, num_stage
 @functools.cache
 def config_from_env(name: str) -> GemvConfig | None:
     """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` = ``block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
-    value = os.environ.get(name)
-    if not value:
+    parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer]", (4, 5))
+    if parts is None:
         return None
-    try:
-        parts = [int(p) for p in value.split(",")]
-        return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r}: expected block_n,block_k,num_warps,num_stages[,defer]") from None
+    return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True)
 
 
 # Products held per program when the reduction is deferred (the 1-token

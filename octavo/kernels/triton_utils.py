@@ -22,6 +22,22 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def ints_from_env(name: str, expected: str, lengths: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A tuning override such as ``OCTAVO_MOE_TILES=16,64,128,4,4``: the
+    integers in ``name`` (one of ``lengths`` of them), or None when unset.
+    ``expected`` names the fields for the error a malformed value raises."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        parts = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) not in lengths:
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    return parts
+
+
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
