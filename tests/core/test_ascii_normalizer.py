@@ -1,0 +1,90 @@
+"""The Python stand-in for BERT's normalizer (``ascii_normalizer``) gives the
+backend's own ids on every text: the printable ASCII ones it takes, and the
+ones it hands back (accents, CJK, control characters, added tokens that
+lowercasing would hide or reveal)."""
+
+from __future__ import annotations
+
+import pytest
+
+from octavo.core.ascii_normalizer import encode_batch, plain_copy
+
+WORDS = ["the", "cat", "sits", "on", "mat", "what", "is", "a", "market", "stock", "river", "bank", "##s", "caf", "##e"]
+TEXTS = [
+    "the cat sits on the mat", "What is a STOCK market?", "CATS, Banks; rivers!", "  spaced\tout\nlines  ",
+    "café river", "Ünïcödé bank", "中文 cat", "the [CLS] cat [SEP]", "the [cls] cat", "[MASK]", "cat <Extra> mat",
+    "cat <extra> mat", "bell\x07 cat", "", "THE MAT\u00a0cat", "keep stock", "keepstock",
+]
+
+
+def build(lowercase: bool = True, extra_raw: str | None = None, extra_normalized: str | None = None):
+    from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {token: i for i, token in enumerate(specials + WORDS + [".", ",", "?", "!", ";"])}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False) for t in specials])
+    if extra_raw is not None:
+        tokenizer.add_tokens([AddedToken(extra_raw, normalized=False)])
+    if extra_normalized is not None:
+        tokenizer.add_tokens([AddedToken(extra_normalized, normalized=True)])
+    return tokenizer
+
+
+def own(backend, batch):
+    return [(e.ids, e.type_ids) for e in backend.encode_batch(batch, add_special_tokens=True)]
+
+
+def ours(backend, batch):
+    return [(e.ids, e.type_ids) for e in encode_batch(backend, batch)]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+@pytest.mark.parametrize("extra_raw", [None, "<Extra>", "<extra>"])
+def test_same_ids_as_the_backend(lowercase, extra_raw):
+    backend = build(lowercase, extra_raw)
+    assert plain_copy(backend) is not None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+    pairs = list(zip(TEXTS, reversed(TEXTS)))
+    assert ours(backend, pairs) == own(backend, pairs)
+
+
+def test_only_printable_ascii_text_free_of_raw_added_tokens_is_taken():
+    plain = plain_copy(build())
+    assert plain.converts("What is a STOCK market?") == "what is a stock market?"
+    for text in ("café", "tab\there", "line\n", "bell\x07", "the [cls] cat", "[CLS]"):
+        assert plain.converts(text) is None
+
+
+def test_a_normalized_added_token_that_lowercasing_changes_keeps_the_backend():
+    backend = build(extra_normalized="Stock")
+    assert plain_copy(backend) is None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+    backend = build(extra_normalized="keepstock")
+    assert plain_copy(backend) is not None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+
+
+def test_other_normalizers_keep_the_backend():
+    from tokenizers import normalizers
+
+    backend = build()
+    backend.normalizer = normalizers.Lowercase()
+    assert plain_copy(backend) is None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+
+
+def test_a_change_to_the_backend_makes_a_new_copy():
+    backend = build()
+    first = plain_copy(backend)
+    assert plain_copy(backend) is first
+    from tokenizers import processors
+
+    backend.post_processor = processors.TemplateProcessing(single="$A [SEP]", special_tokens=[("[SEP]", 3)])
+    assert plain_copy(backend) is not first
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
