@@ -69,10 +69,11 @@ class RequestStates(dict[str, RunnerRequestState]):
     def _from_new(self, new: NewRequestData) -> RunnerRequestState:
         if not self._free_rows:
             raise RuntimeError("more live requests than max_num_seqs")
+        prompt_token_ids = list(new.prompt_token_ids)
         state = RunnerRequestState(
             request_id=new.request_id,
-            prompt_token_ids=list(new.prompt_token_ids),
-            token_ids=list(new.prompt_token_ids) + list(new.output_token_ids),
+            prompt_token_ids=prompt_token_ids,
+            token_ids=prompt_token_ids + list(new.output_token_ids),
             sampling_params=new.sampling_params,
             num_blocks=0,
             num_computed_tokens=new.num_computed_tokens,
@@ -80,7 +81,8 @@ class RequestStates(dict[str, RunnerRequestState]):
             pooling_params=new.pooling_params,
             token_type_ids=new.token_type_ids,
         )
-        self._set_blocks(state, new.block_ids)
+        if new.block_ids:  # none for an encoder's pooling request: no numpy call for nothing
+            self._set_blocks(state, new.block_ids)
         return state
 
     def _update(self, state: RunnerRequestState, cached: CachedRequestData) -> None:
