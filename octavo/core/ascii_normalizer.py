@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from octavo.core.template_ids import SingleTemplate
+
 Item = str | tuple[str, str]
 
 
@@ -37,6 +39,10 @@ class PlainCopy:
     lowercase: bool
     # The lowercased raw-matched added tokens (None when nothing is lowercased).
     raw_tokens: re.Pattern | None
+    # The copy less its post-processor too, and that post-processor's single
+    # template, applied in Python (``template_ids``); None where it is not one.
+    bare: Any = None
+    template: SingleTemplate | None = None
 
     def converts(self, text: str) -> str | None:
         """``text`` as the normalizer leaves it, or None where the copy may not encode it."""
@@ -47,6 +53,14 @@ class PlainCopy:
         lowered = text.lower()
         return None if self.raw_tokens is not None and self.raw_tokens.search(lowered) else lowered
 
+    def encode(self, batch: list[Item], with_types: bool) -> tuple[list[list[int]], list[list[int]] | None]:
+        """Converted texts' ids (and segment ids)."""
+        if self.template is None or not all(isinstance(item, str) for item in batch):
+            return _ids(_encode(self.backend, batch), with_types)
+        template, encodings = self.template, _encode(self.bare, batch)
+        text_ids = [e.ids for e in encodings]
+        return [template.ids(ids) for ids in text_ids], ([template.type_ids(len(ids)) for ids in text_ids] if with_types else None)
+
 
 # id(backend) -> (backend, its settings, its copy or None): the backend is
 # held so that its id is not reused.
@@ -54,12 +68,12 @@ _copies: dict[int, tuple[Any, tuple, PlainCopy | None]] = {}
 _lock = threading.Lock()
 
 
-def encode_batch(backend: Any, batch: list[Item]) -> list[Any]:
-    """``backend.encode_batch_fast(batch)`` (special tokens added), through the copy where it gives the same."""
-    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+def encode_ids(backend: Any, batch: list[Item], with_types: bool) -> tuple[list[list[int]], list[list[int]] | None]:
+    """The ids (and segment ids) of ``backend.encode_batch_fast(batch)`` with
+    special tokens, through the copy for the texts where it gives the same."""
     plain = plain_copy(backend)
     if plain is None:
-        return encode(batch, add_special_tokens=True)
+        return _ids(_encode(backend, batch), with_types)
     converted, slow = [], []
     for index, item in enumerate(batch):
         parts = (item,) if isinstance(item, str) else item
@@ -68,12 +82,25 @@ def encode_batch(backend: Any, batch: list[Item]) -> list[Any]:
             slow.append(index)
         else:
             converted.append(done[0] if isinstance(item, str) else tuple(done))
-    plain_encode = getattr(plain.backend, "encode_batch_fast", None) or plain.backend.encode_batch
-    fast = iter(plain_encode(converted, add_special_tokens=True) if converted else [])
+    ids, types = plain.encode(converted, with_types)
     if not slow:
-        return list(fast)
-    slow_at = dict(zip(slow, encode([batch[i] for i in slow], add_special_tokens=True)))
-    return [slow_at[index] if index in slow_at else next(fast) for index in range(len(batch))]
+        return ids, types
+    slow_ids, slow_types = _ids(_encode(backend, [batch[i] for i in slow]), with_types)
+    return _merge(len(batch), slow, slow_ids, ids), _merge(len(batch), slow, slow_types, types) if with_types else None
+
+
+def _encode(backend: Any, batch: list[Item]) -> list[Any]:
+    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    return encode(batch, add_special_tokens=True) if batch else []
+
+
+def _ids(encodings: list[Any], with_types: bool) -> tuple[list[list[int]], list[list[int]] | None]:
+    return [e.ids for e in encodings], ([e.type_ids for e in encodings] if with_types else None)
+
+
+def _merge(size: int, slow: list[int], slow_rows: list, fast_rows: list) -> list:
+    slow_at, fast = dict(zip(slow, slow_rows)), iter(fast_rows)
+    return [slow_at[index] if index in slow_at else next(fast) for index in range(size)]
 
 
 def _key(backend: Any) -> tuple:
@@ -116,4 +143,10 @@ def _make_copy(backend: Any) -> PlainCopy | None:
     pattern = None
     if lowercase and raw:
         pattern = re.compile("|".join(re.escape(t.lower()) for t in sorted(raw, key=len, reverse=True)))
-    return PlainCopy(copy, lowercase, pattern)
+    template = SingleTemplate.of(backend.post_processor)
+    bare = None
+    if template is not None:
+        bare = Tokenizer.from_str(copy.to_str())
+        bare.post_processor = None
+        bare.encode_special_tokens = backend.encode_special_tokens
+    return PlainCopy(copy, lowercase, pattern, bare, template)

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from octavo.core.ascii_normalizer import encode_batch
+from octavo.core.ascii_normalizer import encode_ids
 from octavo.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -96,9 +96,7 @@ def encode_batch_ids(
         return None
     if backend.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False)):
         return None
-    encodings = encode_batch(backend, batch)
-    ids = [encoding.ids for encoding in encodings]
-    return ids, ([encoding.type_ids for encoding in encodings] if with_type_ids else None)
+    return encode_ids(backend, batch, with_type_ids)
 
 
 def _plain_call(tokenizer_class: type) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from octavo.core.ascii_normalizer import encode_batch, plain_copy
+from octavo.core.ascii_normalizer import encode_ids, plain_copy
 
 WORDS = ["the", "cat", "sits", "on", "mat", "what", "is", "a", "market", "stock", "river", "bank", "##s", "caf", "##e"]
 TEXTS = [
@@ -41,7 +41,9 @@ def own(backend, batch):
 
 
 def ours(backend, batch):
-    return [(e.ids, e.type_ids) for e in encode_batch(backend, batch)]
+    ids, types = encode_ids(backend, batch, with_types=True)
+    assert encode_ids(backend, batch, with_types=False) == (ids, None)
+    return list(zip(ids, types))
 
 
 @pytest.mark.parametrize("lowercase", [True, False])
@@ -87,4 +89,48 @@ def test_a_change_to_the_backend_makes_a_new_copy():
 
     backend.post_processor = processors.TemplateProcessing(single="$A [SEP]", special_tokens=[("[SEP]", 3)])
     assert plain_copy(backend) is not first
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+
+
+TEMPLATES = [
+    ("[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1"),
+    ("$A:1 [SEP]:0 [CLS]:1", "$A $B:1"),  # type ids of all kinds, specials after the text only
+    ("[MASK] [CLS]:1 $A", "$A $B"),  # specials before the text only
+    ("$A", "$A $B:1"),
+    ("[CLS] $A [SEP] [SEP]", "[CLS] $A [SEP] $B [SEP]"),
+]
+
+
+@pytest.mark.parametrize("single, pair", TEMPLATES)
+def test_the_template_applied_in_python_gives_the_post_processors_ids(single, pair):
+    from tokenizers import processors
+
+    backend = build()
+    backend.post_processor = processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=[("[CLS]", 2), ("[SEP]", 3), ("[MASK]", 4)]
+    )
+    assert plain_copy(backend).template is not None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+    pairs = list(zip(TEXTS, TEXTS[1:]))
+    assert ours(backend, pairs) == own(backend, pairs)
+
+
+def test_a_special_token_of_several_ids():
+    from tokenizers import processors
+
+    backend = build()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[BOTH] $A:1 [SEP]", pair="$A $B", special_tokens=[{"id": "[BOTH]", "ids": [2, 4], "tokens": ["[CLS]", "[MASK]"]}, ("[SEP]", 3)]
+    )
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+
+
+def test_other_post_processors_stay_in_the_library():
+    from tokenizers import processors
+
+    backend = build()
+    backend.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    assert plain_copy(backend) is not None and plain_copy(backend).template is None
+    assert ours(backend, TEXTS) == own(backend, TEXTS)
+    backend.post_processor = None
     assert ours(backend, TEXTS) == own(backend, TEXTS)
