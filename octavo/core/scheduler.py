@@ -320,28 +320,30 @@ class Scheduler:
         self._forget_in_runner(request)
 
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int, max_requests: int) -> int:
-        while (
-            self.waiting
-            and token_budget > 0
-            and len(self.running) < self.config.max_num_seqs
-            and len(output.num_scheduled_tokens) < max_requests
-        ):
-            request = self.waiting.peek()
-            computed_blocks, num_computed_tokens = self.kv.get_computed_blocks(request)
-            num_new_tokens = request.num_tokens - num_computed_tokens
-            if num_new_tokens > token_budget and (request.is_pooling or not self.config.enable_chunked_prefill):
+        # Locals and no calls that cannot change the outcome: this runs per
+        # request, and a batch of short pooling requests is hundreds of them.
+        waiting, running, scheduled = self.waiting, self.running, output.num_scheduled_tokens
+        max_num_seqs, uses_kv_cache = self.config.max_num_seqs, self.config.uses_kv_cache
+        while waiting and token_budget > 0 and len(running) < max_num_seqs and len(scheduled) < max_requests:
+            request = waiting.peek()
+            is_pooling = request.pooling_params is not None
+            # A pooling request never reads the prefix cache (``get_computed_blocks``).
+            computed_blocks, num_computed_tokens = ([], 0) if is_pooling else self.kv.get_computed_blocks(request)
+            num_new_tokens = len(request.all_token_ids) - num_computed_tokens
+            if num_new_tokens > token_budget and (is_pooling or not self.config.enable_chunked_prefill):
                 break
             num_new_tokens = min(num_new_tokens, token_budget)
-            num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
-            if self._allocate(request, num_slots, computed_blocks) is None:
-                break
-            self.waiting.pop()
+            if uses_kv_cache:
+                num_slots = self._with_lookahead(request, num_new_tokens, num_computed_tokens)
+                if self._allocate(request, num_slots, computed_blocks) is None:
+                    break
+            waiting.pop()
             request.num_computed_tokens = num_computed_tokens
             if request.num_preemptions == 0:
                 request.num_cached_tokens = num_computed_tokens
             request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            output.num_scheduled_tokens[request.request_id] = num_new_tokens
+            running.append(request)
+            scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
         return token_budget
 
@@ -351,12 +353,14 @@ class Scheduler:
             return
         output.finished_request_ids = self._drop_from_runner
         self._drop_from_runner = set()
+        # Locals: this runs per scheduled request (RequestId is the str itself).
+        requests, sent_to_runner, new_requests = self.requests, self._sent_to_runner, output.new_requests
         for request_id in output.num_scheduled_tokens:
-            request = self.requests[RequestId(request_id)]
-            num_sent = self._sent_to_runner.get(request.request_id)
+            request = requests[request_id]
+            num_sent = sent_to_runner.get(request.request_id)
             if num_sent is None:
-                block_ids = self.kv.block_ids(request.request_id)
-                output.new_requests.append(
+                block_ids = self.kv.block_ids(request.request_id) if self.config.uses_kv_cache else []
+                new_requests.append(
                     NewRequestData(
                         request_id=request.request_id,
                         prompt_token_ids=list(request.prompt_token_ids),
@@ -383,7 +387,7 @@ class Scheduler:
                     )
                 )
                 self._sent_blocks[request.request_id] = num_blocks
-            self._sent_to_runner[request.request_id] = request.num_tokens
+            sent_to_runner[request.request_id] = len(request.all_token_ids)
 
     def _forget_in_runner(self, request: Request) -> None:
         if self._sent_to_runner.pop(request.request_id, None) is not None:
@@ -495,7 +499,8 @@ class Scheduler:
         return False
 
     def _release(self, request: Request) -> None:
-        self.kv.free(request)
+        if self.config.uses_kv_cache:  # else it holds no blocks (``_allocate``)
+            self.kv.free(request)
         self._forget_in_runner(request)
         del self.requests[request.request_id]
 
