@@ -111,12 +111,20 @@ def _finish_group(rows: np.ndarray, params: PoolingParams, pooler: PoolerConfig)
 
 def finish_pooled(rows: np.ndarray, params_list: list[PoolingParams], pooler: PoolerConfig) -> list[bytes]:
     """Each row (float32) through its request's params, as float32 little-endian bytes."""
+    if params_list and all(params is params_list[0] for params in params_list):
+        # One batch's requests usually share one params object (``LLM.embed``): no grouping, no gather.
+        return _row_bytes(_finish_group(rows, params_list[0], pooler))
     groups: dict[tuple, list[int]] = {}
     for index, params in enumerate(params_list):
         groups.setdefault((params.dimensions, params.normalize, params.use_activation), []).append(index)
     finished: list[bytes] = [b""] * len(params_list)
     for indices in groups.values():
-        done = np.ascontiguousarray(_finish_group(rows[indices], params_list[indices[0]], pooler), dtype="<f4")
-        for index, row in zip(indices, done):
-            finished[index] = row.tobytes()
+        for index, row in zip(indices, _row_bytes(_finish_group(rows[indices], params_list[indices[0]], pooler))):
+            finished[index] = row
     return finished
+
+
+def _row_bytes(rows: np.ndarray) -> list[bytes]:
+    """Each row's float32 little-endian bytes: slices of one ``tobytes`` (a numpy call per row costs more)."""
+    data, width = np.ascontiguousarray(rows, dtype="<f4").tobytes(), rows.shape[1] * 4
+    return [data[start : start + width] for start in range(0, width * len(rows), width)] if width else [b""] * len(rows)
