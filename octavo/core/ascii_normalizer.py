@@ -8,7 +8,9 @@ printable ASCII text it can do nothing but lowercase: there are no control
 characters to clean, no CJK, and NFD leaves ASCII as it is. So such texts
 are lowercased by ``str.lower`` (the same mapping on ASCII as Rust's) and
 encoded by a copy of the backend without a normalizer; every other text goes
-to the backend itself, and the ids are the same either way.
+to the backend itself, and the ids are the same either way. Single texts
+through the copy also skip a plain ``TemplateProcessing`` post-processor,
+whose template is applied in Python (``template_ids``).
 
 Added tokens are what could tell the two apart. Tokens matched on the raw
 text (``normalized=False``, like ``[CLS]``) would be looked for in the

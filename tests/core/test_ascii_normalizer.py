@@ -134,3 +134,27 @@ def test_other_post_processors_stay_in_the_library():
     assert ours(backend, TEXTS) == own(backend, TEXTS)
     backend.post_processor = None
     assert ours(backend, TEXTS) == own(backend, TEXTS)
+
+
+def test_the_real_minilm_tokenizer_gives_transformers_ids():
+    """all-MiniLM-L6-v2's own tokenizer.json, on random sentences of words
+    that take both ways (punctuation, specials, accents, CJK, tabs)."""
+    import random
+
+    from tests.models.minilm import minilm_path
+    from transformers import AutoTokenizer
+
+    from octavo.core.tokenizer import encode_batch_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    tokenizer(["reset"])  # transformers' call clears the file's truncation and padding off the backend
+    words = ("The quick brown fox, jumps over the lazy dog! What's up? I'm here: e-mail x@y.com 3.14 $100 #tag "
+             "C++ don't U.S.A. unaffable GPUs [CLS] [mask] naïve café 北京 Hello\tWorld").split(" ")
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(400)] + ["", " ", "A"]
+    assert sum(plain_copy(tokenizer.backend_tokenizer).converts(t) is not None for t in texts) > 50
+    expected = tokenizer(texts, add_special_tokens=True, return_token_type_ids=True)
+    assert encode_batch_ids(tokenizer, texts, True) == (expected["input_ids"], expected["token_type_ids"])
+    pairs = list(zip(texts[:200], texts[200:400]))
+    expected = tokenizer(texts[:200], texts[200:400], add_special_tokens=True, return_token_type_ids=True)
+    assert encode_batch_ids(tokenizer, pairs, True) == (expected["input_ids"], expected["token_type_ids"])
