@@ -114,7 +114,9 @@ for step in "$@"; do
     # scikit-learn); without them the script times the same pipeline in transformers (hf-automodel).
     embed) pip install -q --no-deps --no-index --find-links .whl sentence-transformers scikit-learn scipy joblib threadpoolctl narwhals >/dev/null 2>&1 \
              || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
-           TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
+           # The tokenizers library's threads on (its default, for Octavo and sentence-transformers alike):
+           # the round-wide TOKENIZERS_PARALLELISM=false kept both single-threaded on 16 cores (round 25).
+           TOKENIZERS_PARALLELISM=true TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
     # Issue 19: octavo bench serve against octavo serve beside the offline engine, same workload, same round.
     serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
     serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \
