@@ -59,12 +59,14 @@ def safetensors_files(model_dir: Path) -> list[Path]:
 def iterate_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import safe_open
 
+    from octavo.models.safetensors_map import iterate_mapped
+
     for file in files:
         try:
             with safe_open(str(file), framework="pt") as f:
-                for name in f.keys():
-                    # A fresh copy-on-write view of the mapped file each time: a parameter may keep it.
-                    yield name, mark_adoptable(f.get_tensor(name))
+                # Copy-on-write views of one mapping of the file: a parameter may keep one.
+                for name, tensor in iterate_mapped(file, f):
+                    yield name, mark_adoptable(tensor)
         except ModelLoadError:
             raise
         except Exception as exc:  # SafetensorError, OSError, ...

@@ -51,6 +51,57 @@ def fill_parameter(param: torch.Tensor, loaded: torch.Tensor) -> None:
         param.data.copy_(loaded)
 
 
+# On a fused CPU parameter, once a shard has been loaded: the (first row,
+# rows) of each shard whose bytes the parameter views in the mapped file
+# (empty once the parameter has memory of its own).
+PLACED_SHARDS = "octavo_placed_shards"
+
+
+def _shard_fits(param: torch.Tensor, loaded: torch.Tensor) -> bool:
+    return (
+        isinstance(param, nn.Parameter) and getattr(loaded, ADOPTABLE, False)
+        and param.device.type == "cpu" and loaded.device.type == "cpu" and param.dtype == loaded.dtype
+        and param.dim() > 0 and param.shape[0] > 0 and param.shape[1:] == loaded.shape[1:]
+        and param.is_contiguous() and loaded.is_contiguous()
+    )
+
+
+def place_shard(param: torch.Tensor, loaded: torch.Tensor, row: int) -> bool:
+    """Put shard ``loaded`` at row ``row`` of the fused CPU ``param`` without
+    a copy where the mapped file already holds it there; False: copy it.
+
+    The first shard loaded, if it is the parameter's first rows, makes the
+    parameter a view of the file from that shard's start (the rest of the
+    view is whatever the file holds next: a Llama's ``up_proj`` after its
+    ``gate_proj``); a later shard is in place only if the file holds it
+    exactly where the view expects it. One that is not moves the parameter
+    into memory of its own first, taking the rows in place with it, so a
+    write never reaches another tensor's bytes."""
+    placed = getattr(param, PLACED_SHARDS, None)
+    fits = _shard_fits(param, loaded)
+    if placed is None:  # the first shard loaded
+        storage, start = loaded.untyped_storage(), loaded.storage_offset()
+        view = fits and row == 0 and start * loaded.element_size() + param.nbytes <= storage.nbytes()
+        if view:
+            param.data = torch.empty(0, dtype=param.dtype).set_(storage, start, param.shape)
+        setattr(param, PLACED_SHARDS, [(0, loaded.shape[0])] if view else [])
+        return bool(view)
+    in_place = (
+        fits and placed and param.untyped_storage().data_ptr() == loaded.untyped_storage().data_ptr()
+        and loaded.data_ptr() == param.data_ptr() + row * (param.nbytes // param.shape[0])
+    )
+    if in_place:
+        placed.append((row, loaded.shape[0]))
+        return True
+    if placed:
+        own = torch.empty(param.shape, dtype=param.dtype)
+        for first, rows in placed:
+            own[first : first + rows].copy_(param.data[first : first + rows])
+        param.data = own
+        placed.clear()
+    return False
+
+
 def load_named_tensors(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]], rename: Rename) -> set[str]:
     """Load ``weights``; returns ``name`` or ``name:shard`` for each one loaded."""
     params = dict(model.named_parameters(remove_duplicate=False))

@@ -16,7 +16,7 @@ from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
 from octavo.errors import ModelLoadError
-from octavo.models.weight_loading import fill_parameter
+from octavo.models.weight_loading import fill_parameter, place_shard
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
 
@@ -115,6 +115,8 @@ class ColumnParallelLinear(LinearBase):
         if (offset, start, size) == (0, 0, param.shape[output_dim]) and loaded.shape[output_dim] == size:
             _copy_checked(param, loaded, self.prefix)  # the whole parameter from the whole tensor
             return
+        if output_dim == 0 and start == 0 and loaded.shape[0] == size and place_shard(param, loaded, offset):
+            return  # the mapped file holds this shard where the fused parameter views it
         target = param.data.narrow(output_dim, offset, size)
         if loaded.shape[output_dim] < start + size:
             raise ModelLoadError(
