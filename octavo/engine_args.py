@@ -13,6 +13,7 @@ interface.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -396,6 +397,12 @@ def _load_tokenizer_in_background(args: EngineArgs, model_path: Path, load_forma
     release the interpreter lock)."""
     if args.skip_tokenizer_init:
         return None
+    # Imported on the tokenizer's thread, the tokenizers library's
+    # Tokenizer.from_file held the interpreter lock for the whole read (0.25 s
+    # for Llama 2's tokenizer.json), stalling this thread; imported here, it
+    # lets go of it (docs/startup.md). The import itself takes ~15 ms.
+    with contextlib.suppress(ImportError):
+        import tokenizers  # noqa: F401
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="octavo-tokenizer")
 
     def load():
