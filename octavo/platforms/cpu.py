@@ -67,6 +67,7 @@ def zeroed_on_demand(num_bytes: int) -> torch.Tensor:
         mapped.madvise(mmap.MADV_NOHUGEPAGE)
     return torch.frombuffer(mapped, dtype=torch.uint8)[:num_bytes]
 
+
 class CpuPlatform(Platform):
     name = "cpu"
     device_type = "cpu"
