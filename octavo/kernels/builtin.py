@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import torch
+
 from octavo.errors import InvalidArgumentError
 from octavo.ops.impl import OpContext, OpImpl
 
@@ -108,10 +110,19 @@ def _quant_impls() -> list[OpImpl]:
     ]
 
 
+def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:
+    if getattr(ctx.platform, "compile_backend", None) == "inductor":
+        return None
+    return "the CPU's decode steps are not compiled by inductor (OCTAVO_CPU_COMPILE=1)"
+
+
 def builtin_layer_ops() -> list[OpImpl]:
     scaled_mm = "octavo.kernels.quant.scaled_mm"
     impls = [
         OpImpl("int8_linear", "int_mm", f"{scaled_mm}:int8_w8a8_linear", supports=_int_mm_runs, accepts=_int_mm_shape_ok),
+        # One-token GEMVs as a reduction inductor parallelises (cpu_reduction_gemv.py).
+        OpImpl("linear", "compiled_reduction", "octavo.kernels.cpu_reduction_gemv:linear_reduction", platforms=("cpu",),
+               dtypes=(torch.float32,), max_tokens=1, supports=_cpu_decode_compiled_by_inductor),
     ]
     torch_fp8 = OpImpl(
         "fp8_linear", "scaled_mm", f"{scaled_mm}:fp8_w8a8_linear", device_types=CUDA,

@@ -22,9 +22,12 @@ at warm-up; attention is an opaque op around ``torch_paged``
 ``torch_paged``'s decode path), so only the token count shapes a graph.
 Other steps (prefills, larger batches) run eagerly. Off by default: the
 compilation costs tens of seconds at start on a small host, which a short
-run or a test never earns back. On a shared 2-core host, batch-1 decode of a
-135M Llama in float32 was ~1.7x faster compiled than eager but still ~10x
-the bandwidth floor: the float32 GEMVs dominate (benchmarks/RESULTS.md,
+run or a test never earns back. Under inductor, one-token linear layers in
+float32 take the ``compiled_reduction`` layer op
+(``kernels/cpu_reduction_gemv.py``): MKL's GEMV does not split the narrow
+matrices of a small model between threads. On the 2-core dev machine,
+batch-1 decode of a 135M Llama in float32: 45.7 ms/token compiled (two
+threads), HF eager 68.2, 2.2x the memory floor (benchmarks/RESULTS.md,
 "CPU compiled decode (issue 23)").
 """
 
@@ -136,6 +139,11 @@ class CpuPlatform(Platform):
 
     def compile_step(self, step):
         return step if self._compiler is None else self._compiler(step)
+
+    @property
+    def compile_backend(self) -> str | None:
+        """The torch.compile backend decode steps run under, or None (eager)."""
+        return None if self._compiler is None else self._compiler.backend
 
     def compilations(self) -> int | None:
         return None if self._compiler is None else self._compiler.count
