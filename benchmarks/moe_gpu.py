@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from octavo.benchmarks.ceilings import measure_ceilings  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.kernels.fused_moe_gemv import DEFAULT_TILES as DEFAULT_GEMV_TILES  # noqa: E402
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import moe_topk_softmax  # noqa: E402
@@ -131,7 +132,11 @@ def sweep_case(case: dict, inputs, expected: torch.Tensor, device: torch.device,
 
 
 GEMV_MAX_TOKENS = 8
-GEMV_SWEEP = [(n, k, w) for n in (4, 8, 16, 32) for k in (128, 256, 512) for w in (2, 4, 8)]
+# Each GEMV's tiles swept with the other's at its default: the gate-up's, then
+# the down's (narrower column tiles there: one program per token and tile).
+_GATE_UP_SWEEP = [(n, k, w) for n in (4, 8, 16, 32) for k in (128, 256, 512) for w in (2, 4, 8)]
+_DOWN_SWEEP = [(n, k, w) for n in (1, 2, 4, 8, 16) for k in (128, 256) for w in (1, 2, 4)]
+GEMV_SWEEP = [(*t, *DEFAULT_GEMV_TILES[3:]) for t in _GATE_UP_SWEEP] + [(*DEFAULT_GEMV_TILES[:3], *t) for t in _DOWN_SWEEP]
 
 
 def run_gemv(shape: MoeShape, num_tokens: int, inputs, reference, floor: float, args, device) -> None:
@@ -151,7 +156,7 @@ def run_gemv(shape: MoeShape, num_tokens: int, inputs, reference, floor: float, 
         RECORDS.append({"model": shape.name, "tokens": num_tokens, "gemv_tiles": tiles, "gemv_us": us})
     for us, tiles, error in sorted(timed)[:3]:
         say(f"{'':>14} {num_tokens:>6} {'gemv':>9} {us:>10.1f} {'':>10} {floor:>9.1f} {us / floor:>7.2f}x "
-            f"{'':>8}  {error:.1e}  (block_n, block_k, warps) = {tiles}")
+            f"{'':>8}  {error:.1e}  gate-up, down (block_n, block_k, warps) = {tiles[:3]}, {tiles[3:]}")
 
 
 def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: torch.device, dtype: torch.dtype,

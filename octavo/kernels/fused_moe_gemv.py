@@ -20,7 +20,10 @@ torch's sum of that dtype). Slots of -1 (experts on another rank) add
 nothing. Weights are read once per step: each program streams its rows of
 one expert (gate-up) or of ``k`` experts (down) along the contiguous input
 dimension. ``OCTAVO_MOE_GEMV_TILES=block_n,block_k,num_warps`` overrides the
-tiles for tuning runs (benchmarks/moe_gpu.py).
+tiles of both kernels for tuning runs, six numbers those of each
+(benchmarks/moe_gpu.py): the down GEMV runs one program per token and
+column tile, so at one token its ``block_n`` alone sets how many programs
+stream the experts' down rows (256 at Qwen3-30B-A3B's width with 8).
 """
 
 from __future__ import annotations
@@ -35,12 +38,23 @@ from octavo.kernels.activation import act_then_mul
 from octavo.kernels.triton_utils import cdiv, ints_from_env
 
 MOE_GEMV_TILES_ENV = "OCTAVO_MOE_GEMV_TILES"
-_DEFAULT_TILES = (8, 256, 4)  # block_n, block_k, num_warps: a starting point, to be swept on the GPU
+# (block_n, block_k, num_warps) of the gate-up GEMV, then of the down GEMV:
+# a starting point (round 25: slower than the grouped path), to be swept on the GPU.
+DEFAULT_TILES = (8, 256, 4, 8, 256, 4)
 
 
 @functools.cache
-def moe_gemv_tiles() -> tuple[int, int, int]:
-    return ints_from_env(MOE_GEMV_TILES_ENV, "block_n,block_k,num_warps", (3,)) or _DEFAULT_TILES
+def moe_gemv_tiles() -> tuple[int, ...]:
+    """Six tile numbers: the gate-up GEMV's (block_n, block_k, num_warps), then the down GEMV's."""
+    parts = ints_from_env(
+        MOE_GEMV_TILES_ENV, "block_n,block_k,num_warps (both GEMVs) or six numbers (gate-up, then down)", (3, 6)
+    )
+    return DEFAULT_TILES if parts is None else both_tiles(parts)
+
+
+def both_tiles(tiles: tuple[int, ...]) -> tuple[int, ...]:
+    """Three tile numbers stand for both GEMVs; six are the gate-up's then the down's."""
+    return tuple(tiles) * 2 if len(tiles) == 3 else tuple(tiles)
 
 
 @triton.jit
@@ -103,14 +117,15 @@ def _down_gemv_kernel(
 
 def fused_moe_gemv(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-    topk_weights: torch.Tensor, topk_ids: torch.Tensor, act_code: int, tiles: tuple[int, int, int] | None = None,
+    topk_weights: torch.Tensor, topk_ids: torch.Tensor, act_code: int, tiles: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """``fused_moe`` for a few tokens (same arguments; ``act_code`` as
-    ``fused_moe.ACTIVATIONS`` maps them; ``tiles`` (block_n, block_k,
-    num_warps) for tuning runs). Inputs already checked there."""
+    ``fused_moe.ACTIVATIONS`` maps them; ``tiles`` as ``moe_gemv_tiles``
+    gives them, three or six numbers, for tuning runs). Inputs already
+    checked there."""
     num_tokens, hidden_size = hidden.shape
     inter, top_k = w13.shape[1] // 2, topk_ids.shape[1]
-    block_n, block_k, num_warps = tiles or moe_gemv_tiles()
+    block_n, block_k, num_warps, down_n, down_k, down_warps = both_tiles(tiles) if tiles else moe_gemv_tiles()
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     num_slots = ids.numel()
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
@@ -121,9 +136,9 @@ def fused_moe_gemv(
     )
     out = torch.empty((num_tokens, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    _down_gemv_kernel[(num_tokens, cdiv(hidden_size, block_n))](
+    _down_gemv_kernel[(num_tokens, cdiv(hidden_size, down_n))](
         act, w2, out, weights, ids, top_k, hidden_size, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps,
+        BLOCK_N=down_n, BLOCK_K=down_k, num_warps=down_warps,
     )
     return out

@@ -87,3 +87,27 @@ def test_real_shapes_on_gpu_and_captured(num_experts, top_k, hidden, inter, num_
         captured = fused_moe_gemv(x, w13, w2, weights, ids, ACTIVATIONS["silu"])
     graph.replay()
     torch.testing.assert_close(captured, out, rtol=0, atol=0)
+
+
+def test_tiles_of_each_gemv(monkeypatch):
+    """Three numbers set both GEMVs' tiles, six set each (gate-up, then down);
+    any other count is refused naming the variable."""
+    from octavo.kernels import fused_moe_gemv as module
+
+    for value, expected in (("16,128,2", (16, 128, 2, 16, 128, 2)), ("8,256,4,2,128,1", (8, 256, 4, 2, 128, 1))):
+        monkeypatch.setenv("OCTAVO_MOE_GEMV_TILES", value)
+        module.moe_gemv_tiles.cache_clear()
+        assert module.moe_gemv_tiles() == expected
+    monkeypatch.setenv("OCTAVO_MOE_GEMV_TILES", "8,256,4,2")
+    module.moe_gemv_tiles.cache_clear()
+    with pytest.raises(ValueError, match="OCTAVO_MOE_GEMV_TILES"):
+        module.moe_gemv_tiles()
+    monkeypatch.delenv("OCTAVO_MOE_GEMV_TILES")
+    module.moe_gemv_tiles.cache_clear()
+
+
+def test_separate_down_tiles_match_the_reference(device):
+    x, w13, w2, weights, ids = make_inputs(2, 8, 2, 64, 48, torch.float32, device, seed=5)
+    expected = reference(x, w13, w2, weights, ids, "silu")
+    for tiles in ((8, 64, 2), (8, 64, 2, 2, 32, 1), (4, 32, 1, 16, 64, 2)):
+        check(fused_moe_gemv(x, w13, w2, weights, ids, ACTIVATIONS["silu"], tiles), expected)
