@@ -133,6 +133,8 @@ for step in "$@"; do
     # (routed experts' bytes / copy bandwidth, or FLOPs / matmul rate); moe_sweep adds the best tile shapes.
     moe_bench) TAIL=16 run_step moe_bench 400 python benchmarks/moe_gpu.py;;
     moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
+    # Decode sizes only: the two-GEMV path's tiles (each GEMV's swept, the down's from block_n 1) and the grouped path's.
+    moe_gemv_sweep) TAIL=40 run_step moe_gemv_sweep 580 python benchmarks/moe_gpu.py --sweep --tokens 1,8;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py tests/kernels/test_attention_options.py;;
     qwen3moe) family_step qwen3moe "$MQ3" all;;
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
