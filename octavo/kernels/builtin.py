@@ -111,7 +111,7 @@ def _quant_impls() -> list[OpImpl]:
 
 
 def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:
-    if getattr(ctx.platform, "compile_backend", None) == "inductor":
+    if getattr(ctx.platform, "decode_compile_backend", None) == "inductor":
         return None
     return "the CPU's decode steps are not compiled by inductor (OCTAVO_CPU_COMPILE=1)"
 

@@ -141,7 +141,7 @@ class CpuPlatform(Platform):
         return step if self._compiler is None else self._compiler(step)
 
     @property
-    def compile_backend(self) -> str | None:
+    def decode_compile_backend(self) -> str | None:
         """The torch.compile backend decode steps run under, or None (eager)."""
         return None if self._compiler is None else self._compiler.backend
 
@@ -149,7 +149,7 @@ class CpuPlatform(Platform):
         return None if self._compiler is None else self._compiler.count
 
     def versions(self) -> dict[str, str]:
-        compiled = self._compiler.backend if self._compiler is not None else f"off ({COMPILE_ENV}=1 turns it on)"
+        compiled = self.decode_compile_backend or f"off ({COMPILE_ENV}=1 turns it on)"
         return {"torch": torch.__version__, "threads": str(torch.get_num_threads()), "compiled decode": compiled}
 
 
