@@ -28,7 +28,8 @@ import torch
 
 from octavo.errors import ModelLoadError
 
-_DTYPES = {
+# safetensors' dtype names (also read by models/safetensors_map.py).
+SAFETENSORS_DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -63,7 +64,7 @@ def read_header(file: Path) -> tuple[int, dict]:
 
 
 def _view(buffer: mmap.mmap, data_start: int, file_size: int, name: str, entry: dict, file: Path) -> torch.Tensor:
-    dtype = _DTYPES.get(entry.get("dtype"))
+    dtype = SAFETENSORS_DTYPES.get(entry.get("dtype"))
     if dtype is None:
         raise ModelLoadError(f"{file.name}: tensor {name} has unsupported dtype {entry.get('dtype')!r}")
     shape = [int(d) for d in entry["shape"]]

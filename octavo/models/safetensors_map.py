@@ -9,38 +9,26 @@ parameter whose shards the file holds back to back in its order (a Llama's
 ``gate_proj`` then ``up_proj``: safetensors writes names sorted) can take
 the file's bytes without a copy (``weight_loading.place_shard``).
 
-The header is the one ``safe_open`` has already checked (it is opened first,
-and its names are the ones yielded); a tensor this reader cannot express as
-a view (a dtype it does not know, an offset its element size does not
-divide, a big-endian host) is read by ``safe_open`` as before.
+The header, read by ``weight_views.read_header``, is the one ``safe_open``
+has already checked (it is opened first, and its names are the ones
+yielded); a tensor this reader cannot express as a view (a dtype it does
+not know, an offset its element size does not divide, a big-endian host)
+is read by ``safe_open`` as before.
 """
 
 from __future__ import annotations
 
-import json
-import struct
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}
-
-
-def _header(path: Path) -> tuple[int, dict]:
-    """(offset of the data section, the header's entries)."""
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        return 8 + length, json.loads(f.read(length))
+from octavo.distributed.weight_views import SAFETENSORS_DTYPES, read_header
 
 
 def _view(storage: torch.UntypedStorage, data_start: int, entry: dict) -> torch.Tensor | None:
-    dtype = _DTYPES.get(entry.get("dtype"))
+    dtype = SAFETENSORS_DTYPES.get(entry.get("dtype"))
     if dtype is None:
         return None
     begin, end = entry["data_offsets"]
@@ -60,7 +48,7 @@ def iterate_mapped(path: Path, safe_file) -> Iterator[tuple[str, torch.Tensor]]:
     order), each a view of one private mapping of ``path``."""
     storage = None
     if sys.byteorder == "little" and path.stat().st_size > 0:
-        data_start, entries = _header(path)
+        data_start, entries = read_header(path)
         storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
     for name in safe_file.keys():
         tensor = _view(storage, data_start, entries[name]) if storage is not None else None
