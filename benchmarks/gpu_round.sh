@@ -92,6 +92,13 @@ for step in "$@"; do
     quant_full) TAIL=250 run_step quant_gpu_full 590 python benchmarks/quant_gpu.py;;
     quant_sweep) TAIL=80 run_step quant_sweep 450 python benchmarks/quant_sweep_gpu.py;;
     quant_lat) TAIL=12 run_step quant_latency 560 python benchmarks/quant_e2e.py latency --output-json "$O/quant_latency.json";;
+    # quant_tuned: the one-token GEMVs of int4 and fp8 swept; the winners go to /tmp/octavo-tuned.env (kept
+    # while the machine stays warm; also printed, for a later call). quant_tuned_lat: batch-1 decode end to end
+    # (bf16, fp8, int4 and their floors in the same run) with them set (OCTAVO_INT4_GEMV_TILES, OCTAVO_GEMV_8BIT).
+    quant_tuned) TAIL=30 run_step quant_tuned_sweep 450 python benchmarks/quant_sweep_gpu.py --only int4:gemv,fp8:gemv --tokens 1 --env-file /tmp/octavo-tuned.env
+                 cp /tmp/octavo-tuned.env "$O/" 2>/dev/null;;
+    quant_tuned_lat) echo "tuned: $(cat /tmp/octavo-tuned.env 2>/dev/null | tr '\n' ' ')"
+                     TAIL=12 run_step quant_tuned_latency 560 env $(cat /tmp/octavo-tuned.env 2>/dev/null) python benchmarks/quant_e2e.py latency --output-json "$O/quant_tuned_latency.json";;
     quant_tput) TAIL=12 run_step quant_throughput 590 python benchmarks/quant_e2e.py throughput --output-json "$O/quant_throughput.json";;
     gguf) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
           [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"

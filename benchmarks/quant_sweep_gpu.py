@@ -47,7 +47,11 @@ from octavo.kernels.quant.int4_triton import GroupedGemvConfig, GroupedMmConfig 
 SWEEP_BUDGET_S = 180.0
 REPS = 15
 GEMV_8BIT = [GemvConfig(n, k, w, 2, True) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)]
-INT4_GEMV = [GroupedGemvConfig(n, b, w) for n in (2, 4, 8, 16) for b in (1, 2, 4, 8) for w in (4, 8)]
+# Blocks up to 32 (8 KiB of int4 a program per step at block_n 4): the 16-bit GEMV
+# needed wide K tiles to keep enough loads in flight (round 16); int4's default reads 1 KiB.
+INT4_GEMV = [
+    GroupedGemvConfig(n, b, w, d) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for d in (False, True)
+]
 INT4_MM_SKINNY = [
     GroupedMmConfig(m, n, s, 8, 4, st) for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
 ]
@@ -105,8 +109,8 @@ def sweep_case(family: str, name: str, num_tokens: int, configs: list, weights: 
     return results[0][1] if results else None
 
 
-def precompile() -> None:
-    jobs = [(family, name, m, config) for family, name, tokens, configs in PLAN for m in tokens for config in [None, *configs]]
+def precompile(plan=PLAN) -> None:
+    jobs = [(family, name, m, config) for family, name, tokens, configs in plan for m in tokens for config in [None, *configs]]
     compile_in_pool(qp.compile_job, jobs, say, time.perf_counter(), chunksize=4)
 
 
@@ -129,12 +133,55 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
     return best
 
 
+# The one-token winners as the environment overrides the kernels read
+# (``--env-file``): an end-to-end run in the same device call uses them.
+ENV_OVERRIDES = {
+    ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES", lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)}"),
+    ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
+                      lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)}"),
+}
+
+
+def select_plan(only: str | None, tokens: str | None) -> list:
+    """PLAN cut to ``only`` (``family:path,...``) and to the token counts in ``tokens``."""
+    wanted = {tuple(item.split(":", 1)) for item in only.split(",")} if only else None
+    counts = {int(t) for t in tokens.split(",")} if tokens else None
+    plan = []
+    for family, name, token_counts, configs in PLAN:
+        if wanted is not None and (family, name) not in wanted:
+            continue
+        kept = tuple(m for m in token_counts if counts is None or m in counts)
+        if kept:
+            plan.append((family, name, kept, configs))
+    return plan
+
+
+def write_env_file(best: dict, path: str) -> None:
+    lines = []
+    for (family, name, num_tokens), config in best.items():
+        if num_tokens == 1 and config is not None and (family, name) in ENV_OVERRIDES:
+            variable, render = ENV_OVERRIDES[(family, name)]
+            lines.append(f"{variable}={render(config)}\n")
+    Path(path).write_text("".join(lines))
+    say("".join(lines).rstrip() or "no one-token configs to export")
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="family:path pairs, e.g. int4:gemv,fp8:gemv")
+    parser.add_argument("--tokens", help="token counts to sweep, e.g. 1")
+    parser.add_argument("--env-file", help="write the best one-token configs as KEY=VALUE lines")
+    args = parser.parse_args()
     if not torch.cuda.is_available():
         say("no CUDA device: this script is for the GPU machine")
         sys.exit(1)
-    precompile()
-    run()
+    plan = select_plan(args.only, args.tokens)
+    precompile(plan)
+    best = run(plan)
+    if args.env_file:
+        write_env_file(best, args.env_file)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "quant_sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
 

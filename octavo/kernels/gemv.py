@@ -62,7 +62,8 @@ DEFAULT_SILU_CONFIG = GemvConfig(block_n=1, block_k=2048, num_warps=2, num_stage
 
 @functools.cache
 def config_from_env(name: str) -> GemvConfig | None:
-    """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` = ``block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
+    """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` / ``OCTAVO_GEMV_8BIT`` (8-bit weights) =
+    ``block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
     parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer]", (4, 5))
     if parts is None:
         return None
@@ -78,10 +79,17 @@ DEFERRED_PRODUCTS = 8192
 def default_config(silu_mul: bool, num_tokens: int = 1) -> GemvConfig:
     if silu_mul:
         return config_from_env("OCTAVO_GEMV_SILU") or DEFAULT_SILU_CONFIG
-    config = config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG
+    return fit_to_rows(config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG, num_tokens)
+
+
+def fit_to_rows(config: GemvConfig, num_tokens: int) -> GemvConfig:
+    """``config`` with its K tile narrowed so that a deferred reduction holds
+    no more products for ``num_tokens`` rows than ``DEFERRED_PRODUCTS`` or
+    the config's own one-row count (a tuned config runs as swept at one row)."""
     rows = next_power_of_2(num_tokens)
-    if config.defer_reduce and rows * config.block_n * config.block_k > DEFERRED_PRODUCTS:
-        block_k = max(128, DEFERRED_PRODUCTS // (rows * config.block_n))
+    limit = max(DEFERRED_PRODUCTS, config.block_n * config.block_k)
+    if config.defer_reduce and rows * config.block_n * config.block_k > limit:
+        block_k = max(128, limit // (rows * config.block_n))
         config = GemvConfig(config.block_n, block_k, config.num_warps, config.num_stages, config.defer_reduce)
     return config
 
@@ -217,4 +225,7 @@ def scaled_linear_gemv(
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    return gemv(x2, qweight, bias, weight_scale=weight_scale).reshape(*x.shape[:-1], -1)
+    # Half the bytes per weight: its best tiles may differ from 16-bit's (tuning runs set them).
+    config = config_from_env("OCTAVO_GEMV_8BIT")
+    config = fit_to_rows(config, x2.shape[0]) if config is not None else None
+    return gemv(x2, qweight, bias, config=config, weight_scale=weight_scale).reshape(*x.shape[:-1], -1)

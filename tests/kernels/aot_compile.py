@@ -22,18 +22,26 @@ from octavo.kernels import (
     activation, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_topk, paged_attention, rms_norm, rotary,
     split_kv_decode,
 )
+from octavo.kernels.quant import int4_triton
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64", "sorted_slots_ptr": "*i32",
                 "block_experts_ptr": "*i32", "ids_ptr": "*i32"}
 FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr"}
 FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
+# Pointers whose type differs by kernel: the grouped int4 layout's packed words and zero points.
+KERNEL_POINTERS = {
+    name: {"w_ptr": "*i32", "z_ptr": "*u8"} for name in ("_grouped_gemv_kernel", "_grouped_gemv_deferred_kernel")
+}
 
 
 def signature(kernel, constexprs: dict) -> dict[str, str]:
     types = {}
+    own = KERNEL_POINTERS.get(kernel.fn.__name__, {})
     for name in kernel.arg_names:
-        if name in constexprs:
+        if name in own:
+            types[name] = own[name]
+        elif name in constexprs:
             types[name] = "constexpr"
         elif name in INT_POINTERS:
             types[name] = INT_POINTERS[name]
@@ -52,6 +60,13 @@ def compile_one(kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4,
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
     source = ASTSource(fn=kernel, signature=signature(kernel, constexprs), constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+class GemvTiles:
+    """Launch options of a kernel whose config has no ``num_stages`` (its loop has no dot to pipeline)."""
+
+    def __init__(self, num_warps: int, num_stages: int = 2) -> None:
+        self.num_warps, self.num_stages = num_warps, num_stages
 
 
 def cases(attention_only: bool = False):
@@ -106,6 +121,11 @@ def cases(attention_only: bool = False):
     yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(BLOCK_N=block_n, BLOCK_K=block_k, ACT=0), None
     yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k), None
     yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
+    wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
+    for config in (int4_triton.GEMV_CONFIG, int4_triton.GroupedGemvConfig(4, 4, 4, deferred=True), wide):
+        kernel = int4_triton._grouped_gemv_deferred_kernel if config.deferred else int4_triton._grouped_gemv_kernel
+        consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False)
+        yield f"int4 gemv {config}", kernel, consts, GemvTiles(config.num_warps)
 
 
 def main(target_name: str, attention_only: bool) -> None:

@@ -89,3 +89,30 @@ def test_configs_from_environment(monkeypatch):
     with pytest.raises(ValueError, match="OCTAVO_GEMV"):
         module.default_config(False)
     module.config_from_env.cache_clear()
+
+
+def test_tuned_configs_keep_their_tiles_at_one_row():
+    # A swept config wider than the default's products runs as swept at one
+    # row; more rows narrow its K tile so that registers do not spill.
+    from octavo.kernels import gemv as module
+
+    wide = GemvConfig(4, 4096, 8, 2)
+    assert module.fit_to_rows(wide, 1) == wide
+    assert module.fit_to_rows(wide, 2).block_k == 2048
+    assert module.fit_to_rows(module.DEFAULT_CONFIG, 4).block_k == module.DEFERRED_PRODUCTS // (4 * 4)
+
+
+def test_scaled_gemv_reads_its_own_tiles(monkeypatch, device):
+    # OCTAVO_GEMV_8BIT tunes the 8-bit weight GEMV apart from the 16-bit one.
+    from octavo.kernels import gemv as module
+
+    module.config_from_env.cache_clear()
+    monkeypatch.setenv("OCTAVO_GEMV_8BIT", "2,32,4,2")
+    try:
+        x, weight = randn(1, 64, device=device), randn(8, 64, device=device, seed=1)
+        scale = torch.rand(8, device=device) + 0.5
+        out = module.scaled_linear_gemv(x, weight, scale, None)
+        torch.testing.assert_close(out, F.linear(x, weight * scale[:, None]), **TOLERANCES[torch.float32])
+        assert module.config_from_env("OCTAVO_GEMV_8BIT") == GemvConfig(2, 32, 4, 2)
+    finally:
+        module.config_from_env.cache_clear()

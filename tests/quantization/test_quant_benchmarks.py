@@ -72,6 +72,24 @@ def test_quant_sweep_script(scripts, capsys):
     assert "best configs" in capsys.readouterr().out
 
 
+@needs_interpreter
+def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
+    # `--only int4:gemv,fp8:gemv --tokens 1 --env-file F`: the tuned end-to-end run reads F.
+    _, sweep = scripts
+    plan = sweep.select_plan("int4:gemv,fp8:gemv", "1")
+    assert [(family, path, tokens) for family, path, tokens, _ in plan] == [("fp8", "gemv", (1,)), ("int4", "gemv", (1,))]
+    deferred = next(c for c in plan[1][3] if c.deferred and c.blocks == 16)
+    plan = [(plan[0][0], plan[0][1], (1,), plan[0][3][:1]), (plan[1][0], plan[1][1], (1,), [deferred])]
+    best = sweep.run(plan=plan, budget_s=1e9)
+    env_file = tmp_path / "tuned.env"
+    sweep.write_env_file(best, str(env_file))
+    fp8 = plan[0][3][0]
+    assert env_file.read_text().splitlines() == [
+        f"OCTAVO_GEMV_8BIT={fp8.block_n},{fp8.block_k},{fp8.num_warps},{fp8.num_stages},{int(fp8.defer_reduce)}",
+        f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1",
+    ]
+
+
 @not_interpreted
 def test_make_gguf_8b_writes_a_loadable_file(tmp_path):
     """The GPU round's GGUF writer, at tiny shapes: the file loads and runs a prefill."""

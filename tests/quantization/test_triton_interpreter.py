@@ -64,8 +64,9 @@ def test_grouped_kernels_match_reference(kernels, bits, out_features, in_feature
     reference = quant_reference.int4_linear if bits == 4 else quant_reference.int8_grouped_linear
     expected = reference(x, qweight, scales, zeros, group_size, bias)
     args = (x, qweight, scales, zeros, group_size, bias, bits)
-    gemv = int4_triton.grouped_gemv(*args, config=int4_triton.GroupedGemvConfig(block_n=4, blocks=2))
-    assert gemv.dtype == dtype and _close(gemv, expected, dtype)
+    for config in (int4_triton.GroupedGemvConfig(block_n=4, blocks=2), int4_triton.GroupedGemvConfig(2, 4, deferred=True)):
+        gemv = int4_triton.grouped_gemv(*args, config=config)
+        assert gemv.dtype == dtype and _close(gemv, expected, dtype), config
     if int4.plane_words(in_features, bits) == 16:
         for config in (int4_triton.GroupedMmConfig(16, 16), int4_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2)):
             assert _close(int4_triton.grouped_mm(*args, config=config), expected, dtype), config
@@ -118,3 +119,19 @@ def test_gguf_triton_matmuls(kernels, type_name, dtype):
         x = torch.randn(num_tokens, num_in).to(dtype)
         out, expected = run(x), x.float() @ dense.t()
         assert out.dtype == dtype and _close(out, expected, dtype), num_tokens
+
+
+@needs_interpreter
+def test_int4_gemv_tiles_from_the_environment(kernels, monkeypatch):
+    """``OCTAVO_INT4_GEMV_TILES`` sets the GEMV's tiles for tuning runs (read once per process)."""
+    int4_triton, _ = kernels
+    int4_triton.gemv_config_from_env.cache_clear()
+    monkeypatch.setenv("OCTAVO_INT4_GEMV_TILES", "8,16,4,1")
+    try:
+        assert int4_triton.gemv_config_from_env() == int4_triton.GroupedGemvConfig(8, 16, 4, deferred=True)
+        int4_triton.gemv_config_from_env.cache_clear()
+        monkeypatch.setenv("OCTAVO_INT4_GEMV_TILES", "8,16")
+        with pytest.raises(ValueError, match="block_n,blocks,num_warps"):
+            int4_triton.gemv_config_from_env()
+    finally:
+        int4_triton.gemv_config_from_env.cache_clear()

@@ -9,6 +9,9 @@ layout, see ``int4``): three kernels, chosen by the number of tokens.
   float with one OR and one subtraction (``2**23 + q`` has ``q`` in its
   mantissa, so ``bits(0x4B000000 | q) - (2**23 + zero)`` is exactly ``q -
   zero``); the group's scale multiplies the partial sum, not each value.
+  Where each layout block lies in one group, ``_grouped_gemv_deferred_kernel``
+  (the config's ``deferred``) sums a block's planes unscaled, scales once
+  per block and reduces across lanes only at the end.
 * ``_grouped_mm_kernel`` (more tokens): tiles of ``BLOCK_M x BLOCK_N``; per
   layout block, each plane is dequantized in registers to a ``[BLOCK_N,
   16]`` tile of the activation dtype and multiplied on the tensor cores by
@@ -37,13 +40,17 @@ import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
 from octavo.kernels.tile_order import grouped_tile
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
+from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 @dataclass(frozen=True)
 class GroupedGemvConfig:
     block_n: int = 4
     blocks: int = 4  # layout blocks (16 words each) per step
     num_warps: int = 4
+    # ``_grouped_gemv_deferred_kernel`` where each layout block lies in one
+    # group (the common case): fewer instructions per weight value, one
+    # cross-lane reduction per program. Chosen by the tile sweep on a GPU.
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,53 @@ def _grouped_gemv_kernel(
             ).to(tl.float32)
             acc += tl.sum(x[:, None, :, :] * q[None, :, :, :], axis=3) * scale.to(tl.float32)[None, :, :]
     out = tl.sum(acc, axis=2)
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit(do_not_specialize=["M"])
+def _grouped_gemv_deferred_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
+    stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
+    BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """``_grouped_gemv_kernel`` for whole groups: a layout block's planes share
+    one scale and zero, so its products are summed unscaled over the planes,
+    scaled once, and kept per lane until the end (one reduction, not one per
+    plane and step)."""
+    PACK: tl.constexpr = 32 // BITS
+    BLOCK_IN: tl.constexpr = P * PACK
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    words = tl.arange(0, P)
+    blocks = tl.arange(0, BLOCKS)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_IN * BLOCKS):
+        block_start = k0 + blocks * BLOCK_IN
+        valid = block_start < K
+        w = tl.load(
+            w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + words[None, None, :],
+            mask=valid[None, :, None], other=0,
+        )
+        group = block_start // group_size
+        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
+        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
+        offset = (zero.to(tl.float32) + 8388608.0)[:, :, None]
+        block_sum = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+        for j in tl.static_range(PACK):
+            x = tl.load(
+                x_ptr + offs_m[:, None, None] * stride_xm + (block_start + j * P)[None, :, None] + words[None, None, :],
+                mask=mask_m[:, None, None] & valid[None, :, None], other=0.0,
+            ).to(tl.float32)
+            block_sum += x[:, None, :, :] * (_plane(w, j, BITS) - offset)[None, :, :, :]
+        acc += block_sum * scale.to(tl.float32)[None, :, :, None]
+    out = tl.sum(tl.sum(acc, axis=3), axis=2)
     if HAS_BIAS:
         out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
@@ -234,15 +288,28 @@ def _shapes(x: torch.Tensor, qweight: torch.Tensor, bits: int) -> tuple[int, int
     return num_tokens, qweight.shape[0], num_in
 
 
-def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig = GEMV_CONFIG):
+@functools.cache
+def gemv_config_from_env() -> GroupedGemvConfig | None:
+    """``OCTAVO_INT4_GEMV_TILES=block_n,blocks,num_warps[,deferred]`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_INT4_GEMV_TILES", "block_n,blocks,num_warps[,deferred]", (3, 4))
+    if parts is None:
+        return None
+    return GroupedGemvConfig(*parts[:3], deferred=bool(parts[3]) if len(parts) > 3 else False)
+
+
+def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
     num_tokens, num_out, num_in = _shapes(x, qweight, bits)
+    config = config or gemv_config_from_env() or GEMV_CONFIG
     out = torch.empty(num_tokens, num_out, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n),)](
+    planes = layout.plane_words(num_in, bits)
+    whole_groups = group_size % (planes * (32 // bits)) == 0
+    kernel = _grouped_gemv_deferred_kernel if config.deferred and whole_groups else _grouped_gemv_kernel
+    kernel[(triton.cdiv(num_out, config.block_n),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
-        BITS=bits, P=layout.plane_words(num_in, bits), BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
+        BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
         BLOCKS=config.blocks, HAS_BIAS=bias is not None, num_warps=config.num_warps,
     )
     return out
