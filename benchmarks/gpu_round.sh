@@ -92,10 +92,12 @@ for step in "$@"; do
     quant_full) TAIL=250 run_step quant_gpu_full 590 python benchmarks/quant_gpu.py;;
     quant_sweep) TAIL=80 run_step quant_sweep 450 python benchmarks/quant_sweep_gpu.py;;
     quant_lat) TAIL=12 run_step quant_latency 560 python benchmarks/quant_e2e.py latency --output-json "$O/quant_latency.json";;
-    # quant_tuned: the one-token GEMVs of int4 and fp8 swept; the winners go to /tmp/octavo-tuned.env (kept
-    # while the machine stays warm; also printed, for a later call). quant_tuned_lat: batch-1 decode end to end
-    # (bf16, fp8, int4 and their floors in the same run) with them set (OCTAVO_INT4_GEMV_TILES, OCTAVO_GEMV_8BIT).
-    quant_tuned) TAIL=30 run_step quant_tuned_sweep 450 python benchmarks/quant_sweep_gpu.py --only int4:gemv,fp8:gemv --tokens 1 --env-file /tmp/octavo-tuned.env
+    # quant_tuned: the one-token GEMVs of int4, fp8 and GGUF Q4_K / Q6_K swept; the winners go to
+    # /tmp/octavo-tuned.env (kept while the machine stays warm; also printed, for a later call).
+    # quant_tuned_lat / gguf_tuned: batch-1 decode end to end (bf16, fp8, int4 or the Q4_K file, with
+    # their floors, in the same run) with them set (OCTAVO_INT4_GEMV_TILES, OCTAVO_GEMV_8BIT,
+    # OCTAVO_GGUF_GEMV_TILES_<TYPE>).
+    quant_tuned) TAIL=40 run_step quant_tuned_sweep 450 python benchmarks/quant_sweep_gpu.py --only int4:gemv,fp8:gemv,gguf_Q4_K:gemv,gguf_Q6_K:gemv --tokens 1 --env-file /tmp/octavo-tuned.env
                  cp /tmp/octavo-tuned.env "$O/" 2>/dev/null;;
     quant_tuned_lat) echo "tuned: $(cat /tmp/octavo-tuned.env 2>/dev/null | tr '\n' ' ')"
                      TAIL=12 run_step quant_tuned_latency 560 env $(cat /tmp/octavo-tuned.env 2>/dev/null) python benchmarks/quant_e2e.py latency --output-json "$O/quant_tuned_latency.json";;
@@ -103,6 +105,9 @@ for step in "$@"; do
     gguf) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
           [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
           TAIL=10 run_step gguf_latency 500 python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_latency.json";;
+    gguf_tuned) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf  # with quant_tuned's GEMV tiles
+          [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
+          TAIL=10 run_step gguf_tuned_latency 500 env $(cat /tmp/octavo-tuned.env 2>/dev/null) python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_tuned_latency.json";;
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     startup) mkdir -p "$O/byte-tokenizer"  # the config directory has no tokenizer; the weights are random anyway
              python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"

@@ -56,7 +56,7 @@ INT4_MM_SKINNY = [
     GroupedMmConfig(m, n, s, 8, 4, st) for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
 ]
 INT4_MM_WIDE = [GroupedMmConfig(m, n, 1, 8, w, st) for m, n in ((64, 128), (64, 256), (128, 128), (128, 256)) for w in (4, 8) for st in (3, 4)]
-GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4) for w in (4, 8)]
+GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4, 8, 16) for w in (4, 8)]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
@@ -139,6 +139,8 @@ ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES", lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)}"),
+    **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")
+       for t in ("Q4_K", "Q6_K")},
 }
 
 

@@ -135,3 +135,22 @@ def test_int4_gemv_tiles_from_the_environment(kernels, monkeypatch):
             int4_triton.gemv_config_from_env()
     finally:
         int4_triton.gemv_config_from_env.cache_clear()
+
+
+@needs_interpreter
+def test_gguf_gemv_tiles_from_the_environment(kernels, monkeypatch):
+    """``OCTAVO_GGUF_GEMV_TILES_<TYPE>`` before ``OCTAVO_GGUF_GEMV_TILES``; the GEMV runs with them."""
+    _, gguf_triton = kernels
+    gguf_triton.gemv_config_from_env.cache_clear()
+    monkeypatch.setenv("OCTAVO_GGUF_GEMV_TILES", "2,1,4")
+    monkeypatch.setenv("OCTAVO_GGUF_GEMV_TILES_Q4_K", "8,4,8")
+    try:
+        assert gguf_triton.gemv_config_from_env("Q4_K") == gguf_triton.GGUFGemvConfig(8, 4, 8)
+        assert gguf_triton.gemv_config_from_env("Q6_K") == gguf_triton.GGUFGemvConfig(2, 1, 4)
+        t = GGML_TYPES_BY_NAME["Q6_K"]
+        raw, num_in = _gguf_rows("Q6_K", 6, seed=3)
+        x = torch.randn(1, num_in)
+        expected = x @ dequantize_gguf(raw, t, torch.float32).T
+        assert _close(gguf_triton.gguf_gemv(x, raw, t), expected, torch.float32)
+    finally:
+        gguf_triton.gemv_config_from_env.cache_clear()

@@ -29,6 +29,7 @@ Triton's interpreter.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,7 @@ import triton.language as tl
 
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.tile_order import grouped_tile
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
+from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 # Type codes inside the kernels (constexpr) and their plane shapes (A, B).
 _CODES = {"Q8_0": 0, "Q4_0": 1, "Q4_1": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
@@ -261,7 +262,19 @@ def _type_args(raw: torch.Tensor, ggml_type: GGMLType) -> tuple[int, int, dict]:
     return num_out, row_bytes // ggml_type.block_bytes * ggml_type.block_elems, constexprs
 
 
-def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: GGUFGemvConfig = GEMV_CONFIG):
+@functools.cache
+def gemv_config_from_env(type_name: str) -> GGUFGemvConfig | None:
+    """``OCTAVO_GGUF_GEMV_TILES_<TYPE>`` (e.g. ``_Q4_K``), else ``OCTAVO_GGUF_GEMV_TILES``:
+    ``block_n,steps,num_warps`` for tuning runs; None when neither is set."""
+    for name in (f"OCTAVO_GGUF_GEMV_TILES_{type_name}", "OCTAVO_GGUF_GEMV_TILES"):
+        parts = ints_from_env(name, "block_n,steps,num_warps", (3,))
+        if parts is not None:
+            return GGUFGemvConfig(*parts)
+    return None
+
+
+def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: GGUFGemvConfig | None = None):
+    config = config or gemv_config_from_env(ggml_type.name) or GEMV_CONFIG
     num_out, num_in, constexprs = _type_args(raw, ggml_type)
     out = torch.empty(x.shape[0], num_out, dtype=x.dtype, device=x.device)
     if x.shape[0] == 0:
