@@ -11,7 +11,11 @@
    batch-1 decode gets.
 
 Round 15 found cuBLAS faster from 2 tokens on (the runtime uses the GEMV at
-1 token only); ``--tokens 2,4`` times those again.
+1 token only); ``--tokens 2,4`` times those again. ``--model DIR`` takes the
+shapes from another checkpoint's ``config.json`` (e.g. Gemma-2-9B: 3,584
+inputs, which 2,048-wide K tiles do not divide; its GeGLU gate-up is a plain
+GEMV, so it counts in "plain"); ``--env-file F`` writes the winners as
+``OCTAVO_GEMV=...`` / ``OCTAVO_GEMV_SILU=...`` lines for a run that follows.
 
 Times are GPU medians with the L2 flushed before each run (weights never
 stay in the L2 in a real step). Compiles run first in a pool of processes.
@@ -52,6 +56,29 @@ SHAPES = {
     "lm_head": (VOCAB, HIDDEN, False),
 }
 PLAIN_WEIGHT = {"qkv": 1.0, "o": 1.0, "down": 1.0, "lm_head": 1 / 32}  # a layer, less its gate-up
+WIDTHS = (HIDDEN, INTERMEDIATE)  # the input widths of SHAPES
+
+
+def use_model(config_dir: str) -> str:
+    """Point SHAPES, PLAIN_WEIGHT and WIDTHS at a checkpoint's linear layers; its name."""
+    global SHAPES, PLAIN_WEIGHT, WIDTHS
+    config = json.loads((Path(config_dir) / "config.json").read_text())
+    hidden, inter, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    q, kv = heads * head_dim, config.get("num_key_value_heads", heads) * head_dim
+    SHAPES = {
+        "qkv": (q + 2 * kv, hidden, False), "o": (hidden, q, False), "gate_up": (2 * inter, hidden, False),
+        "gate_up_silu": (2 * inter, hidden, True), "down": (hidden, inter, False),
+        "lm_head": (config["vocab_size"], hidden, False),
+    }
+    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    PLAIN_WEIGHT = {"qkv": 1.0, "o": 1.0, "down": 1.0, "lm_head": 1 / config["num_hidden_layers"]}
+    if act != "silu":  # a GeGLU gate-up is a plain GEMV, then its activation
+        PLAIN_WEIGHT["gate_up"] = 1.0
+    WIDTHS = tuple(sorted({shape[1] for shape in SHAPES.values()}))
+    return Path(config_dir).name
+
+
 CONFIGS = [
     GemvConfig(n, k, w, 2, d) for n in (1, 2, 4, 8) for k in (512, 1024, 2048) for w in (2, 4, 8) for d in (True, False)
 ]
@@ -91,7 +118,7 @@ def gemv_fn(name: str, x: torch.Tensor, weight: torch.Tensor, config: GemvConfig
 
 def inputs_for(num_tokens: int, generator: torch.Generator) -> dict[int, torch.Tensor]:
     """One activation per input width."""
-    return {k: torch.randn(num_tokens, k, device=DEVICE, generator=generator).to(DTYPE) for k in (HIDDEN, INTERMEDIATE)}
+    return {k: torch.randn(num_tokens, k, device=DEVICE, generator=generator).to(DTYPE) for k in WIDTHS}
 
 
 def config_name(c: GemvConfig) -> str:
@@ -134,7 +161,7 @@ def run_sweep(num_tokens: int, weights, configs) -> tuple[GemvConfig, GemvConfig
     base = time_shapes(num_tokens, weights, xs, None)
     results = [(c, t) for c in configs if (t := time_shapes(num_tokens, weights, xs, c)) is not None]
     say(f"\n{num_tokens} token(s): {len(results)} of {len(configs)} configs ran; times in us, "
-        f"'plain' = qkv + o + down + lm_head/32")
+        "'plain' = " + " + ".join(name if w == 1 else f"{name} x {w:.3g}" for name, w in PLAIN_WEIGHT.items()))
     say(f"{'config':24s} " + " ".join(f"{name[:8]:>8s}" for name in SHAPES) + f" {'plain':>8s} {'vs cublas':>7s}")
     say(format_row("cublas (+ silu_and_mul)", base, base))
     for label, key in (("plain", plain_us), ("silu", lambda t: t["gate_up_silu"])):
@@ -181,11 +208,11 @@ def run_chain(num_tokens: int, variants: dict[str, tuple], copy_bw: float) -> No
 
 def _compile_job(job: tuple) -> str | None:
     """Worker: run one (tokens, silu, config) once so that it lands in Triton's disk cache."""
-    num_tokens, silu, config = job
-    x = torch.randn(num_tokens, HIDDEN, device=DEVICE).to(DTYPE)
-    weight = torch.randn(512, HIDDEN, device=DEVICE).to(DTYPE)
+    num_tokens, silu, config, widths = job
     try:
-        gemv(x, weight, silu_mul=silu, config=config)
+        for width in widths:  # EVEN_K differs by width
+            x = torch.randn(num_tokens, width, device=DEVICE).to(DTYPE)
+            gemv(x, torch.randn(512, width, device=DEVICE).to(DTYPE), silu_mul=silu, config=config)
         torch.cuda.synchronize()
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc)[:100]}"
@@ -203,14 +230,18 @@ def config_value(c: GemvConfig) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="1", help="token counts to sweep, e.g. 1,2,4")
+    parser.add_argument("--model", help="a checkpoint directory whose config.json gives the shapes")
+    parser.add_argument("--env-file", help="write the best configs as OCTAVO_GEMV / OCTAVO_GEMV_SILU lines")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
     started = time.perf_counter()
     copy_bw = copy_bandwidth()
     say(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)")
+    say(f"shapes of {use_model(args.model) if args.model else 'llama-3.1-8b'}: "
+        + ", ".join(f"{name} {n}x{k}" for name, (n, k, _) in SHAPES.items()))
     token_counts = [int(t) for t in args.tokens.split(",")]
-    precompile([(m, silu, c) for m in token_counts for silu in (False, True) for c in CONFIGS])
+    precompile([(m, silu, c, WIDTHS) for m in token_counts for silu in (False, True) for c in CONFIGS])
     weights = make_weights(torch.Generator(device=DEVICE).manual_seed(0))
     best = {m: run_sweep(m, weights, CONFIGS) for m in token_counts}
     del weights
@@ -223,6 +254,10 @@ def main() -> None:
             f"best {config_name(plain)}, unfused silu": (plain, None, False),
         }, copy_bw)
     say(f"\ntook {time.perf_counter() - started:.0f} s")
+    if args.env_file:
+        plain, silu = best[token_counts[0]]
+        Path(args.env_file).write_text(f"OCTAVO_GEMV={config_value(plain)}OCTAVO_GEMV_SILU={config_value(silu)}")
+        say(Path(args.env_file).read_text().rstrip())
     out_dir = os.environ.get("OUT")
     if out_dir:
         out = Path(out_dir)

@@ -152,6 +152,11 @@ for step in "$@"; do
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
     mixtral) family_step mixtral "$MMX" all;;
     mixtral_*) family_step mixtral "$MMX" "${step#mixtral_}";;
+    # Gemma-2-9B's GEMVs (5.15 of 6.16 ms in round 24; K = 3,584 is not a multiple of the 2,048-wide
+    # default tile) swept on its own shapes, then its batch-1 decode with the winners, HF eager beside it.
+    gemv_gemma2) TAIL=40 run_step gemv_sweep_gemma2 450 python benchmarks/gemv_gpu_sweep.py --model benchmarks/configs/gemma-2-9b --env-file /tmp/octavo-gemv-gemma2.env;;
+    gemma2_lat1_tuned) echo "tuned: $(cat /tmp/octavo-gemv-gemma2.env 2>/dev/null | tr '\n' ' ')"
+                       TAIL=20 run_step gemma2_latency_b1_tuned 580 env $(cat /tmp/octavo-gemv-gemma2.env 2>/dev/null) $CLI bench latency $MG2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --hf-mode eager --output-json "$O/gemma2_latency_b1_tuned.json";;
     gemma2_lat1) TAIL=20 run_step gemma2_latency_b1 580 $CLI bench latency $MG2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --output-json "$O/gemma2_latency_b1.json";;
     *) echo "unknown step $step";;
   esac

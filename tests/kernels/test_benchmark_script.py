@@ -112,7 +112,7 @@ def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
     module = load_script(SCRIPT.with_name("gemv_gpu_sweep.py"), "gemv_gpu_sweep_bench", monkeypatch)
     shapes = {"qkv": (48, 32, False), "o": (32, 32, False), "gate_up": (64, 32, False),
               "gate_up_silu": (64, 32, True), "down": (32, 48, False), "lm_head": (80, 32, False)}
-    tiny = dict(HIDDEN=32, INTERMEDIATE=48, SHAPES=shapes, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),
+    tiny = dict(WIDTHS=(32, 48), SHAPES=shapes, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),
                 DTYPE=torch.float32, time_us=lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
     for name, value in tiny.items():
         monkeypatch.setattr(module, name, value)
@@ -125,3 +125,15 @@ def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
     module.run_chain(1, {"cublas": (None, None, False), "fused": (configs[0], configs[1], True),
                          "unfused": (configs[0], None, False)}, copy_bw=1e12)
     assert [r["variant"] for r in module.RECORDS if "chain_tokens" in r] == ["cublas", "fused", "unfused"]
+
+
+def test_gemv_sweep_takes_a_models_shapes(monkeypatch):
+    # --model: Gemma-2-9B's linear layers; its GeGLU gate-up is a plain GEMV, so "plain" counts it.
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    module = load_script(SCRIPT.with_name("gemv_gpu_sweep.py"), "gemv_gpu_sweep_bench", monkeypatch)
+    for name in ("SHAPES", "PLAIN_WEIGHT", "WIDTHS"):
+        monkeypatch.setattr(module, name, getattr(module, name))  # restored after the test
+    assert module.use_model(str(SCRIPT.parent / "configs" / "gemma-2-9b")) == "gemma-2-9b"
+    assert module.SHAPES["qkv"] == (8192, 3584, False) and module.SHAPES["o"] == (3584, 4096, False)
+    assert module.SHAPES["lm_head"] == (256000, 3584, False) and module.WIDTHS == (3584, 4096, 14336)
+    assert module.PLAIN_WEIGHT["gate_up"] == 1.0 and module.PLAIN_WEIGHT["lm_head"] == 1 / 42
