@@ -76,6 +76,31 @@ def _plane(words, j: tl.constexpr, BITS: tl.constexpr):
     return (q | 0x4B000000).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS: tl.constexpr, P: tl.constexpr, PACK: tl.constexpr):
+    """One GEMV step's packed words ``[BLOCK_N, BLOCKS, P]`` from input ``k0`` on,
+    each block's first input and whether it lies inside ``K``."""
+    block_start = k0 + tl.arange(0, BLOCKS) * (P * PACK)
+    valid = block_start < K
+    offsets = rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + tl.arange(0, P)[None, None, :]
+    return tl.load(w_ptr + offsets, mask=valid[None, :, None], other=0), block_start, valid
+
+
+@triton.jit
+def _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, first, valid, P: tl.constexpr):
+    """The ``P`` activations each block's plane pairs with, from input ``first``: float32 ``[BLOCK_M, BLOCKS, P]``."""
+    offsets = offs_m[:, None, None] * stride_xm + first[None, :, None] + tl.arange(0, P)[None, None, :]
+    return tl.load(x_ptr + offsets, mask=mask_m[:, None, None] & valid[None, :, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_rows(out, b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS: tl.constexpr):
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
 @triton.jit(do_not_specialize=["M"])
 def _grouped_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
@@ -84,38 +109,23 @@ def _grouped_gemv_kernel(
     HAS_BIAS: tl.constexpr,
 ):
     PACK: tl.constexpr = 32 // BITS
-    BLOCK_IN: tl.constexpr = P * PACK
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
     rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
     offs_m = tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
-    words = tl.arange(0, P)
-    blocks = tl.arange(0, BLOCKS)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_IN * BLOCKS):
-        block_start = k0 + blocks * BLOCK_IN
-        valid = block_start < K
-        w = tl.load(
-            w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + words[None, None, :],
-            mask=valid[None, :, None], other=0,
-        )
+    for k0 in range(0, K, P * PACK * BLOCKS):
+        w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
         for j in tl.static_range(PACK):
             first = block_start + j * P
             group = first // group_size
             scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
             zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
             q = _plane(w, j, BITS) - (zero.to(tl.float32) + 8388608.0)[:, :, None]
-            x = tl.load(
-                x_ptr + offs_m[:, None, None] * stride_xm + first[None, :, None] + words[None, None, :],
-                mask=mask_m[:, None, None] & valid[None, :, None], other=0.0,
-            ).to(tl.float32)
+            x = _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, first, valid, P)
             acc += tl.sum(x[:, None, :, :] * q[None, :, :, :], axis=3) * scale.to(tl.float32)[None, :, :]
-    out = tl.sum(acc, axis=2)
-    if HAS_BIAS:
-        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_n[None, :])
+    _store_rows(tl.sum(acc, axis=2), b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -130,39 +140,25 @@ def _grouped_gemv_deferred_kernel(
     scaled once, and kept per lane until the end (one reduction, not one per
     plane and step)."""
     PACK: tl.constexpr = 32 // BITS
-    BLOCK_IN: tl.constexpr = P * PACK
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
     rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
     offs_m = tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
-    words = tl.arange(0, P)
-    blocks = tl.arange(0, BLOCKS)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_IN * BLOCKS):
-        block_start = k0 + blocks * BLOCK_IN
-        valid = block_start < K
-        w = tl.load(
-            w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + words[None, None, :],
-            mask=valid[None, :, None], other=0,
-        )
+    for k0 in range(0, K, P * PACK * BLOCKS):
+        w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
         group = block_start // group_size
         scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
         zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
         offset = (zero.to(tl.float32) + 8388608.0)[:, :, None]
         block_sum = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
         for j in tl.static_range(PACK):
-            x = tl.load(
-                x_ptr + offs_m[:, None, None] * stride_xm + (block_start + j * P)[None, :, None] + words[None, None, :],
-                mask=mask_m[:, None, None] & valid[None, :, None], other=0.0,
-            ).to(tl.float32)
+            x = _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, block_start + j * P, valid, P)
             block_sum += x[:, None, :, :] * (_plane(w, j, BITS) - offset)[None, :, :, :]
         acc += block_sum * scale.to(tl.float32)[None, :, :, None]
     out = tl.sum(tl.sum(acc, axis=3), axis=2)
-    if HAS_BIAS:
-        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_n[None, :])
+    _store_rows(out, b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS)
 
 
 @triton.jit(do_not_specialize=["M"])
