@@ -77,6 +77,15 @@ def _plane(words, j: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
+def _program_rows(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's output features (out-of-range ones read row 0) and token rows, with their masks."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    return offs_n, mask_n, tl.where(mask_n, offs_n, 0).to(tl.int64), offs_m, offs_m < M
+
+
+@triton.jit
 def _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS: tl.constexpr, P: tl.constexpr, PACK: tl.constexpr):
     """One GEMV step's packed words ``[BLOCK_N, BLOCKS, P]`` from input ``k0`` on,
     each block's first input and whether it lies inside ``K``."""
@@ -109,11 +118,7 @@ def _grouped_gemv_kernel(
     HAS_BIAS: tl.constexpr,
 ):
     PACK: tl.constexpr = 32 // BITS
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
-    offs_m = tl.arange(0, BLOCK_M)
-    mask_m = offs_m < M
+    offs_n, mask_n, rows, offs_m, mask_m = _program_rows(M, N, BLOCK_M, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS), dtype=tl.float32)
     for k0 in range(0, K, P * PACK * BLOCKS):
         w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
@@ -140,11 +145,7 @@ def _grouped_gemv_deferred_kernel(
     scaled once, and kept per lane until the end (one reduction, not one per
     plane and step)."""
     PACK: tl.constexpr = 32 // BITS
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
-    offs_m = tl.arange(0, BLOCK_M)
-    mask_m = offs_m < M
+    offs_n, mask_n, rows, offs_m, mask_m = _program_rows(M, N, BLOCK_M, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
     for k0 in range(0, K, P * PACK * BLOCKS):
         w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
