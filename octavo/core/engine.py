@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_batch import POOLING_SAMPLING_PARAMS, PoolingBatch, check_pooling_batch, pooling_requests
 from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_pooling_params
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
@@ -57,10 +58,6 @@ from octavo.core.types import RequestId
 from octavo.core.scheduler_output import EngineCoreOutput
 from octavo.core.step_log import step_log_from_env
 from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError, UnsupportedTaskError
-
-# Pooling requests carry no sampling; the scheduler and runner still read a
-# SamplingParams (no prompt logprobs, nothing to detokenize).
-POOLING_SAMPLING_PARAMS = SamplingParams(max_tokens=None, detokenize=False)
 
 logger = logging.getLogger(__name__)
 # An engine with only requests waiting for their grammar waits this long for one.
@@ -371,6 +368,17 @@ class LLMEngine(RequestValidator):
         self._parent_children[request_id] = [request_id]
         return request_id
 
+    def add_pooling_requests(self, batch: PoolingBatch, params: PoolingParams) -> None:
+        """``add_request`` for many pooling inputs that share ``params``, at a
+        fraction of its cost per input (``pooling_batch``); all are checked
+        before any is queued."""
+        if self._dead is not None:
+            raise self._dead
+        check_pooling_batch(self, batch, params, self._parent_children)
+        self.scheduler.add_pooling_requests(pooling_requests(batch, params, self.limits.block_size))
+        self.output_processor.add_pooling_requests(batch.request_ids, batch.texts, batch.token_ids)
+        self._parent_children.update((request_id, [request_id]) for request_id in batch.request_ids)
+
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):
             request_ids = [request_ids]
@@ -488,6 +496,11 @@ class LLMEngine(RequestValidator):
 
     def _process_outputs(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
         """The output processor's work, one request at a time, so that one that raises fails alone."""
+        pooling = getattr(self.output_processor, "pooling_states", None)
+        if pooling and all(core_output.request_id in pooling for core_output in core_outputs):
+            # Only pooling outputs: one object each from the state already held,
+            # nothing that can fail for one request alone, so one call for all.
+            return self.output_processor.process(core_outputs)
         request_outputs: list[RequestOutput] = []
         stopped: list[str] = []
         for core_output in core_outputs:

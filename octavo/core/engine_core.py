@@ -40,6 +40,9 @@ class ChildTracker:
     def add_pooling_request(self, request_id: str, prompt, prompt_token_ids) -> None:
         self.parent_of[request_id] = request_id  # its own parent: one output, the pooled vector
 
+    def add_pooling_requests(self, request_ids: list[str], prompts, prompt_token_ids) -> None:
+        self.parent_of.update((request_id, request_id) for request_id in request_ids)
+
     def abort(self, request_ids: list[str]) -> list[str]:
         for request_id in request_ids:
             self.scheduled_at.pop(request_id, None)

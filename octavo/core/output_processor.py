@@ -76,6 +76,14 @@ class OutputProcessor:
         metrics = RequestMetrics(arrival_time=time.monotonic())
         self.pooling_states[request_id] = PoolingState(prompt, prompt_token_ids, metrics)
 
+    def add_pooling_requests(
+        self, request_ids: list[str], prompts: list[str | None], prompt_token_ids: list[list[int]]
+    ) -> None:
+        """``add_pooling_request`` for a batch (one arrival time)."""
+        now, states = time.monotonic(), self.pooling_states
+        for request_id, prompt, token_ids in zip(request_ids, prompts, prompt_token_ids):
+            states[request_id] = PoolingState(prompt, token_ids, RequestMetrics(arrival_time=now))
+
     def add_request(self, request_id: str, index: int, parent: ParentRequest, params: SamplingParams) -> None:
         detokenizer = None
         if self.tokenizer is not None and params.detokenize:

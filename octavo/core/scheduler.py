@@ -159,6 +159,29 @@ class Scheduler:
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
+    def add_pooling_requests(self, requests: list[Request]) -> None:
+        """``add_request`` for a batch of pooling requests. Their admission
+        depends on their length alone, so the longest decides for all unless
+        it fails; then the first that fails raises, as one by one."""
+        if not requests:
+            return
+        config, num_blocks, block_size = self.config, self.kv.num_blocks, self.kv.block_size
+        try:
+            check_admissible(max(requests, key=lambda r: len(r.prompt_token_ids)), config, num_blocks, block_size)
+        except RequestTooLargeError:
+            for request in requests:
+                check_admissible(request, config, num_blocks, block_size)
+        request_ids = {r.request_id for r in requests}
+        if len(request_ids) != len(requests) or not self.requests.keys().isdisjoint(request_ids):
+            seen = set(self.requests)
+            for request in requests:
+                if request.request_id in seen:
+                    raise ValueError(f"duplicate request id {request.request_id!r}")
+                seen.add(request.request_id)
+        self.requests.update((r.request_id, r) for r in requests)
+        for request in requests:
+            self.waiting.add(request)
+
     def finish_requests(self, request_ids: list[str], status: RequestStatus) -> list[Request]:
         """End requests from outside (abort, stop string, error)."""
         finished = []
@@ -403,6 +426,8 @@ class Scheduler:
         outputs = []
         batch_requests = self._retire_batch(scheduler_output)
         async_batch = self._async_batches.pop(id(scheduler_output), None)
+        if runner_output.pooled and async_batch is None and not runner_output.sampled_token_ids:
+            return self._finish_pooling_step(scheduler_output, runner_output.pooled, batch_requests)
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
             if request is None or request.status != RequestStatus.RUNNING:
@@ -442,6 +467,35 @@ class Scheduler:
             if request.is_finished:
                 self.running.remove(request)
                 self._release(request)
+        return outputs
+
+    def _finish_pooling_step(
+        self, scheduler_output: SchedulerOutput, pooled: dict[str, bytes], batch_requests: dict[str, Request]
+    ) -> list[EngineCoreOutput]:
+        """``update_from_output`` for a step of pooling requests: ``_finish_pooling``
+        for each in one pass, and the running list rebuilt once instead of
+        searched per request (a batch is hundreds of short inputs)."""
+        outputs, finished = [], set()
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = batch_requests.get(request_id)
+            if request is None or request.status != RequestStatus.RUNNING:
+                continue  # finished meanwhile
+            request.num_computed_tokens += num_tokens
+            vector = pooled.get(request_id)
+            request.status = RequestStatus.FINISHED_STOPPED if vector is not None else RequestStatus.FINISHED_ERROR
+            finished.add(request_id)
+            self._release(request)
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=request_id,
+                    new_token_ids=[],
+                    finish_reason="stop" if vector is not None else "error",
+                    num_cached_tokens=request.num_cached_tokens,
+                    pooled=vector,
+                )
+            )
+        if finished:
+            self.running[:] = [r for r in self.running if r.request_id not in finished]
         return outputs
 
     def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:

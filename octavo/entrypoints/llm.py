@@ -12,6 +12,7 @@ from typing import Any
 
 from octavo.core.gc_heap import freeze_startup_heap
 from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestOutput
+from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
@@ -159,6 +160,24 @@ class LLM:
         return inputs
 
     def _pool(self, inputs: list[PoolingInput], params: PoolingParams, use_tqdm: bool) -> list[PoolingRequestOutput]:
+        request_ids = self._queue_pooling(inputs, params)
+        outputs = self._run(request_ids, use_tqdm)
+        # A replica that refused a request reports a failed RequestOutput.
+        failed = [o.request_id for o in outputs if isinstance(o, RequestOutput) or o.outputs is None]
+        if failed:
+            raise EngineDeadError(f"the engine could not compute request {failed[0]}")
+        return outputs
+
+    def _queue_pooling(self, inputs: list[PoolingInput], params: PoolingParams) -> list[str]:
+        """Queue the inputs as one batch where the engine can (``pooling_batch``), else one by one."""
+        add_batch = getattr(self.engine, "add_pooling_requests", None)
+        if add_batch is not None:
+            request_ids = self._new_ids(len(inputs))
+            # The inputs were made for this call: their lists go to the engine as they are.
+            batch = PoolingBatch(request_ids, [i.text for i in inputs], [i.token_ids for i in inputs],
+                                 [i.token_type_ids for i in inputs])
+            add_batch(batch, params)
+            return request_ids
         request_ids = []
         try:
             for item in inputs:
@@ -166,12 +185,7 @@ class LLM:
         except BaseException:
             self.engine.abort_request(request_ids)
             raise
-        outputs = self._run(request_ids, use_tqdm)
-        # A replica that refused a request reports a failed RequestOutput.
-        failed = [o.request_id for o in outputs if isinstance(o, RequestOutput) or o.outputs is None]
-        if failed:
-            raise EngineDeadError(f"the engine could not compute request {failed[0]}")
-        return outputs
+        return request_ids
 
     def _params_list(self, sampling_params, num_prompts: int) -> list[SamplingParams]:
         if sampling_params is None:
@@ -189,6 +203,10 @@ class LLM:
     def _new_id(self) -> str:
         self._next_id += 1
         return f"llm-{self._next_id}"
+
+    def _new_ids(self, count: int) -> list[str]:
+        first, self._next_id = self._next_id + 1, self._next_id + count
+        return [f"llm-{i}" for i in range(first, first + count)]
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list:
         finished: dict[str, RequestOutput | PoolingRequestOutput] = {}

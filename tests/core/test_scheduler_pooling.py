@@ -88,3 +88,33 @@ def test_a_step_without_a_vector_finishes_the_request_as_an_error():
     assert [(o.request_id, o.finish_reason, o.pooled) for o in finished] == [("a", "error", None)]
     assert request.status == RequestStatus.FINISHED_ERROR
     assert not scheduler.has_unfinished_requests()
+
+
+def pooling_request(request_id: str, num_tokens: int) -> Request:
+    return Request(
+        request_id=RequestId(request_id), prompt_token_ids=list(range(num_tokens)), sampling_params=POOLING_SAMPLING_PARAMS,
+        max_tokens=0, block_size=4, pooling_params=PoolingParams(),
+    )
+
+
+def test_a_batch_of_pooling_requests_is_admitted_by_its_first_too_large_input():
+    scheduler = make_scheduler(uses_kv_cache=False, max_num_batched_tokens=8)
+    with pytest.raises(RequestTooLargeError, match="has 9 tokens"):
+        scheduler.add_pooling_requests([pooling_request("a", 3), pooling_request("b", 9), pooling_request("c", 12)])
+    assert not scheduler.has_unfinished_requests() and not scheduler.requests
+    with pytest.raises(ValueError, match="duplicate"):
+        scheduler.add_pooling_requests([pooling_request("a", 3), pooling_request("a", 4)])
+    assert not scheduler.requests
+
+
+def test_a_batch_of_pooling_requests_runs_as_the_same_requests_one_by_one():
+    scheduler = make_scheduler(max_num_batched_tokens=16)
+    requests = [pooling_request(name, n) for name, n in [("a", 5), ("b", 7), ("c", 6)]]
+    scheduler.add_pooling_requests(requests)
+    output, finished = run_step(scheduler)
+    assert output.num_scheduled_tokens == {"a": 5, "b": 7}
+    assert [(o.request_id, o.finish_reason) for o in finished] == [("a", "stop"), ("b", "stop")]
+    assert scheduler.running == [] and list(scheduler.requests) == ["c"]
+    _, finished = run_step(scheduler, pooled=False)
+    assert [(o.request_id, o.finish_reason) for o in finished] == [("c", "error")]
+    assert not scheduler.has_unfinished_requests() and scheduler.kv.num_free_blocks == 64

@@ -1,0 +1,75 @@
+"""``LLM.embed`` queues its inputs as one batch (``core/pooling_batch.py``):
+the same vectors as one request at a time, the same error for the first bad
+input, and nothing queued when any input is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from octavo import PoolingParams
+from octavo.core.pooling_batch import PoolingBatch
+from octavo.errors import InvalidArgumentError, PromptTooLongError
+from tests.models.test_pooling_parity import random_inputs, vocab_size
+
+MAX_MODEL_LEN = 32
+TEXTS = ["the cat sits on the mat", "a dog runs", "Hello, World!", "naïve café", "the [SEP] token", "x"]
+
+
+@pytest.fixture(scope="module")
+def bert_llm(pooling_dirs):
+    from octavo import LLM
+
+    llm = LLM(str(pooling_dirs("bert")), dtype="float32", max_model_len=MAX_MODEL_LEN, max_num_seqs=32)
+    yield llm
+    llm.engine.shutdown()
+
+
+def test_the_batch_gives_the_vectors_of_one_request_at_a_time(bert_llm, monkeypatch):
+    batched = bert_llm.embed(TEXTS)
+    monkeypatch.setattr(bert_llm.engine, "add_pooling_requests", None)  # LLM falls back to add_request
+    one_by_one = bert_llm.embed(TEXTS)
+    for a, b in zip(batched, one_by_one):
+        assert (a.prompt, a.prompt_token_ids) == (b.prompt, b.prompt_token_ids)
+        assert a.outputs.raw == b.outputs.raw  # the same step, bit for bit
+
+
+def one_by_one_error(llm, prompts):
+    with pytest.raises(Exception) as caught:
+        for prompt in prompts:
+            llm.engine.add_request(None, {"prompt_token_ids": prompt}, PoolingParams(task="embed"))
+    llm.engine.abort_request(list(llm.engine._parent_children))
+    return caught.value
+
+
+@pytest.mark.parametrize("bad", ["out_of_vocab", "too_long", "empty"])
+def test_the_first_bad_input_raises_what_add_request_raises_and_nothing_is_queued(bert_llm, pooling_dirs, bad):
+    vocab = vocab_size(pooling_dirs("bert"))
+    prompts = random_inputs(vocab, lengths=[5, 6, 7, MAX_MODEL_LEN + 1])
+    prompts[1] = {"out_of_vocab": [4, vocab], "too_long": [4] * (MAX_MODEL_LEN + 2), "empty": []}[bad]
+    expected = one_by_one_error(bert_llm, prompts)
+    with pytest.raises(type(expected)) as caught:
+        bert_llm.embed([{"prompt_token_ids": p} for p in prompts])
+    assert str(caught.value) == str(expected)
+    assert isinstance(caught.value, (InvalidArgumentError, PromptTooLongError))
+    assert not bert_llm.engine.has_unfinished_requests()
+    assert len(bert_llm.embed(["still serving"])) == 1
+
+
+def test_request_ids_in_use_are_refused_before_anything_is_queued(bert_llm):
+    engine = bert_llm.engine
+    params = PoolingParams(task="embed")
+    for ids in (["a", "b", "a"], ["c", "in-use"]):
+        engine.add_request("in-use", [5, 6], params)
+        with pytest.raises(InvalidArgumentError, match="already in use"):
+            engine.add_pooling_requests(PoolingBatch(ids, [None] * len(ids), [[5, 6]] * len(ids), [None] * len(ids)), params)
+        engine.abort_request("in-use")
+        assert not engine.has_unfinished_requests()
+
+
+def test_segment_ids_are_checked_per_input(bert_llm):
+    batch = PoolingBatch(["s1", "s2"], [None, None], [[5, 6], [5, 6, 7]], [None, [0, 1]])
+    with pytest.raises(InvalidArgumentError, match="token_type_ids has 2 entries for 3 tokens"):
+        bert_llm.engine.add_pooling_requests(batch, PoolingParams(task="embed"))
+    assert not bert_llm.engine.has_unfinished_requests()
+    assert np.isfinite(bert_llm.embed(["ok"])[0].outputs.data).all()
