@@ -381,6 +381,11 @@ class Scheduler:
         for request_id in output.num_scheduled_tokens:
             request = requests[request_id]
             num_sent = sent_to_runner.get(request.request_id)
+            if num_sent is not None and request.pooling_params is not None:
+                # Scheduled again (its step raised): an encoder's runner keeps
+                # nothing between steps (``PoolingRunner``), so describe it whole.
+                output.finished_request_ids.add(request.request_id)
+                num_sent = None
             if num_sent is None:
                 block_ids = self.kv.block_ids(request.request_id) if self.config.uses_kv_cache else []
                 new_requests.append(

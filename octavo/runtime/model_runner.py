@@ -213,7 +213,8 @@ class ModelRunner:
         """One step. A pipeline stage other than the first continues from
         ``intermediate`` (hidden, residual); one other than the last returns
         its (hidden, residual) for the next stage instead of sampling."""
-        self.states.apply(scheduler_output)
+        if self.pooling is None or not self.pooling.keeps_no_state:
+            self.states.apply(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
         before = self.compilations.read()

@@ -14,16 +14,16 @@ the host, where each request's params finish them (``finish_pooled``).
 from __future__ import annotations
 
 from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.models.pooling import PoolingMetadata, finish_pooled
-from octavo.runtime.request_state import RunnerRequestState
 
 if TYPE_CHECKING:
     from octavo.runtime.model_runner import ModelRunner
@@ -35,30 +35,54 @@ class PoolingRunner:
         self.pooler = runner.loaded.pooler
         self.device = runner.device
 
+    @property
+    def keeps_no_state(self) -> bool:
+        """An encoder's step reads whole prompts off the scheduler output's new
+        requests, so the runner keeps no state for them (``RequestStates`` is
+        skipped: a state per short sentence cost more than building the step)."""
+        return self.pooler.is_encoder
+
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         request_ids = list(scheduler_output.num_scheduled_tokens)
-        states = [self.runner.states[r] for r in request_ids]
         seq_lens = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, len(request_ids))
-        for state, num_tokens in zip(states, seq_lens.tolist()):
-            if state.num_computed_tokens != 0 or num_tokens != len(state.token_ids):
-                raise RuntimeError(f"pooling request {state.request_id} was not scheduled whole")
         if self.pooler.is_encoder:
-            hidden = self._run_encoder(states, seq_lens)
+            requests = self._whole_new_requests(scheduler_output, request_ids, seq_lens)
+            hidden = self._run_encoder(requests, seq_lens)
         else:
+            requests = [self.runner.states[r] for r in request_ids]
+            for state, num_tokens in zip(requests, seq_lens.tolist()):
+                if state.num_computed_tokens != 0 or num_tokens != len(state.token_ids):
+                    raise RuntimeError(f"pooling request {state.request_id} was not scheduled whole")
             _, hidden = self.runner.forward_hidden(scheduler_output)
         meta = PoolingMetadata.build(seq_lens, self.device)
         rows = self.runner.model.pool(hidden, meta).cpu().numpy()
-        pooled = finish_pooled(rows, [state.pooling_params for state in states], self.pooler)
+        pooled = finish_pooled(rows, [request.pooling_params for request in requests], self.pooler)
         return ModelRunnerOutput(pooled=dict(zip(request_ids, pooled)))
 
-    def _run_encoder(self, states: list[RunnerRequestState], seq_lens: np.ndarray) -> torch.Tensor:
+    @staticmethod
+    def _whole_new_requests(
+        scheduler_output: SchedulerOutput, request_ids: list[str], seq_lens: np.ndarray
+    ) -> list[NewRequestData]:
+        """The step's requests, each new and scheduled whole (checked over the batch at once)."""
+        requests = scheduler_output.new_requests
+        whole = (
+            [new.request_id for new in requests] == request_ids
+            and not any(map(attrgetter("num_computed_tokens"), requests))
+            and not any(map(attrgetter("output_token_ids"), requests))
+            and np.array_equal(np.fromiter(map(len, map(attrgetter("prompt_token_ids"), requests)), np.int64, len(requests)), seq_lens)
+        )
+        if not whole:
+            raise RuntimeError(f"a pooling step of {len(request_ids)} requests did not schedule each new and whole")
+        return requests
+
+    def _run_encoder(self, requests: list[NewRequestData], seq_lens: np.ndarray) -> torch.Tensor:
         num_tokens = int(seq_lens.sum())
-        input_ids = np.fromiter(chain.from_iterable(s.token_ids for s in states), np.int64, num_tokens)
+        input_ids = np.fromiter(chain.from_iterable(r.prompt_token_ids for r in requests), np.int64, num_tokens)
         starts = np.cumsum(seq_lens) - seq_lens
         positions = np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, seq_lens)
         token_type_ids = None
-        if any(s.token_type_ids is not None for s in states):
-            types = (s.token_type_ids if s.token_type_ids is not None else [0] * len(s.token_ids) for s in states)
+        if any(r.token_type_ids is not None for r in requests):
+            types = (r.token_type_ids if r.token_type_ids is not None else [0] * len(r.prompt_token_ids) for r in requests)
             token_type_ids = self._upload(np.fromiter(chain.from_iterable(types), np.int64, num_tokens))
         fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.build(seq_lens, self.device), kv_caches=[])
         return self.runner.model(self._upload(input_ids), self._upload(positions), fctx, token_type_ids=token_type_ids)

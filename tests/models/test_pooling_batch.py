@@ -73,3 +73,26 @@ def test_segment_ids_are_checked_per_input(bert_llm):
         bert_llm.engine.add_pooling_requests(batch, PoolingParams(task="embed"))
     assert not bert_llm.engine.has_unfinished_requests()
     assert np.isfinite(bert_llm.embed(["ok"])[0].outputs.data).all()
+
+
+def test_a_step_that_raised_is_computed_whole_again(bert_llm, monkeypatch):
+    """The encoder's runner keeps no state between steps: a request scheduled
+    again after its step raised is described whole again."""
+    engine = bert_llm.engine
+    expected = bert_llm.embed(TEXTS)
+    model, failures = engine.executor.worker.runner.model, []
+
+    def forward_failing_once(*args, forward=model.forward, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("the device failed once")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", forward_failing_once)
+    ids = [engine.add_request(None, {"prompt_token_ids": e.prompt_token_ids}, PoolingParams(task="embed")) for e in expected]
+    with pytest.raises(RuntimeError, match="failed once"):
+        engine.step()
+    outputs = {}
+    while engine.has_unfinished_requests():
+        outputs.update((output.request_id, output) for output in engine.step())
+    assert [outputs[i].outputs.raw for i in ids] == [e.outputs.raw for e in expected]
