@@ -84,9 +84,12 @@ class Request:
     grammar: Any = None
 
     def __post_init__(self) -> None:
+        if self.pooling_params is not None:
+            # Never extended (no output tokens): one list less per input of a pooling batch.
+            self.all_token_ids = self.prompt_token_ids
+            return
         self.all_token_ids = list(self.prompt_token_ids)
-        if self.pooling_params is None:
-            extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
 
     @property
     def is_pooling(self) -> bool:

@@ -391,7 +391,8 @@ class Scheduler:
                 new_requests.append(
                     NewRequestData(
                         request_id=request.request_id,
-                        prompt_token_ids=list(request.prompt_token_ids),
+                        # A pooling request's ids never change: the runner may read them as they are.
+                        prompt_token_ids=request.prompt_token_ids if request.pooling_params else list(request.prompt_token_ids),
                         output_token_ids=list(request.output_token_ids),
                         sampling_params=request.sampling_params,
                         block_ids=block_ids,
@@ -481,6 +482,8 @@ class Scheduler:
         for each in one pass, and the running list rebuilt once instead of
         searched per request (a batch is hundreds of short inputs)."""
         outputs, finished = [], set()
+        uses_kv_cache, requests = self.config.uses_kv_cache, self.requests
+        sent_to_runner, sent_blocks, drop_from_runner = self._sent_to_runner, self._sent_blocks, self._drop_from_runner
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
             if request is None or request.status != RequestStatus.RUNNING:
@@ -489,7 +492,12 @@ class Scheduler:
             vector = pooled.get(request_id)
             request.status = RequestStatus.FINISHED_STOPPED if vector is not None else RequestStatus.FINISHED_ERROR
             finished.add(request_id)
-            self._release(request)
+            if uses_kv_cache:
+                self.kv.free(request)
+            if sent_to_runner.pop(request_id, None) is not None:  # ``_release``, inline: this runs per input
+                drop_from_runner.add(request_id)
+            sent_blocks.pop(request_id, None)
+            del requests[request_id]
             outputs.append(
                 EngineCoreOutput(
                     request_id=request_id,
