@@ -45,7 +45,13 @@ from typing import Any, NoReturn
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
-from octavo.core.pooling_batch import POOLING_SAMPLING_PARAMS, PoolingBatch, check_pooling_batch, pooling_requests
+from octavo.core.pooling_batch import (
+    POOLING_SAMPLING_PARAMS,
+    PoolingBatch,
+    TokenizerIdBound,
+    check_pooling_batch,
+    pooling_requests,
+)
 from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_pooling_params
 from octavo.core.request import Request, RequestStatus
 from octavo.core.sampling_params import SamplingParams
@@ -270,6 +276,7 @@ class LLMEngine(RequestValidator):
         # The workers' compilation counts, as of the last step's output.
         self.compilations = CompilationCounts()
         self._structured: StructuredOutputManager | None = None
+        self.tokenizer_id_bound = TokenizerIdBound()
 
     @property
     def structured(self) -> StructuredOutputManager:

@@ -14,7 +14,7 @@ the first bad input. Nothing is queued unless every input passes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.request import Request
@@ -38,6 +38,25 @@ class PoolingBatch:
     texts: list[str | None]  # the prompt each output reports (None for token ids)
     token_ids: list[list[int]]
     token_type_ids: list[list[int] | None]  # None: all zero
+    # Every input was tokenized by the engine's own tokenizer: its ids are in
+    # the model's range whenever the tokenizer's largest id is (``TokenizerIdBound``).
+    from_tokenizer: bool = False
+
+
+class TokenizerIdBound:
+    """The largest id a tokenizer can give, looked up once per tokenizer and
+    vocabulary size (adding tokens grows both)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, int] | None = None
+        self._largest = -1
+
+    def largest(self, tokenizer: Any) -> int:
+        size = len(tokenizer)
+        if self._key is None or self._key[0] is not tokenizer or self._key[1] != size:
+            self._largest = max(tokenizer.get_vocab().values(), default=-1)
+            self._key = (tokenizer, size)
+        return self._largest
 
 
 def check_pooling_batch(
@@ -51,7 +70,9 @@ def check_pooling_batch(
         return
     # map() over builtins: the bounds of 256 lists in C instead of a Python loop.
     fine = min(map(len, lists)) > 0 and max(map(len, lists)) <= limits.max_model_len
-    fine = fine and 0 <= min(map(min, lists)) and max(map(max, lists)) < limits.vocab_size
+    bound = getattr(validator, "tokenizer_id_bound", None)
+    if not (batch.from_tokenizer and bound is not None and bound.largest(validator.tokenizer) < limits.vocab_size):
+        fine = fine and 0 <= min(map(min, lists)) and max(map(max, lists)) < limits.vocab_size
     if not fine or any(types is not None for types in batch.token_type_ids):
         for token_ids, types in zip(lists, batch.token_type_ids):
             validator.validate(token_ids, params)

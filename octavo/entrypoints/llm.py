@@ -174,8 +174,10 @@ class LLM:
         if add_batch is not None:
             request_ids = self._new_ids(len(inputs))
             # The inputs were made for this call: their lists go to the engine as they are.
-            batch = PoolingBatch(request_ids, [i.text for i in inputs], [i.token_ids for i in inputs],
-                                 [i.token_type_ids for i in inputs])
+            texts = [i.text for i in inputs]
+            # An input with its text was tokenized here, by the engine's tokenizer (``_pooling_inputs``).
+            batch = PoolingBatch(request_ids, texts, [i.token_ids for i in inputs], [i.token_type_ids for i in inputs],
+                                 from_tokenizer=None not in texts)
             add_batch(batch, params)
             return request_ids
         request_ids = []

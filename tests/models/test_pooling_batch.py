@@ -96,3 +96,36 @@ def test_a_step_that_raised_is_computed_whole_again(bert_llm, monkeypatch):
     while engine.has_unfinished_requests():
         outputs.update((output.request_id, output) for output in engine.step())
     assert [outputs[i].outputs.raw for i in ids] == [e.outputs.raw for e in expected]
+
+
+class StubTokenizer:
+    def __init__(self, size: int) -> None:
+        self.vocab = {f"t{i}": i for i in range(size)}
+        self.lookups = 0
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        self.lookups += 1
+        return self.vocab
+
+
+def test_ids_from_the_tokenizer_are_checked_unless_its_largest_id_fits():
+    from types import SimpleNamespace
+
+    from octavo.core.pooling_batch import TokenizerIdBound, check_pooling_batch
+    from octavo.core.pooling_params import PoolerConfig
+
+    tokenizer, bound = StubTokenizer(10), TokenizerIdBound()
+    assert (bound.largest(tokenizer), bound.largest(tokenizer), tokenizer.lookups) == (9, 9, 1)
+    tokenizer.vocab["added"] = 10
+    assert (bound.largest(tokenizer), tokenizer.lookups) == (10, 2)  # a token added: looked at again
+    limits = SimpleNamespace(pooler=PoolerConfig(task="embed", output_size=4), max_model_len=8, vocab_size=10)
+    validator = SimpleNamespace(limits=limits, tokenizer=tokenizer, tokenizer_id_bound=bound)
+    validator.validate = lambda ids, params: pytest.fail("validated one by one")
+    batch = PoolingBatch(["a"], ["text"], [[3, 12]], [None], from_tokenizer=True)
+    with pytest.raises(pytest.fail.Exception, match="one by one"):  # id 10 can come out of it: checked
+        check_pooling_batch(validator, batch, PoolingParams(task="embed"), {})
+    del tokenizer.vocab["added"]
+    check_pooling_batch(validator, batch, PoolingParams(task="embed"), {})  # trusted: the tokenizer stops at 9
