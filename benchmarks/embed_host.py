@@ -67,8 +67,9 @@ def instrument(llm, spent: dict[str, float]) -> None:
     _timed(llm_module, "encode_texts", "tokenize", spent)
     _timed(engine.scheduler, "schedule", "schedule", spent)
     _timed(engine.executor, "execute_model", "runner", spent)
-    _timed(engine.scheduler, "update_from_output", "outputs", spent)
-    _timed(engine, "_process_outputs", "outputs", spent)
+    # The step's outputs: the scheduler's update and the output objects (a
+    # pooling step goes from the scheduler to the outputs in one pass).
+    _timed(engine, "_process", "outputs", spent)
     model = engine.executor.worker.runner.model if hasattr(engine.executor, "worker") else None
     if model is not None:
         _timed(model, "forward", "forward", spent)

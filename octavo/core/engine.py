@@ -492,6 +492,14 @@ class LLMEngine(RequestValidator):
             self.compilations = runner_output.compilations
         if self.step_observer is not None:
             self.step_observer(scheduler_output)
+        pooling = self.scheduler.finish_pooling_step(scheduler_output, runner_output)
+        if pooling is not None:
+            # Straight to the outputs, without an EngineCoreOutput per input: one
+            # object each from state already held, nothing to fail for one alone.
+            request_outputs = self.output_processor.pooling_outputs(pooling)
+            for output in request_outputs:
+                self._parent_children.pop(output.request_id, None)
+            return request_outputs
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         request_outputs, stopped = self._process_outputs(core_outputs)
         if stopped:
@@ -503,11 +511,6 @@ class LLMEngine(RequestValidator):
 
     def _process_outputs(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
         """The output processor's work, one request at a time, so that one that raises fails alone."""
-        pooling = getattr(self.output_processor, "pooling_states", None)
-        if pooling and all(core_output.request_id in pooling for core_output in core_outputs):
-            # Only pooling outputs: one object each from the state already held,
-            # nothing that can fail for one request alone, so one call for all.
-            return self.output_processor.process(core_outputs)
         request_outputs: list[RequestOutput] = []
         stopped: list[str] = []
         for core_output in core_outputs:

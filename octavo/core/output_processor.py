@@ -26,7 +26,7 @@ from octavo.core.outputs import (
     SampleLogprobs,
 )
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
-from octavo.core.scheduler_output import EngineCoreOutput, SchedulerOutput, TokenLogprobs
+from octavo.core.scheduler_output import EngineCoreOutput, PoolingResult, SchedulerOutput, TokenLogprobs
 
 
 @dataclass
@@ -131,7 +131,9 @@ class OutputProcessor:
         for core_output in core_outputs:
             pooling = self.pooling_states.pop(core_output.request_id, None)
             if pooling is not None:
-                request_outputs.append(self._pooling_output(core_output, pooling, now))
+                request_outputs.append(
+                    self._pooling_output(core_output.request_id, core_output.pooled, core_output.finish_reason, pooling, now)
+                )
                 continue
             state = self.states.get(core_output.request_id)
             if state is None:
@@ -151,17 +153,27 @@ class OutputProcessor:
                 request_outputs.append(output)
         return request_outputs, stopped_by_string
 
+    def pooling_outputs(self, results: list[PoolingResult]) -> list[PoolingRequestOutput]:
+        """The outputs of a pooling step's results, in one pass (``LLMEngine._process``)."""
+        now, states, outputs = time.monotonic(), self.pooling_states, []
+        for result in results:
+            state = states.pop(result.request_id, None)
+            if state is not None:
+                outputs.append(self._pooling_output(result.request_id, result.pooled, result.finish_reason, state, now))
+        return outputs
+
     @staticmethod
-    def _pooling_output(core_output: EngineCoreOutput, state: PoolingState, now: float) -> PoolingRequestOutput:
+    def _pooling_output(
+        request_id: str, pooled: bytes | None, finish_reason: str | None, state: PoolingState, now: float
+    ) -> PoolingRequestOutput:
         metrics = state.metrics
         metrics.finished_time = now
-        outputs = PoolingOutput(core_output.pooled) if core_output.pooled is not None else None
         return PoolingRequestOutput(
-            request_id=core_output.request_id,
+            request_id=request_id,
             prompt=state.prompt,
             prompt_token_ids=state.prompt_token_ids,
-            outputs=outputs,
-            finish_reason=core_output.finish_reason or "stop",
+            outputs=PoolingOutput(pooled) if pooled is not None else None,
+            finish_reason=finish_reason or "stop",
             metrics=metrics,
         )
 

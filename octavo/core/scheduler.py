@@ -63,6 +63,7 @@ from octavo.core.scheduler_output import (
     EngineCoreOutput,
     ModelRunnerOutput,
     NewRequestData,
+    PoolingResult,
     SchedulerOutput,
 )
 from octavo.core.types import RequestId
@@ -429,11 +430,15 @@ class Scheduler:
         self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> list[EngineCoreOutput]:
         """Advance computed tokens, append samples, stop and free requests."""
+        pooling = self.finish_pooling_step(scheduler_output, runner_output)
+        if pooling is not None:
+            return [
+                EngineCoreOutput(r.request_id, [], finish_reason=r.finish_reason, num_cached_tokens=r.num_cached_tokens, pooled=r.pooled)
+                for r in pooling
+            ]
         outputs = []
         batch_requests = self._retire_batch(scheduler_output)
         async_batch = self._async_batches.pop(id(scheduler_output), None)
-        if runner_output.pooled and async_batch is None and not runner_output.sampled_token_ids:
-            return self._finish_pooling_step(scheduler_output, runner_output.pooled, batch_requests)
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
             if request is None or request.status != RequestStatus.RUNNING:
@@ -475,13 +480,18 @@ class Scheduler:
                 self._release(request)
         return outputs
 
-    def _finish_pooling_step(
-        self, scheduler_output: SchedulerOutput, pooled: dict[str, bytes], batch_requests: dict[str, Request]
-    ) -> list[EngineCoreOutput]:
-        """``update_from_output`` for a step of pooling requests: ``_finish_pooling``
-        for each in one pass, and the running list rebuilt once instead of
-        searched per request (a batch is hundreds of short inputs)."""
-        outputs, finished = [], set()
+    def finish_pooling_step(
+        self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
+    ) -> list[PoolingResult] | None:
+        """``update_from_output`` for a step of pooling requests, which all end
+        with it: ``_finish_pooling`` for each in one pass, the running list
+        rebuilt once instead of searched per request (a batch is hundreds of
+        short inputs). None where the step is not one (async, or it sampled)."""
+        pooled = runner_output.pooled
+        if not pooled or runner_output.sampled_token_ids or id(scheduler_output) in self._async_batches:
+            return None
+        batch_requests = self._retire_batch(scheduler_output)
+        results, finished = [], set()
         uses_kv_cache, requests = self.config.uses_kv_cache, self.requests
         sent_to_runner, sent_blocks, drop_from_runner = self._sent_to_runner, self._sent_blocks, self._drop_from_runner
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
@@ -498,18 +508,10 @@ class Scheduler:
                 drop_from_runner.add(request_id)
             sent_blocks.pop(request_id, None)
             del requests[request_id]
-            outputs.append(
-                EngineCoreOutput(
-                    request_id=request_id,
-                    new_token_ids=[],
-                    finish_reason="stop" if vector is not None else "error",
-                    num_cached_tokens=request.num_cached_tokens,
-                    pooled=vector,
-                )
-            )
+            results.append(PoolingResult(request_id, vector, request.num_cached_tokens))
         if finished:
             self.running[:] = [r for r in self.running if r.request_id not in finished]
-        return outputs
+        return results
 
     def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
         """A pooling request ends with its step: with its vector, or as an error

@@ -9,6 +9,7 @@ once (``NewRequestData``) and by deltas afterwards (``CachedRequestData``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
@@ -107,6 +108,18 @@ class ModelRunnerOutput:
     # The worker's compilation counts after this step; None where its
     # platform compiles nothing.
     compilations: CompilationCounts | None = None
+
+
+class PoolingResult(NamedTuple):
+    """A pooling request that ended with its step (a tuple: hundreds per step)."""
+
+    request_id: str
+    pooled: bytes | None  # None: the runner gave no vector (an error)
+    num_cached_tokens: int
+
+    @property
+    def finish_reason(self) -> str:
+        return "stop" if self.pooled is not None else "error"
 
 
 @dataclass
