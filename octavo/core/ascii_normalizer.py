@@ -55,6 +55,20 @@ class PlainCopy:
         lowered = text.lower()
         return None if self.raw_tokens is not None and self.raw_tokens.search(lowered) else lowered
 
+    def converts_all(self, texts: list[str]) -> list[str] | None:
+        """``converts`` of every text, checked on the texts joined (one C call
+        each instead of per text); None unless the copy may encode them all."""
+        joined = "".join(texts)
+        if not texts or not (joined.isascii() and joined.isprintable()):
+            return None
+        if not self.lowercase:
+            return texts
+        # No text holds a newline (not printable): it splits the lowered texts apart again.
+        lowered = "\n".join(texts).lower()
+        if self.raw_tokens is not None and self.raw_tokens.search(lowered):
+            return None  # one of the texts holds a raw token (or a token holding a newline spans two)
+        return lowered.split("\n")
+
     def encode(self, batch: list[Item], with_types: bool) -> tuple[list[list[int]], list[list[int]] | None]:
         """Converted texts' ids (and segment ids)."""
         if self.template is None or not all(isinstance(item, str) for item in batch):
@@ -76,6 +90,10 @@ def encode_ids(backend: Any, batch: list[Item], with_types: bool) -> tuple[list[
     plain = plain_copy(backend)
     if plain is None:
         return _ids(_encode(backend, batch), with_types)
+    if all(isinstance(item, str) for item in batch):
+        converted_all = plain.converts_all(batch)
+        if converted_all is not None:
+            return plain.encode(converted_all, with_types)
     converted, slow = [], []
     for index, item in enumerate(batch):
         parts = (item,) if isinstance(item, str) else item

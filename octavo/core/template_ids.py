@@ -49,6 +49,11 @@ class SingleTemplate:
         (before, before_types), (after, after_types) = sides
         return cls(before, before_types, after, after_types, int(pieces[sequences[0]]["Sequence"]["type_id"]))
 
+    @property
+    def zero_types(self) -> bool:
+        """Whether every segment id of a single text is 0 (BERT's template)."""
+        return self.type_id == 0 and not any(self.before_types) and not any(self.after_types)
+
     def ids(self, text_ids: list[int]) -> list[int]:
         return [*self.before, *text_ids, *self.after]
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from octavo.core.ascii_normalizer import encode_ids
+from octavo.core.ascii_normalizer import encode_ids, plain_copy
 from octavo.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -97,6 +97,15 @@ def encode_batch_ids(
     if backend.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False)):
         return None
     return encode_ids(backend, batch, with_type_ids)
+
+
+def single_types_are_zero(tokenizer: Any) -> bool:
+    """Whether a single text's segment ids are known to be all 0: where the
+    backend's post-processor is a plain template (``ascii_normalizer``'s copy
+    holds it) with zeros throughout. False where unknown."""
+    backend = fast_backend(tokenizer)
+    plain = plain_copy(backend) if backend is not None else None
+    return plain is not None and plain.template is not None and plain.template.zero_types
 
 
 def _plain_call(tokenizer_class: type) -> bool:

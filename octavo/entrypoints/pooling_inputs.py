@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from octavo.core.pooling_params import PoolerConfig
-from octavo.core.tokenizer import encode_batch_ids
+from octavo.core.tokenizer import encode_batch_ids, single_types_are_zero
 from octavo.errors import InvalidArgumentError, UnsupportedTaskError
 
 
@@ -76,13 +76,15 @@ def encode_texts(
     encoded = None
     if truncate is None:
         batch = list(texts) if pairs is None else list(zip(texts, pairs))
-        encoded = encode_batch_ids(tokenizer, batch, with_types)
+        # Segment ids known to be all zero are not made only to be dropped below.
+        encoded = encode_batch_ids(tokenizer, batch, with_types and (pairs is not None or not single_types_are_zero(tokenizer)))
     if encoded is None:
         encoded = _encode_with_transformers(tokenizer, pooler, texts, pairs, truncate)
     id_lists, type_lists = encoded
     shown = texts if pairs is None else [f"{a}\n{b}" for a, b in zip(texts, pairs)]
+    # The lists are this call's own (the tokenizer's output), unless another type.
     return [
-        PoolingInput(text, list(ids), list(types) if types is not None and any(types) else None)
+        PoolingInput(text, ids if type(ids) is list else list(ids), list(types) if types is not None and any(types) else None)
         for text, ids, types in zip(shown, id_lists, type_lists or [None] * len(id_lists))
     ]
 

@@ -158,3 +158,31 @@ def test_the_real_minilm_tokenizer_gives_transformers_ids():
     pairs = list(zip(texts[:200], texts[200:400]))
     expected = tokenizer(texts[:200], texts[200:400], add_special_tokens=True, return_token_type_ids=True)
     assert encode_batch_ids(tokenizer, pairs, True) == (expected["input_ids"], expected["token_type_ids"])
+
+
+@pytest.mark.parametrize("extra_raw", [None, "<extra>", "a\nb"])
+def test_texts_checked_together_convert_as_each_alone(extra_raw):
+    """``converts_all`` gives each text's ``converts``, or None where any text is not the copy's."""
+    plain = plain_copy(build(True, extra_raw))
+    for texts in (["the Cat", "", "A STOCK market?"], ["the cat", "café"], ["the [CLS] cat"], ["ok", "<EXTRA> mat"],
+                  ["tab\tbed"], ["a", "b"], []):
+        alone = [plain.converts(text) for text in texts]
+        expected = alone if texts and None not in alone else None
+        together = plain.converts_all(texts)
+        # A raw token holding a newline may send texts that are fine alone the slow way: never the other way round.
+        assert together == expected or (together is None and extra_raw == "a\nb")
+
+
+def test_single_texts_segment_ids_are_known_zero_only_from_a_zero_template():
+    from types import SimpleNamespace
+
+    from tokenizers import processors
+
+    from octavo.core.tokenizer import single_types_are_zero
+
+    backend = build()
+    assert single_types_are_zero(SimpleNamespace(_tokenizer=backend))
+    backend.post_processor = processors.TemplateProcessing(single="[CLS]:1 $A:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    assert not single_types_are_zero(SimpleNamespace(_tokenizer=backend))
+    backend.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))  # not a plain template: unknown
+    assert not single_types_are_zero(SimpleNamespace(_tokenizer=backend))
