@@ -64,7 +64,9 @@ class BertEmbeddings(nn.Module):
             embeddings = embeddings + self.token_type_embeddings.weight[0]
         else:
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
-        embeddings = embeddings + self.position_embeddings(positions + self.position_offset)
+        if self.position_offset:  # RoBERTa's; BERT's is 0, and adding it would be one more kernel
+            positions = positions + self.position_offset
+        embeddings = embeddings + self.position_embeddings(positions)
         return self.LayerNorm(embeddings)
 
 

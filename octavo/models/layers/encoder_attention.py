@@ -7,14 +7,14 @@ Nothing is cached: an encoder computes a whole input in one step.
 The step's metadata (built once, on the host, by ``EncoderAttentionMetadata.build``)
 lays the flat tokens out on a ``[num_seqs, max_seqlen]`` grid, so that one
 ``scaled_dot_product_attention`` call covers the batch (torch picks the
-kernel for the device; a key mask hides the grid's empty cells, and is left
-out when every sequence fills its row). Only attention sees that grid:
+kernel for the device; an additive key mask hides the grid's empty cells,
+and is left out when every sequence fills its row). Only attention sees that grid:
 projections, norms and activations run on the flat tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,8 +30,13 @@ class EncoderAttentionMetadata:
     grid_index: torch.Tensor
     # [num_tokens]: each token's grid cell, row-major (sequence * max_seqlen + position).
     token_cells: torch.Tensor
-    # [num_seqs, 1, 1, max_seqlen]: True for real keys; None when the grid is full.
-    key_mask: torch.Tensor | None
+    # [num_seqs, 1, 1, max_seqlen] float32: 0 for real keys, -inf for empty
+    # cells (what SDPA makes of a bool mask, made here once per step: SDPA
+    # converts a bool mask in every layer, a kernel each on a GPU); None when
+    # the grid is full.
+    key_bias: torch.Tensor | None
+    # ``key_bias`` in the other dtypes asked for (``key_bias_in``).
+    _key_bias_in: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, seq_lens: np.ndarray, device: torch.device) -> EncoderAttentionMetadata:
@@ -42,11 +47,20 @@ class EncoderAttentionMetadata:
         valid = offsets[None, :] < seq_lens[:, None]
         grid_index = np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1)
         token_cells = np.flatnonzero(valid)  # row-major: the tokens' own order
-        key_mask = None
-        if not valid.all():
-            key_mask = torch.from_numpy(valid).to(device, non_blocking=True)[:, None, None, :]
         upload = lambda array: torch.from_numpy(array).to(device, non_blocking=True)  # noqa: E731
-        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_cells), key_mask)
+        key_bias = None
+        if not valid.all():
+            key_bias = upload(np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :])
+        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_cells), key_bias)
+
+    def key_bias_in(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """``key_bias`` in ``dtype`` (the queries'; 0 and -inf are exact in any float dtype), converted once per step."""
+        if self.key_bias is None or dtype == self.key_bias.dtype:
+            return self.key_bias
+        bias = self._key_bias_in.get(dtype)
+        if bias is None:
+            bias = self._key_bias_in[dtype] = self.key_bias.to(dtype)
+        return bias
 
 
 def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttentionMetadata, scale: float) -> torch.Tensor:
@@ -60,7 +74,7 @@ def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttent
     grid = qkv.index_select(0, metadata.grid_index)
     grid = grid.view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
     query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=metadata.key_mask, scale=scale)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=metadata.key_bias_in(qkv.dtype), scale=scale)
     # One gather takes each token's row back off the grid ([seqs, heads, len, d] -> [tokens, heads, d]).
     cells = out.transpose(1, 2).reshape(metadata.num_seqs * metadata.max_seqlen, num_heads, head_size)
     return cells.index_select(0, metadata.token_cells).reshape(num_tokens, num_heads * head_size)
