@@ -13,6 +13,7 @@ the first bad input. Nothing is queued unless every input passes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +88,8 @@ def check_pooling_batch(
 
 
 def pooling_requests(batch: PoolingBatch, params: PoolingParams, block_size: int) -> list[Request]:
-    """The scheduler's requests for a checked batch (sharing its id lists)."""
+    """The scheduler's requests for a checked batch (sharing its id lists), arrived together."""
+    now = time.monotonic()
     return [
         Request(
             request_id=request_id,  # a RequestId is the str itself
@@ -95,6 +97,7 @@ def pooling_requests(batch: PoolingBatch, params: PoolingParams, block_size: int
             sampling_params=POOLING_SAMPLING_PARAMS,
             max_tokens=0,
             block_size=block_size,
+            arrival_time=now,
             pooling_params=params,
             token_type_ids=types,
         )

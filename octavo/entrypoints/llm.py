@@ -148,6 +148,8 @@ class LLM:
         prompt_list = [
             p.get("prompt") if isinstance(p, dict) and "prompt_token_ids" not in p else p for p in normalize_prompts(prompts)
         ]
+        if prompt_list and all(type(p) is str for p in prompt_list):  # the usual batch of sentences: one call, no merging
+            return encode_texts(self.engine.tokenizer, limits.pooler, prompt_list, truncate=truncate)
         texts = {i: p for i, p in enumerate(prompt_list) if isinstance(p, str)}
         encoded = {}
         if texts:

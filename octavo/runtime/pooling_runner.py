@@ -63,13 +63,12 @@ class PoolingRunner:
     def _whole_new_requests(
         scheduler_output: SchedulerOutput, request_ids: list[str], seq_lens: np.ndarray
     ) -> list[NewRequestData]:
-        """The step's requests, each new and scheduled whole (checked over the batch at once)."""
+        """The step's requests, each new and scheduled whole (checked over the
+        batch at once: a pooling request has no output tokens, so a prompt
+        scheduled whole is as long as its step)."""
         requests = scheduler_output.new_requests
-        whole = (
-            [new.request_id for new in requests] == request_ids
-            and not any(map(attrgetter("num_computed_tokens"), requests))
-            and not any(map(attrgetter("output_token_ids"), requests))
-            and np.array_equal(np.fromiter(map(len, map(attrgetter("prompt_token_ids"), requests)), np.int64, len(requests)), seq_lens)
+        whole = [new.request_id for new in requests] == request_ids and np.array_equal(
+            np.fromiter(map(len, map(attrgetter("prompt_token_ids"), requests)), np.int64, len(requests)), seq_lens
         )
         if not whole:
             raise RuntimeError(f"a pooling step of {len(request_ids)} requests did not schedule each new and whole")
