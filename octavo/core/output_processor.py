@@ -156,10 +156,17 @@ class OutputProcessor:
     def pooling_outputs(self, results: list[PoolingResult]) -> list[PoolingRequestOutput]:
         """The outputs of a pooling step's results, in one pass (``LLMEngine._process``)."""
         now, states, outputs = time.monotonic(), self.pooling_states, []
-        for result in results:
-            state = states.pop(result.request_id, None)
-            if state is not None:
-                outputs.append(self._pooling_output(result.request_id, result.pooled, result.finish_reason, state, now))
+        for request_id, pooled, _ in results:
+            state = states.pop(request_id, None)
+            if state is None:
+                continue
+            # ``_pooling_output`` inline, its objects made positionally: this runs per input.
+            state.metrics.finished_time = now
+            output = None if pooled is None else PoolingOutput(pooled)
+            finish_reason = "stop" if pooled is not None else "error"
+            outputs.append(
+                PoolingRequestOutput(request_id, state.prompt, state.prompt_token_ids, output, True, finish_reason, state.metrics)
+            )
         return outputs
 
     @staticmethod

@@ -491,7 +491,7 @@ class Scheduler:
         if not pooled or runner_output.sampled_token_ids or id(scheduler_output) in self._async_batches:
             return None
         batch_requests = self._retire_batch(scheduler_output)
-        results, finished = [], set()
+        results = []
         uses_kv_cache, requests = self.config.uses_kv_cache, self.requests
         sent_to_runner, sent_blocks, drop_from_runner = self._sent_to_runner, self._sent_blocks, self._drop_from_runner
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
@@ -501,7 +501,6 @@ class Scheduler:
             request.num_computed_tokens += num_tokens
             vector = pooled.get(request_id)
             request.status = RequestStatus.FINISHED_STOPPED if vector is not None else RequestStatus.FINISHED_ERROR
-            finished.add(request_id)
             if uses_kv_cache:
                 self.kv.free(request)
             if sent_to_runner.pop(request_id, None) is not None:  # ``_release``, inline: this runs per input
@@ -509,8 +508,8 @@ class Scheduler:
             sent_blocks.pop(request_id, None)
             del requests[request_id]
             results.append(PoolingResult(request_id, vector, request.num_cached_tokens))
-        if finished:
-            self.running[:] = [r for r in self.running if r.request_id not in finished]
+        if results:  # a finished request has left ``requests``; those still running have not
+            self.running[:] = [r for r in self.running if r.request_id in requests]
         return results
 
     def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
