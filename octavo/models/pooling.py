@@ -35,18 +35,25 @@ class PoolingMetadata:
     segment_ids: torch.Tensor  # [num_tokens] int64: each token's sequence
     num_tokens: int
 
-    @classmethod
-    def build(cls, seq_lens: np.ndarray, device: torch.device) -> PoolingMetadata:
+    @staticmethod
+    def host_arrays(seq_lens: np.ndarray) -> dict[str, np.ndarray]:
+        """``cu_seqlens``, ``seq_lens`` and ``segment_ids`` on the host."""
         seq_lens = np.asarray(seq_lens, dtype=np.int64)
         cu_seqlens = np.zeros(len(seq_lens) + 1, dtype=np.int64)
         np.cumsum(seq_lens, out=cu_seqlens[1:])
         segment_ids = np.repeat(np.arange(len(seq_lens), dtype=np.int64), seq_lens)
-        return cls(
-            cu_seqlens=torch.from_numpy(cu_seqlens).to(device, non_blocking=True),
-            seq_lens=torch.from_numpy(seq_lens).to(device, non_blocking=True),
-            segment_ids=torch.from_numpy(segment_ids).to(device, non_blocking=True),
-            num_tokens=int(cu_seqlens[-1]),
-        )
+        return {"cu_seqlens": cu_seqlens, "seq_lens": seq_lens, "segment_ids": segment_ids}
+
+    @classmethod
+    def on_device(cls, arrays: dict[str, torch.Tensor]) -> PoolingMetadata:
+        """The metadata of ``host_arrays``' arrays once on the device."""
+        segment_ids = arrays["segment_ids"]
+        return cls(arrays["cu_seqlens"], arrays["seq_lens"], segment_ids, segment_ids.shape[0])
+
+    @classmethod
+    def build(cls, seq_lens: np.ndarray, device: torch.device) -> PoolingMetadata:
+        arrays = cls.host_arrays(seq_lens)
+        return cls.on_device({name: torch.from_numpy(a).to(device, non_blocking=True) for name, a in arrays.items()})
 
     @property
     def first_rows(self) -> torch.Tensor:

@@ -24,6 +24,7 @@ from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, Sche
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.models.pooling import PoolingMetadata, finish_pooled
+from octavo.runtime.step_upload import upload_together
 
 if TYPE_CHECKING:
     from octavo.runtime.model_runner import ModelRunner
@@ -47,14 +48,14 @@ class PoolingRunner:
         seq_lens = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, len(request_ids))
         if self.pooler.is_encoder:
             requests = self._whole_new_requests(scheduler_output, request_ids, seq_lens)
-            hidden = self._run_encoder(requests, seq_lens)
+            hidden, meta = self._run_encoder(requests, seq_lens)
         else:
             requests = [self.runner.states[r] for r in request_ids]
             for state, num_tokens in zip(requests, seq_lens.tolist()):
                 if state.num_computed_tokens != 0 or num_tokens != len(state.token_ids):
                     raise RuntimeError(f"pooling request {state.request_id} was not scheduled whole")
             _, hidden = self.runner.forward_hidden(scheduler_output)
-        meta = PoolingMetadata.build(seq_lens, self.device)
+            meta = PoolingMetadata.build(seq_lens, self.device)
         rows = self.runner.model.pool(hidden, meta).cpu().numpy()
         pooled = finish_pooled(rows, [request.pooling_params for request in requests], self.pooler)
         return ModelRunnerOutput(pooled=dict(zip(request_ids, pooled)))
@@ -74,17 +75,21 @@ class PoolingRunner:
             raise RuntimeError(f"a pooling step of {len(request_ids)} requests did not schedule each new and whole")
         return requests
 
-    def _run_encoder(self, requests: list[NewRequestData], seq_lens: np.ndarray) -> torch.Tensor:
+    def _run_encoder(self, requests: list[NewRequestData], seq_lens: np.ndarray) -> tuple[torch.Tensor, PoolingMetadata]:
+        """The encoder's hidden states and the step's pooling metadata, every
+        input of the step sent to the device together (``upload_together``)."""
         num_tokens = int(seq_lens.sum())
-        input_ids = np.fromiter(chain.from_iterable(r.prompt_token_ids for r in requests), np.int64, num_tokens)
         starts = np.cumsum(seq_lens) - seq_lens
-        positions = np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, seq_lens)
-        token_type_ids = None
+        host = {
+            "input_ids": np.fromiter(chain.from_iterable(r.prompt_token_ids for r in requests), np.int64, num_tokens),
+            "positions": np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, seq_lens),
+        }
         if any(r.token_type_ids is not None for r in requests):
             types = (r.token_type_ids if r.token_type_ids is not None else [0] * len(r.prompt_token_ids) for r in requests)
-            token_type_ids = self._upload(np.fromiter(chain.from_iterable(types), np.int64, num_tokens))
-        fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.build(seq_lens, self.device), kv_caches=[])
-        return self.runner.model(self._upload(input_ids), self._upload(positions), fctx, token_type_ids=token_type_ids)
-
-    def _upload(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device, non_blocking=True)
+            host["token_type_ids"] = np.fromiter(chain.from_iterable(types), np.int64, num_tokens)
+        host.update(EncoderAttentionMetadata.host_arrays(seq_lens))
+        host.update(PoolingMetadata.host_arrays(seq_lens))
+        sent = upload_together(host, self.device)
+        fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.on_device(seq_lens, sent), kv_caches=[])
+        hidden = self.runner.model(sent["input_ids"], sent["positions"], fctx, token_type_ids=sent.get("token_type_ids"))
+        return hidden, PoolingMetadata.on_device(sent)

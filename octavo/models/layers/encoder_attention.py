@@ -38,20 +38,31 @@ class EncoderAttentionMetadata:
     # ``key_bias`` in the other dtypes asked for (``key_bias_in``).
     _key_bias_in: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def build(cls, seq_lens: np.ndarray, device: torch.device) -> EncoderAttentionMetadata:
+    @staticmethod
+    def host_arrays(seq_lens: np.ndarray) -> dict[str, np.ndarray]:
+        """The step's grid on the host: ``grid_index``, ``token_cells`` and, unless the grid is full, ``key_bias``."""
         seq_lens = np.asarray(seq_lens, dtype=np.int64)
-        num_seqs, max_seqlen = len(seq_lens), int(seq_lens.max())
+        max_seqlen = int(seq_lens.max())
         starts = np.cumsum(seq_lens) - seq_lens
         offsets = np.arange(max_seqlen, dtype=np.int64)
         valid = offsets[None, :] < seq_lens[:, None]
-        grid_index = np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1)
-        token_cells = np.flatnonzero(valid)  # row-major: the tokens' own order
-        upload = lambda array: torch.from_numpy(array).to(device, non_blocking=True)  # noqa: E731
-        key_bias = None
+        arrays = {
+            "grid_index": np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1),
+            "token_cells": np.flatnonzero(valid),  # row-major: the tokens' own order
+        }
         if not valid.all():
-            key_bias = upload(np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :])
-        return cls(num_seqs, max_seqlen, upload(grid_index), upload(token_cells), key_bias)
+            arrays["key_bias"] = np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :]
+        return arrays
+
+    @classmethod
+    def on_device(cls, seq_lens: np.ndarray, arrays: dict[str, torch.Tensor]) -> EncoderAttentionMetadata:
+        """The metadata of ``host_arrays``' arrays once on the device (with other arrays of the step: ``upload_together``)."""
+        return cls(len(seq_lens), int(np.max(seq_lens)), arrays["grid_index"], arrays["token_cells"], arrays.get("key_bias"))
+
+    @classmethod
+    def build(cls, seq_lens: np.ndarray, device: torch.device) -> EncoderAttentionMetadata:
+        arrays = cls.host_arrays(seq_lens)
+        return cls.on_device(seq_lens, {name: torch.from_numpy(a).to(device, non_blocking=True) for name, a in arrays.items()})
 
     def key_bias_in(self, dtype: torch.dtype) -> torch.Tensor | None:
         """``key_bias`` in ``dtype`` (the queries'; 0 and -inf are exact in any float dtype), converted once per step."""

@@ -1,0 +1,45 @@
+"""A step's arrays sent to the device in one copy (``runtime/step_upload.py``)
+come back as themselves (dtypes, shapes, values), and an encoder's pooling
+step gives the same vectors bit for bit through it."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from octavo.runtime.step_upload import upload_together
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def test_packed_arrays_come_back_as_themselves():
+    arrays = {
+        "ids": np.arange(7, dtype=np.int64),
+        "bias": np.where(np.arange(12).reshape(3, 1, 1, 4) % 3 == 0, np.float32(0), np.float32(-np.inf)),
+        "empty": np.zeros(0, dtype=np.int64),
+        "odd": np.array([1.5, -2.0, 3.25], dtype=np.float32),
+        "strided": np.arange(20, dtype=np.int64)[::3],
+    }
+    for device in DEVICES:
+        for pack in (True, False):
+            sent = upload_together(arrays, torch.device(device), pack=pack)
+            assert list(sent) == list(arrays)
+            for name, array in arrays.items():
+                got = sent[name].cpu()
+                assert got.dtype == torch.from_numpy(array[:0]).dtype and tuple(got.shape) == array.shape
+                assert np.array_equal(got.numpy(), array)
+
+
+@pytest.mark.parametrize("name", ["bert", "bert_cross"])  # the cross-encoder's pairs carry segment ids
+def test_an_encoder_step_gives_the_same_vectors_through_one_copy(name, pooling_dirs, make_llm, monkeypatch):
+    import octavo.runtime.pooling_runner as pooling_runner
+
+    llm = make_llm(pooling_dirs(name), max_model_len=32)
+    texts = ["the cat sits on the mat", "a dog", "Hello, World!", "x y z w v u t"]
+    run = (lambda: llm.embed(texts)) if name == "bert" else (lambda: llm.score(texts[0], texts[1:]))
+    expected = [o.outputs.raw for o in run()]
+    monkeypatch.setattr(pooling_runner, "upload_together", functools.partial(upload_together, pack=True))
+    assert [o.outputs.raw for o in run()] == expected
