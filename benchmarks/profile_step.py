@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import time
 
 import torch
 
 from octavo.benchmarks.runs import random_prompts
+from octavo.core.gc_heap import freeze_startup_heap
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
 
 TIMES: dict[str, list[float]] = collections.defaultdict(list)
 PHASE = ["prefill"]
+# --clock thread: the calling thread's CPU time, which other processes on a
+# shared machine do not inflate (host phases only: a forward's worker threads are not counted).
+CLOCK = [time.perf_counter]
 
 
 def sync() -> None:
@@ -31,10 +36,10 @@ def sync() -> None:
 def timed(name, fn):
     def wrapper(*args, **kwargs):
         sync()
-        start = time.perf_counter()
+        start = CLOCK[0]()
         result = fn(*args, **kwargs)
         sync()
-        TIMES[f"{PHASE[0]:<8} {name}"].append(time.perf_counter() - start)
+        TIMES[f"{PHASE[0]:<8} {name}"].append(CLOCK[0]() - start)
         return result
 
     return wrapper
@@ -48,6 +53,7 @@ def instrument(engine) -> None:
     engine.executor.execute_model = timed("execute (all)", engine.executor.execute_model)
     runner.inputs.prepare = timed("  prepare inputs", runner.inputs.prepare)
     runner.run_model = timed("  model forward (eager)", runner.run_model)
+    runner.model.compute_logits = timed("  logits", runner.model.compute_logits)
     runner.sampler.sample = timed("  sample", runner.sampler.sample)
     if runner.graphs is not None:
         runner.graphs.replay = timed("  graph replay", runner.graphs.replay)
@@ -55,10 +61,37 @@ def instrument(engine) -> None:
         runner.prefill_graphs.replay = timed("  prefill graph replay", runner.prefill_graphs.replay)
 
 
-def report(title: str) -> None:
+# Cyclic-GC collections by generation and their total time: a collection
+# lands in whichever phase allocates at the time and inflates it.
+GC = {"start": 0.0, "total": 0.0, "counts": [0, 0, 0]}
+
+
+def _count_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        GC["start"] = time.perf_counter()
+    else:
+        GC["total"] += time.perf_counter() - GC["start"]
+        GC["counts"][info["generation"]] += 1
+
+
+def report(title: str, num_decode_steps: int) -> None:
+    """Each phase's mean per call, and for decode its total per step (some
+    phases run once per request), then the host's share of a decode step:
+    everything but the model's forward (or graph replay) and its logits
+    (the LM head: device work, but outside the forward in an eager step)."""
     print(f"--- {title}")
+    per_step: dict[str, float] = {}
     for name, values in TIMES.items():
-        print(f"{name:<36} {1e3 * sum(values) / len(values):8.3f} ms x {len(values)}")
+        line = f"{name:<36} {1e3 * sum(values) / len(values):8.3f} ms x {len(values)}"
+        if name.startswith("decode"):
+            phase = name.split(None, 1)[1]
+            per_step[phase] = 1e3 * sum(values) / num_decode_steps
+            line += f"  ({per_step[phase]:.3f} ms per step)"
+        print(line)
+    device = sum(per_step.get(k, 0.0) for k in ("model forward (eager)", "logits", "graph replay", "prefill graph replay"))
+    host = sum(per_step.get(k, 0.0) for k in ("schedule", "execute (all)", "update", "outputs")) - device
+    print(f"decode host work per step (all but the forward and logits): {host:.3f} ms")
+    print(f"gc during the instrumented run: {GC['counts']} collections, {1e3 * GC['total']:.1f} ms")
     TIMES.clear()
 
 
@@ -72,15 +105,24 @@ def main() -> None:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also print the top device kernels")
+    parser.add_argument("--output-kind", choices=[k.name for k in RequestOutputKind], default="FINAL_ONLY",
+                        help="what each step hands out; a server streams (DELTA or CUMULATIVE every step)")
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="thread: time phases in the main thread's CPU time (steadier on a shared machine)")
     args = parser.parse_args()
+    if args.clock == "thread":
+        CLOCK[0] = time.thread_time
     engine = build_engine(EngineArgs(
         model=args.model, load_format=args.load_format, dtype=args.dtype, skip_tokenizer_init=True,
         max_model_len=args.input_len + args.decode_steps + 8, max_num_seqs=max(args.batch_size, 1),
         max_num_batched_tokens=max(8192, args.batch_size * args.input_len), enforce_eager=args.enforce_eager,
     ))
     params = SamplingParams(temperature=0, max_tokens=args.decode_steps + 1, ignore_eos=True, detokenize=False,
-                            output_kind=RequestOutputKind.FINAL_ONLY)
+                            output_kind=RequestOutputKind[args.output_kind])
     vocab = engine.limits.vocab_size
+    # As ``LLM`` and ``serve`` do: without it, full collections over the
+    # startup heap land in whichever phase allocates at the time.
+    freeze_startup_heap()
 
     def run(seed: int, profile_kernels: bool = False):
         for i, prompt in enumerate(random_prompts(args.batch_size, args.input_len, vocab, seed)):
@@ -107,8 +149,11 @@ def main() -> None:
     plain = run(2)
     print(f"unsynchronised: first step {plain[0] * 1e3:.2f} ms, decode steps mean {1e3 * sum(plain[1:]) / len(plain[1:]):.3f} ms")
     instrument(engine)
+    gc.callbacks.append(_count_gc)
+    GC.update(total=0.0, counts=[0, 0, 0])
     run(3)
-    report(f"batch {args.batch_size}, prompt {args.input_len}, {args.decode_steps} decode steps (synchronised timings)")
+    report(f"batch {args.batch_size}, prompt {args.input_len}, {args.decode_steps} decode steps, "
+           f"{args.output_kind} outputs (synchronised timings)", args.decode_steps)
     if args.kernels:
         run(4, profile_kernels=True)
 

@@ -47,7 +47,9 @@ class RequestStatus(enum.Enum):
 _FINISHED_VALUES = frozenset({"stop", "length", "abort", "error"})
 
 
-@dataclass
+# Identity equality: a request is one object (``list.remove`` and ``in`` on
+# the queues compare it; field-by-field equality would compare ~20 fields).
+@dataclass(eq=False)
 class Request:
     request_id: RequestId
     prompt_token_ids: list[int]
@@ -113,5 +115,8 @@ class Request:
 
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
-        self.all_token_ids.append(token_id)
-        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+        all_token_ids = self.all_token_ids
+        all_token_ids.append(token_id)
+        # Most tokens fill no block: no hashing call for them (every step, every request).
+        if len(all_token_ids) // self.block_size > len(self.block_hashes):
+            extend_block_hashes(self.block_hashes, all_token_ids, self.block_size, self.cache_key)

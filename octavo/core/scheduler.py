@@ -212,32 +212,59 @@ class Scheduler:
         if self.config.policy == "priority":
             self._preempt_for_waiting_priority()
         max_requests = self._batch_request_cap()
-
-        index = 0
-        while index < len(self.running) and token_budget > 0 and len(output.num_scheduled_tokens) < max_requests:
-            request = self.running[index]
-            num_new_tokens = min(self._num_pending_tokens(request), token_budget)
-            if num_new_tokens <= 0 or self._held_by_batch(request) or self._placeholders_reach_end(request):
-                index += 1
-                continue
-            if not self._allocate_or_preempt(request, num_new_tokens):
-                preempted_this_step = True
-                break
-            preempted_this_step |= self._preempted_last
-            output.num_scheduled_tokens[request.request_id] = num_new_tokens
-            token_budget -= num_new_tokens
-            index += 1
-
+        # The scheduled requests by id, in batch order (kept with the batch in flight).
+        requests: dict[str, Request] = {}
+        token_budget, preempted_this_step = self._schedule_running(output, requests, token_budget, max_requests)
         if not preempted_this_step:
-            token_budget = self._schedule_waiting(output, token_budget, max_requests)
+            token_budget = self._schedule_waiting(output, requests, token_budget, max_requests)
 
-        self._describe_for_runner(output)
+        self._describe_for_runner(output, requests)
         if output.num_scheduled_tokens:
-            requests = {r: self.requests[RequestId(r)] for r in output.num_scheduled_tokens}
             self._in_flight.append((output, requests))
             if self.config.async_scheduling:
                 self._advance_scheduled(output, requests)
         return output
+
+    def _schedule_running(
+        self, output: SchedulerOutput, requests: dict[str, Request], token_budget: int, max_requests: int
+    ) -> tuple[int, bool]:
+        """Schedule running requests, oldest first; returns the budget left
+        and whether a request was preempted."""
+        # Locals, and the checks that hold for nearly every request inlined
+        # (no pending placeholders, nothing in flight, a last block with room):
+        # at 512 decoding requests this loop is a large part of a step's host work.
+        running, scheduled = self.running, output.num_scheduled_tokens
+        # Only pipelined batches hold their requests (``_held_by_batch``).
+        check_held = bool(self._in_flight) and not self.config.async_scheduling
+        tables = self.kv.req_to_blocks if self.config.uses_kv_cache else None
+        block_size, lookahead = self.kv.block_size, self.config.num_lookahead_tokens
+        preempted_this_step = False
+        index = 0
+        while index < len(running) and token_budget > 0 and len(scheduled) < max_requests:
+            request = running[index]
+            index += 1
+            num_placeholders = request.num_output_placeholders
+            num_new_tokens = len(request.all_token_ids) + num_placeholders - request.num_computed_tokens
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            if (
+                num_new_tokens <= 0
+                or (check_held and self._is_in_flight(request))
+                or (num_placeholders and self._placeholders_reach_end(request))
+            ):
+                continue
+            if tables is not None:
+                # ``allocate_slots``'s own first test, made here without the calls.
+                num_slots = self._with_lookahead(request, num_new_tokens) if lookahead else num_new_tokens
+                table = tables.get(request.request_id, ())
+                if request.num_computed_tokens + num_slots > len(table) * block_size:
+                    if not self._allocate_or_preempt(request, num_new_tokens):
+                        return token_budget, True
+                    preempted_this_step |= self._preempted_last
+            scheduled[request.request_id] = num_new_tokens
+            requests[request.request_id] = request
+            token_budget -= num_new_tokens
+        return token_budget, preempted_this_step
 
     def _num_pending_tokens(self, request: Request) -> int:
         return request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
@@ -343,7 +370,9 @@ class Scheduler:
         self.waiting.requeue(request)
         self._forget_in_runner(request)
 
-    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int, max_requests: int) -> int:
+    def _schedule_waiting(
+        self, output: SchedulerOutput, requests: dict[str, Request], token_budget: int, max_requests: int
+    ) -> int:
         # Locals and no calls that cannot change the outcome: this runs per
         # request, and a batch of short pooling requests is hundreds of them.
         waiting, running, scheduled = self.waiting, self.running, output.num_scheduled_tokens
@@ -368,56 +397,57 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             running.append(request)
             scheduled[request.request_id] = num_new_tokens
+            requests[request.request_id] = request
             token_budget -= num_new_tokens
         return token_budget
 
-    def _describe_for_runner(self, output: SchedulerOutput) -> None:
+    def _describe_for_runner(self, output: SchedulerOutput, requests: dict[str, Request]) -> None:
         if not output.num_scheduled_tokens:
             # The engine never sends an empty output: keep the drops for the next one.
             return
         output.finished_request_ids = self._drop_from_runner
         self._drop_from_runner = set()
         # Locals: this runs per scheduled request (RequestId is the str itself).
-        requests, sent_to_runner, new_requests = self.requests, self._sent_to_runner, output.new_requests
-        for request_id in output.num_scheduled_tokens:
-            request = requests[request_id]
-            num_sent = sent_to_runner.get(request.request_id)
+        sent_to_runner, sent_blocks, new_requests = self._sent_to_runner, self._sent_blocks, output.new_requests
+        cached_requests = output.cached_requests
+        tables = self.kv.req_to_blocks if self.config.uses_kv_cache else {}
+        async_scheduling = self.config.async_scheduling
+        for request_id, request in requests.items():
+            num_sent = sent_to_runner.get(request_id)
             if num_sent is not None and request.pooling_params is not None:
                 # Scheduled again (its step raised): an encoder's runner keeps
                 # nothing between steps (``PoolingRunner``), so describe it whole.
-                output.finished_request_ids.add(request.request_id)
+                output.finished_request_ids.add(request_id)
                 num_sent = None
             if num_sent is None:
-                block_ids = self.kv.block_ids(request.request_id) if self.config.uses_kv_cache else []
-                new_requests.append(
-                    NewRequestData(
-                        request_id=request.request_id,
-                        # A pooling request's ids never change: the runner may read them as they are.
-                        prompt_token_ids=request.prompt_token_ids if request.pooling_params else list(request.prompt_token_ids),
-                        output_token_ids=list(request.output_token_ids),
-                        sampling_params=request.sampling_params,
-                        block_ids=block_ids,
-                        num_computed_tokens=request.num_computed_tokens,
-                        pooling_params=request.pooling_params,
-                        token_type_ids=request.token_type_ids,
-                    )
-                )
-                self._sent_blocks[request.request_id] = len(block_ids)
+                new_requests.append(self._new_request_data(request))
             else:
-                num_blocks_sent = self._sent_blocks[request.request_id]
-                num_blocks = self.kv.num_request_blocks(request.request_id)
+                table = tables.get(request_id, ())
+                num_blocks_sent = sent_blocks[request_id]
                 # Async: the runner holds every token it sampled already.
-                new_token_ids = [] if self.config.async_scheduling else request.all_token_ids[num_sent:]
-                output.cached_requests.append(
-                    CachedRequestData(
-                        request_id=request.request_id,
-                        new_token_ids=new_token_ids,
-                        new_block_ids=self.kv.block_ids(request.request_id, num_blocks_sent) if num_blocks > num_blocks_sent else [],
-                        num_computed_tokens=request.num_computed_tokens,
-                    )
+                new_token_ids = [] if async_scheduling else request.all_token_ids[num_sent:]
+                new_block_ids = [b.block_id for b in table[num_blocks_sent:]] if len(table) > num_blocks_sent else []
+                cached_requests.append(
+                    CachedRequestData(request_id, new_token_ids, new_block_ids, request.num_computed_tokens)
                 )
-                self._sent_blocks[request.request_id] = num_blocks
-            sent_to_runner[request.request_id] = len(request.all_token_ids)
+                sent_blocks[request_id] = len(table)
+            sent_to_runner[request_id] = len(request.all_token_ids)
+
+    def _new_request_data(self, request: Request) -> NewRequestData:
+        """A request the runner does not hold (first scheduled, or resumed)."""
+        block_ids = self.kv.block_ids(request.request_id) if self.config.uses_kv_cache else []
+        self._sent_blocks[request.request_id] = len(block_ids)
+        return NewRequestData(
+            request_id=request.request_id,
+            # A pooling request's ids never change: the runner may read them as they are.
+            prompt_token_ids=request.prompt_token_ids if request.pooling_params else list(request.prompt_token_ids),
+            output_token_ids=list(request.output_token_ids),
+            sampling_params=request.sampling_params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+            pooling_params=request.pooling_params,
+            token_type_ids=request.token_type_ids,
+        )
 
     def _forget_in_runner(self, request: Request) -> None:
         if self._sent_to_runner.pop(request.request_id, None) is not None:
@@ -439,9 +469,15 @@ class Scheduler:
         outputs = []
         batch_requests = self._retire_batch(scheduler_output)
         async_batch = self._async_batches.pop(id(scheduler_output), None)
+        # Locals: this runs per scheduled request, every step.
+        sampled, logprobs, prompt_logprobs = (
+            runner_output.sampled_token_ids, runner_output.logprobs, runner_output.prompt_logprobs
+        )
+        cache_blocks, check_stop, running_status = self.kv.cache_blocks, self._check_stop, RequestStatus.RUNNING
+        finished: list[Request] = []
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
-            if request is None or request.status != RequestStatus.RUNNING:
+            if request is None or request.status is not running_status:
                 continue  # finished or preempted meanwhile
             if async_batch is None:
                 request.num_computed_tokens += num_tokens
@@ -451,33 +487,31 @@ class Scheduler:
                 if num_preemptions != request.num_preemptions:
                     continue  # preempted (and resumed) since: its placeholder is gone
                 request.num_output_placeholders -= int(samples)
-            if request.is_pooling:
+            if request.pooling_params is not None:
                 outputs.append(self._finish_pooling(request, runner_output.pooled.get(request_id)))
                 continue
-            self.kv.cache_blocks(request, num_computed)
+            cache_blocks(request, num_computed)
             new_token_ids = []
-            for token_id in runner_output.sampled_token_ids.get(request_id, []):
+            for token_id in sampled.get(request_id, ()):
                 request.append_output_token(token_id)
                 new_token_ids.append(token_id)
-                if self._check_stop(request):
+                if check_stop(request):
                     break
-            new_prompt_logprobs = runner_output.prompt_logprobs.get(request_id, [])
+            new_prompt_logprobs = prompt_logprobs.get(request_id) or []
             if not new_token_ids and not new_prompt_logprobs:
                 continue
+            entries = logprobs.get(request_id)
+            finish_reason = request.status.finish_reason
             outputs.append(
                 EngineCoreOutput(
-                    request_id=request_id,
-                    new_token_ids=new_token_ids,
-                    new_logprobs=runner_output.logprobs.get(request_id, [])[: len(new_token_ids)],
-                    new_prompt_logprobs=new_prompt_logprobs,
-                    finish_reason=request.status.finish_reason,
-                    stop_reason=request.stop_reason,
-                    num_cached_tokens=request.num_cached_tokens,
+                    request_id, new_token_ids, entries[: len(new_token_ids)] if entries else [], new_prompt_logprobs,
+                    finish_reason, request.stop_reason, request.num_cached_tokens,
                 )
             )
-            if request.is_finished:
-                self.running.remove(request)
-                self._release(request)
+            if finish_reason is not None:
+                finished.append(request)
+        if finished:
+            self._remove_finished(finished)
         return outputs
 
     def finish_pooling_step(
@@ -512,6 +546,14 @@ class Scheduler:
             self.running[:] = [r for r in self.running if r.request_id in requests]
         return results
 
+    def _remove_finished(self, finished: list[Request]) -> None:
+        """Take requests that finished this step out of ``running`` (one pass,
+        not a ``list.remove`` each: that is quadratic when many finish) and free them."""
+        done = {id(request) for request in finished}
+        self.running[:] = [r for r in self.running if id(r) not in done]
+        for request in finished:
+            self._release(request)
+
     def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
         """A pooling request ends with its step: with its vector, or as an error
         if the runner produced none (so that it can never wait forever)."""
@@ -536,11 +578,14 @@ class Scheduler:
         return {r: req for r in scheduler_output.num_scheduled_tokens if (req := self.requests.get(RequestId(r)))}
 
     def _check_stop(self, request: Request) -> bool:
-        last_token_id = request.output_token_ids[-1]
+        # Runs for every sampled token: lengths read once, no properties.
+        output_token_ids = request.output_token_ids
+        last_token_id = output_token_ids[-1]
         if request.grammar is not None and self._grammar_ends(request, last_token_id):
             return True
         params = request.sampling_params
-        if request.num_output_tokens >= params.min_tokens:
+        num_output_tokens = len(output_token_ids)
+        if num_output_tokens >= params.min_tokens:
             if not params.ignore_eos and last_token_id in request.eos_token_ids:
                 request.status = RequestStatus.FINISHED_STOPPED
                 return True
@@ -548,7 +593,7 @@ class Scheduler:
                 request.status = RequestStatus.FINISHED_STOPPED
                 request.stop_reason = last_token_id
                 return True
-        if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
+        if num_output_tokens >= request.max_tokens or len(request.all_token_ids) >= self.config.max_model_len:
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
             return True
         return False

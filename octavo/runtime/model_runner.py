@@ -323,10 +323,17 @@ class ModelRunner:
         return self.model(batch.input_ids, batch.positions, ctx, intermediate)
 
     def sampling_rows(self, request_ids: list[str]) -> list[SamplingRow]:
-        rows = []
+        # Each state keeps its row: the row shares the state's token list and
+        # nothing else in it changes, so it is built once, not every step.
+        states, rows = self.states, []
         for request_id in request_ids:
-            state = self.states[request_id]
-            rows.append(SamplingRow(state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids))
+            state = states[request_id]
+            row = state.sampling_row
+            if row is None:
+                row = state.sampling_row = SamplingRow(
+                    state.sampling_params, state.token_ids, state.num_prompt_tokens, self.eos_token_ids
+                )
+            rows.append(row)
         return rows
 
     def grammar_allowed(self, batch: PreparedBatch, scheduler_output: SchedulerOutput) -> AllowedTokens | None:
@@ -343,10 +350,13 @@ class ModelRunner:
         sampled = self.sampler.sample(logits, rows, self.grammar_allowed(batch, scheduler_output))
         self._end_step()
         token_ids, logprobs = sampled.to_host()
-        for request_id, token_id, token_logprobs in zip(batch.sample_request_ids, token_ids, logprobs):
-            output.sampled_token_ids[request_id] = [token_id]
-            if token_logprobs is not None:
-                output.logprobs[request_id] = [token_logprobs]
+        request_ids, sampled_token_ids = batch.sample_request_ids, output.sampled_token_ids
+        for request_id, token_id in zip(request_ids, token_ids):
+            sampled_token_ids[request_id] = [token_id]
+        if sampled.chosen_logprobs is not None:  # else no row asked for logprobs
+            for request_id, token_logprobs in zip(request_ids, logprobs):
+                if token_logprobs is not None:
+                    output.logprobs[request_id] = [token_logprobs]
 
     def prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         for span in batch.prompt_logprob_spans:

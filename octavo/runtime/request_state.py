@@ -10,12 +10,13 @@ step's block table and slot mapping are gathered with vectorised indexing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
-from octavo.core.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+from octavo.core.scheduler_output import NewRequestData, SchedulerOutput
 
 
 @dataclass
@@ -29,6 +30,9 @@ class RunnerRequestState:
     row: int
     pooling_params: PoolingParams | None = None
     token_type_ids: list[int] | None = None
+    # The sampler's ``SamplingRow`` for this request, built on first use
+    # (``ModelRunner.sampling_rows``); it shares ``token_ids``.
+    sampling_row: Any = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -52,8 +56,13 @@ class RequestStates(dict[str, RunnerRequestState]):
                 self._free_rows.append(state.row)
         for new in scheduler_output.new_requests:
             self[new.request_id] = self._from_new(new)
+        # Inline, with no call per request: this runs for every request of every decode step.
         for cached in scheduler_output.cached_requests:
-            self._update(self[cached.request_id], cached)
+            state = self[cached.request_id]
+            state.token_ids.extend(cached.new_token_ids)
+            if cached.new_block_ids:
+                self._set_blocks(state, cached.new_block_ids)
+            state.num_computed_tokens = cached.num_computed_tokens
 
     def block_ids(self, request_id: str) -> list[int]:
         state = self[request_id]
@@ -84,9 +93,3 @@ class RequestStates(dict[str, RunnerRequestState]):
         if new.block_ids:  # none for an encoder's pooling request: no numpy call for nothing
             self._set_blocks(state, new.block_ids)
         return state
-
-    def _update(self, state: RunnerRequestState, cached: CachedRequestData) -> None:
-        state.token_ids.extend(cached.new_token_ids)
-        if cached.new_block_ids:
-            self._set_blocks(state, cached.new_block_ids)
-        state.num_computed_tokens = cached.num_computed_tokens

@@ -20,7 +20,7 @@ engine (``runtime/async_steps.py``) samples exactly the same tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -77,6 +77,13 @@ class SamplingRow:
     token_ids: list[int]
     num_prompt_tokens: int
     eos_token_ids: frozenset[int]
+    # Greedy, no logprobs, no penalties: one argmax once ``min_tokens`` is
+    # reached. Params never change, so this is decided once per row.
+    greedy_without_extras: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        params = self.params
+        self.greedy_without_extras = params.is_greedy and params.logprobs is None and not params.needs_penalties
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -314,13 +321,8 @@ class Sampler:
 
 
 def _is_plain_greedy(row: SamplingRow) -> bool:
-    params = row.params
-    return (
-        params.is_greedy
-        and params.logprobs is None
-        and not params.needs_penalties
-        and row.num_output_tokens >= params.min_tokens
-    )
+    min_tokens = row.params.min_tokens
+    return row.greedy_without_extras and (min_tokens == 0 or row.num_output_tokens >= min_tokens)
 
 
 def gather_logprobs(logprobs: torch.Tensor, token_id: int, num_top: int) -> TokenLogprobs:
