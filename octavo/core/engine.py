@@ -510,18 +510,8 @@ class LLMEngine(RequestValidator):
         return request_outputs
 
     def _process_outputs(self, core_outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
-        """The output processor's work, one request at a time, so that one that raises fails alone."""
-        request_outputs: list[RequestOutput] = []
-        stopped: list[str] = []
-        for core_output in core_outputs:
-            try:
-                outputs, stopped_here = self.output_processor.process([core_output])
-            except Exception:
-                request_outputs.append(self._fail_request(core_output.request_id))
-                continue
-            request_outputs.extend(outputs)
-            stopped.extend(stopped_here)
-        return request_outputs, stopped
+        """The output processor's work; a request whose processing raises fails alone."""
+        return self.output_processor.process(core_outputs, on_error=self._fail_request)
 
     def _fail_request(self, child_id: str) -> RequestOutput:
         """Finish the whole request that ``child_id`` belongs to with ``finish_reason="error"``."""

@@ -11,6 +11,7 @@ decode: its one output carries the pooled vector (``PoolingRequestOutput``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,33 +123,29 @@ class OutputProcessor:
         return parents
 
     def process(
-        self, core_outputs: list[EngineCoreOutput]
+        self,
+        core_outputs: list[EngineCoreOutput],
+        on_error: Callable[[str], RequestOutput] | None = None,
     ) -> tuple[list[RequestOutput | PoolingRequestOutput], list[str]]:
-        """Return the outputs to hand out and the ids that hit a stop string."""
+        """Return the outputs to hand out and the ids that hit a stop string.
+
+        With ``on_error``, a request whose processing raises fails alone: its
+        place in the outputs goes to ``on_error(request_id)`` and the others
+        go on; without it, the exception propagates."""
         request_outputs: list[RequestOutput | PoolingRequestOutput] = []
         stopped_by_string: list[str] = []
         now = time.monotonic()
         for core_output in core_outputs:
-            pooling = self.pooling_states.pop(core_output.request_id, None)
-            if pooling is not None:
-                request_outputs.append(
-                    self._pooling_output(core_output.request_id, core_output.pooled, core_output.finish_reason, pooling, now)
-                )
-                continue
-            state = self.states.get(core_output.request_id)
-            if state is None:
-                continue
-            finish_reason, stop_reason = core_output.finish_reason, core_output.stop_reason
-            stop_string = self._update_state(state, core_output, now)
-            if stop_string is not None and finish_reason is None:
-                finish_reason, stop_reason = "stop", stop_string
-                stopped_by_string.append(state.request_id)
-            elif stop_string is not None:
-                finish_reason, stop_reason = "stop", stop_string
-            if finish_reason is not None:
-                state.metrics.finished_time = now
-                del self.states[state.request_id]
-            output = self._make_output(state, finish_reason, stop_reason)
+            if on_error is None:
+                output, stopped = self._process_one(core_output, now)
+            else:
+                try:
+                    output, stopped = self._process_one(core_output, now)
+                except Exception:
+                    request_outputs.append(on_error(core_output.request_id))
+                    continue
+            if stopped:
+                stopped_by_string.append(core_output.request_id)
             if output is not None:
                 request_outputs.append(output)
         return request_outputs, stopped_by_string
@@ -168,6 +165,29 @@ class OutputProcessor:
                 PoolingRequestOutput(request_id, state.prompt, state.prompt_token_ids, output, True, finish_reason, state.metrics)
             )
         return outputs
+
+    def _process_one(
+        self, core_output: EngineCoreOutput, now: float
+    ) -> tuple[RequestOutput | PoolingRequestOutput | None, bool]:
+        """One request's progress: its output, if one is due now, and whether a
+        stop string ended it here (the scheduler must then be told)."""
+        pooling = self.pooling_states.pop(core_output.request_id, None)
+        if pooling is not None:
+            output = self._pooling_output(core_output.request_id, core_output.pooled, core_output.finish_reason, pooling, now)
+            return output, False
+        state = self.states.get(core_output.request_id)
+        if state is None:
+            return None, False
+        finish_reason, stop_reason = core_output.finish_reason, core_output.stop_reason
+        stop_string = self._update_state(state, core_output, now)
+        stopped = False
+        if stop_string is not None:
+            stopped = finish_reason is None
+            finish_reason, stop_reason = "stop", stop_string
+        if finish_reason is not None:
+            state.metrics.finished_time = now
+            del self.states[state.request_id]
+        return self._make_output(state, finish_reason, stop_reason), stopped
 
     @staticmethod
     def _pooling_output(
@@ -189,15 +209,16 @@ class OutputProcessor:
         if core_output.new_prompt_logprobs and parent.prompt_logprobs is not None and state.index == 0:
             parent.prompt_logprobs.extend(self._to_logprob_dicts(core_output.new_prompt_logprobs))
         parent.num_cached_tokens = core_output.num_cached_tokens
-        if core_output.first_scheduled_time is not None and state.metrics.first_scheduled_time is None:
-            state.metrics.first_scheduled_time = core_output.first_scheduled_time
+        metrics = state.metrics
+        if core_output.first_scheduled_time is not None and metrics.first_scheduled_time is None:
+            metrics.first_scheduled_time = core_output.first_scheduled_time
         new_token_ids = core_output.new_token_ids
         if new_token_ids:
-            if state.metrics.first_token_time is None:
-                state.metrics.first_token_time = now
-            state.metrics.last_token_time = now
-            state.metrics.num_generation_tokens += len(new_token_ids)
-        state.token_ids.extend(new_token_ids)
+            if metrics.first_token_time is None:
+                metrics.first_token_time = now
+            metrics.last_token_time = now
+            metrics.num_generation_tokens += len(new_token_ids)
+            state.token_ids.extend(new_token_ids)
         if state.logprobs is not None and core_output.new_logprobs:
             state.logprobs.extend(self._to_logprob_dicts(core_output.new_logprobs))
             state.cumulative_logprob += sum(entry.logprobs[0] for entry in core_output.new_logprobs)
@@ -232,50 +253,47 @@ class OutputProcessor:
         return self.tokenizer.decode([token_id])
 
     def _make_output(self, state: RequestState, finish_reason: str | None, stop_reason) -> RequestOutput | None:
+        # Runs for every request of every step: identity tests on the kind,
+        # positional construction (a streaming step builds one output per request).
         params, parent = state.params, state.parent
         kind = params.output_kind
         finished = finish_reason is not None
-        if kind == RequestOutputKind.FINAL_ONLY and not finished:
+        final_only = kind is RequestOutputKind.FINAL_ONLY
+        if final_only and not finished:
             return None
-        delta = kind == RequestOutputKind.DELTA
+        delta = kind is RequestOutputKind.DELTA
         completion = self._completion(state, finished, delta, finish_reason, stop_reason)
         parent.child_outputs[state.index] = completion
         if finished:
             parent.num_finished += 1
-        if kind == RequestOutputKind.FINAL_ONLY and not parent.finished:
+        parent_finished = parent.finished
+        if final_only and not parent_finished:
             return None
         if delta:
             outputs = [completion]
         else:
             outputs = [parent.child_outputs[i] for i in sorted(parent.child_outputs)]
         return RequestOutput(
-            request_id=parent.request_id,
-            prompt=parent.prompt,
-            prompt_token_ids=parent.prompt_token_ids,
-            outputs=outputs,
-            finished=parent.finished,
-            prompt_logprobs=parent.prompt_logprobs,
-            num_cached_tokens=parent.num_cached_tokens,
-            metrics=state.metrics,
+            parent.request_id, parent.prompt, parent.prompt_token_ids, outputs, parent_finished,
+            parent.prompt_logprobs, parent.num_cached_tokens, state.metrics,
         )
 
     def _completion(self, state: RequestState, finished: bool, delta: bool, finish_reason, stop_reason):
         text = ""
         if state.detokenizer is not None:
             text = state.detokenizer.get_next_output_text(finished, delta)
-        token_ids = state.token_ids
+        # Copies (the output outlives this step; the state's lists keep growing), one each.
         logprobs = state.logprobs
         if delta:
-            token_ids = token_ids[state.num_sent_tokens :]
+            num_sent = state.num_sent_tokens
+            token_ids = state.token_ids[num_sent:]
             if logprobs is not None:
-                logprobs = logprobs[state.num_sent_tokens :]
+                logprobs = logprobs[num_sent:]
             state.num_sent_tokens = len(state.token_ids)
+        else:
+            token_ids = list(state.token_ids)
+            if logprobs is not None:
+                logprobs = list(logprobs)
         return CompletionOutput(
-            index=state.index,
-            text=text,
-            token_ids=list(token_ids),
-            cumulative_logprob=state.cumulative_logprob,
-            logprobs=list(logprobs) if logprobs is not None else None,
-            finish_reason=finish_reason,
-            stop_reason=stop_reason,
+            state.index, text, token_ids, state.cumulative_logprob, logprobs, finish_reason, stop_reason
         )

@@ -65,14 +65,14 @@ def test_a_request_that_cannot_be_added_fails_alone(llm):
 
 def test_a_request_whose_output_fails_fails_alone(llm):
     processor = llm.engine.output_processor
-    process = processor.process
+    process_one = processor._process_one
 
-    def process_or_fail(core_outputs):
-        if any(o.request_id.startswith("bad") for o in core_outputs):
+    def process_or_fail(core_output, now):
+        if core_output.request_id.startswith("bad"):
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a detokenizer bug")
-        return process(core_outputs)
+        return process_one(core_output, now)
 
-    processor.process = process_or_fail
+    processor._process_one = process_or_fail
 
     async def main():
         engine = AsyncEngine(llm.engine)
