@@ -58,7 +58,6 @@ from octavo.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from octavo.core.request import Request, RequestStatus
 from octavo.core.request_queue import make_waiting_queue, priority_key, running_victim
 from octavo.core.scheduler_output import (
-    CachedRequestData,
     CompilationCounts,
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -409,7 +408,10 @@ class Scheduler:
         self._drop_from_runner = set()
         # Locals: this runs per scheduled request (RequestId is the str itself).
         sent_to_runner, sent_blocks, new_requests = self._sent_to_runner, self._sent_blocks, output.new_requests
-        cached_requests = output.cached_requests
+        cached = output.cached_requests
+        cached_ids, cached_tokens, cached_blocks, cached_computed = (
+            cached.request_ids, cached.new_token_ids, cached.new_block_ids, cached.num_computed_tokens
+        )
         tables = self.kv.req_to_blocks if self.config.uses_kv_cache else {}
         async_scheduling = self.config.async_scheduling
         for request_id, request in requests.items():
@@ -426,10 +428,10 @@ class Scheduler:
                 num_blocks_sent = sent_blocks[request_id]
                 # Async: the runner holds every token it sampled already.
                 new_token_ids = [] if async_scheduling else request.all_token_ids[num_sent:]
-                new_block_ids = [b.block_id for b in table[num_blocks_sent:]] if len(table) > num_blocks_sent else []
-                cached_requests.append(
-                    CachedRequestData(request_id, new_token_ids, new_block_ids, request.num_computed_tokens)
-                )
+                cached_ids.append(request_id)
+                cached_tokens.append(new_token_ids)
+                cached_blocks.append([b.block_id for b in table[num_blocks_sent:]] if len(table) > num_blocks_sent else [])
+                cached_computed.append(request.num_computed_tokens)
                 sent_blocks[request_id] = len(table)
             sent_to_runner[request_id] = len(request.all_token_ids)
 

@@ -33,12 +33,18 @@ class NewRequestData:
 
 @dataclass
 class CachedRequestData:
-    """What changed for a request the runner already holds."""
+    """What changed for the requests the runner already holds: entry ``i`` of
+    each list belongs to ``request_ids[i]``.
 
-    request_id: str
-    new_token_ids: list[int]
-    new_block_ids: list[int]
-    num_computed_tokens: int
+    Columns rather than one object per request: at hundreds of decoding
+    requests a step, an object each is a construction each in the scheduler
+    and a nested message each for a multiprocess executor (msgpack packs
+    these lists natively)."""
+
+    request_ids: list[str] = field(default_factory=list)
+    new_token_ids: list[list[int]] = field(default_factory=list)
+    new_block_ids: list[list[int]] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class GrammarBitmask:
 @dataclass
 class SchedulerOutput:
     new_requests: list[NewRequestData] = field(default_factory=list)
-    cached_requests: list[CachedRequestData] = field(default_factory=list)
+    cached_requests: CachedRequestData = field(default_factory=CachedRequestData)
     # {request_id: tokens to compute this step}; its order is the batch order.
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     # Requests whose runner state must be dropped (finished, aborted, preempted).

@@ -34,11 +34,13 @@ def output_request_id(item) -> str:
 
 
 def _pack(output: EngineCoreOutput) -> list:
+    # Most outputs carry no logprobs: the tests skip building empty lists (per request, per step).
+    logprobs, prompt_logprobs = output.new_logprobs, output.new_prompt_logprobs
     return [
         output.request_id,
         output.new_token_ids,
-        [[e.token_ids, e.logprobs, e.ranks] for e in output.new_logprobs],
-        [[e.token_ids, e.logprobs, e.ranks] for e in output.new_prompt_logprobs],
+        [[e.token_ids, e.logprobs, e.ranks] for e in logprobs] if logprobs else [],
+        [[e.token_ids, e.logprobs, e.ranks] for e in prompt_logprobs] if prompt_logprobs else [],
         output.finish_reason,
         output.stop_reason,
         output.num_cached_tokens,
@@ -52,11 +54,11 @@ def _unpack(row: list) -> EngineCoreOutput:
     return EngineCoreOutput(
         request_id,
         token_ids,
-        [TokenLogprobs(*entry) for entry in logprobs],
-        [TokenLogprobs(*entry) for entry in prompt_logprobs],
+        [TokenLogprobs(*entry) for entry in logprobs] if logprobs else [],
+        [TokenLogprobs(*entry) for entry in prompt_logprobs] if prompt_logprobs else [],
         finish_reason,
         stop_reason,
         num_cached_tokens,
-        pooled=pooled,
-        first_scheduled_time=scheduled,
+        pooled,
+        scheduled,
     )

@@ -57,12 +57,16 @@ class RequestStates(dict[str, RunnerRequestState]):
         for new in scheduler_output.new_requests:
             self[new.request_id] = self._from_new(new)
         # Inline, with no call per request: this runs for every request of every decode step.
-        for cached in scheduler_output.cached_requests:
-            state = self[cached.request_id]
-            state.token_ids.extend(cached.new_token_ids)
-            if cached.new_block_ids:
-                self._set_blocks(state, cached.new_block_ids)
-            state.num_computed_tokens = cached.num_computed_tokens
+        cached = scheduler_output.cached_requests
+        for request_id, new_token_ids, new_block_ids, num_computed_tokens in zip(
+            cached.request_ids, cached.new_token_ids, cached.new_block_ids, cached.num_computed_tokens
+        ):
+            state = self[request_id]
+            if new_token_ids:
+                state.token_ids.extend(new_token_ids)
+            if new_block_ids:
+                self._set_blocks(state, new_block_ids)
+            state.num_computed_tokens = num_computed_tokens
 
     def block_ids(self, request_id: str) -> list[int]:
         state = self[request_id]

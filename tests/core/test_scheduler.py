@@ -52,8 +52,8 @@ def test_prompts_share_the_token_budget_in_fifo_order():
     output = step(scheduler)
     # a decodes one token, b finishes its prompt.
     assert output.num_scheduled_tokens == {"a": 1, "b": 2}
-    assert [c.request_id for c in output.cached_requests] == ["a", "b"]
-    assert output.cached_requests[0].new_token_ids == [7]
+    assert output.cached_requests.request_ids == ["a", "b"]
+    assert output.cached_requests.new_token_ids[0] == [7]
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_room():
@@ -139,7 +139,7 @@ def test_async_scheduling_counts_samples_in_flight_as_placeholders():
     assert first.num_scheduled_tokens == {"a": 6}
     assert (request.num_computed_tokens, request.num_output_placeholders) == (6, 1)
     second = scheduler.schedule()  # computes output 0 (still unknown), samples output 1
-    assert second.num_scheduled_tokens == {"a": 1} and second.cached_requests[0].new_token_ids == []
+    assert second.num_scheduled_tokens == {"a": 1} and second.cached_requests.new_token_ids[0] == []
     assert (request.num_computed_tokens, request.num_output_placeholders) == (7, 2)
     scheduler.update_from_output(first, ModelRunnerOutput(sampled_token_ids={"a": [11]}))
     assert (request.output_token_ids, request.num_output_placeholders) == ([11], 1)

@@ -47,7 +47,7 @@ def test_each_request_is_in_one_batch_at_a_time():
     scheduler.update_from_output(first, sampled(first))
     third = scheduler.schedule()
     assert third.num_scheduled_tokens == {"r0": 1, "r1": 1}
-    assert {c.request_id for c in third.cached_requests} == {"r0", "r1"}
+    assert set(third.cached_requests.request_ids) == {"r0", "r1"}
 
 
 def test_preemption_spares_a_request_in_flight():

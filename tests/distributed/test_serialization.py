@@ -23,7 +23,7 @@ def test_scheduler_output_round_trip():
     params = SamplingParams(temperature=0.7, top_k=5, seed=3, stop=["x"], output_kind=RequestOutputKind.DELTA)
     output = SchedulerOutput(
         new_requests=[NewRequestData("a", [1, 2, 3], [4], params, [0, 1], 16)],
-        cached_requests=[CachedRequestData("b", [9], [7], 33)],
+        cached_requests=CachedRequestData(["b"], [[9]], [[7]], [33]),
         num_scheduled_tokens={"a": 3, "b": 1},
         finished_request_ids={"c", "d"},
     )
