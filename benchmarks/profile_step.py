@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true", help="also print the top device kernels")
     parser.add_argument("--output-kind", choices=[k.name for k in RequestOutputKind], default="FINAL_ONLY",
                         help="what each step hands out; a server streams (DELTA or CUMULATIVE every step)")
+    parser.add_argument("--async-scheduling", action="store_true", help="schedule each step before the last one's samples return")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="thread: time phases in the main thread's CPU time (steadier on a shared machine)")
     args = parser.parse_args()
@@ -117,6 +118,7 @@ def main() -> None:
         model=args.model, load_format=args.load_format, dtype=args.dtype, skip_tokenizer_init=True,
         max_model_len=args.input_len + args.decode_steps + 8, max_num_seqs=max(args.batch_size, 1),
         max_num_batched_tokens=max(8192, args.batch_size * args.input_len), enforce_eager=args.enforce_eager,
+        async_scheduling=args.async_scheduling,
     ))
     params = SamplingParams(temperature=0, max_tokens=args.decode_steps + 1, ignore_eos=True, detokenize=False,
                             output_kind=RequestOutputKind[args.output_kind])

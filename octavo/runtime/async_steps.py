@@ -56,11 +56,10 @@ class LaunchedSamples:
     output: ModelRunnerOutput = field(default_factory=ModelRunnerOutput)
     collected: bool = False
 
-    def row_of(self, state: RunnerRequestState) -> int | None:
-        for row, (owner, _) in enumerate(self.placeholders):
-            if owner is state:
-                return row
-        return None
+    def rows_by_request(self) -> dict[str, int]:
+        """Each request's row (a request samples at most once a step): one
+        lookup per request, where a scan of the rows for each was quadratic."""
+        return {request_id: row for row, request_id in enumerate(self.request_ids)}
 
 
 class AsyncStepper:
@@ -123,15 +122,18 @@ class AsyncStepper:
         """Copy, on the device, the previous step's samples into this step's input ids."""
         if previous is None or previous.collected or previous.sampled is None:
             return
-        states = self.runner.states
+        states, placeholders = self.runner.states, previous.placeholders
+        rows = previous.rows_by_request()
         query_start = batch.attn_batch.query_start_loc_cpu.tolist()
         destinations, sources = [], []
         for i, (request_id, num_tokens) in enumerate(scheduler_output.num_scheduled_tokens.items()):
             state = states[request_id]
-            row = previous.row_of(state)
-            if row is None:
+            row = rows.get(request_id)
+            # The same state object: a request preempted (or aborted and its id
+            # reused) since has a new state, and its placeholder is gone.
+            if row is None or placeholders[row][0] is not state:
                 continue
-            offset = previous.placeholders[row][1] - state.num_computed_tokens
+            offset = placeholders[row][1] - state.num_computed_tokens
             if 0 <= offset < num_tokens:
                 destinations.append(query_start[i] + offset)
                 sources.append(row)
