@@ -13,19 +13,25 @@ import argparse
 import collections
 import gc
 import time
+from collections.abc import Callable
 
 import torch
 
 from octavo.benchmarks.runs import random_prompts
+from octavo.core.engine_core import EngineCore
 from octavo.core.gc_heap import freeze_startup_heap
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
-from octavo.engine_args import EngineArgs, build_engine
+from octavo.distributed.output_codec import pack_outputs
+from octavo.distributed.serialization import encode
+from octavo.engine_args import EngineArgs, build_engine, build_single_engine
 
 TIMES: dict[str, list[float]] = collections.defaultdict(list)
 PHASE = ["prefill"]
 # --clock thread: the calling thread's CPU time, which other processes on a
 # shared machine do not inflate (host phases only: a forward's worker threads are not counted).
 CLOCK = [time.perf_counter]
+# --engine-process: builds the engine process's message to its front from a step's outputs.
+MESSAGE: list[Callable[[list], bytes]] = [lambda outputs: b""]
 
 
 def sync() -> None:
@@ -90,7 +96,7 @@ def report(title: str, num_decode_steps: int) -> None:
             line += f"  ({per_step[phase]:.3f} ms per step)"
         print(line)
     device = sum(per_step.get(k, 0.0) for k in ("model forward (eager)", "logits", "graph replay", "prefill graph replay"))
-    host = sum(per_step.get(k, 0.0) for k in ("schedule", "execute (all)", "update", "outputs")) - device
+    host = sum(per_step.get(k, 0.0) for k in ("schedule", "execute (all)", "update", "outputs", "message")) - device
     print(f"decode host work per step (all but the forward and logits): {host:.3f} ms")
     print(f"gc during the instrumented run: {GC['counts']} collections, {1e3 * GC['total']:.1f} ms")
     TIMES.clear()
@@ -109,17 +115,23 @@ def main() -> None:
     parser.add_argument("--output-kind", choices=[k.name for k in RequestOutputKind], default="FINAL_ONLY",
                         help="what each step hands out; a server streams (DELTA or CUMULATIVE every step)")
     parser.add_argument("--async-scheduling", action="store_true", help="schedule each step before the last one's samples return")
+    parser.add_argument("--engine-process", action="store_true",
+                        help="run the engine as an engine process does (EngineCore: no output processing) and "
+                             "time its per-step message to the front (rows, msgpack)")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="thread: time phases in the main thread's CPU time (steadier on a shared machine)")
     args = parser.parse_args()
     if args.clock == "thread":
         CLOCK[0] = time.thread_time
-    engine = build_engine(EngineArgs(
+    engine_args = EngineArgs(
         model=args.model, load_format=args.load_format, dtype=args.dtype, skip_tokenizer_init=True,
         max_model_len=args.input_len + args.decode_steps + 8, max_num_seqs=max(args.batch_size, 1),
         max_num_batched_tokens=max(8192, args.batch_size * args.input_len), enforce_eager=args.enforce_eager,
         async_scheduling=args.async_scheduling,
-    ))
+    )
+    engine = build_single_engine(engine_args, EngineCore) if args.engine_process else build_engine(engine_args)
+    # What an engine process sends its front after each step (dp_replica).
+    message = MESSAGE[0] = lambda outputs: encode(["outputs", pack_outputs(outputs)])
     params = SamplingParams(temperature=0, max_tokens=args.decode_steps + 1, ignore_eos=True, detokenize=False,
                             output_kind=RequestOutputKind[args.output_kind])
     vocab = engine.limits.vocab_size
@@ -143,7 +155,9 @@ def main() -> None:
                 print(f"--- top kernels, {label} step")
                 print(prof.key_averages().table(sort_by="device_time_total", row_limit=14, max_name_column_width=60))
             else:
-                engine.step()
+                outputs = engine.step()
+                if args.engine_process and outputs:
+                    MESSAGE[0](outputs)
             step_times.append(time.perf_counter() - t)
             steps += 1
         return step_times
@@ -152,6 +166,7 @@ def main() -> None:
     plain = run(2)
     print(f"unsynchronised: first step {plain[0] * 1e3:.2f} ms, decode steps mean {1e3 * sum(plain[1:]) / len(plain[1:]):.3f} ms")
     instrument(engine)
+    MESSAGE[0] = timed("message", message)
     gc.callbacks.append(_count_gc)
     GC.update(total=0.0, counts=[0, 0, 0])
     run(3)

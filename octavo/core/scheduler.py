@@ -272,21 +272,22 @@ class Scheduler:
         """Async: the samples in flight already include the request's last token."""
         num_placeholders = request.num_output_placeholders
         return num_placeholders > 0 and (
-            request.num_output_tokens + num_placeholders >= request.max_tokens
-            or request.num_tokens + num_placeholders >= self.config.max_model_len
+            len(request.output_token_ids) + num_placeholders >= request.max_tokens
+            or len(request.all_token_ids) + num_placeholders >= self.config.max_model_len
         )
 
     def _advance_scheduled(self, output: SchedulerOutput, requests: dict[str, Request]) -> None:
         """Async: count the batch's tokens as computed now; a request that
         reaches its end samples a placeholder."""
         batch = {}
-        for request_id, num_tokens in output.num_scheduled_tokens.items():
-            request = requests[request_id]
-            request.num_computed_tokens += num_tokens
-            samples = self._num_pending_tokens(request) == 0
+        for request_id, request in requests.items():
+            num_computed = request.num_computed_tokens + output.num_scheduled_tokens[request_id]
+            request.num_computed_tokens = num_computed
+            # ``_num_pending_tokens`` inline (every request, every step).
+            samples = len(request.all_token_ids) + request.num_output_placeholders == num_computed
             if samples:
                 request.num_output_placeholders += 1
-            batch[request_id] = (request.num_computed_tokens, samples, request.num_preemptions)
+            batch[request_id] = (num_computed, samples, request.num_preemptions)
         self._async_batches[id(output)] = batch
 
     def _is_in_flight(self, request: Request) -> bool:
