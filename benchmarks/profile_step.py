@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--output-kind", choices=[k.name for k in RequestOutputKind], default="FINAL_ONLY",
                         help="what each step hands out; a server streams (DELTA or CUMULATIVE every step)")
     parser.add_argument("--async-scheduling", action="store_true", help="schedule each step before the last one's samples return")
+    parser.add_argument("--overlap-decode", action="store_true",
+                        help="decode overlap (the default where graphs are captured): force it on (the CPU has no graphs)")
     parser.add_argument("--engine-process", action="store_true",
                         help="run the engine as an engine process does (EngineCore: no output processing) and "
                              "time its per-step message to the front (rows, msgpack)")
@@ -127,7 +129,7 @@ def main() -> None:
         model=args.model, load_format=args.load_format, dtype=args.dtype, skip_tokenizer_init=True,
         max_model_len=args.input_len + args.decode_steps + 8, max_num_seqs=max(args.batch_size, 1),
         max_num_batched_tokens=max(8192, args.batch_size * args.input_len), enforce_eager=args.enforce_eager,
-        async_scheduling=args.async_scheduling,
+        async_scheduling=args.async_scheduling, overlap_decode=True if args.overlap_decode else None,
     )
     engine = build_single_engine(engine_args, EngineCore) if args.engine_process else build_engine(engine_args)
     # What an engine process sends its front after each step (dp_replica).

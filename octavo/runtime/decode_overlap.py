@@ -76,15 +76,11 @@ class DecodeOverlap:
         states = self.runner.states
         for request_id in scheduler_output.num_scheduled_tokens:
             state = states[request_id]
-            params = state.sampling_params
-            if (
-                not params.is_greedy
-                or params.logprobs is not None
-                or params.prompt_logprobs is not None
-                or params.needs_penalties
-                or len(state.token_ids) - state.num_prompt_tokens < params.min_tokens
-                or state.num_computed_tokens + 1 != len(state.token_ids)
-            ):
+            num_tokens = len(state.token_ids)
+            if not state.plain_greedy or state.num_computed_tokens + 1 != num_tokens:
+                return False
+            min_tokens = state.sampling_params.min_tokens
+            if min_tokens and num_tokens - len(state.prompt_token_ids) < min_tokens:
                 return False
         return True
 
@@ -107,7 +103,7 @@ class DecodeOverlap:
         for request_id in request_ids:
             state = states[request_id]
             max_tokens = state.sampling_params.max_tokens
-            num_outputs_after = len(state.token_ids) - state.num_prompt_tokens + 1
+            num_outputs_after = len(state.token_ids) - len(state.prompt_token_ids) + 1
             if max_tokens is None or num_outputs_after < max_tokens:
                 continuing.append(request_id)
         return continuing
@@ -138,6 +134,8 @@ class DecodeOverlap:
         continuing = self._continuing(request_ids)
         self.pending = self._launch_next(continuing, step) if continuing and self._can_speculate(continuing) else None
         tokens = step.tokens()
+        if step.request_ids == request_ids:  # the usual case: the same requests, in order
+            return ModelRunnerOutput(sampled_token_ids={r: [t] for r, t in zip(request_ids, tokens)})
         row = {request_id: index for index, request_id in enumerate(step.request_ids)}
         return ModelRunnerOutput(sampled_token_ids={r: [tokens[row[r]]] for r in request_ids})
 

@@ -9,7 +9,7 @@ step's block table and slot mapping are gathered with vectorised indexing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,18 @@ class RunnerRequestState:
     # The sampler's ``SamplingRow`` for this request, built on first use
     # (``ModelRunner.sampling_rows``); it shares ``token_ids``.
     sampling_row: Any = None
+    # Greedy with no logprobs, prompt logprobs or penalties (decode overlap's
+    # test, made for every request every step; the params never change).
+    plain_greedy: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        params = self.sampling_params
+        self.plain_greedy = (
+            params.is_greedy
+            and params.logprobs is None
+            and params.prompt_logprobs is None
+            and not params.needs_penalties
+        )
 
     @property
     def num_prompt_tokens(self) -> int:
