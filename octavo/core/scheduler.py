@@ -46,87 +46,30 @@ aborted or preempted since is dropped. A request whose placeholders already
 reach its last token (``max_tokens``, ``max_model_len``) is not scheduled
 again. The runner appends its own samples (it sampled them), so deltas carry
 no token ids.
+
+Beside this file: ``scheduler_config.py`` (options, statistics, admission),
+``runner_view.py`` (what the runner has been sent), ``stop_check.py`` (whether
+a sampled token ends a request) and ``scheduler_pooling.py`` (pooling batches).
 """
 
 from __future__ import annotations
 
-import logging
 from collections import deque
-from dataclasses import dataclass, field
 
-from octavo.core.kv_cache_manager import KVCacheManager, PrefixCacheStats
+from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.request import Request, RequestStatus
 from octavo.core.request_queue import make_waiting_queue, priority_key, running_victim
-from octavo.core.scheduler_output import (
-    CompilationCounts,
-    EngineCoreOutput,
-    ModelRunnerOutput,
-    NewRequestData,
-    PoolingResult,
-    SchedulerOutput,
-)
+from octavo.core.runner_view import RunnerView
+from octavo.core.scheduler_pooling import PoolingSteps
+from octavo.core.scheduler_config import SchedulerConfig, SchedulerStats, check_admissible
+from octavo.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from octavo.core.stop_check import check_stop
 from octavo.core.types import RequestId
-from octavo.errors import RequestTooLargeError
 
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class SchedulerConfig:
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 128
-    max_model_len: int = 2048
-    enable_chunked_prefill: bool = True
-    # How many batches the executor runs at once (pipeline stages); 1 = none.
-    max_concurrent_batches: int = 1
-    # KV slots reserved past each step's tokens, so that a runner may compute
-    # the next decode step before this one returns (decode overlap).
-    num_lookahead_tokens: int = 0
-    # False for encoder-only models: attention sees only the step's tokens.
-    uses_kv_cache: bool = True
-    # Schedule step N+1 while step N runs (see the module docstring).
-    async_scheduling: bool = False
-    # Order of the waiting queue and choice of preemption victims: "fcfs" or "priority".
-    policy: str = "fcfs"
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerStats", "check_admissible"]
 
 
-@dataclass
-class SchedulerStats:
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    num_free_blocks: int
-    num_preemptions: int
-    prefix_cache: PrefixCacheStats
-    # Filled by the engine from its workers' reports (zeros where nothing compiles).
-    compilations: CompilationCounts = field(default_factory=CompilationCounts)
-
-
-def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
-    """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
-    if request.is_pooling and request.num_prompt_tokens > config.max_num_batched_tokens:
-        raise RequestTooLargeError(
-            f"the input has {request.num_prompt_tokens} tokens but one step computes at most "
-            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
-            param="input",
-        )
-    max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
-    num_blocks_needed = -(-max_total_tokens // block_size)
-    if config.uses_kv_cache and num_blocks_needed > num_blocks:
-        raise RequestTooLargeError(
-            f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
-            f"KV cache holds only {num_blocks} blocks of {block_size} tokens",
-            param="max_tokens",
-        )
-    if not config.enable_chunked_prefill and request.num_prompt_tokens > config.max_num_batched_tokens:
-        raise RequestTooLargeError(
-            f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
-            f"({config.max_num_batched_tokens}) and chunked prefill is disabled",
-            param="prompt",
-        )
-
-
-class Scheduler:
+class Scheduler(PoolingSteps):
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
         self.config = config
         self.kv = kv_cache_manager
@@ -134,11 +77,8 @@ class Scheduler:
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
         self.num_preemptions = 0
-        # Runner bookkeeping: which requests it holds state for, how many of
-        # their tokens it has been sent, and which to drop at the next step.
-        self._sent_to_runner: dict[RequestId, int] = {}
-        self._sent_blocks: dict[RequestId, int] = {}
-        self._drop_from_runner: set[str] = set()
+        # What the runner holds for each request, and what to drop next step.
+        self.runner_view = RunnerView(kv_cache_manager, config)
         self._preempted_last = False
         # Batches whose output has not come back, oldest first, with the
         # Request objects they hold (objects, not ids: an id can be reused
@@ -158,29 +98,6 @@ class Scheduler:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         self.requests[request.request_id] = request
         self.waiting.add(request)
-
-    def add_pooling_requests(self, requests: list[Request]) -> None:
-        """``add_request`` for a batch of pooling requests. Their admission
-        depends on their length alone, so the longest decides for all unless
-        it fails; then the first that fails raises, as one by one."""
-        if not requests:
-            return
-        config, num_blocks, block_size = self.config, self.kv.num_blocks, self.kv.block_size
-        try:
-            check_admissible(max(requests, key=lambda r: len(r.prompt_token_ids)), config, num_blocks, block_size)
-        except RequestTooLargeError:
-            for request in requests:
-                check_admissible(request, config, num_blocks, block_size)
-        request_ids = {r.request_id for r in requests}
-        if len(request_ids) != len(requests) or not self.requests.keys().isdisjoint(request_ids):
-            seen = set(self.requests)
-            for request in requests:
-                if request.request_id in seen:
-                    raise ValueError(f"duplicate request id {request.request_id!r}")
-                seen.add(request.request_id)
-        self.requests.update((r.request_id, r) for r in requests)
-        for request in requests:
-            self.waiting.add(request)
 
     def finish_requests(self, request_ids: list[str], status: RequestStatus) -> list[Request]:
         """End requests from outside (abort, stop string, error)."""
@@ -217,7 +134,7 @@ class Scheduler:
         if not preempted_this_step:
             token_budget = self._schedule_waiting(output, requests, token_budget, max_requests)
 
-        self._describe_for_runner(output, requests)
+        self.runner_view.describe(output, requests)
         if output.num_scheduled_tokens:
             self._in_flight.append((output, requests))
             if self.config.async_scheduling:
@@ -368,7 +285,7 @@ class Scheduler:
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.requeue(request)
-        self._forget_in_runner(request)
+        self.runner_view.forget(request.request_id)
 
     def _schedule_waiting(
         self, output: SchedulerOutput, requests: dict[str, Request], token_budget: int, max_requests: int
@@ -401,62 +318,6 @@ class Scheduler:
             token_budget -= num_new_tokens
         return token_budget
 
-    def _describe_for_runner(self, output: SchedulerOutput, requests: dict[str, Request]) -> None:
-        if not output.num_scheduled_tokens:
-            # The engine never sends an empty output: keep the drops for the next one.
-            return
-        output.finished_request_ids = self._drop_from_runner
-        self._drop_from_runner = set()
-        # Locals: this runs per scheduled request (RequestId is the str itself).
-        sent_to_runner, sent_blocks, new_requests = self._sent_to_runner, self._sent_blocks, output.new_requests
-        cached = output.cached_requests
-        cached_ids, cached_tokens, cached_blocks, cached_computed = (
-            cached.request_ids, cached.new_token_ids, cached.new_block_ids, cached.num_computed_tokens
-        )
-        tables = self.kv.req_to_blocks if self.config.uses_kv_cache else {}
-        async_scheduling = self.config.async_scheduling
-        for request_id, request in requests.items():
-            num_sent = sent_to_runner.get(request_id)
-            if num_sent is not None and request.pooling_params is not None:
-                # Scheduled again (its step raised): an encoder's runner keeps
-                # nothing between steps (``PoolingRunner``), so describe it whole.
-                output.finished_request_ids.add(request_id)
-                num_sent = None
-            if num_sent is None:
-                new_requests.append(self._new_request_data(request))
-            else:
-                table = tables.get(request_id, ())
-                num_blocks_sent = sent_blocks[request_id]
-                # Async: the runner holds every token it sampled already.
-                new_token_ids = [] if async_scheduling else request.all_token_ids[num_sent:]
-                cached_ids.append(request_id)
-                cached_tokens.append(new_token_ids)
-                cached_blocks.append([b.block_id for b in table[num_blocks_sent:]] if len(table) > num_blocks_sent else [])
-                cached_computed.append(request.num_computed_tokens)
-                sent_blocks[request_id] = len(table)
-            sent_to_runner[request_id] = len(request.all_token_ids)
-
-    def _new_request_data(self, request: Request) -> NewRequestData:
-        """A request the runner does not hold (first scheduled, or resumed)."""
-        block_ids = self.kv.block_ids(request.request_id) if self.config.uses_kv_cache else []
-        self._sent_blocks[request.request_id] = len(block_ids)
-        return NewRequestData(
-            request_id=request.request_id,
-            # A pooling request's ids never change: the runner may read them as they are.
-            prompt_token_ids=request.prompt_token_ids if request.pooling_params else list(request.prompt_token_ids),
-            output_token_ids=list(request.output_token_ids),
-            sampling_params=request.sampling_params,
-            block_ids=block_ids,
-            num_computed_tokens=request.num_computed_tokens,
-            pooling_params=request.pooling_params,
-            token_type_ids=request.token_type_ids,
-        )
-
-    def _forget_in_runner(self, request: Request) -> None:
-        if self._sent_to_runner.pop(request.request_id, None) is not None:
-            self._drop_from_runner.add(request.request_id)
-        self._sent_blocks.pop(request.request_id, None)
-
     # ----------------------------------------------------------------- update
 
     def update_from_output(
@@ -476,7 +337,7 @@ class Scheduler:
         sampled, logprobs, prompt_logprobs = (
             runner_output.sampled_token_ids, runner_output.logprobs, runner_output.prompt_logprobs
         )
-        cache_blocks, check_stop, running_status = self.kv.cache_blocks, self._check_stop, RequestStatus.RUNNING
+        cache_blocks, running_status, max_model_len = self.kv.cache_blocks, RequestStatus.RUNNING, self.config.max_model_len
         finished: list[Request] = []
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = batch_requests.get(request_id)
@@ -498,7 +359,7 @@ class Scheduler:
             for token_id in sampled.get(request_id, ()):
                 request.append_output_token(token_id)
                 new_token_ids.append(token_id)
-                if check_stop(request):
+                if check_stop(request, max_model_len):
                     break
             new_prompt_logprobs = prompt_logprobs.get(request_id) or []
             if not new_token_ids and not new_prompt_logprobs:
@@ -517,38 +378,6 @@ class Scheduler:
             self._remove_finished(finished)
         return outputs
 
-    def finish_pooling_step(
-        self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
-    ) -> list[PoolingResult] | None:
-        """``update_from_output`` for a step of pooling requests, which all end
-        with it: ``_finish_pooling`` for each in one pass, the running list
-        rebuilt once instead of searched per request (a batch is hundreds of
-        short inputs). None where the step is not one (async, or it sampled)."""
-        pooled = runner_output.pooled
-        if not pooled or runner_output.sampled_token_ids or id(scheduler_output) in self._async_batches:
-            return None
-        batch_requests = self._retire_batch(scheduler_output)
-        results = []
-        uses_kv_cache, requests = self.config.uses_kv_cache, self.requests
-        sent_to_runner, sent_blocks, drop_from_runner = self._sent_to_runner, self._sent_blocks, self._drop_from_runner
-        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            request = batch_requests.get(request_id)
-            if request is None or request.status != RequestStatus.RUNNING:
-                continue  # finished meanwhile
-            request.num_computed_tokens += num_tokens
-            vector = pooled.get(request_id)
-            request.status = RequestStatus.FINISHED_STOPPED if vector is not None else RequestStatus.FINISHED_ERROR
-            if uses_kv_cache:
-                self.kv.free(request)
-            if sent_to_runner.pop(request_id, None) is not None:  # ``_release``, inline: this runs per input
-                drop_from_runner.add(request_id)
-            sent_blocks.pop(request_id, None)
-            del requests[request_id]
-            results.append(PoolingResult(request_id, vector, request.num_cached_tokens))
-        if results:  # a finished request has left ``requests``; those still running have not
-            self.running[:] = [r for r in self.running if r.request_id in requests]
-        return results
-
     def _remove_finished(self, finished: list[Request]) -> None:
         """Take requests that finished this step out of ``running`` (one pass,
         not a ``list.remove`` each: that is quadratic when many finish) and free them."""
@@ -556,20 +385,6 @@ class Scheduler:
         self.running[:] = [r for r in self.running if id(r) not in done]
         for request in finished:
             self._release(request)
-
-    def _finish_pooling(self, request: Request, pooled: bytes | None) -> EngineCoreOutput:
-        """A pooling request ends with its step: with its vector, or as an error
-        if the runner produced none (so that it can never wait forever)."""
-        request.status = RequestStatus.FINISHED_STOPPED if pooled is not None else RequestStatus.FINISHED_ERROR
-        self.running.remove(request)
-        self._release(request)
-        return EngineCoreOutput(
-            request_id=request.request_id,
-            new_token_ids=[],
-            finish_reason=request.status.finish_reason,
-            num_cached_tokens=request.num_cached_tokens,
-            pooled=pooled,
-        )
 
     def _retire_batch(self, scheduler_output: SchedulerOutput) -> dict[str, Request]:
         """Take ``scheduler_output``'s batch out of flight; its requests by id."""
@@ -580,44 +395,10 @@ class Scheduler:
         # Not scheduled here (or already retired): only requests still current count.
         return {r: req for r in scheduler_output.num_scheduled_tokens if (req := self.requests.get(RequestId(r)))}
 
-    def _check_stop(self, request: Request) -> bool:
-        # Runs for every sampled token: lengths read once, no properties.
-        output_token_ids = request.output_token_ids
-        last_token_id = output_token_ids[-1]
-        if request.grammar is not None and self._grammar_ends(request, last_token_id):
-            return True
-        params = request.sampling_params
-        num_output_tokens = len(output_token_ids)
-        if num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and last_token_id in request.eos_token_ids:
-                request.status = RequestStatus.FINISHED_STOPPED
-                return True
-            if last_token_id in params.stop_token_ids:
-                request.status = RequestStatus.FINISHED_STOPPED
-                request.stop_reason = last_token_id
-                return True
-        if num_output_tokens >= request.max_tokens or len(request.all_token_ids) >= self.config.max_model_len:
-            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            return True
-        return False
-
-    @staticmethod
-    def _grammar_ends(request: Request, token_id: int) -> bool:
-        """Advance the request's grammar; True once it is complete (or broken)."""
-        if not request.grammar.accept(token_id):
-            # Cannot happen when the mask was applied; never continue off the grammar.
-            logger.error("request %s: token %d is outside its grammar", request.request_id, token_id)
-            request.status = RequestStatus.FINISHED_ERROR
-            return True
-        if request.grammar.is_terminated:
-            request.status = RequestStatus.FINISHED_STOPPED
-            return True
-        return False
-
     def _release(self, request: Request) -> None:
         if self.config.uses_kv_cache:  # else it holds no blocks (``_allocate``)
             self.kv.free(request)
-        self._forget_in_runner(request)
+        self.runner_view.forget(request.request_id)
         del self.requests[request.request_id]
 
     # ------------------------------------------------------------------ state

@@ -54,7 +54,7 @@ def test_waiting_high_priority_preempts_a_lower_running_one():
     output = step(scheduler)
     assert list(output.num_scheduled_tokens) == ["high"]
     assert low.status == RequestStatus.PREEMPTED and low.num_computed_tokens == 0
-    assert "low" in output.finished_request_ids or "low" in scheduler._drop_from_runner
+    assert "low" in output.finished_request_ids or "low" in scheduler.runner_view.dropped
     assert scheduler.num_preemptions == 1
     assert run_to_completion(scheduler) == ["high", "low"]
     assert low.num_output_tokens == 4  # recomputed, then finished

@@ -1,0 +1,66 @@
+"""The scheduler's options, its statistics, and the check that refuses a
+request no schedule could ever run (``check_admissible``, at admission)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from octavo.core.kv_cache_manager import PrefixCacheStats
+from octavo.core.request import Request
+from octavo.core.scheduler_output import CompilationCounts
+from octavo.errors import RequestTooLargeError
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    max_model_len: int = 2048
+    enable_chunked_prefill: bool = True
+    # How many batches the executor runs at once (pipeline stages); 1 = none.
+    max_concurrent_batches: int = 1
+    # KV slots reserved past each step's tokens, so that a runner may compute
+    # the next decode step before this one returns (decode overlap).
+    num_lookahead_tokens: int = 0
+    # False for encoder-only models: attention sees only the step's tokens.
+    uses_kv_cache: bool = True
+    # Schedule step N+1 while step N runs (see the module docstring).
+    async_scheduling: bool = False
+    # Order of the waiting queue and choice of preemption victims: "fcfs" or "priority".
+    policy: str = "fcfs"
+
+
+@dataclass
+class SchedulerStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_free_blocks: int
+    num_preemptions: int
+    prefix_cache: PrefixCacheStats
+    # Filled by the engine from its workers' reports (zeros where nothing compiles).
+    compilations: CompilationCounts = field(default_factory=CompilationCounts)
+
+
+def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
+    """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
+    if request.is_pooling and request.num_prompt_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"the input has {request.num_prompt_tokens} tokens but one step computes at most "
+            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
+            param="input",
+        )
+    max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
+    num_blocks_needed = -(-max_total_tokens // block_size)
+    if config.uses_kv_cache and num_blocks_needed > num_blocks:
+        raise RequestTooLargeError(
+            f"request needs up to {max_total_tokens} tokens ({num_blocks_needed} KV blocks) but the "
+            f"KV cache holds only {num_blocks} blocks of {block_size} tokens",
+            param="max_tokens",
+        )
+    if not config.enable_chunked_prefill and request.num_prompt_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
+            f"({config.max_num_batched_tokens}) and chunked prefill is disabled",
+            param="prompt",
+        )
