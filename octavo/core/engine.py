@@ -39,9 +39,9 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from octavo.core.engine_limits import EngineLimits, ModelInfo
 from octavo.core.executor import Executor
 from octavo.core.output_processor import OutputProcessor, ParentRequest
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
@@ -52,77 +52,34 @@ from octavo.core.pooling_batch import (
     check_pooling_batch,
     pooling_requests,
 )
-from octavo.core.pooling_params import PoolerConfig, PoolingParams, check_pooling_params
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request, RequestStatus
+from octavo.core.request_validation import RequestValidator, check_priority, check_token_ids
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import Scheduler, SchedulerStats, check_admissible
-from octavo.core.scheduler_output import CompilationCounts, ModelRunnerOutput, SchedulerOutput
-from octavo.core.structured_output.compiler import StructuredOutputLimits
-from octavo.core.structured_output.manager import StructuredOutputManager
-from octavo.core.structured_output.validation import StructuredOutputValidation
-from octavo.core.types import RequestId
-from octavo.core.scheduler_output import EngineCoreOutput
+from octavo.core.scheduler_output import CompilationCounts, EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from octavo.core.step_log import step_log_from_env
-from octavo.errors import EngineDeadError, InvalidArgumentError, PromptTooLongError, UnsupportedTaskError
+from octavo.core.structured_output.manager import StructuredOutputManager
+from octavo.core.types import RequestId
+from octavo.errors import EngineDeadError, InvalidArgumentError
+
+# Importers of these from here predate their own modules.
+__all__ = [
+    "POOLING_SAMPLING_PARAMS", "EngineLimits", "LLMEngine", "ModelInfo", "RequestValidator", "check_priority",
+    "check_token_ids", "child_requests", "failed_output",
+]
 
 logger = logging.getLogger(__name__)
 # An engine with only requests waiting for their grammar waits this long for one.
 GRAMMAR_POLL_S = 0.005
 
 
-@dataclass
-class ModelInfo:
-    """What the front ends report about the loaded model and how it runs
-    (the server's configuration panel shows all of it)."""
-
-    model_path: str
-    architecture: str
-    dtype: str
-    platform: str
-    kv_cache_dtype: str = "auto"
-    quantization: str | None = None  # the method in use: requested, or the checkpoint's own
-    # The attention backends the workers' layers use (one, unless layers differ).
-    attention_backends: tuple[str, ...] = ()
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    enable_prefix_caching: bool = True
-    # Sampling values requests that leave them unset get (--generation-config).
-    sampling_defaults: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class EngineLimits:
-    """What the engine checks every request against."""
-
-    max_model_len: int
-    vocab_size: int
-    block_size: int
-    eos_token_ids: frozenset[int]
-    max_logprobs: int = 20
-    structured_outputs: StructuredOutputLimits = field(default_factory=StructuredOutputLimits)
-    # Set when the model pools (embeddings, classification) instead of generating.
-    pooler: PoolerConfig | None = None
-    # Async scheduling computes a step's inputs before the step before it
-    # samples, so grammar masks (which follow every sampled token) cannot apply.
-    async_scheduling: bool = False
-
-    @property
-    def task(self) -> str:
-        return "generate" if self.pooler is None else self.pooler.task
-
-
-def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
-    """Raise unless every id is in ``[0, vocab_size)`` (min/max first: C speed for the usual case)."""
-    if not token_ids or (0 <= min(token_ids) and max(token_ids) < vocab_size):
-        return
-    bad = next(t for t in token_ids if not 0 <= t < vocab_size)
-    raise InvalidArgumentError(f"token id {bad} is out of range for a vocabulary of {vocab_size}", param=param)
-
-
 def failed_output(request_id: str) -> RequestOutput:
     """The last output of a request that failed in the engine (``finish_reason="error"``)."""
     completion = CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")
     return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=[], outputs=[completion], finished=True)
+
+
 def child_requests(request_id: str, params: SamplingParams) -> list[tuple[str, SamplingParams]]:
     """The ids and params of a request's ``n`` children: the request itself
     when ``n == 1``, else ``id#i``; seeded children get ``seed + i``."""
@@ -136,111 +93,6 @@ def child_requests(request_id: str, params: SamplingParams) -> list[tuple[str, S
             child_params.seed = params.seed + index
         children.append((f"{request_id}#{index}", child_params))
     return children
-
-
-def check_priority(priority: int, policy: str) -> None:
-    """A priority other than 0 needs the priority policy (vLLM refuses it too)."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgumentError(f"priority must be an integer, got {priority!r}", param="priority")
-    if priority != 0 and policy != "priority":
-        raise InvalidArgumentError(
-            f"priority={priority} needs the priority scheduling policy (--scheduling-policy priority)",
-            param="priority",
-        )
-
-
-class RequestValidator(StructuredOutputValidation):
-    """Prompt -> token ids, and the checks every request passes before it is
-    queued. Shared by ``LLMEngine`` and by front ends that route requests to
-    several engines (``DataParallelEngine``), so both refuse the same input
-    with the same error."""
-
-    tokenizer: Any | None
-    limits: EngineLimits
-
-    def tokenize_prompt(self, prompt: str | list[int] | dict) -> tuple[str | None, list[int]]:
-        """Accept a string, a list of token ids or ``{"prompt"|"prompt_token_ids": ...}``."""
-        if isinstance(prompt, dict):
-            if "prompt_token_ids" in prompt:
-                return prompt.get("prompt"), list(prompt["prompt_token_ids"])
-            prompt = prompt.get("prompt")
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise InvalidArgumentError("this engine has no tokenizer; pass token ids", param="prompt")
-            return prompt, list(self.tokenizer.encode(prompt))
-        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return None, list(prompt)
-        raise InvalidArgumentError(
-            f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt"
-        )
-
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
-        limits = self.limits
-        if isinstance(params, PoolingParams):
-            check_pooling_params(params, limits.pooler)
-        elif limits.pooler is not None:
-            raise UnsupportedTaskError(
-                f"this model serves {limits.pooler.task!r} requests; it does not generate text "
-                "(use the embeddings, score, rerank or classify routes, or start it with --task generate)",
-                param="model",
-            )
-        if not prompt_token_ids:
-            raise InvalidArgumentError("the prompt is empty", param="prompt")
-        # The length first: it bounds the cost of the checks that walk the ids.
-        if isinstance(params, PoolingParams):
-            self._validate_pooling_length(len(prompt_token_ids))
-            check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
-            return
-        if len(prompt_token_ids) >= limits.max_model_len:
-            raise PromptTooLongError(
-                f"the prompt has {len(prompt_token_ids)} tokens but max_model_len is {limits.max_model_len} "
-                "(the prompt must leave room for at least one new token)",
-                param="prompt",
-            )
-        check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
-        check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
-        if params.structured_outputs is not None and limits.async_scheduling:
-            raise InvalidArgumentError(
-                "structured outputs need synchronous scheduling; this engine runs with async_scheduling",
-                param="structured_outputs",
-            )
-        for name in ("logprobs", "prompt_logprobs"):
-            value = getattr(params, name)
-            if value is not None and value > limits.max_logprobs:
-                raise InvalidArgumentError(
-                    f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
-                )
-
-    def _validate_pooling_length(self, num_tokens: int) -> None:
-        # A pooled prompt generates nothing, so it may fill max_model_len.
-        if num_tokens > self.limits.max_model_len:
-            raise PromptTooLongError(
-                f"the input has {num_tokens} tokens but this model takes at most {self.limits.max_model_len} "
-                "(set truncate_prompt_tokens to truncate it)",
-                param="input",
-            )
-
-    def validate_token_type_ids(self, prompt_token_ids: list[int], token_type_ids: list[int] | None) -> None:
-        if token_type_ids is None:
-            return
-        num_types = self.limits.pooler.num_token_types if self.limits.pooler is not None else 0
-        if len(token_type_ids) != len(prompt_token_ids):
-            raise InvalidArgumentError(
-                f"token_type_ids has {len(token_type_ids)} entries for {len(prompt_token_ids)} tokens",
-                param="token_type_ids",
-            )
-        if any(not 0 <= t < num_types for t in token_type_ids):
-            raise InvalidArgumentError(
-                f"token_type_ids must be in [0, {num_types}) for this model", param="token_type_ids"
-            )
-
-    def max_new_tokens(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> int:
-        if isinstance(params, PoolingParams):
-            return 0
-        max_tokens = self.limits.max_model_len - len(prompt_token_ids)
-        if params.max_tokens is not None:
-            max_tokens = min(max_tokens, params.max_tokens)
-        return max_tokens
 
 
 class LLMEngine(RequestValidator):
@@ -461,6 +313,10 @@ class LLMEngine(RequestValidator):
             logger.warning("request %s failed: its constraint %s", request.request_id, problem)
             request.status = RequestStatus.FINISHED_ERROR
             errors.append(EngineCoreOutput(request.request_id, [], finish_reason=request.status.finish_reason))
+        return self._failed_outputs(errors) if errors else []
+
+    def _failed_outputs(self, errors: list[EngineCoreOutput]) -> list[RequestOutput]:
+        """The outputs of requests that ended before they were scheduled."""
         outputs, _ = self._process_outputs(errors)
         for output in outputs:
             if output.finished:

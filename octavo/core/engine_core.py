@@ -92,6 +92,12 @@ class EngineCore(LLMEngine):
                 self._forget_child(output.request_id)
         return core_outputs
 
+    def _failed_outputs(self, errors: list[EngineCoreOutput]) -> list[EngineCoreOutput]:
+        """Requests that ended before they were scheduled go to the front as they are."""
+        for output in errors:
+            self._forget_child(output.request_id)
+        return errors
+
     def _forget_child(self, child_id: str) -> None:
         parent_id = self.output_processor.forget(child_id)
         children = self._parent_children.get(parent_id)

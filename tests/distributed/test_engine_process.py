@@ -39,3 +39,37 @@ def test_engine_in_its_own_process_gives_the_same_tokens(llama_dir):
         assert snapshot.stats.num_running == 0 and snapshot.stats.num_free_blocks == engine.num_kv_blocks
     finally:
         llm.engine.shutdown()
+
+
+def test_a_grammar_that_fails_to_compile_reaches_the_front_as_an_error(llama_dir):
+    # An engine process's core hands such a request to the front as an error
+    # row and forgets it (it had no output processor of its own to ask).
+    from octavo.core.engine_core import EngineCore
+    from octavo.core.output_processor import ParentRequest
+    from octavo.core.request import Request
+    from octavo.engine_args import EngineArgs, build_single_engine
+
+    core = build_single_engine(EngineArgs(model=str(llama_dir), **engine_options()), engine_cls=EngineCore)
+    try:
+        request = Request("r-0", [5, 6, 7], greedy())
+        core.output_processor.add_request("r-0", 0, ParentRequest("r", None, [5, 6, 7], greedy()), greedy())
+        core._parent_children["r"] = ["r-0"]
+
+        class FailedCompile:
+            awaiting = True
+
+            def take_ready(self):
+                return [], [(request, "the grammar did not compile")]
+
+            def wait_for_any(self, timeout):
+                pass
+
+            def shutdown(self):
+                pass
+
+        core._structured = FailedCompile()
+        [row] = core._admit_compiled()
+        assert (row.request_id, row.finish_reason, row.new_token_ids) == ("r-0", "error", [])
+        assert core.children_of("r") == []
+    finally:
+        core.shutdown()
