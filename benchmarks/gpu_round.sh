@@ -68,6 +68,9 @@ for step in "$@"; do
     profile) TAIL=40 run_step profile_graphs 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 32;;
     profile_eager) TAIL=80 run_step profile_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 512 --decode-steps 8 --enforce-eager --kernels;;
     profile512) TAIL=40 run_step profile_b512 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16;;
+    # Issue 26: what is left of the host's work per 512-stream decode step with overlap and with async scheduling.
+    profile512_host) TAIL=30 run_step profile_b512_overlap 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16 --overlap-decode
+                     TAIL=30 run_step profile_b512_async 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16 --async-scheduling;;
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
