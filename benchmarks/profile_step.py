@@ -102,7 +102,7 @@ def report(title: str, num_decode_steps: int) -> None:
     TIMES.clear()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--load-format", default="dummy")
@@ -122,7 +122,11 @@ def main() -> None:
                              "time its per-step message to the front (rows, msgpack)")
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="thread: time phases in the main thread's CPU time (steadier on a shared machine)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.clock == "thread":
         CLOCK[0] = time.thread_time
     engine_args = EngineArgs(
