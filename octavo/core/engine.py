@@ -167,20 +167,7 @@ class LLMEngine(RequestValidator):
             self.validate_token_type_ids(prompt_token_ids, token_type_ids)
             return self._add_pooling_request(request_id, prompt_text, prompt_token_ids, params, token_type_ids)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
-        max_tokens = self.max_new_tokens(prompt_token_ids, params)
-        children = []
-        for child_id, child_params in child_requests(request_id, params):
-            request = Request(
-                request_id=RequestId(child_id),
-                prompt_token_ids=prompt_token_ids,
-                sampling_params=child_params,
-                eos_token_ids=self.limits.eos_token_ids,
-                max_tokens=max_tokens,
-                block_size=self.limits.block_size,
-                cache_key=cache_salt.encode() if cache_salt else b"",
-                priority=priority,
-            )
-            children.append(request)
+        children = self._make_children(request_id, prompt_token_ids, params, cache_salt, priority)
         # Children are identical in size, so the first one's admission check
         # (KV capacity) decides for all of them before any is queued.
         constraint = params.structured_outputs
@@ -202,6 +189,25 @@ class LLMEngine(RequestValidator):
             raise
         self._parent_children[request_id] = [r.request_id for r in children]
         return request_id
+
+    def _make_children(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, cache_salt: str | None, priority: int
+    ) -> list[Request]:
+        """The scheduler's requests for a request's ``n`` children (``child_requests``)."""
+        max_tokens = self.max_new_tokens(prompt_token_ids, params)
+        return [
+            Request(
+                request_id=RequestId(child_id),
+                prompt_token_ids=prompt_token_ids,
+                sampling_params=child_params,
+                eos_token_ids=self.limits.eos_token_ids,
+                max_tokens=max_tokens,
+                block_size=self.limits.block_size,
+                cache_key=cache_salt.encode() if cache_salt else b"",
+                priority=priority,
+            )
+            for child_id, child_params in child_requests(request_id, params)
+        ]
 
     def _drop_children(self, child_ids: list[str], status: RequestStatus) -> None:
         self.scheduler.finish_requests(child_ids, status)
