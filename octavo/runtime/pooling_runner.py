@@ -24,7 +24,7 @@ from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, Sche
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.models.pooling import PoolingMetadata, finish_pooled
-from octavo.runtime.step_upload import upload_together
+from octavo.runtime.step_upload import packs_uploads, upload_together
 
 if TYPE_CHECKING:
     from octavo.runtime.model_runner import ModelRunner
@@ -35,6 +35,7 @@ class PoolingRunner:
         self.runner = runner
         self.pooler = runner.loaded.pooler
         self.device = runner.device
+        self.pack_uploads = packs_uploads(runner.platform)
 
     @property
     def keeps_no_state(self) -> bool:
@@ -89,7 +90,7 @@ class PoolingRunner:
             host["token_type_ids"] = np.fromiter(chain.from_iterable(types), np.int64, num_tokens)
         host.update(EncoderAttentionMetadata.host_arrays(seq_lens))
         host.update(PoolingMetadata.host_arrays(seq_lens))
-        sent = upload_together(host, self.device)
+        sent = upload_together(host, self.device, self.pack_uploads)
         fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.on_device(seq_lens, sent), kv_caches=[])
         hidden = self.runner.model(sent["input_ids"], sent["positions"], fctx, token_type_ids=sent.get("token_type_ids"))
         return hidden, PoolingMetadata.on_device(sent)

@@ -6,7 +6,9 @@ dispatcher), and an encoder's pooling step has eight small ones (its ids,
 positions, attention grid and pooling segments). Packed into one host
 buffer (each array at an 8-byte boundary) they cross in one copy and are
 viewed back on the device as their dtypes and shapes: a view, no kernel.
-Elsewhere (the CPU, where a copy is no copy) each array goes as it is.
+Elsewhere each array goes as it is: on the CPU a copy is no copy, and on a
+lazy-tensor device (XLA) views of one upload would be traced into the step.
+The runner decides from its platform (``packs_uploads``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import torch
 ALIGN = 8  # bytes: the widest dtype here (int64), so every view starts aligned
 
 
-def upload_together(arrays: dict[str, np.ndarray], device: torch.device, pack: bool | None = None) -> dict[str, torch.Tensor]:
-    """``arrays`` on ``device``, by name; ``pack`` (default: on a GPU) sends them in one copy."""
-    if pack is None:
-        pack = device.type == "cuda"
+def packs_uploads(platform) -> bool:
+    """Whether ``platform``'s uploads are worth packing: real host-to-device
+    transfers (it pins staging memory) into persistent device tensors."""
+    return bool(platform.pins_host_memory and not platform.fresh_step_inputs)
+
+
+def upload_together(arrays: dict[str, np.ndarray], device: torch.device, pack: bool) -> dict[str, torch.Tensor]:
+    """``arrays`` on ``device``, by name; ``pack`` sends them in one copy."""
     if not pack:
         return {name: torch.from_numpy(array).to(device, non_blocking=True) for name, array in arrays.items()}
     arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}

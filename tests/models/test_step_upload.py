@@ -4,7 +4,6 @@ step gives the same vectors bit for bit through it."""
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
@@ -41,5 +40,16 @@ def test_an_encoder_step_gives_the_same_vectors_through_one_copy(name, pooling_d
     texts = ["the cat sits on the mat", "a dog", "Hello, World!", "x y z w v u t"]
     run = (lambda: llm.embed(texts)) if name == "bert" else (lambda: llm.score(texts[0], texts[1:]))
     expected = [o.outputs.raw for o in run()]
-    monkeypatch.setattr(pooling_runner, "upload_together", functools.partial(upload_together, pack=True))
+    monkeypatch.setattr(pooling_runner, "upload_together", lambda arrays, device, pack: upload_together(arrays, device, True))
     assert [o.outputs.raw for o in run()] == expected
+
+
+def test_platforms_that_pack_their_uploads():
+    # Real transfers into persistent device tensors pack; the CPU (no copy)
+    # and XLA (fresh tensors, traced) send each array as it is.
+    from octavo.platforms.cpu import CpuPlatform
+    from octavo.platforms.cuda import CudaPlatform
+    from octavo.platforms.tpu import TpuPlatform
+    from octavo.runtime.step_upload import packs_uploads
+
+    assert packs_uploads(CudaPlatform) and not packs_uploads(CpuPlatform) and not packs_uploads(TpuPlatform)
