@@ -187,7 +187,8 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow], upload: HostU
         if params.repetition_penalty != 1.0:
             seen = counts > 0
             prompt_ids = upload([t for t in row.prompt_token_ids if t < vocab_size], torch.long, device)
-            seen[prompt_ids] = True
+            # index_fill_ takes the value as a kernel argument; ``seen[ids] = True`` copies it to the device (a sync).
+            seen.index_fill_(0, prompt_ids, True)
             penalty = params.repetition_penalty
             row_logits = logits[i]
             logits[i] = torch.where(seen, torch.where(row_logits > 0, row_logits / penalty, row_logits * penalty), row_logits)
