@@ -105,7 +105,8 @@ def _torch_blockwise(weights, config):
 def _gguf_paths(family: str) -> list[Path]:
     t = _gguf_type(family)
     return [
-        Path(family, "gemv", lambda w, c: lambda x: gguf_triton.gguf_gemv(x, w[0], t, c or gguf_triton.GEMV_CONFIG), 8),
+        Path(family, "gemv", lambda w, c: lambda x: gguf_triton.gguf_gemv(
+            x, w[0], t, c or gguf_triton.GEMV_CONFIG_BY_TYPE.get(t.name, gguf_triton.GEMV_CONFIG)), 8),
         Path(family, "tile_mm", lambda w, c: lambda x: gguf_triton.gguf_mm(x, w[0], t, c or gguf_triton.MM_CONFIG)),
         Path(family, "dequant+cublas", lambda w, c: lambda x: F.linear(x, gguf_triton.gguf_dequantize(w[0], t, x.dtype))),
         Path(family, "torch_dequant+cublas", lambda w, c: lambda x: F.linear(x, dequantize_gguf(w[0], t, x.dtype))),
@@ -118,7 +119,7 @@ def all_paths() -> list[Path]:
     paths = [
         Path("bf16", "cublas", lambda w, c: lambda x: F.linear(x, w[0])),
         Path("bf16", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c), 8),
-        Path("fp8", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c, weight_scale=w[1]), 8),
+        Path("fp8", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c or gv.DEFAULT_8BIT_CONFIG, weight_scale=w[1]), 8),
         Path("fp8", "triton_quant+scaled_mm", lambda w, c: lambda x: fp8_triton.fp8_w8a8_linear(x, *w, None)),
         Path("fp8", "torch_quant+scaled_mm", lambda w, c: lambda x: scaled_mm.fp8_w8a8_linear(x, *w)),
         Path("fp8_block", "gemv", lambda w, c: lambda x: fp8_block_triton.block_gemv(

@@ -122,7 +122,7 @@ def cases(attention_only: bool = False):
     yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k), None
     yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
-    for config in (int4_triton.GEMV_CONFIG, int4_triton.GroupedGemvConfig(4, 4, 4, deferred=True), wide):
+    for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide):
         kernel = int4_triton._grouped_gemv_deferred_kernel if config.deferred else int4_triton._grouped_gemv_kernel
         consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False)
         yield f"int4 gemv {config}", kernel, consts, GemvTiles(config.num_warps)

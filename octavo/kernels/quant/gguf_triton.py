@@ -64,6 +64,8 @@ class GGUFMmConfig:
 
 
 GEMV_CONFIG = GGUFGemvConfig()
+# Swept on the H200 (round 26), one 8B decoder layer: Q4_K 537 -> 500 us, Q6_K 246 -> 227 us.
+GEMV_CONFIG_BY_TYPE = {"Q4_K": GGUFGemvConfig(4, 1, 4), "Q6_K": GGUFGemvConfig(8, 1, 4)}
 MM_CONFIG = GGUFMmConfig()
 GEMV_MAX_TOKENS = 4
 DEQUANT_MIN_TOKENS = 256
@@ -274,7 +276,7 @@ def gemv_config_from_env(type_name: str) -> GGUFGemvConfig | None:
 
 
 def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: GGUFGemvConfig | None = None):
-    config = config or gemv_config_from_env(ggml_type.name) or GEMV_CONFIG
+    config = config or gemv_config_from_env(ggml_type.name) or GEMV_CONFIG_BY_TYPE.get(ggml_type.name, GEMV_CONFIG)
     num_out, num_in, constexprs = _type_args(raw, ggml_type)
     out = torch.empty(x.shape[0], num_out, dtype=x.dtype, device=x.device)
     if x.shape[0] == 0:
