@@ -25,6 +25,9 @@ class OpenAIModel(BaseModel):
 
 
 class StreamOptions(OpenAIModel):
+    # An option this server does not know would change nothing it sends: refused, not ignored.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     include_usage: bool | None = False
 
 
