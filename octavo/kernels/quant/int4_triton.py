@@ -66,7 +66,10 @@ class GroupedMmConfig:
 # Swept on the H200 (round 26): one 8B decoder layer's four GEMVs 406 -> 125 us.
 GEMV_CONFIG = GroupedGemvConfig(block_n=4, blocks=8, num_warps=4, deferred=True)
 GEMV_MAX_TOKENS = 2
-DEQUANT_MIN_TOKENS = 1024
+# H200 round 27 (benchmarks/int4_crossover.py, one 8B layer's four projections):
+# dequantize + cuBLAS ties the tensor-core kernel at 64 tokens and wins above
+# (512 tokens: 625 against 1,387 us; bf16 cuBLAS 344).
+DEQUANT_MIN_TOKENS = 64
 DEQUANT_TILE = (32, 4)  # (rows, layout blocks) per program
 
 
