@@ -387,7 +387,8 @@ def run_layer_ops(copy_bw: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("attention", "ops", "sweep"), help="run one part only")
+    parser.add_argument("--only", choices=("attention", "ops", "sweep", "sweep_long"), help="run one part only")
+    parser.add_argument("--env-file", help="sweep_long: write the winners as OCTAVO_TILES_* lines here")
     parser.add_argument("--sweep", action="store_true", help="also time other tile shapes for a few cases")
     args = parser.parse_args()
     parts = {args.only} if args.only else {"attention", "ops"} | ({"sweep"} if args.sweep else set())
@@ -406,11 +407,11 @@ def main() -> None:
             run_attention_case(case, copy_bw)
             say(format_attention(case))
             RECORDS.append({"case": case.name, "seq_lens": sorted(set(case.seq_lens)), **case.results})
-    if "sweep" in parts:
+    if parts & {"sweep", "sweep_long"}:
         from kernels_gpu_sweep import run_sweep  # benchmarks/ is on the path when run as a script
 
         say()
-        run_sweep(sys.modules[__name__], copy_bw)
+        run_sweep(sys.modules[__name__], copy_bw, long_context="sweep_long" in parts, env_file=args.env_file)
     if "ops" in parts:
         say()
         run_layer_ops(copy_bw)

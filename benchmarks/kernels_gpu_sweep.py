@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
@@ -44,13 +45,30 @@ SWEEP_REPS = 20
 SWEEP_BUDGET_S = 200.0
 
 
-def sweep_plan(bench) -> list[tuple[object, list[TileConfig], str]]:
+def sweep_plan(bench, long_context: bool = False) -> list[tuple[object, list[TileConfig], str]]:
     """(case, tile configs, path) in the order they run: the direct decode
-    kernel first (the question of the next run), split-KV last."""
+    kernel first (the question of the next run), split-KV last. With
+    ``long_context``: the long-context cases only (issue 26)."""
     decode = lambda b, ctx: bench.AttnCase(f"decode b={b} ctx={ctx}", [ctx] * b, [1] * b)  # noqa: E731
+    if long_context:
+        return long_context_plan(bench, decode)
     plan = [(decode(b, ctx), DIRECT_SWEEP, "direct") for b, ctx in DIRECT_SHAPES]
     plan += [(bench.AttnCase(f"prefill {n}", [n], [n]), PREFILL_SWEEP, "one_launch") for n in PREFILL_TOKENS]
     plan += [(decode(b, ctx), SPLIT_SWEEP, "split") for b, ctx in SPLIT_SHAPES]
+    return plan
+
+
+# Long context (issue 26): one 8,192-token prompt, the last 16,384-token chunk
+# of a 32,768-token prompt (the engine's default budget for long prompts), and
+# one sequence's decode at 32k. The env lines name each case's best tiles.
+LONG_PREFILL = ((8192, 8192), (32768, 16384))  # (context, query tokens)
+LONG_SPLIT = ((1, 32768),)
+LONG_ENV = {"one_launch": "OCTAVO_TILES_PREFILL", "split": "OCTAVO_TILES_SPLIT"}
+
+
+def long_context_plan(bench, decode) -> list[tuple[object, list[TileConfig], str]]:
+    plan = [(bench.AttnCase(f"prefill {q} @ {ctx}", [ctx], [q]), PREFILL_SWEEP, "one_launch") for ctx, q in LONG_PREFILL]
+    plan += [(decode(b, ctx), SPLIT_SWEEP, "split") for b, ctx in LONG_SPLIT]
     return plan
 
 
@@ -66,8 +84,9 @@ def throughput(case, us: float, copy_bw: float) -> str:
     return f"{case.flops / (us * 1e-6) / 1e12:6.1f} TFLOP/s"
 
 
-def sweep(bench, case, configs: list[TileConfig], key: str, copy_bw: float, reps: int = SWEEP_REPS) -> None:
-    """Time path ``key`` of ``case`` under each tile config; print the default and the best 3."""
+def sweep(bench, case, configs: list[TileConfig], key: str, copy_bw: float, reps: int = SWEEP_REPS) -> TileConfig | None:
+    """Time path ``key`` of ``case`` under each tile config; print the default and the best 3.
+    Returns the fastest config where it beats the default, else None."""
     started = time.perf_counter()
     inputs = bench.AttnInputs(*bench.build_batch(case, torch.Generator().manual_seed(0)))
     base = bench.AttnCase(case.name, case.seq_lens, case.query_lens)
@@ -99,6 +118,8 @@ def sweep(bench, case, configs: list[TileConfig], key: str, copy_bw: float, reps
     del inputs, default
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    best = min(timings, key=lambda t: t[0], default=None)
+    return best[1] if best is not None and best[0] < default_us else None
 
 
 def default_tiles(bench, case, key: str) -> TileConfig:
@@ -109,17 +130,26 @@ def default_tiles(bench, case, key: str) -> TileConfig:
     return DIRECT_DECODE_TILES if key == "direct" else SPLIT_TILES
 
 
-def run_sweep(bench, copy_bw: float, budget_s: float = SWEEP_BUDGET_S) -> None:
+def run_sweep(bench, copy_bw: float, budget_s: float = SWEEP_BUDGET_S, long_context: bool = False,
+              env_file: str | None = None) -> None:
+    """The sweep; with ``env_file``, each path's winner on the plan's last case
+    of that path (the longest) as ``OCTAVO_TILES_*`` lines, for an end-to-end run."""
     started = time.perf_counter()
-    plan = sweep_plan(bench)
+    plan = sweep_plan(bench, long_context)
     precompile(bench, plan)
     bench.say(f"tile sweep: default and best 3 per case (x: speed-up over the default; {SWEEP_REPS} reps)")
+    winners = {}
     for case, configs, key in plan:
         if time.perf_counter() - started > budget_s:
             bench.say(f"{key:10s} {case.name:24s} skipped: the sweep's {budget_s:.0f} s are spent")
             continue
-        sweep(bench, case, configs, key, copy_bw)
+        winners[key] = sweep(bench, case, configs, key, copy_bw)
     bench.say(f"tile sweep took {time.perf_counter() - started:.0f} s")
+    if env_file:
+        lines = [f"{LONG_ENV[key]}={t.block_m},{t.block_n},{t.num_warps},{t.num_stages}"
+                 for key, t in winners.items() if t is not None and key in LONG_ENV]
+        Path(env_file).write_text("".join(line + "\n" for line in lines))
+        bench.say("\n".join(lines) or "no config beat the defaults")
 
 
 # ---------------------------------------------------------------- parallel compile
