@@ -81,6 +81,9 @@ def use_model(config_dir: str) -> str:
 
 CONFIGS = [
     GemvConfig(n, k, w, 2, d) for n in (1, 2, 4, 8) for k in (512, 1024, 2048) for w in (2, 4, 8) for d in (True, False)
+] + [  # the next K step's loads issued before this step's arithmetic
+    GemvConfig(n, k, w, 2, d, prefetch=True) for n in (1, 2, 4, 8) for k in (512, 1024, 2048) for w in (2, 4)
+    for d in (True, False)
 ]
 CHAIN_LAYERS = 4
 DTYPE = torch.bfloat16
@@ -122,7 +125,7 @@ def inputs_for(num_tokens: int, generator: torch.Generator) -> dict[int, torch.T
 
 
 def config_name(c: GemvConfig) -> str:
-    return f"n{c.block_n} k{c.block_k} w{c.num_warps} {'defer' if c.defer_reduce else 'step'}"
+    return f"n{c.block_n} k{c.block_k} w{c.num_warps} {'defer' if c.defer_reduce else 'step'}{' pf' if c.prefetch else ''}"
 
 
 def plain_us(times: dict[str, float]) -> float:
@@ -224,7 +227,7 @@ def precompile(jobs: list[tuple]) -> None:
 
 
 def config_value(c: GemvConfig) -> str:
-    return f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)}\n"
+    return f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}\n"
 
 
 def main() -> None:

@@ -46,7 +46,8 @@ from octavo.kernels.quant.int4_triton import GroupedGemvConfig, GroupedMmConfig 
 
 SWEEP_BUDGET_S = 180.0
 REPS = 15
-GEMV_8BIT = [GemvConfig(n, k, w, 2, True) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)]
+GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)
+             for p in (False, True)]
 # Blocks up to 32 (8 KiB of int4 a program per step at block_n 4): the 16-bit GEMV
 # needed wide K tiles to keep enough loads in flight (round 16); int4's default reads 1 KiB.
 INT4_GEMV = [
@@ -138,7 +139,7 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES", lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
-                      lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)}"),
+                      lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")
        for t in ("Q4_K", "Q6_K")},
 }

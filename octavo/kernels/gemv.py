@@ -27,6 +27,7 @@ interpreter; tiles come from an H200 sweep (``benchmarks/gemv_gpu_sweep.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -49,6 +50,9 @@ class GemvConfig:
     num_warps: int
     num_stages: int
     defer_reduce: bool = True
+    # Issue the next K step's loads before this step's arithmetic (a manual
+    # two-stage pipeline; candidates in the GPU sweeps).
+    prefetch: bool = False
 
 
 # Best at 1 token on Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py,
@@ -66,11 +70,12 @@ DEFAULT_8BIT_CONFIG = GemvConfig(block_n=8, block_k=1024, num_warps=4, num_stage
 @functools.cache
 def config_from_env(name: str) -> GemvConfig | None:
     """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` / ``OCTAVO_GEMV_8BIT`` (8-bit weights) =
-    ``block_n,block_k,num_warps,num_stages[,defer]`` (tuning runs)."""
-    parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer]", (4, 5))
+    ``block_n,block_k,num_warps,num_stages[,defer[,prefetch]]`` (tuning runs)."""
+    parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer[,prefetch]]", (4, 5, 6))
     if parts is None:
         return None
-    return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True)
+    return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True,
+                      prefetch=bool(parts[5]) if len(parts) > 5 else False)
 
 
 # Products held per program when the reduction is deferred (the 1-token
@@ -93,8 +98,38 @@ def fit_to_rows(config: GemvConfig, num_tokens: int) -> GemvConfig:
     limit = max(DEFERRED_PRODUCTS, config.block_n * config.block_k)
     if config.defer_reduce and rows * config.block_n * config.block_k > limit:
         block_k = max(128, limit // (rows * config.block_n))
-        config = GemvConfig(config.block_n, block_k, config.num_warps, config.num_stages, config.defer_reduce)
+        config = dataclasses.replace(config, block_k=block_k)
     return config
+
+
+@triton.jit
+def _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset,
+               BLOCK_K: tl.constexpr, SILU_MUL: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step's weight tile(s) ``[BLOCK_N, BLOCK_K]`` and activations ``[BLOCK_M, BLOCK_K]``."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    if EVEN_K:
+        w = tl.load(w_rows + offs_k[None, :])
+        x = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
+        w_up = tl.load(w_rows + up_offset + offs_k[None, :]) if SILU_MUL else w
+    else:
+        mask_k = offs_k < K
+        w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+        x = tl.load(x_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0) if SILU_MUL else w
+    return w, x, w_up
+
+
+@triton.jit
+def _accumulate(acc, acc_up, w, x, w_up, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr):
+    """``acc (+)= x * w`` (and the up half's) in float32, reduced along K now or at the end."""
+    x3 = x.to(tl.float32)[:, None, :]
+    prod = x3 * w.to(tl.float32)[None, :, :]
+    acc += prod if DEFER_REDUCE else tl.sum(prod, axis=2)
+    if SILU_MUL:
+        prod_up = x3 * w_up.to(tl.float32)[None, :, :]
+        acc_up += prod_up if DEFER_REDUCE else tl.sum(prod_up, axis=2)
+    return acc, acc_up
 
 
 @triton.jit
@@ -103,7 +138,7 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_om, up_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr, EVEN_K: tl.constexpr,
-    HAS_SCALE: tl.constexpr,
+    HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -114,43 +149,34 @@ def _gemv_kernel(
     w_rows = w_ptr + rows[:, None] * stride_wn
     if DEFER_REDUCE:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            w = tl.load(w_rows + offs_k[None, :])
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask_m[:, None], other=0.0)
-        else:
-            mask_k = offs_k < K
-            w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0)
-            x = tl.load(
-                x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0
-            )
-        x3 = x.to(tl.float32)[:, None, :]
-        prod = x3 * w.to(tl.float32)[None, :, :]
-        if SILU_MUL:
-            if EVEN_K:
-                w_up = tl.load(w_rows + up_offset + offs_k[None, :])
-            else:
-                w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0)
-            prod_up = x3 * w_up.to(tl.float32)[None, :, :]
-        if DEFER_REDUCE:
-            acc += prod
-            if SILU_MUL:
-                acc_up += prod_up
-        else:
-            acc += tl.sum(prod, axis=2)
-            if SILU_MUL:
-                acc_up += tl.sum(prod_up, axis=2)
-    if DEFER_REDUCE:
-        out = tl.sum(acc, axis=2)
-        out_up = tl.sum(acc_up, axis=2)
+    acc_up = acc
+    if PREFETCH:
+        # Loads are not software-pipelined without a dot: issue step k+1's
+        # before multiplying step k's, so one step's latency hides behind
+        # the other's arithmetic (the last step is the epilogue).
+        w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, 0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            w_next, x_next, up_next = _load_step(
+                w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
+            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
+            w, x, w_up = w_next, x_next, up_next
+        acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
     else:
-        out = acc
-        out_up = acc_up
+        for k0 in range(0, K, BLOCK_K):
+            w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
+            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
+    out = tl.sum(acc, axis=2) if DEFER_REDUCE else acc
+    out_up = tl.sum(acc_up, axis=2) if DEFER_REDUCE else acc_up
+    _store_features(out, out_up, b_ptr, scale_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, N, stride_om,
+                    HAS_BIAS, HAS_SCALE, SILU_MUL)
+
+
+@triton.jit
+def _store_features(out, out_up, b_ptr, scale_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, N, stride_om,
+                    HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, SILU_MUL: tl.constexpr):
+    """Scale, bias, the fused activation, and the store of ``[BLOCK_M, BLOCK_N]`` outputs."""
     if HAS_SCALE:
         out *= tl.load(scale_ptr + rows)[None, :]
         if SILU_MUL:
@@ -197,7 +223,7 @@ def gemv(
         out_features * weight.stride(0),
         BLOCK_M=triton.next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCK_K=block_k,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, DEFER_REDUCE=config.defer_reduce,
-        EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None,
+        EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None, PREFETCH=config.prefetch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

@@ -107,9 +107,11 @@ def cases(attention_only: bool = False):
     for act_name, act in (("silu", activation.SILU), ("gelu", activation.GELU), ("gelu_tanh", activation.GELU_TANH)):
         yield f"{act_name}_and_mul", activation._gated_kernel, dict(INTERMEDIATE=14336, BLOCK=1024, ACT=act), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
-    for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step)):
+    prefetch = gemv.GemvConfig(8, 1024, 4, 2, prefetch=True)
+    for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step),
+                                  (1, False, prefetch)):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
-                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False)
+                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch)
         yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,

@@ -18,14 +18,19 @@ TOLERANCES = {
 CONFIGS = [
     GemvConfig(block_n=8, block_k=32, num_warps=4, num_stages=2, defer_reduce=True),
     GemvConfig(block_n=4, block_k=64, num_warps=2, num_stages=1, defer_reduce=False),
+    # Prefetching: three whole K steps; two with a partial last one; one step only (no loop body).
+    GemvConfig(block_n=8, block_k=32, num_warps=4, num_stages=2, defer_reduce=True, prefetch=True),
+    GemvConfig(block_n=4, block_k=64, num_warps=2, num_stages=1, defer_reduce=False, prefetch=True),
+    GemvConfig(block_n=2, block_k=128, num_warps=2, num_stages=1, defer_reduce=True, prefetch=True),
 ]
+CONFIG_IDS = ["defer", "per_step", "defer_prefetch", "per_step_prefetch", "one_step_prefetch"]
 
 
 def randn(*shape, dtype=torch.float32, device="cpu", seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["defer", "per_step"])
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("num_tokens", [1, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gemv_matches_linear(dtype, num_tokens, config, device):
@@ -39,7 +44,7 @@ def test_gemv_matches_linear(dtype, num_tokens, config, device):
                                **TOLERANCES[dtype])
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["defer", "per_step"])
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gemv_silu_mul_matches_unfused(dtype, config, device):
     x = randn(2, 80, dtype=dtype, device=device)
@@ -107,12 +112,14 @@ def test_scaled_gemv_reads_its_own_tiles(monkeypatch, device):
     from octavo.kernels import gemv as module
 
     module.config_from_env.cache_clear()
-    monkeypatch.setenv("OCTAVO_GEMV_8BIT", "2,32,4,2")
-    try:
-        x, weight = randn(1, 64, device=device), randn(8, 64, device=device, seed=1)
-        scale = torch.rand(8, device=device) + 0.5
-        out = module.scaled_linear_gemv(x, weight, scale, None)
-        torch.testing.assert_close(out, F.linear(x, weight * scale[:, None]), **TOLERANCES[torch.float32])
-        assert module.config_from_env("OCTAVO_GEMV_8BIT") == GemvConfig(2, 32, 4, 2)
-    finally:
+    x, weight = randn(1, 64, device=device), randn(8, 64, device=device, seed=1)
+    scale = torch.rand(8, device=device) + 0.5
+    for value, config in (("2,32,4,2", GemvConfig(2, 32, 4, 2)), ("2,16,4,2,1,1", GemvConfig(2, 16, 4, 2, prefetch=True))):
         module.config_from_env.cache_clear()
+        monkeypatch.setenv("OCTAVO_GEMV_8BIT", value)
+        try:
+            out = module.scaled_linear_gemv(x, weight, scale, None)
+            torch.testing.assert_close(out, F.linear(x, weight * scale[:, None]), **TOLERANCES[torch.float32])
+            assert module.config_from_env("OCTAVO_GEMV_8BIT") == config
+        finally:
+            module.config_from_env.cache_clear()
