@@ -49,7 +49,10 @@ for step in "$@"; do
     parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu --ignore tests/gpu/test_async_scheduling_gpu.py --ignore tests/gpu/test_long_context_gpu.py;;  # those two: step async_parity
     kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu
              run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
-    gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py;;
+    gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py --env-file /tmp/octavo-gemv.env;;
+    # Batch-1 decode with gemv's winners beside the defaults, same run (and HF compiled beside both).
+    lat1_gemv_tuned) echo "tuned: $(cat /tmp/octavo-gemv.env 2>/dev/null | tr '\n' ' ')"
+                     TAIL=20 run_step latency_b1_gemv_tuned 400 env $(cat /tmp/octavo-gemv.env 2>/dev/null) $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_gemv_tuned.json";;
     sweep) TAIL=60 run_step kernels_sweep 300 python benchmarks/kernels_gpu.py --only sweep;;
     kernels_bench) run_step kernels_bench 400 python benchmarks/kernels_gpu.py;;
     # --compare-hf: HF's default mode here is "compiled" (static cache + torch.compile,
@@ -80,8 +83,8 @@ for step in "$@"; do
     # Attention tiles at long context (8k prompt, the last 16k chunk of 32k, decode at 32k), then
     # the long-context table with the winners (issue 26); the env file carries them between the two.
     sweep_long) TAIL=30 run_step kernels_sweep_long 450 python benchmarks/kernels_gpu.py --only sweep_long --env-file /tmp/octavo-long.env;;
-    longctx_tuned) echo "tuned: $(cat /tmp/octavo-long.env 2>/dev/null | tr '\n' ' ')"
-                   TAIL=24 run_step long_context_tuned 600 env $(cat /tmp/octavo-long.env 2>/dev/null) python benchmarks/long_context.py $M8B --output-json "$O/long_context_tuned.json";;
+    longctx_tuned) echo "tuned: $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null | tr '\n' ' ')"
+                   TAIL=24 run_step long_context_tuned 600 env $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null) python benchmarks/long_context.py $M8B --output-json "$O/long_context_tuned.json";;
     longctx_async) TAIL=24 run_step long_context_async 600 python benchmarks/long_context.py $M8B --async-scheduling --output-json "$O/long_context_async.json";;
     # Async scheduling on the throughput workload (the issue's 512 x 256/256) and a long-context GPU parity test.
     tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;
