@@ -24,6 +24,7 @@ from octavo.entrypoints.pooling_inputs import (
     token_inputs,
     truncation_length,
 )
+from octavo.entrypoints.pooling_stream import StreamedInputs, stream_chunk
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.models.generation_defaults import engine_sampling_defaults
 
@@ -110,7 +111,7 @@ class LLM:
     ) -> list[PoolingRequestOutput]:
         """One embedding per prompt (``output.outputs.embedding``)."""
         params = pooling_params or PoolingParams(task="embed")
-        return self._pool(self._pooling_inputs(prompts, params, truncate_prompt_tokens), params, use_tqdm)
+        return self._pool_prompts(prompts, params, truncate_prompt_tokens, use_tqdm)
 
     def classify(
         self, prompts, pooling_params: PoolingParams | None = None, *, truncate_prompt_tokens: int | None = None,
@@ -118,7 +119,7 @@ class LLM:
     ) -> list[PoolingRequestOutput]:
         """The classifier's scores per prompt (``output.outputs.probs``)."""
         params = pooling_params or PoolingParams(task="classify")
-        return self._pool(self._pooling_inputs(prompts, params, truncate_prompt_tokens), params, use_tqdm)
+        return self._pool_prompts(prompts, params, truncate_prompt_tokens, use_tqdm)
 
     def score(
         self,
@@ -139,6 +140,26 @@ class LLM:
             PoolingRequestOutput(self._new_id(), f"{a}\n{b}", plan.pair_token_ids(i), PoolingOutput.from_values([score]))
             for i, ((a, b), score) in enumerate(zip(plan.pairs, scores))
         ]
+
+    def _pool_prompts(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None, use_tqdm: bool):
+        """Many strings are tokenized a step's worth at a time beside the
+        engine's steps (``pooling_stream``); anything else all at once."""
+        limits, tokenizer = self.engine.limits, self.engine.tokenizer
+        check_pooling_params(params, limits.pooler)  # the task, before anything else (as ``_pooling_inputs``)
+        prompt_list = normalize_prompts(prompts)
+        chunk = stream_chunk(self.engine, len(prompt_list))
+        if chunk is None or not all(type(p) is str for p in prompt_list):
+            return self._pool(self._pooling_inputs(prompt_list, params, truncate_prompt_tokens), params, use_tqdm)
+        # What ``_pooling_inputs`` and ``encode_texts`` refuse before tokenizing, refused before any work.
+        truncate = truncation_length(truncate_prompt_tokens, limits.max_model_len)
+        if tokenizer is None:
+            raise InvalidArgumentError("this engine has no tokenizer; send token ids", param="input")
+        # ``encode_texts`` looked up when called: benchmarks/embed_host.py times it.
+        feed = StreamedInputs(
+            prompt_list, chunk, lambda texts: encode_texts(tokenizer, limits.pooler, texts, truncate=truncate),
+            lambda inputs: self._queue_pooling(inputs, params),
+        )
+        return self._checked(self._run([], use_tqdm, feed, len(prompt_list)))
 
     def _pooling_inputs(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
         """Strings tokenized in one batch; token-id prompts taken as they are."""
@@ -162,8 +183,10 @@ class LLM:
         return inputs
 
     def _pool(self, inputs: list[PoolingInput], params: PoolingParams, use_tqdm: bool) -> list[PoolingRequestOutput]:
-        request_ids = self._queue_pooling(inputs, params)
-        outputs = self._run(request_ids, use_tqdm)
+        return self._checked(self._run(self._queue_pooling(inputs, params), use_tqdm))
+
+    @staticmethod
+    def _checked(outputs: list) -> list[PoolingRequestOutput]:
         # A replica that refused a request reports a failed RequestOutput.
         failed = [o.request_id for o in outputs if isinstance(o, RequestOutput) or o.outputs is None]
         if failed:
@@ -212,15 +235,21 @@ class LLM:
         first, self._next_id = self._next_id + 1, self._next_id + count
         return [f"llm-{i}" for i in range(first, first + count)]
 
-    def _run(self, request_ids: list[str], use_tqdm: bool) -> list:
+    def _run(self, request_ids: list[str], use_tqdm: bool, feed: StreamedInputs | None = None, total: int = 0) -> list:
+        """Step until every request is done; ``feed`` adds requests (to
+        ``request_ids``) before each step, ``total`` of them in the end."""
         finished: dict[str, RequestOutput | PoolingRequestOutput] = {}
         progress = None
         if use_tqdm:
             from tqdm.auto import tqdm
 
-            progress = tqdm(total=len(request_ids), desc="Processed prompts", unit="prompt")
+            progress = tqdm(total=max(total, len(request_ids)), desc="Processed prompts", unit="prompt")
         try:
-            while self.engine.has_unfinished_requests():
+            while True:
+                if feed is not None:
+                    feed.top_up(request_ids, len(request_ids) - len(finished))
+                if not self.engine.has_unfinished_requests():
+                    break
                 for output in self.engine.step():
                     if output.finished:
                         finished[output.request_id] = output
@@ -230,6 +259,8 @@ class LLM:
             self.engine.abort_request([r for r in request_ids if r not in finished])
             raise
         finally:
+            if feed is not None:
+                feed.close()
             if progress is not None:
                 progress.close()
         return [finished[r] for r in request_ids]
