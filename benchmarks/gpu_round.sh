@@ -139,7 +139,8 @@ for step in "$@"; do
              || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
            # The tokenizers library's threads on (its default, for Octavo and sentence-transformers alike):
            # the round-wide TOKENIZERS_PARALLELISM=false kept both single-threaded on 16 cores (round 25).
-           TOKENIZERS_PARALLELISM=true TAIL=20 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 8;;
+           # Headline: the corpus mode (8,192 sentences in one call a side, best of 3); also a call per batch.
+           TOKENIZERS_PARALLELISM=true TAIL=24 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 32 --repeats 3;;
     # Issue 19: octavo bench serve against octavo serve beside the offline engine, same workload, same round.
     serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
     serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \

@@ -27,9 +27,14 @@ def test_embed_benchmark_runs_on_tiny_shapes(bench, baseline, capsys, monkeypatc
         pytest.importorskip("sentence_transformers")
     monkeypatch.setenv("OUT", str(tmp_path))
     args = ["--tiny", "--device", "cpu", "--dtype", "float32", "--configs", "minilm", "--batch-size", "4",
-            "--num-batches", "1", "--baseline", baseline]
+            "--num-batches", "3", "--repeats", "1", "--baseline", baseline]
     rows = bench.main(args)
-    assert [r.impl for r in rows] == ["octavo", "sentence-transformers" if baseline == "st" else "hf-automodel"]
-    assert rows[1].min_cosine > 0.9999  # float32 on both sides
-    assert "| minilm | octavo | float32 |" in capsys.readouterr().out
+    impl = "sentence-transformers" if baseline == "st" else "hf-automodel"
+    # Each side in both modes: all sentences in one call (the headline), and a call per batch.
+    assert [(r.impl, r.mode) for r in rows] == [
+        ("octavo", "corpus"), ("octavo", "per-batch"), (impl, "corpus"), (impl, "per-batch")
+    ]
+    assert min(r.min_cosine for r in rows[2:]) > 0.9999  # float32 on both sides, the same sentences in the same order
+    out = capsys.readouterr().out
+    assert out.index("| minilm | corpus | octavo | float32 |") < out.index("| minilm | per-batch | octavo | float32 |")
     assert (tmp_path / "embed_gpu.json").exists()
