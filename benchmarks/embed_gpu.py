@@ -125,7 +125,9 @@ def throughput(encode, batches: list[list[str]], device: torch.device) -> tuple[
     return sum(len(b) for b in batches) / elapsed, np.concatenate(vectors)
 
 
-def corpus_throughput(encode, sentences: list[str], batch_size: int, repeats: int, device: torch.device) -> tuple[float, np.ndarray]:
+def corpus_throughput(
+    encode, sentences: list[str], batch_size: int, repeats: int, device: torch.device
+) -> tuple[float, np.ndarray]:
     """Sentences per second of one ``encode(sentences)`` call (the best of
     ``repeats``, after a warm-up call of one batch), and its vectors."""
     encode(sentences[:batch_size])

@@ -74,7 +74,7 @@ def instrument(llm, spent: dict[str, float]) -> None:
     import octavo.entrypoints.llm as llm_module
 
     engine = llm.engine
-    _timed(llm_module, "encode_texts", "tokenize", spent)
+    _timed(llm_module, "encode_text_columns", "tokenize", spent)
     _timed(engine.scheduler, "schedule", "schedule", spent)
     _timed(engine.executor, "execute_model", "runner", spent)
     # The step's outputs: the scheduler's update and the output objects (a
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--num-batches", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--corpus", action="store_true", help="one embed call of all the batches' sentences")
-    parser.add_argument("--no-stream", action="store_true", help="with --corpus: tokenize and queue all at once (as before)")
+    parser.add_argument("--no-stream", action="store_true",
+                        help="with --corpus: tokenize and queue all at once (as before)")
     parser.add_argument("--corpus-calls", type=int, default=5, help="with --corpus: timed calls a round")
     parser.add_argument("--minilm-layers", action="store_true", help="MiniLM's real shapes (the forward then dominates)")
     args = parser.parse_args(argv)

@@ -17,8 +17,9 @@ from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.engine_args import EngineArgs, build_engine
 from octavo.entrypoints.pooling_inputs import (
+    PoolingColumns,
     PoolingInput,
-    encode_texts,
+    encode_text_columns,
     plan_scores,
     score_pairs,
     token_inputs,
@@ -150,18 +151,18 @@ class LLM:
         chunk = stream_chunk(self.engine, len(prompt_list))
         if chunk is None or not all(type(p) is str for p in prompt_list):
             return self._pool(self._pooling_inputs(prompt_list, params, truncate_prompt_tokens), params, use_tqdm)
-        # What ``_pooling_inputs`` and ``encode_texts`` refuse before tokenizing, refused before any work.
+        # What ``_pooling_inputs`` and ``encode_text_columns`` refuse before tokenizing, refused before any work.
         truncate = truncation_length(truncate_prompt_tokens, limits.max_model_len)
         if tokenizer is None:
             raise InvalidArgumentError("this engine has no tokenizer; send token ids", param="input")
-        # ``encode_texts`` looked up when called: benchmarks/embed_host.py times it.
+        # ``encode_text_columns`` looked up when called: benchmarks/embed_host.py times it.
         feed = StreamedInputs(
-            prompt_list, chunk, lambda texts: encode_texts(tokenizer, limits.pooler, texts, truncate=truncate),
-            lambda inputs: self._queue_pooling(inputs, params),
+            prompt_list, chunk, lambda texts: encode_text_columns(tokenizer, limits.pooler, texts, truncate=truncate),
+            lambda columns: self._queue_pooling(columns, params),
         )
         return self._checked(self._run([], use_tqdm, feed, len(prompt_list)))
 
-    def _pooling_inputs(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None) -> list[PoolingInput]:
+    def _pooling_inputs(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None) -> PoolingColumns:
         """Strings tokenized in one batch; token-id prompts taken as they are."""
         limits = self.engine.limits
         check_pooling_params(params, limits.pooler)  # the task, before any tokenizing
@@ -170,20 +171,24 @@ class LLM:
             p.get("prompt") if isinstance(p, dict) and "prompt_token_ids" not in p else p for p in normalize_prompts(prompts)
         ]
         if prompt_list and all(type(p) is str for p in prompt_list):  # the usual batch of sentences: one call, no merging
-            return encode_texts(self.engine.tokenizer, limits.pooler, prompt_list, truncate=truncate)
+            return encode_text_columns(self.engine.tokenizer, limits.pooler, prompt_list, truncate=truncate)
         texts = {i: p for i, p in enumerate(prompt_list) if isinstance(p, str)}
         encoded = {}
         if texts:
-            encoded = dict(zip(texts, encode_texts(self.engine.tokenizer, limits.pooler, list(texts.values()), truncate=truncate)))
+            columns = encode_text_columns(self.engine.tokenizer, limits.pooler, list(texts.values()), truncate=truncate)
+            encoded = dict(zip(texts, columns.inputs()))
         inputs = []
         for i, prompt in enumerate(prompt_list):
             if i not in encoded:
                 encoded[i] = token_inputs([self.engine.tokenize_prompt(prompt)[1]], truncate, self.engine.tokenizer)[0]
             inputs.append(encoded[i])
-        return inputs
+        return PoolingColumns.of(inputs)
 
-    def _pool(self, inputs: list[PoolingInput], params: PoolingParams, use_tqdm: bool) -> list[PoolingRequestOutput]:
-        return self._checked(self._run(self._queue_pooling(inputs, params), use_tqdm))
+    def _pool(
+        self, inputs: PoolingColumns | list[PoolingInput], params: PoolingParams, use_tqdm: bool
+    ) -> list[PoolingRequestOutput]:
+        columns = inputs if isinstance(inputs, PoolingColumns) else PoolingColumns.of(inputs)
+        return self._checked(self._run(self._queue_pooling(columns, params), use_tqdm))
 
     @staticmethod
     def _checked(outputs: list) -> list[PoolingRequestOutput]:
@@ -193,21 +198,20 @@ class LLM:
             raise EngineDeadError(f"the engine could not compute request {failed[0]}")
         return outputs
 
-    def _queue_pooling(self, inputs: list[PoolingInput], params: PoolingParams) -> list[str]:
+    def _queue_pooling(self, columns: PoolingColumns, params: PoolingParams) -> list[str]:
         """Queue the inputs as one batch where the engine can (``pooling_batch``), else one by one."""
         add_batch = getattr(self.engine, "add_pooling_requests", None)
         if add_batch is not None:
-            request_ids = self._new_ids(len(inputs))
-            # The inputs were made for this call: their lists go to the engine as they are.
-            texts = [i.text for i in inputs]
+            request_ids = self._new_ids(len(columns))
+            # The columns were made for this call: their lists go to the engine as they are.
             # An input with its text was tokenized here, by the engine's tokenizer (``_pooling_inputs``).
-            batch = PoolingBatch(request_ids, texts, [i.token_ids for i in inputs], [i.token_type_ids for i in inputs],
-                                 from_tokenizer=None not in texts)
+            batch = PoolingBatch(request_ids, columns.texts, columns.token_ids, columns.token_type_ids,
+                                 from_tokenizer=None not in columns.texts)
             add_batch(batch, params)
             return request_ids
         request_ids = []
         try:
-            for item in inputs:
+            for item in columns.inputs():
                 request_ids.append(self.engine.add_request(self._new_id(), item.as_engine_prompt(), params))
         except BaseException:
             self.engine.abort_request(request_ids)

@@ -43,6 +43,27 @@ class PoolingInput:
         return prompt
 
 
+@dataclass
+class PoolingColumns:
+    """Inputs as columns (entry ``i`` of each list is input ``i``): a batch of
+    texts goes from the tokenizer to the engine's ``PoolingBatch`` without an
+    object per input (hundreds of short sentences a call)."""
+
+    texts: list[str | None]
+    token_ids: list[list[int]]
+    token_type_ids: list[list[int] | None]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def inputs(self) -> list[PoolingInput]:
+        return [PoolingInput(*row) for row in zip(self.texts, self.token_ids, self.token_type_ids)]
+
+    @classmethod
+    def of(cls, inputs: Sequence[PoolingInput]) -> PoolingColumns:
+        return cls([i.text for i in inputs], [i.token_ids for i in inputs], [i.token_type_ids for i in inputs])
+
+
 def truncation_length(truncate_prompt_tokens: int | None, max_model_len: int) -> int | None:
     """How many tokens to keep (None: keep all); -1 means the model's limit."""
     if truncate_prompt_tokens is None:
@@ -64,6 +85,14 @@ def encode_texts(
     truncate: int | None = None,
 ) -> list[PoolingInput]:
     """Tokenize ``texts`` (or the pairs ``(texts[i], pairs[i])``) in one call."""
+    return encode_text_columns(tokenizer, pooler, texts, pairs, truncate).inputs()
+
+
+def encode_text_columns(
+    tokenizer: Any, pooler: PoolerConfig, texts: Sequence[str], pairs: Sequence[str] | None = None,
+    truncate: int | None = None,
+) -> PoolingColumns:
+    """``encode_texts`` as columns."""
     if tokenizer is None:
         raise InvalidArgumentError("this engine has no tokenizer; send token ids", param="input")
     if any(not isinstance(t, str) for t in [*texts, *(pairs or [])]):
@@ -83,10 +112,11 @@ def encode_texts(
     id_lists, type_lists = encoded
     shown = texts if pairs is None else [f"{a}\n{b}" for a, b in zip(texts, pairs)]
     # The lists are this call's own (the tokenizer's output), unless another type.
-    return [
-        PoolingInput(text, ids if type(ids) is list else list(ids), list(types) if types is not None and any(types) else None)
-        for text, ids, types in zip(shown, id_lists, type_lists or [None] * len(id_lists))
-    ]
+    id_lists = [ids if type(ids) is list else list(ids) for ids in id_lists]
+    types = [None] * len(id_lists)
+    if type_lists is not None:  # segment ids kept only where some are not 0
+        types = [list(t) if t is not None and any(t) else None for t in type_lists]
+    return PoolingColumns(list(shown), id_lists, types)
 
 
 def _encode_with_transformers(

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from octavo.entrypoints.pooling_inputs import PoolingInput
+from octavo.entrypoints.pooling_inputs import PoolingColumns
 
 # Chunks the engine holds before a step: the step's and the next (see above).
 CHUNKS_QUEUED = 2
@@ -53,8 +53,8 @@ class StreamedInputs:
         self,
         texts: Sequence[str],
         chunk: int,
-        tokenize: Callable[[list[str]], list[PoolingInput]],
-        queue: Callable[[list[PoolingInput]], list[str]],
+        tokenize: Callable[[list[str]], PoolingColumns],
+        queue: Callable[[PoolingColumns], list[str]],
     ) -> None:
         self.chunk = chunk
         self._queue = queue
@@ -70,8 +70,7 @@ class StreamedInputs:
         them (``unfinished`` of this call's requests are in it), appending
         their request ids. A chunk's tokenizing or checking error raises here."""
         while self._pending and unfinished < CHUNKS_QUEUED * self.chunk:
-            inputs = self._pending.popleft().result()
-            queued = self._queue(inputs)
+            queued = self._queue(self._pending.popleft().result())
             request_ids.extend(queued)
             unfinished += len(queued)
 

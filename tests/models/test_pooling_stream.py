@@ -58,8 +58,12 @@ def test_only_calls_of_more_than_one_step_stream(bert_llm):
 @pytest.mark.parametrize("options", [{}, {"truncate_prompt_tokens": 3}, {"pooling_params": PoolingParams(dimensions=8)}])
 def test_streamed_outputs_are_those_of_one_batch_in_order(bert_llm, monkeypatch, options):
     tokenized_on = []
-    encode = llm_module.encode_texts
-    monkeypatch.setattr(llm_module, "encode_texts", lambda *a, **k: tokenized_on.append(threading.current_thread()) or encode(*a, **k))
+    encode = llm_module.encode_text_columns
+    def encode_noting_the_thread(*args, **kwargs):
+        tokenized_on.append(threading.current_thread())
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(llm_module, "encode_text_columns", encode_noting_the_thread)
     streamed = bert_llm.embed(TEXTS, **options)
     assert len(tokenized_on) == 4 and threading.main_thread() not in tokenized_on  # a chunk at a time, off the main thread
     together = all_at_once(monkeypatch, lambda: bert_llm.embed(TEXTS, **options))
@@ -85,7 +89,7 @@ def test_classify_and_a_decoder_stream_alike(pooling_dirs, monkeypatch):
      ({"pooling_params": PoolingParams(task="classify")}, Exception)],
 )
 def test_errors_that_need_no_tokens_come_before_any_work(bert_llm, monkeypatch, bad, error):
-    monkeypatch.setattr(llm_module, "encode_texts", lambda *a, **k: pytest.fail("tokenized"))
+    monkeypatch.setattr(llm_module, "encode_text_columns", lambda *a, **k: pytest.fail("tokenized"))
     monkeypatch.setattr(bert_llm.engine, "step", lambda: pytest.fail("stepped"))
     with pytest.raises(error) as streamed:
         bert_llm.embed(TEXTS, **bad)
