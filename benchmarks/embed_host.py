@@ -74,7 +74,8 @@ def instrument(llm, spent: dict[str, float]) -> None:
     import octavo.entrypoints.llm as llm_module
 
     engine = llm.engine
-    _timed(llm_module, "encode_text_columns", "tokenize", spent)
+    # The tokenizer's call (its older name too, so that the script can time an older tree).
+    _timed(llm_module, "encode_text_columns" if hasattr(llm_module, "encode_text_columns") else "encode_texts", "tokenize", spent)
     _timed(engine.scheduler, "schedule", "schedule", spent)
     _timed(engine.executor, "execute_model", "runner", spent)
     # The step's outputs: the scheduler's update and the output objects (a
