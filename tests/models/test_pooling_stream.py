@@ -41,6 +41,10 @@ def all_at_once(monkeypatch, call):
         return call()
 
 
+def tokenizer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("octavo-tokenize")]
+
+
 def assert_same(streamed, together):
     assert [o.request_id for o in streamed] != [o.request_id for o in together]  # fresh ids each call
     assert len(streamed) == len(together)
@@ -110,6 +114,7 @@ def test_a_bad_text_in_a_later_chunk_raises_as_before_and_leaves_nothing(bert_ll
     assert str(streamed.value) == str(together.value)
     assert not bert_llm.engine.has_unfinished_requests()
     assert not bert_llm.engine._parent_children
+    assert not tokenizer_threads()  # the call's tokenizing thread is gone with it
     assert_same(bert_llm.embed(TEXTS), all_at_once(monkeypatch, lambda: bert_llm.embed(TEXTS)))  # still serving
 
 
@@ -127,4 +132,5 @@ def test_a_failing_step_aborts_what_was_queued(bert_llm, monkeypatch):
         bert_llm.embed(TEXTS)
     monkeypatch.undo()
     assert not bert_llm.engine.has_unfinished_requests()
+    assert not tokenizer_threads()
     assert len(bert_llm.embed(TEXTS)) == len(TEXTS)
