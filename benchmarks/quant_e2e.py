@@ -11,7 +11,9 @@ weights, token-id prompts:
 * ``throughput``: 512 prompts x (256 in, 256 out): output tokens/s.
 * ``kv``: bf16 against fp8 KV cache (same weights, same memory budget):
   batch-1 decode ms/token at ``--context`` tokens, and how many 4096-token
-  sequences the cache holds.
+  sequences the ``--gpu-memory-utilization`` budget holds at each KV dtype
+  (the planner's figure, ``KVCachePlan.sequences_fit``; the engine itself
+  allocates only what its one ``--context`` sequence can use).
 
 Each method's engine is built, timed and closed in turn in this process
 (the copy bandwidth and matmul rate are measured once, first). The floor of
@@ -99,11 +101,20 @@ def measure(args: argparse.Namespace, method: Method, inventory: WeightInventory
         row.update(ttft_ms=ours.ttft_s * 1e3, decode_ms=ours.decode_s_per_token * 1e3,
                    floor_decode_ms=floor.decode_s_per_token * 1e3)
         if args.mode == "kv":
-            kv = runner.engine.scheduler.kv
-            row["seqs_4k"] = kv.num_blocks * kv.block_size // SEQUENCE_TOKENS
+            row.update(kv_capacity(runner))
         return row
     finally:
         runner.close()
+
+
+def kv_capacity(runner: OctavoRunner) -> dict:
+    """How many ``SEQUENCE_TOKENS``-token sequences the KV budget holds, from
+    the planner's budget: the allocation itself is capped at what
+    ``max_num_seqs`` (1 here) sequences of ``--context`` tokens use, the same
+    for both dtypes. The engine's worker runs in this process (one device)."""
+    plan = runner.engine.executor.worker.runner.kv_plan
+    return {"seqs_4k": plan.sequences_fit(SEQUENCE_TOKENS), "kv_budget_gib": plan.budget_bytes / 2**30,
+            "kv_budget_tokens": plan.budget_tokens}
 
 
 def format_table(mode: str, rows: list[dict]) -> str:

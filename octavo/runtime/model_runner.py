@@ -28,6 +28,7 @@ from octavo.runtime.config import WorkerConfig
 from octavo.runtime.grammar_mask import GrammarMaskUploader
 from octavo.runtime.input_batch import InputPreparer, PreparedBatch
 from octavo.runtime.input_buffers import InputBuffers
+from octavo.runtime.kv_plan import KVCachePlan, plan_kv_cache
 from octavo.runtime.model_loading import LoadedModel, load_model
 from octavo.runtime.request_state import RequestStates
 from octavo.runtime.sampler import AllowedTokens, Sampler, SamplingRow, gather_logprobs
@@ -55,6 +56,7 @@ class ModelRunner:
         self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
         self.grammar_masks = GrammarMaskUploader(device, platform.pins_host_memory, platform.create_event)
         self.kv_caches: list[torch.Tensor] = []
+        self.kv_plan: KVCachePlan | None = None  # set by determine_num_kv_blocks (not with num_kv_blocks given)
         self.loaded: LoadedModel | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.graphs = None
@@ -128,14 +130,16 @@ class ModelRunner:
                 budget = self.platform.kv_cache_budget(self, config.gpu_memory_utilization)
         if budget is None:
             budget = DEFAULT_CPU_KV_CACHE_BYTES
-        # No point in more blocks than max_num_seqs full-length sequences use.
-        useful = config.max_num_seqs * -(-config.max_model_len // config.block_size)
-        num_blocks = min(int(budget // bytes_per_block), useful)
+        # No point in more blocks than max_num_seqs full-length sequences use
+        # (the plan keeps what the budget holds beside what is allocated).
+        self.kv_plan = plan_kv_cache(budget, bytes_per_block, config.block_size, config.max_num_seqs, config.max_model_len)
+        num_blocks = self.kv_plan.num_blocks
         num_tokens = num_blocks * config.block_size
         logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit",
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit "
+            "(the budget holds %d blocks)",
             num_blocks, config.block_size, num_tokens, num_blocks * bytes_per_block / 2**20,
-            num_tokens / config.max_model_len, config.max_model_len,
+            num_tokens / config.max_model_len, config.max_model_len, self.kv_plan.budget_blocks,
         )
         if num_tokens < config.max_model_len:
             logger.warning(

@@ -7,6 +7,7 @@ report themselves unavailable."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -110,9 +111,12 @@ def test_make_gguf_8b_writes_a_loadable_file(tmp_path):
 
 
 @not_interpreted
-def test_quant_e2e_tables(quant_llama_dir, capsys):
+def test_quant_e2e_tables(quant_llama_dir, capsys, monkeypatch, tmp_path):
     """benchmarks/quant_e2e.py on a tiny checkpoint on the CPU: each method's row
-    beside the baseline's, with its own floor; the kv mode's capacity column."""
+    beside the baseline's, with its own floor; the kv mode's capacity column,
+    from the budget (one fixed CPU budget here, as gpu_memory_utilization
+    gives on a GPU): a float32 model's fp8 cache holds 4x the sequences."""
+    monkeypatch.setenv("OCTAVO_CPU_KVCACHE_SPACE", "0.25")
     sys.path.insert(0, str(BENCHMARKS))
     try:
         import quant_e2e
@@ -121,6 +125,9 @@ def test_quant_e2e_tables(quant_llama_dir, capsys):
     common = ["--model", str(quant_llama_dir), "--load-format", "safetensors", "--dtype", "float32",
               "--num-iters", "1", "--gpu-memory-utilization", "0.5"]
     assert quant_e2e.main(["latency", "--methods", "bf16,int4", "--input-len", "8", "--output-len", "3", *common]) == 0
-    assert quant_e2e.main(["kv", "--context", "40", "--output-len", "3", *common]) == 0
+    kv_json = tmp_path / "kv.json"
+    assert quant_e2e.main(["kv", "--context", "40", "--output-len", "3", "--output-json", str(kv_json), *common]) == 0
     out = capsys.readouterr().out
     assert "floor ms/tok" in out and "\nint4 " in out and "fp8 KV" in out and "4k seqs" in out
+    auto_kv, fp8_kv = json.loads(kv_json.read_text())["rows"]
+    assert auto_kv["seqs_4k"] > 0 and fp8_kv["seqs_4k"] == 4 * auto_kv["seqs_4k"]
