@@ -99,24 +99,33 @@ def online_softmax_step(
 @triton.jit
 def attend_keys(
     q, q_pos, m_i, l_i, acc, kv_lo, kv_hi, kv_end, sliding_window, qk_scale, soft_cap,
-    k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
+    k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, token_base,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, FRESH: tl.constexpr,
 ):
     """Fold key tiles at ``kv_lo, kv_lo + BLOCK_N, ... < kv_hi`` into (m, l, acc).
 
     ``MASKED``: keys at or past ``kv_end``, after a row's position ``q_pos`` or
     outside its window are left out. Unmasked, the caller guarantees every key
     of every tile is allowed for every row, and the loop does no masking.
+
+    ``FRESH``: the keys are not in the paged cache but in the step's own key
+    and value tensors (``k_cache_ptr``/``v_cache_ptr`` point at those, row
+    ``token_base + key position``, ``stride_block`` their token stride,
+    ``stride_head`` their head stride; ``table_row`` is unused).
     """
     dim_valid = dims < HEAD_SIZE
     for start in range(kv_lo, kv_hi, BLOCK_N):
         key_pos = start + tl.arange(0, BLOCK_N)
         key_valid = key_pos < kv_end
-        offsets = kv_tile_offsets(
-            table_row, key_pos, key_valid, kv_head, stride_block, stride_slot, stride_head, dims, BLOCK_SIZE, MASKED
-        )
+        if FRESH:
+            rows = (token_base + key_pos).to(tl.int64) * stride_block + kv_head * stride_head
+            offsets = rows[:, None] + dims[None, :]
+        else:
+            offsets = kv_tile_offsets(
+                table_row, key_pos, key_valid, kv_head, stride_block, stride_slot, stride_head, dims, BLOCK_SIZE, MASKED
+            )
         if MASKED:
             kv_mask = key_valid[:, None] & dim_valid[None, :]
             k = tl.load(k_cache_ptr + offsets, mask=kv_mask, other=0.0)

@@ -88,19 +88,52 @@ def tiles_for(max_query_len: int, head_size: int) -> TileConfig:
     return PREFILL_TILES if head_size <= 128 else LARGE_HEAD_PREFILL_TILES
 
 
+@triton.jit
+def _attend_span(
+    q, q_pos, m_i, l_i, acc, lo, end, lo_full, hi_full, sliding_window, qk_scale, soft_cap,
+    k_ptr, v_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, token_base,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    FRESH: tl.constexpr,
+):
+    """Keys ``[lo, end)`` of one source (cache, or the step's own K/V with
+    ``FRESH``). Keys in ``[lo_full, hi_full)`` are allowed for every row:
+    whole tiles of those skip masking; the window's head and the tail are masked."""
+    unmasked_lo = lo + tl.cdiv(tl.maximum(lo_full - lo, 0), BLOCK_N) * BLOCK_N
+    unmasked_hi = unmasked_lo + tl.maximum(tl.minimum(hi_full, end) - unmasked_lo, 0) // BLOCK_N * BLOCK_N
+    if USE_WINDOW:
+        m_i, l_i, acc = attend_keys(
+            q, q_pos, m_i, l_i, acc, lo, tl.minimum(unmasked_lo, end), end, sliding_window, qk_scale, soft_cap,
+            k_ptr, v_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, token_base,
+            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, FRESH,
+        )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, end, sliding_window, qk_scale, soft_cap,
+        k_ptr, v_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, token_base,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, FRESH,
+    )
+    m_i, l_i, acc = attend_keys(
+        q, q_pos, m_i, l_i, acc, unmasked_hi, end, end, sliding_window, qk_scale, soft_cap,
+        k_ptr, v_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, token_base,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, FRESH,
+    )
+    return m_i, l_i, acc
+
+
 # Values that change from step to step are not specialised on (divisibility
 # by 16, equality to 1): each new combination would compile another variant
 # in the middle of serving (measured: 0.5 s stalls on the H200).
 @triton.jit(do_not_specialize=["num_reqs", "num_tokens", "stride_table"])
 def _paged_attention_kernel(
-    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, k_new_ptr, v_new_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
     num_reqs, num_tokens, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_block, stride_slot, stride_head, stride_table,
+    stride_block, stride_slot, stride_head, stride_table, stride_new_t, stride_new_h,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    FRESH_KV: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -131,7 +164,7 @@ def _paged_attention_kernel(
     # Keys the tile sees: [kv_start, kv_end), from the first row's window
     # start to the last row's position. Keys in [lo_full, hi_full) are
     # allowed for every row (inside the last row's window, at or before the
-    # first row's position): whole tiles of those skip masking.
+    # first row's position).
     kv_end = tl.minimum(context_len + tl.minimum(q_off + BLOCK_Q, q_len), seq_len)
     hi_full = tl.maximum(tl.minimum(context_len + q_off + 1, kv_end), 0)
     kv_start = 0
@@ -139,29 +172,30 @@ def _paged_attention_kernel(
     if USE_WINDOW:
         kv_start = tl.maximum(context_len + q_off - sliding_window + 1, 0)
         lo_full = tl.maximum(kv_end - sliding_window, kv_start)
-    unmasked_lo = kv_start + tl.cdiv(lo_full - kv_start, BLOCK_N) * BLOCK_N
-    unmasked_hi = unmasked_lo + tl.maximum(hi_full - unmasked_lo, 0) // BLOCK_N * BLOCK_N
 
     m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
     acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
-    if USE_WINDOW:
-        m_i, l_i, acc = attend_keys(
-            q, q_pos, m_i, l_i, acc, kv_start, unmasked_lo, kv_end, sliding_window, qk_scale, soft_cap,
-            k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
+    # FRESH_KV: the step's own keys (positions from context_len on) come from
+    # its K/V in the activations' dtype rather than back from an fp8 cache:
+    # no widening in registers on the prefill's hot loop, no quantisation
+    # error on a prompt's attention to itself (vLLM does the same).
+    cache_end = kv_end
+    if FRESH_KV:
+        cache_end = tl.minimum(kv_end, context_len)
+    m_i, l_i, acc = _attend_span(
+        q, q_pos, m_i, l_i, acc, kv_start, cache_end, lo_full, hi_full, sliding_window, qk_scale, soft_cap,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, 0,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, False,
+    )
+    if FRESH_KV:
+        m_i, l_i, acc = _attend_span(
+            q, q_pos, m_i, l_i, acc, tl.maximum(kv_start, context_len), kv_end, lo_full, hi_full, sliding_window,
+            qk_scale, soft_cap, k_new_ptr, v_new_ptr, table_row, kv_head, stride_new_t, 0, stride_new_h, dims,
+            q_start - context_len,
+            HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, True,
         )
-    m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, unmasked_lo, unmasked_hi, kv_end, sliding_window, qk_scale, soft_cap,
-        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
-    )
-    m_i, l_i, acc = attend_keys(
-        q, q_pos, m_i, l_i, acc, unmasked_hi, kv_end, kv_end, sliding_window, qk_scale, soft_cap,
-        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
-    )
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None] * v_scale
     tl.store(
@@ -187,11 +221,15 @@ def paged_attention(
     params: AttentionParams,
     tiles: TileConfig = PREFILL_TILES,
     out: torch.Tensor | None = None,
+    fresh_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of ``query`` [T, H, D] over the paged ``kv_cache``; returns [T, H, D].
 
     ``kv_cache`` is ``[2, num_blocks, block_size, num_kv_heads, head_size]``.
     Rows of tokens past ``query_start_loc[num_reqs]`` come out as zeros.
+    ``fresh_kv``: the step's own keys and values ([T, Hkv, D], unscaled: only
+    with ``k_scale == v_scale == 1``), read for each request's new tokens
+    instead of the cache (which must hold them too, for later steps).
     """
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -203,18 +241,33 @@ def paged_attention(
     if num_tokens == 0:
         return out
     key_cache, value_cache = kv_cache[0], kv_cache[1]
+    new_key, new_value = _fresh_operands(fresh_kv, params, key_cache)
     block_q = query_tokens_per_tile(tiles, group)
     grid = (num_query_tiles(num_tokens, batch.num_reqs, block_q), num_kv_heads)
     _paged_attention_kernel[grid](
-        out, query, key_cache, value_cache,
+        out, query, key_cache, value_cache, new_key, new_value,
         batch.query_start_loc, batch.seq_lens, batch.block_table,
         batch.num_reqs, num_tokens, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
+        new_key.stride(0), new_key.stride(1),
         GROUP=group, GROUP_PAD=next_power_of_2(group), HEAD_SIZE=head_size,
         HEAD_PAD=max(16, next_power_of_2(head_size)), BLOCK_SIZE=block_size, BLOCK_Q=block_q,
         BLOCK_N=tiles.block_n, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None, DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        FRESH_KV=fresh_kv is not None, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
+
+
+def _fresh_operands(fresh_kv, params: AttentionParams, key_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fresh key and value tensors, sharing strides (the kernel takes one
+    pair); without ``fresh_kv``, the cache halves as unused placeholders."""
+    if fresh_kv is None:
+        return key_cache, key_cache
+    if (params.k_scale, params.v_scale) != (1.0, 1.0):
+        raise ValueError("fresh_kv holds unscaled keys and values: only for a cache without KV scales")
+    key, value = fresh_kv
+    if key.stride() != value.stride() or key.stride(-1) != 1:
+        key, value = key.contiguous(), value.contiguous()
+    return key, value

@@ -45,6 +45,24 @@ SPLIT_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
 # 4-6% faster than 64 keys / 4 warps / 3 stages).
 DIRECT_DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=3)
 FULL_GPU_DECODE_TILES = TileConfig(block_m=16, block_n=32, num_warps=2, num_stages=2)
+# An fp8 cache: twice the keys per tile, so that each load in flight moves
+# the bytes of the bf16 tile. With bf16's tiles an fp8 program keeps half
+# the bytes in flight and, being latency-bound (batch 1 at 32k: 256
+# programs on 132 SMs), took as long as bf16 (H200, issue 17: 5.74 against
+# 5.75 ms/token). Not yet swept: ``benchmarks/kv_decode_sweep.py`` times
+# these against the alternatives (and OCTAVO_TILES_*_FP8 override them).
+FP8_SPLIT_TILES = TileConfig(block_m=16, block_n=128, num_warps=4, num_stages=2)
+FP8_DIRECT_DECODE_TILES = TileConfig(block_m=16, block_n=128, num_warps=4, num_stages=3)
+FP8_FULL_GPU_DECODE_TILES = TileConfig(block_m=16, block_n=64, num_warps=2, num_stages=2)
+
+
+def default_decode_tiles(split: bool, fp8_cache: bool, gpu_is_full: bool = False) -> TileConfig:
+    """The decode kernel's tiles: split-KV or direct (full GPU or not), per cache dtype."""
+    if split:
+        return FP8_SPLIT_TILES if fp8_cache else SPLIT_TILES
+    if gpu_is_full:
+        return FP8_FULL_GPU_DECODE_TILES if fp8_cache else FULL_GPU_DECODE_TILES
+    return FP8_DIRECT_DECODE_TILES if fp8_cache else DIRECT_DECODE_TILES
 
 
 @dataclass
@@ -120,13 +138,13 @@ def _split_kv_kernel(
     kv_full_end = tl.maximum(kv_start + (kv_end - kv_start) // BLOCK_N * BLOCK_N, kv_start)
     m_i, l_i, acc = attend_keys(
         q, q_pos, m_i, l_i, acc, kv_start, kv_full_end, kv_end, sliding_window, qk_scale, soft_cap,
-        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, 0,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, False, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION, False,
     )
     m_i, l_i, acc = attend_keys(
         q, q_pos, m_i, l_i, acc, kv_full_end, kv_end, kv_end, sliding_window, qk_scale, soft_cap,
-        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION,
+        k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, 0,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, True, False, USE_SOFT_CAP, DOT_DTYPE, PRECISION, False,
     )
 
     if NUM_SPLITS == 1:
@@ -183,7 +201,7 @@ def split_kv_decode(
     group = num_heads // num_kv_heads
     num_splits = 1 if workspace is None else workspace.num_splits
     if tiles is None:
-        tiles = DIRECT_DECODE_TILES if workspace is None else SPLIT_TILES
+        tiles = default_decode_tiles(workspace is not None, kv_cache.element_size() == 1)
     if workspace is not None and tuple(workspace.acc.shape) != SplitWorkspace.acc_shape(
         num_tokens, num_heads, head_size, num_splits
     ):

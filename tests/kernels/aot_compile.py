@@ -35,9 +35,13 @@ KERNEL_POINTERS = {
 }
 
 
-def signature(kernel, constexprs: dict) -> dict[str, str]:
+# An fp8 KV cache: the attention kernels' cache pointers (name suffix " fp8").
+FP8_CACHE_POINTERS = {"k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv"}
+
+
+def signature(kernel, constexprs: dict, fp8_cache: bool = False) -> dict[str, str]:
     types = {}
-    own = KERNEL_POINTERS.get(kernel.fn.__name__, {})
+    own = {**KERNEL_POINTERS.get(kernel.fn.__name__, {}), **(FP8_CACHE_POINTERS if fp8_cache else {})}
     for name in kernel.arg_names:
         if name in own:
             types[name] = own[name]
@@ -54,11 +58,14 @@ def signature(kernel, constexprs: dict) -> dict[str, str]:
     return types
 
 
-def compile_one(kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4, num_stages: int = 2):
+def compile_one(
+    kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4, num_stages: int = 2, fp8_cache: bool = False
+):
     # Pointers and strides 16-divisible, as Triton specialises them at launch.
     aligned = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride_")]
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
-    source = ASTSource(fn=kernel, signature=signature(kernel, constexprs), constexprs=constexprs, attrs=attrs)
+    types = signature(kernel, constexprs, fp8_cache)
+    source = ASTSource(fn=kernel, signature=types, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
@@ -76,16 +83,22 @@ def cases(attention_only: bool = False):
         for tiles in (pa.DECODE_TILES, pa.PREFILL_TILES):
             consts = dict(GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16,
                           BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
-                          USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+                          USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, FRESH_KV=False)
             yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
+    # Prefill over an fp8 cache: the step's own keys from its bf16 K/V.
+    yield "paged_attention fresh fp8", pa._paged_attention_kernel, dict(consts, FRESH_KV=True), pa.PREFILL_TILES
     # Gemma 2: head size 256, soft-capped logits, a sliding window.
     tiles = pa.LARGE_HEAD_PREFILL_TILES
     consts = dict(GROUP=2, GROUP_PAD=2, HEAD_SIZE=256, HEAD_PAD=256, BLOCK_SIZE=16, BLOCK_Q=tiles.block_m // 2,
-                  BLOCK_N=tiles.block_n, USE_WINDOW=True, USE_SOFT_CAP=True, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+                  BLOCK_N=tiles.block_n, USE_WINDOW=True, USE_SOFT_CAP=True, DOT_DTYPE=tl.bfloat16, PRECISION=None,
+                  FRESH_KV=False)
     yield f"paged_attention gemma2 {tiles}", pa._paged_attention_kernel, consts, tiles
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
                   USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    fp8 = dict(consts, BLOCK_N=sk.FP8_SPLIT_TILES.block_n, USE_WINDOW=False, NUM_SPLITS=32)
+    yield "split_kv fp8", sk._split_kv_kernel, fp8, sk.FP8_SPLIT_TILES
+    yield "direct decode fp8", sk._split_kv_kernel, dict(fp8, NUM_SPLITS=1), sk.FP8_DIRECT_DECODE_TILES
     consts = dict(consts, GROUP=2, HEAD_SIZE=256, HEAD_PAD=256, USE_SOFT_CAP=True)
     yield "split_kv gemma2", sk._split_kv_kernel, consts, sk.SPLIT_TILES
     if attention_only:
@@ -134,7 +147,7 @@ def main(target_name: str, attention_only: bool) -> None:
     target = GPUTarget("cuda", 90, 32) if target_name == "cuda" else GPUTarget("hip", "gfx942", 64)
     for name, kernel, consts, tiles in cases(attention_only):
         options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
-        compiled = compile_one(kernel, consts, target, **options)
+        compiled = compile_one(kernel, consts, target, **options, fp8_cache=name.endswith(" fp8"))
         print(f"{target_name} {name}: shared {compiled.metadata.shared} bytes", flush=True)
 
 

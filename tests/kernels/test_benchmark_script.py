@@ -157,3 +157,21 @@ def test_gemv_sweep_takes_a_models_shapes(monkeypatch):
     assert module.SHAPES["qkv"] == (8192, 3584, False) and module.SHAPES["o"] == (3584, 4096, False)
     assert module.SHAPES["lm_head"] == (256000, 3584, False) and module.WIDTHS == (3584, 4096, 14336)
     assert module.PLAIN_WEIGHT["gate_up"] == 1.0 and module.PLAIN_WEIGHT["lm_head"] == 1 / 42
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_kv_decode_sweep_runs_on_tiny_shapes(bench, monkeypatch, tmp_path):
+    """benchmarks/kv_decode_sweep.py: both cache dtypes at one context, default
+    tiles, the sweep, the split counts, the fp8/bf16 ratio and the env file."""
+    module = load_script(SCRIPT.with_name("kv_decode_sweep.py"), "kv_decode_sweep_bench", monkeypatch)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: 1e12)
+    sweeps = {"bf16": [bench.TileConfig(16, 16, 2, 2)], "fp8": [bench.TileConfig(16, 32, 2, 2)]}
+    monkeypatch.setattr(module, "SWEEPS", sweeps)
+    env_file = tmp_path / "tiles.env"
+    records = module.run(bench, [300], str(env_file))
+    timed = [r for r in records if "tiles" in r and "error_vs_default" in r]
+    assert {r["case"] for r in timed} == {"bf16", "fp8"} and all(r["error_vs_default"] < 1e-4 for r in timed)
+    fp8, bf16 = (next(r for r in timed if r["case"] == kind) for kind in ("fp8", "bf16"))
+    assert fp8["kv_bytes"] * 4 == bf16["kv_bytes"]  # the tiny run's "bf16" cache is float32
+    assert any(r.get("fp8_over_bf16") for r in records)
+    assert env_file.read_text().splitlines()[1].startswith("OCTAVO_TILES_SPLIT_FP8=16,")

@@ -22,7 +22,7 @@ from octavo.kernels.rotary import rotary_and_cache  # noqa: E402
 from octavo.kernels.split_kv_decode import SplitWorkspace, split_kv_decode  # noqa: E402
 from octavo.ops.reference import rotary_and_cache as rotary_and_cache_reference  # noqa: E402
 from octavo.runtime.attention.torch_paged import write_kv_cache  # noqa: E402
-from tests.kernels.batches import BatchSpec, decode_requests, make_batch, mixed_requests  # noqa: E402
+from tests.kernels.batches import BatchSpec, RequestShape, decode_requests, make_batch, mixed_requests  # noqa: E402
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 K_SCALE, V_SCALE = 0.5, 3.0
@@ -92,3 +92,51 @@ def test_split_decode_reads_fp8_with_scales(num_splits, device):
     out = split_kv_decode(batch.query, fp8_cache, paged, params, workspace)
     torch.testing.assert_close(out, _expected(batch, dequantized, 0.3), atol=1e-5, rtol=1e-5)
     assert not out[batch.num_actual_tokens :].any()
+
+
+def _fresh_case(spec: BatchSpec, device):
+    """An fp8 cache (no scales) holding the context and the step's tokens, and
+    what fresh attention should see: the context dequantized, the step's own
+    keys and values exact."""
+    batch = make_batch(spec, device)
+    slots = batch.attn_batch.slot_mapping
+    write_kv_cache(batch.key, batch.value, batch.kv_cache, slots)
+    fp8_cache = batch.kv_cache.to(torch.float8_e4m3fn)
+    seen = fp8_cache.float()
+    write_kv_cache(batch.key, batch.value, seen, slots)
+    return batch, fp8_cache, seen
+
+
+@pytest.mark.parametrize("sliding_window", [None, 12], ids=["full", "window12"])
+def test_paged_attention_fresh_kv_over_fp8(sliding_window, device):
+    """``fresh_kv``: each request's new tokens come from the step's K/V (here
+    strided views of one qkv tensor, as the model gives them), the context from
+    the fp8 cache; decode rows, a whole prompt, chunks with context, a
+    prefix-cache hit and padding rows in one batch; the long chunk's later
+    query tiles have windows that start past its context."""
+    spec = BatchSpec([*mixed_requests(), RequestShape(seq_len=90, query_len=45)], num_padding_tokens=3)
+    batch, fp8_cache, seen = _fresh_case(spec, device)
+    qkv = torch.cat([batch.query, batch.key, batch.value], dim=1)  # [T, H + 2 Hkv, D]
+    num_heads, num_kv = spec.num_heads, spec.num_kv_heads
+    key, value = qkv[:, num_heads : num_heads + num_kv], qkv[:, num_heads + num_kv :]
+    b = batch.attn_batch
+    paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
+    params = AttentionParams(0.25, sliding_window=sliding_window)
+    out = paged_attention(batch.query, fp8_cache, paged, params, fresh_kv=(key, value))
+    expected = paged_attention_reference(
+        batch.query, seen, b.query_start_loc, b.seq_lens, b.block_table, 0.25, sliding_window=sliding_window
+    )
+    n = batch.num_actual_tokens
+    torch.testing.assert_close(out[:n], expected[:n], atol=1e-5, rtol=1e-5)
+    assert not out[n:].any()
+    # Reading the new tokens back from the cache instead differs (fp8 rounding).
+    from_cache = paged_attention(batch.query, fp8_cache, paged, params)
+    assert (from_cache[:n] - expected[:n]).abs().max() > 1e-3
+
+
+def test_fresh_kv_refuses_kv_scales(device):
+    batch, fp8_cache, _ = _fresh_case(BatchSpec(mixed_requests()), device)
+    b = batch.attn_batch
+    paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
+    with pytest.raises(ValueError, match="unscaled"):
+        paged_attention(batch.query, fp8_cache, paged, AttentionParams(0.25, k_scale=K_SCALE), fresh_kv=(batch.key, batch.value))

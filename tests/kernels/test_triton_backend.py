@@ -78,6 +78,13 @@ def test_tile_override_from_environment(monkeypatch):
     try:
         assert triton_plan.tiles_for_step(1, 1, 128) == TileConfig(16, 128, 8, 4)
         assert triton_plan.tiles_for_step(5, 1, 128) == PREFILL_TILES  # prefill untouched
+        # An fp8 cache's decode tiles are its own, overridden by *_FP8 only.
+        from octavo.kernels.split_kv_decode import FP8_DIRECT_DECODE_TILES, FP8_SPLIT_TILES
+
+        assert triton_plan.tiles_for_step(1, 1, 128, fp8_cache=True) == FP8_DIRECT_DECODE_TILES
+        monkeypatch.setenv("OCTAVO_TILES_SPLIT_FP8", "16,256,8,3")
+        assert triton_plan.tiles_for_step(1, 4, 128, fp8_cache=True) == TileConfig(16, 256, 8, 3)
+        assert triton_plan.tiles_for_step(1, 4, 128) != FP8_SPLIT_TILES
         monkeypatch.setenv("OCTAVO_TILES_PREFILL", "64,x")
         triton_plan._tiles_from_env.cache_clear()  # read once per process
         with pytest.raises(ValueError, match="OCTAVO_TILES_PREFILL"):
@@ -179,3 +186,45 @@ def test_split_threshold_from_environment(monkeypatch):
     with pytest.raises(ValueError, match="OCTAVO_SPLIT_MIN_SEQ_LEN"):
         SplitKvPolicy.from_env()
 
+
+
+def test_fp8_cache_prefill_attends_over_fresh_kv(device):
+    """With an fp8 cache, a mixed step (through ``forward_with_rotary``, as the
+    model calls it) writes the rotated keys to the cache, and attends over the
+    context from the cache but its own tokens' rotated keys and values exact;
+    a decode step keeps reading the cache, with the fp8 tiles."""
+    import dataclasses
+
+    from octavo.kernels.reference import paged_attention_reference
+    from octavo.kernels.rotary import rotary_and_cache
+    from octavo.kernels.split_kv_decode import default_decode_tiles
+    from octavo.models.layers.rotary import RotaryEmbedding
+    from octavo.ops.reference import rotary_embedding
+    from octavo.runtime.attention.torch_paged import write_kv_cache
+
+    batch_spec = BatchSpec(mixed_requests(), num_padding_tokens=2)
+    batch = make_batch(batch_spec, device)
+    spec = dataclasses.replace(attention_spec(batch_spec), kv_cache_dtype=torch.float8_e4m3fn)
+    backend = TritonPagedAttention(spec)
+    meta = backend.build_metadata(batch.attn_batch)
+    b = batch.attn_batch
+    positions = torch.cat([torch.arange(s - q, s) for s, q in zip(b.seq_lens_cpu.tolist(), b.query_start_loc_cpu.diff().tolist())])
+    positions = torch.cat([positions, torch.zeros(2, dtype=torch.int64)]).to(device)
+    cos_sin = RotaryEmbedding(batch_spec.head_size, 128, 10000.0, None).cos_sin_cache.to(device)
+    cache = batch.kv_cache.to(torch.float8_e4m3fn)
+    expected_cache = cache.clone()
+    q_rot, k_rot = rotary_embedding(positions, batch.query.clone(), batch.key.clone(), cos_sin)
+    out = backend.forward_with_rotary(
+        batch.query.clone(), batch.key.clone(), batch.value, cache, meta, positions, cos_sin, rotary_and_cache
+    )
+    write_kv_cache(k_rot, batch.value, expected_cache, b.slot_mapping)
+    assert (cache.float() - expected_cache.float()).abs().max() <= 2**-3 * expected_cache.float().abs().max()
+    seen = cache.float()
+    write_kv_cache(k_rot, batch.value, seen, b.slot_mapping)
+    expected = paged_attention_reference(q_rot, seen, b.query_start_loc, b.seq_lens, b.block_table, spec.scale)
+    n = batch.num_actual_tokens
+    torch.testing.assert_close(out[:n], expected[:n], atol=1e-5, rtol=1e-5)
+    decode = make_batch(BatchSpec(decode_requests([300, 20])), device)
+    decode_meta = backend.build_metadata(decode.attn_batch)
+    assert not backend._attends_fresh(decode_meta)
+    assert decode_meta.tiles == default_decode_tiles(decode_meta.num_splits > 1, fp8_cache=True)

@@ -14,7 +14,9 @@ tokens come out finite (zeros) and are to be ignored.
 The cache may be fp8 (``kv_cache_dtype`` float8_e4m3fn or float8_e5m2: half
 the bytes, twice the sequences): keys and values are stored divided by the
 layer's scales (``set_kv_scales``; 1.0 unless the checkpoint has them) and
-widened in registers when read.
+widened in registers when read. Prefill and mixed steps read each request's
+new tokens from the step's own K/V instead (``_attends_fresh``), decode
+steps take fp8 tiles of their own (``triton_plan.tiles_for_step``).
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ class TritonPagedAttention(AttentionBackend):
             slot_mapping=batch.slot_mapping,
             num_actual_tokens=batch.num_actual_tokens,
             max_query_len=batch.max_query_len,
-            tiles=tiles_for_step(batch.max_query_len, num_splits, self.spec.head_size, gpu_is_full),
+            tiles=tiles_for_step(
+                batch.max_query_len, num_splits, self.spec.head_size, gpu_is_full, self.spec.kv_cache_dtype in FP8_KV_DTYPES
+            ),
             num_splits=num_splits,
         )
         if num_splits > 1:
@@ -120,7 +124,8 @@ class TritonPagedAttention(AttentionBackend):
 
         self._check_slots(key, metadata)
         reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
-        return self._attend(query, kv_cache, metadata)
+        fresh = (key, value) if self._attends_fresh(metadata) else None
+        return self._attend(query, kv_cache, metadata, fresh)
 
     def forward_with_rotary(
         self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
@@ -128,15 +133,34 @@ class TritonPagedAttention(AttentionBackend):
         self._check_slots(key, metadata)
         if (self.k_scale, self.v_scale) != (1.0, 1.0):
             raise ValueError("rotary_and_cache does not apply KV-cache scales: call forward (the attention layer does)")
+        if self._attends_fresh(metadata):
+            # The fused op leaves ``key`` unrotated, and fresh attention needs
+            # it rotated: rotate in place, then write (two launches, prefill only).
+            from octavo.kernels.rotary import apply_rotary
+
+            query, key = apply_rotary(positions, query, key, cos_sin_cache)
+            return self.forward(query, key, value, kv_cache, metadata)
         query = rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
         return self._attend(query, kv_cache, metadata)
+
+    def _attends_fresh(self, metadata: TritonPagedMetadata) -> bool:
+        """Prefill over an fp8 cache reads the step's own K/V in the
+        activations' dtype (``paged_attention``'s ``fresh_kv``): widening
+        fp8 tiles in registers made a 32k-token prefill 25% slower (H200).
+        Decode keeps reading the cache. Not with KV scales (the fresh
+        values are unscaled)."""
+        return (
+            metadata.max_query_len > 1
+            and self.spec.kv_cache_dtype in FP8_KV_DTYPES
+            and (self.k_scale, self.v_scale) == (1.0, 1.0)
+        )
 
     @staticmethod
     def _check_slots(key: torch.Tensor, metadata: TritonPagedMetadata) -> None:
         if metadata.slot_mapping.shape[0] < key.shape[0]:
             raise ValueError(f"slot_mapping has {metadata.slot_mapping.shape[0]} slots for {key.shape[0]} tokens")
 
-    def _attend(self, query, kv_cache, metadata: TritonPagedMetadata) -> torch.Tensor:
+    def _attend(self, query, kv_cache, metadata: TritonPagedMetadata, fresh_kv=None) -> torch.Tensor:
         from octavo.kernels.paged_attention import paged_attention
         from octavo.kernels.split_kv_decode import split_kv_decode
 
@@ -145,4 +169,4 @@ class TritonPagedAttention(AttentionBackend):
         if metadata.max_query_len == 1:
             workspace = metadata.split_workspace(*query.shape, query.device) if metadata.num_splits > 1 else None
             return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace, metadata.tiles)
-        return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles)
+        return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles, fresh_kv=fresh_kv)

@@ -15,7 +15,8 @@ The heuristic (``SplitKvPolicy.num_splits``):
   head) walks the whole context.
 
 Tile shapes can be overridden for tuning runs with ``OCTAVO_TILES_DECODE``,
-``OCTAVO_TILES_SPLIT`` and ``OCTAVO_TILES_PREFILL``, each
+``OCTAVO_TILES_SPLIT`` and ``OCTAVO_TILES_PREFILL`` (decode with an fp8
+cache: ``OCTAVO_TILES_DECODE_FP8``, ``OCTAVO_TILES_SPLIT_FP8``), each
 ``block_m,block_n,num_warps,num_stages`` (read once per process), and the
 split threshold with ``OCTAVO_SPLIT_MIN_SEQ_LEN`` (``SplitKvPolicy.from_env``).
 
@@ -104,16 +105,20 @@ def _tiles_from_env(name: str):
     return TileConfig(block_m, block_n, num_warps, num_stages)
 
 
-def tiles_for_step(max_query_len: int, num_splits: int, head_size: int, gpu_is_full: bool = False):
+def tiles_for_step(
+    max_query_len: int, num_splits: int, head_size: int, gpu_is_full: bool = False, fp8_cache: bool = False
+):
     """The tile shape of a step's attention kernel (see the module docstring).
 
     ``gpu_is_full``: a decode batch with at least ``programs_per_sm`` programs
-    per SM without splitting."""
+    per SM without splitting. ``fp8_cache``: decode steps read a one-byte
+    cache and take its own tiles (``OCTAVO_TILES_SPLIT_FP8`` and
+    ``OCTAVO_TILES_DECODE_FP8`` override them); prefill reads the step's
+    own keys in the activations' dtype and shares the bf16 tiles."""
     from octavo.kernels.paged_attention import tiles_for
-    from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, FULL_GPU_DECODE_TILES, SPLIT_TILES
+    from octavo.kernels.split_kv_decode import default_decode_tiles
 
     if max_query_len > 1:
         return _tiles_from_env("PREFILL") or tiles_for(max_query_len, head_size)
-    if num_splits > 1:
-        return _tiles_from_env("SPLIT") or SPLIT_TILES
-    return _tiles_from_env("DECODE") or (FULL_GPU_DECODE_TILES if gpu_is_full else DIRECT_DECODE_TILES)
+    name = ("SPLIT" if num_splits > 1 else "DECODE") + ("_FP8" if fp8_cache else "")
+    return _tiles_from_env(name) or default_decode_tiles(num_splits > 1, fp8_cache, gpu_is_full)
