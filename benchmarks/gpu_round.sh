@@ -123,7 +123,7 @@ for step in "$@"; do
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,
     # which kvfp8_tuned runs the kvfp8 figures under (same warm machine).
-    kvfp8_sweep) TAIL=40 run_step kv_decode_sweep 450 python benchmarks/kv_decode_sweep.py --env-file /tmp/octavo-kvfp8.env;;
+    kvfp8_sweep) TAIL=40 run_step kv_decode_sweep 580 python benchmarks/kv_decode_sweep.py --env-file /tmp/octavo-kvfp8.env;;
     kvfp8_tuned) TAIL=10 run_step kv_fp8_tuned 560 env $(cat /tmp/octavo-kvfp8.env 2>/dev/null) python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8_tuned.json";;
     startup) mkdir -p "$O/byte-tokenizer"  # the config directory has no tokenizer; the weights are random anyway
              python -c "from pathlib import Path; from octavo.default_model import build_byte_bpe_tokenizer as b; b(Path('$O/byte-tokenizer'))"

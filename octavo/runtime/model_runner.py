@@ -132,7 +132,9 @@ class ModelRunner:
             budget = DEFAULT_CPU_KV_CACHE_BYTES
         # No point in more blocks than max_num_seqs full-length sequences use
         # (the plan keeps what the budget holds beside what is allocated).
-        self.kv_plan = plan_kv_cache(budget, bytes_per_block, config.block_size, config.max_num_seqs, config.max_model_len)
+        self.kv_plan = plan_kv_cache(
+            budget, bytes_per_block, config.block_size, config.max_num_seqs, config.max_model_len
+        )
         num_blocks = self.kv_plan.num_blocks
         num_tokens = num_blocks * config.block_size
         logger.info(

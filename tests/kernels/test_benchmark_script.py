@@ -167,11 +167,15 @@ def test_kv_decode_sweep_runs_on_tiny_shapes(bench, monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "copy_bandwidth", lambda: 1e12)
     sweeps = {"bf16": [bench.TileConfig(16, 16, 2, 2)], "fp8": [bench.TileConfig(16, 32, 2, 2)]}
     monkeypatch.setattr(module, "SWEEPS", sweeps)
+    monkeypatch.setattr(module, "PREFILL_SWEEP", [bench.TileConfig(32, 16, 4, 2)])
     env_file = tmp_path / "tiles.env"
-    records = module.run(bench, [300], str(env_file))
-    timed = [r for r in records if "tiles" in r and "error_vs_default" in r]
-    assert {r["case"] for r in timed} == {"bf16", "fp8"} and all(r["error_vs_default"] < 1e-4 for r in timed)
-    fp8, bf16 = (next(r for r in timed if r["case"] == kind) for kind in ("fp8", "bf16"))
-    assert fp8["kv_bytes"] * 4 == bf16["kv_bytes"]  # the tiny run's "bf16" cache is float32
-    assert any(r.get("fp8_over_bf16") for r in records)
-    assert env_file.read_text().splitlines()[1].startswith("OCTAVO_TILES_SPLIT_FP8=16,")
+    records = module.run(bench, [300], str(env_file), chunks=[(20, 50)])
+    timed = [r for r in records if "error_vs_default" in r]
+    assert {(r["case"], r["kv"]) for r in timed} == {
+        (case, kv) for case in ("decode 300", "chunk 20@50") for kv in ("bf16", "fp8")
+    }
+    assert all(r["error_vs_default"] < 1e-4 for r in timed)
+    assert [r["splits"] for r in records if r.get("kv") == "fp8" and "error_vs_default" not in r] == [2, 8]
+    assert [r["case"] for r in records if "fp8_over_bf16" in r] == ["decode 300", "chunk 20@50"]
+    names = [line.split("=")[0] for line in env_file.read_text().splitlines()]
+    assert names == ["OCTAVO_TILES_SPLIT", "OCTAVO_TILES_SPLIT_FP8", "OCTAVO_TILES_PREFILL", "OCTAVO_TILES_PREFILL_FP8"]

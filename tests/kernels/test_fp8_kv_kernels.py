@@ -139,4 +139,5 @@ def test_fresh_kv_refuses_kv_scales(device):
     b = batch.attn_batch
     paged = PagedBatch(b.query_start_loc, b.seq_lens, b.block_table, b.num_reqs)
     with pytest.raises(ValueError, match="unscaled"):
-        paged_attention(batch.query, fp8_cache, paged, AttentionParams(0.25, k_scale=K_SCALE), fresh_kv=(batch.key, batch.value))
+        params = AttentionParams(0.25, k_scale=K_SCALE)
+        paged_attention(batch.query, fp8_cache, paged, params, fresh_kv=(batch.key, batch.value))

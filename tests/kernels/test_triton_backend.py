@@ -85,6 +85,9 @@ def test_tile_override_from_environment(monkeypatch):
         monkeypatch.setenv("OCTAVO_TILES_SPLIT_FP8", "16,256,8,3")
         assert triton_plan.tiles_for_step(1, 4, 128, fp8_cache=True) == TileConfig(16, 256, 8, 3)
         assert triton_plan.tiles_for_step(1, 4, 128) != FP8_SPLIT_TILES
+        monkeypatch.setenv("OCTAVO_TILES_PREFILL_FP8", "128,64,8,2")
+        assert triton_plan.tiles_for_step(5, 1, 128, fp8_cache=True) == TileConfig(128, 64, 8, 2)
+        assert triton_plan.tiles_for_step(5, 1, 128) == PREFILL_TILES
         monkeypatch.setenv("OCTAVO_TILES_PREFILL", "64,x")
         triton_plan._tiles_from_env.cache_clear()  # read once per process
         with pytest.raises(ValueError, match="OCTAVO_TILES_PREFILL"):
@@ -208,7 +211,8 @@ def test_fp8_cache_prefill_attends_over_fresh_kv(device):
     backend = TritonPagedAttention(spec)
     meta = backend.build_metadata(batch.attn_batch)
     b = batch.attn_batch
-    positions = torch.cat([torch.arange(s - q, s) for s, q in zip(b.seq_lens_cpu.tolist(), b.query_start_loc_cpu.diff().tolist())])
+    lengths = zip(b.seq_lens_cpu.tolist(), b.query_start_loc_cpu.diff().tolist())
+    positions = torch.cat([torch.arange(s - q, s) for s, q in lengths])
     positions = torch.cat([positions, torch.zeros(2, dtype=torch.int64)]).to(device)
     cos_sin = RotaryEmbedding(batch_spec.head_size, 128, 10000.0, None).cos_sin_cache.to(device)
     cache = batch.kv_cache.to(torch.float8_e4m3fn)

@@ -35,7 +35,8 @@ def test_engine_fp8_cache_holds_twice_the_bf16_blocks(checkpoint_dirs, make_llm)
         llm = make_llm(path, dtype="bfloat16", kv_cache_dtype=kv_dtype, kv_cache_memory_bytes=budget, max_num_seqs=1)
         runners[kv_dtype] = llm.engine.executor.worker.runner
     bf16, fp8 = runners["auto"], runners["fp8"]
-    assert {c.dtype for c in bf16.kv_caches} == {torch.bfloat16} and {c.dtype for c in fp8.kv_caches} == {torch.float8_e4m3fn}
+    assert {c.dtype for c in bf16.kv_caches} == {torch.bfloat16}
+    assert {c.dtype for c in fp8.kv_caches} == {torch.float8_e4m3fn}
     assert fp8.kv_plan.bytes_per_block * 2 == bf16.kv_plan.bytes_per_block
     assert fp8.kv_plan.budget_blocks == 2 * bf16.kv_plan.budget_blocks
     assert fp8.num_kv_blocks == bf16.num_kv_blocks == 256 // 16  # both capped at one 256-token sequence

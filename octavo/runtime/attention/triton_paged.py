@@ -104,14 +104,13 @@ class TritonPagedAttention(AttentionBackend):
         policy, num_kv_heads = self.split_policy, self.spec.num_kv_heads
         num_splits = policy.num_splits(batch.num_reqs, num_kv_heads, batch.max_query_len, batch.max_seq_len, num_sms)
         gpu_is_full = policy.fills_gpu(batch.num_reqs, num_kv_heads, num_sms)
+        fp8_cache = self.spec.kv_cache_dtype in FP8_KV_DTYPES
         metadata = TritonPagedMetadata(
             batch=PagedBatch(batch.query_start_loc, batch.seq_lens, batch.block_table, batch.num_reqs),
             slot_mapping=batch.slot_mapping,
             num_actual_tokens=batch.num_actual_tokens,
             max_query_len=batch.max_query_len,
-            tiles=tiles_for_step(
-                batch.max_query_len, num_splits, self.spec.head_size, gpu_is_full, self.spec.kv_cache_dtype in FP8_KV_DTYPES
-            ),
+            tiles=tiles_for_step(batch.max_query_len, num_splits, self.spec.head_size, gpu_is_full, fp8_cache),
             num_splits=num_splits,
         )
         if num_splits > 1:

@@ -16,7 +16,8 @@ The heuristic (``SplitKvPolicy.num_splits``):
 
 Tile shapes can be overridden for tuning runs with ``OCTAVO_TILES_DECODE``,
 ``OCTAVO_TILES_SPLIT`` and ``OCTAVO_TILES_PREFILL`` (decode with an fp8
-cache: ``OCTAVO_TILES_DECODE_FP8``, ``OCTAVO_TILES_SPLIT_FP8``), each
+cache: ``OCTAVO_TILES_DECODE_FP8``, ``OCTAVO_TILES_SPLIT_FP8``,
+``OCTAVO_TILES_PREFILL_FP8``), each
 ``block_m,block_n,num_warps,num_stages`` (read once per process), and the
 split threshold with ``OCTAVO_SPLIT_MIN_SEQ_LEN`` (``SplitKvPolicy.from_env``).
 
@@ -113,12 +114,14 @@ def tiles_for_step(
     ``gpu_is_full``: a decode batch with at least ``programs_per_sm`` programs
     per SM without splitting. ``fp8_cache``: decode steps read a one-byte
     cache and take its own tiles (``OCTAVO_TILES_SPLIT_FP8`` and
-    ``OCTAVO_TILES_DECODE_FP8`` override them); prefill reads the step's
-    own keys in the activations' dtype and shares the bf16 tiles."""
+    ``OCTAVO_TILES_DECODE_FP8`` override them). Prefill reads the step's own
+    keys in the activations' dtype but a chunk's context from the fp8 cache:
+    ``OCTAVO_TILES_PREFILL_FP8`` (if set) before ``OCTAVO_TILES_PREFILL``."""
     from octavo.kernels.paged_attention import tiles_for
     from octavo.kernels.split_kv_decode import default_decode_tiles
 
     if max_query_len > 1:
-        return _tiles_from_env("PREFILL") or tiles_for(max_query_len, head_size)
+        own = _tiles_from_env("PREFILL_FP8") if fp8_cache else None
+        return own or _tiles_from_env("PREFILL") or tiles_for(max_query_len, head_size)
     name = ("SPLIT" if num_splits > 1 else "DECODE") + ("_FP8" if fp8_cache else "")
     return _tiles_from_env(name) or default_decode_tiles(num_splits > 1, fp8_cache, gpu_is_full)
