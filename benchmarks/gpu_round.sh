@@ -122,7 +122,9 @@ for step in "$@"; do
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,
-    # which kvfp8_tuned runs the kvfp8 figures under (same warm machine).
+    # which kvfp8_tuned runs the kvfp8 figures under (same warm machine). kvfp8_tests: the fp8 KV
+    # kernel and backend tests (fresh K/V prefill, fp8 decode tiles) on the GPU.
+    kvfp8_tests) run_step kvfp8_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fp8_kv_kernels.py tests/kernels/test_triton_backend.py;;
     kvfp8_sweep) TAIL=40 run_step kv_decode_sweep 580 python benchmarks/kv_decode_sweep.py --env-file /tmp/octavo-kvfp8.env;;
     kvfp8_tuned) TAIL=10 run_step kv_fp8_tuned 560 env $(cat /tmp/octavo-kvfp8.env 2>/dev/null) python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8_tuned.json";;
     startup) mkdir -p "$O/byte-tokenizer"  # the config directory has no tokenizer; the weights are random anyway
