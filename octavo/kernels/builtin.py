@@ -138,6 +138,10 @@ def builtin_layer_ops() -> list[OpImpl]:
             "fused_add_rms_norm_f32_scale", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm_f32_scale",
             device_types=CUDA,
         ),
+        OpImpl(
+            "post_norm_add_rms_norm_f32_scale", "triton", "octavo.kernels.rms_norm:post_norm_add_rms_norm_f32_scale",
+            device_types=CUDA,
+        ),
         OpImpl("rotary_embedding", "triton", "octavo.kernels.rotary:apply_rotary", device_types=CUDA),
         OpImpl("rotary_and_cache", "triton", "octavo.kernels.rotary:rotary_and_cache", device_types=CUDA),
         OpImpl("silu_and_mul", "triton", "octavo.kernels.activation:silu_and_mul", device_types=CUDA),
@@ -152,6 +156,10 @@ def builtin_layer_ops() -> list[OpImpl]:
             OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),
             OpImpl(
                 "linear_silu_and_mul", "gemv", "octavo.kernels.gemv:gemv_silu_mul", device_types=CUDA,
+                max_tokens=max_tokens,
+            ),
+            OpImpl(
+                "linear_gelu_tanh_and_mul", "gemv", "octavo.kernels.gemv:gemv_gelu_tanh_mul", device_types=CUDA,
                 max_tokens=max_tokens,
             ),
         ]

@@ -10,18 +10,21 @@ step. No split-K: small ``BLOCK_N`` already gives every SM several
 programs at Llama shapes, and split-K would need a float32 buffer, atomics
 and one more launch.
 
-``weight_scale`` (float32 ``[N]``, or ``[2 * I]`` with ``silu_mul``) makes
+``weight_scale`` (float32 ``[N]``, or ``[2 * I]`` when gated) makes
 it the weight-only GEMV of an 8-bit (fp8 or int8) per-channel weight: the
 weight is read in its own dtype, widened in registers, and each output
 feature is multiplied by its scale before the bias (the ``fp8_linear`` /
 ``int8_weight_only_linear`` ops at decode: half the bytes of bfloat16).
 
-``silu_mul=True`` fuses the MLP's activation into the gate-up projection:
-``W`` is ``[gate; up]`` (``2 * I`` rows), each program computes the same
-``BLOCK_N`` features of both halves and writes ``silu(gate) * up``, which
-saves the ``[M, 2 * I]`` intermediate and one launch per layer.
+``gated="silu"`` (or ``silu_mul=True``) fuses the MLP's activation into
+the gate-up projection: ``W`` is ``[gate; up]`` (``2 * I`` rows), each
+program computes the same ``BLOCK_N`` features of both halves and writes
+``silu(gate) * up``, which saves the ``[M, 2 * I]`` intermediate and one
+launch per layer. ``gated="gelu_tanh"`` does the same for GeGLU (Gemma's
+``gelu_pytorch_tanh``): the activation is a constexpr code of
+``activation.act_then_mul``, so each form compiles to its own kernel.
 
-Tested against ``F.linear`` (and ``silu_and_mul_reference``) through the
+Tested against ``F.linear`` (and the gated references) through the
 interpreter; tiles come from an H200 sweep (``benchmarks/gemv_gpu_sweep.py``).
 """
 
@@ -36,11 +39,13 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from octavo.kernels.activation import silu_then_mul
+from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
 from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
 MAX_ROWS = 8
+# ``gated`` names -> the ACT codes of ``activation.act_then_mul``.
+GATED_ACTIVATIONS = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,9 @@ class GemvConfig:
 # round 16: 72 configs; a 4-layer chain 1.076x cuBLAS + silu_and_mul). The
 # loads are not software-pipelined (no dot), so num_stages does not matter;
 # wide K tiles keep enough loads in flight per thread. The fused gate-up
-# reads two weight rows per feature: one feature a program, reduced each step.
+# reads two weight rows per feature: one feature a program, reduced each step
+# (every gated form: the activation is a few flops per feature, the weight
+# stream is the same).
 DEFAULT_CONFIG = GemvConfig(block_n=4, block_k=2048, num_warps=4, num_stages=2)
 DEFAULT_SILU_CONFIG = GemvConfig(block_n=1, block_k=2048, num_warps=2, num_stages=2, defer_reduce=False)
 # 8-bit weights (fp8 / int8 weight-only), swept on the H200 (round 26): an 8B
@@ -69,7 +76,7 @@ DEFAULT_8BIT_CONFIG = GemvConfig(block_n=8, block_k=1024, num_warps=4, num_stage
 
 @functools.cache
 def config_from_env(name: str) -> GemvConfig | None:
-    """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` / ``OCTAVO_GEMV_8BIT`` (8-bit weights) =
+    """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` (every gated form) / ``OCTAVO_GEMV_8BIT`` (8-bit weights) =
     ``block_n,block_k,num_warps,num_stages[,defer[,prefetch]]`` (tuning runs)."""
     parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer[,prefetch]]", (4, 5, 6))
     if parts is None:
@@ -84,8 +91,8 @@ def config_from_env(name: str) -> GemvConfig | None:
 DEFERRED_PRODUCTS = 8192
 
 
-def default_config(silu_mul: bool, num_tokens: int = 1) -> GemvConfig:
-    if silu_mul:
+def default_config(gated: bool, num_tokens: int = 1) -> GemvConfig:
+    if gated:
         return config_from_env("OCTAVO_GEMV_SILU") or DEFAULT_SILU_CONFIG
     return fit_to_rows(config_from_env("OCTAVO_GEMV") or DEFAULT_CONFIG, num_tokens)
 
@@ -104,29 +111,29 @@ def fit_to_rows(config: GemvConfig, num_tokens: int) -> GemvConfig:
 
 @triton.jit
 def _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset,
-               BLOCK_K: tl.constexpr, SILU_MUL: tl.constexpr, EVEN_K: tl.constexpr):
+               BLOCK_K: tl.constexpr, GATED: tl.constexpr, EVEN_K: tl.constexpr):
     """One K step's weight tile(s) ``[BLOCK_N, BLOCK_K]`` and activations ``[BLOCK_M, BLOCK_K]``."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
     if EVEN_K:
         w = tl.load(w_rows + offs_k[None, :])
         x = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-        w_up = tl.load(w_rows + up_offset + offs_k[None, :]) if SILU_MUL else w
+        w_up = tl.load(w_rows + up_offset + offs_k[None, :]) if GATED else w
     else:
         mask_k = offs_k < K
         w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0)
         x = tl.load(x_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0) if SILU_MUL else w
+        w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0) if GATED else w
     return w, x, w_up
 
 
 @triton.jit
-def _accumulate(acc, acc_up, w, x, w_up, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr):
+def _accumulate(acc, acc_up, w, x, w_up, GATED: tl.constexpr, DEFER_REDUCE: tl.constexpr):
     """``acc (+)= x * w`` (and the up half's) in float32, reduced along K now or at the end."""
     x3 = x.to(tl.float32)[:, None, :]
     prod = x3 * w.to(tl.float32)[None, :, :]
     acc += prod if DEFER_REDUCE else tl.sum(prod, axis=2)
-    if SILU_MUL:
+    if GATED:
         prod_up = x3 * w_up.to(tl.float32)[None, :, :]
         acc_up += prod_up if DEFER_REDUCE else tl.sum(prod_up, axis=2)
     return acc, acc_up
@@ -137,8 +144,8 @@ def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, scale_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_om, up_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, DEFER_REDUCE: tl.constexpr, EVEN_K: tl.constexpr,
-    HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr,
+    HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, DEFER_REDUCE: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -156,40 +163,40 @@ def _gemv_kernel(
         # Loads are not software-pipelined without a dot: issue step k+1's
         # before multiplying step k's, so one step's latency hides behind
         # the other's arithmetic (the last step is the epilogue).
-        w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, 0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
+        w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             w_next, x_next, up_next = _load_step(
-                w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
-            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
+                w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
             w, x, w_up = w_next, x_next, up_next
-        acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
+        acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     else:
         for k0 in range(0, K, BLOCK_K):
-            w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, SILU_MUL, EVEN_K)
-            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, SILU_MUL, DEFER_REDUCE)
+            w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+            acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     out = tl.sum(acc, axis=2) if DEFER_REDUCE else acc
     out_up = tl.sum(acc_up, axis=2) if DEFER_REDUCE else acc_up
     _store_features(out, out_up, b_ptr, scale_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, N, stride_om,
-                    HAS_BIAS, HAS_SCALE, SILU_MUL)
+                    HAS_BIAS, HAS_SCALE, GATED, ACT)
 
 
 @triton.jit
 def _store_features(out, out_up, b_ptr, scale_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, N, stride_om,
-                    HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, SILU_MUL: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr):
     """Scale, bias, the fused activation, and the store of ``[BLOCK_M, BLOCK_N]`` outputs."""
     if HAS_SCALE:
         out *= tl.load(scale_ptr + rows)[None, :]
-        if SILU_MUL:
+        if GATED:
             out_up *= tl.load(scale_ptr + N + rows)[None, :]
     if HAS_BIAS:
         out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
-        if SILU_MUL:
+        if GATED:
             out_up += tl.load(b_ptr + N + rows).to(tl.float32)[None, :]
-    if SILU_MUL:
+    if GATED:
         # Gate and up rounded to the activation dtype first, as the unfused
-        # path stores them, then ``silu_and_mul``'s own rounding steps.
+        # path stores them, then the gated op's own rounding steps.
         dtype = out_ptr.dtype.element_ty
-        out = silu_then_mul(out.to(dtype).to(tl.float32), out_up.to(dtype).to(tl.float32), dtype)
+        out = act_then_mul(out.to(dtype).to(tl.float32), out_up.to(dtype).to(tl.float32), ACT, dtype)
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -201,20 +208,25 @@ def gemv(
     silu_mul: bool = False,
     config: GemvConfig | None = None,
     weight_scale: torch.Tensor | None = None,
+    gated: str | None = None,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` for ``x`` of at most 8 rows;
-    with ``silu_mul``, ``silu(gate) * up`` of that product (``weight`` = [gate; up]);
+    with ``gated`` (``"silu"``, ``"gelu"``, ``"gelu_tanh"``; ``silu_mul`` is
+    ``gated="silu"``), ``act(gate) * up`` of that product (``weight`` = [gate; up]);
     with ``weight_scale``, ``weight`` is 8-bit and ``x @ (weight * scale[:, None]).T + bias``."""
+    gated = "silu" if silu_mul else gated
+    if gated is not None and gated not in GATED_ACTIVATIONS:
+        raise ValueError(f"gemv gated activation {gated!r} is not one of {', '.join(GATED_ACTIVATIONS)}")
     num_tokens, in_features = x.shape
     if num_tokens > MAX_ROWS:
         raise ValueError(f"gemv takes at most {MAX_ROWS} token rows, got {num_tokens}")
     if weight.stride(1) != 1 or x.stride(1) != 1:
         raise ValueError("gemv needs x and weight contiguous along the input features")
-    out_features = weight.shape[0] // 2 if silu_mul else weight.shape[0]
+    out_features = weight.shape[0] // 2 if gated else weight.shape[0]
     out = torch.empty(num_tokens, out_features, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    config = config or default_config(silu_mul, num_tokens)
+    config = config or default_config(gated is not None, num_tokens)
     block_k = min(config.block_k, triton.next_power_of_2(in_features))
     grid = (triton.cdiv(out_features, config.block_n),)
     _gemv_kernel[grid](
@@ -222,7 +234,8 @@ def gemv(
         num_tokens, out_features, in_features, x.stride(0), weight.stride(0), out.stride(0),
         out_features * weight.stride(0),
         BLOCK_M=triton.next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCK_K=block_k,
-        HAS_BIAS=bias is not None, SILU_MUL=silu_mul, DEFER_REDUCE=config.defer_reduce,
+        HAS_BIAS=bias is not None, GATED=gated is not None, ACT=GATED_ACTIVATIONS.get(gated, SILU),
+        DEFER_REDUCE=config.defer_reduce,
         EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None, PREFETCH=config.prefetch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -242,7 +255,15 @@ def gemv_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     ``x @ [gate; up].T + b`` in one launch (a few rows of ``x``)."""
     if x.stride(-1) != 1:
         x = x.contiguous()
-    return gemv(x, weight, bias, silu_mul=True)
+    return gemv(x, weight, bias, gated="silu")
+
+
+def gemv_gelu_tanh_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The ``linear_gelu_tanh_and_mul`` layer op: Gemma's GeGLU,
+    ``gelu_tanh(gate) * up`` of ``x @ [gate; up].T + b`` in one launch."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return gemv(x, weight, bias, gated="gelu_tanh")
 
 
 def scaled_linear_gemv(

@@ -9,6 +9,11 @@ step, so that results match it to the rounding of a float32 reduction:
 - normalise in float32, round to the input dtype, then multiply by the
   weight in float32 and round to the output dtype (``result_type(weight, x)``).
 
+``post_norm_add_rms_norm_f32_scale`` (Gemma's sandwich layers) first
+normalises ``x`` by a second weight (float32 scale, rounded to the dtype),
+then adds the residual and normalises the sum as above: the norm after one
+block and the norm before the next in one pass over the row.
+
 One program per row; the row (hidden size up to a few thousand) is loaded
 whole. Inputs may be 2-D or 3-D (e.g. per-head q/k norms on a strided view
 of the fused qkv output); the last dimension must be contiguous.
@@ -27,10 +32,18 @@ from octavo.kernels.triton_utils import next_power_of_2
 
 
 @triton.jit
+def _normalized(x32, eps, HIDDEN: tl.constexpr):
+    """``x / sqrt(mean(x**2) + eps)`` in float32 (masked columns hold 0)."""
+    variance = tl.sum(x32 * x32, 0) / HIDDEN
+    return x32 * tl.rsqrt(variance + eps)
+
+
+@triton.jit
 def _rms_norm_kernel(
-    out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, eps, weight_offset,
+    out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, pre_weight_ptr, eps, weight_offset,
     inner, stride_x0, stride_x1, stride_r0, stride_r1,
     HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SCALE_F32: tl.constexpr,
+    PRE_NORM: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     outer_index, inner_index = row // inner, row % inner
@@ -38,15 +51,16 @@ def _rms_norm_kernel(
     mask = cols < HIDDEN
     x = tl.load(x_ptr + outer_index * stride_x0 + inner_index * stride_x1 + cols, mask=mask, other=0.0)
     in_dtype = x.dtype
+    if PRE_NORM:  # the norm after a block, rounded to the dtype before the add (SCALE_F32 only)
+        pre_weight = tl.load(pre_weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        x = (_normalized(x.to(tl.float32), eps, HIDDEN) * (weight_offset + pre_weight)).to(in_dtype)
     if HAS_RESIDUAL:
         residual = tl.load(
             residual_ptr + outer_index * stride_r0 + inner_index * stride_r1 + cols, mask=mask, other=0.0
         )
         x = (x.to(tl.float32) + residual.to(tl.float32)).to(in_dtype)
         tl.store(sum_ptr + row * HIDDEN + cols, x, mask=mask)
-    x32 = x.to(tl.float32)
-    variance = tl.sum(x32 * x32, 0) / HIDDEN
-    normed = x32 * tl.rsqrt(variance + eps)
+    normed = _normalized(x.to(tl.float32), eps, HIDDEN)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
     if SCALE_F32:  # Gemma / OLMo 2: scale before rounding, by offset + weight
         out = normed * (weight_offset + weight.to(tl.float32))
@@ -67,9 +81,11 @@ def _as_rows(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int]:
 
 
 def _launch(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, weight_offset: float | None = None
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+    weight_offset: float | None = None, pre_weight: torch.Tensor | None = None,
 ):
-    """``weight_offset`` None: the Llama rounding (``rms_norm``); a number: ``rms_norm_f32_scale``."""
+    """``weight_offset`` None: the Llama rounding (``rms_norm``); a number: ``rms_norm_f32_scale``;
+    ``pre_weight``: ``x`` is first normalised by it (``post_norm_add_rms_norm_f32_scale``)."""
     hidden = x.shape[-1]
     out_dtype = torch.result_type(weight, x) if weight_offset is None else x.dtype
     out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
@@ -84,9 +100,10 @@ def _launch(
         return out, summed
     block = next_power_of_2(hidden)
     _rms_norm_kernel[(num_rows,)](
-        out, summed, x_rows, residual_rows, weight, eps, float(weight_offset or 0.0),
-        inner, stride_x0, stride_x1, stride_r0, stride_r1,
+        out, summed, x_rows, residual_rows, weight, pre_weight if pre_weight is not None else weight, eps,
+        float(weight_offset or 0.0), inner, stride_x0, stride_x1, stride_r0, stride_r1,
         HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, SCALE_F32=weight_offset is not None,
+        PRE_NORM=pre_weight is not None,
         num_warps=min(16, max(1, block // 256)),
     )
     return out, summed
@@ -116,3 +133,14 @@ def fused_add_rms_norm_f32_scale(
     if residual.shape != x.shape:
         raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
     return _launch(x, residual, weight, eps, weight_offset)
+
+
+def post_norm_add_rms_norm_f32_scale(
+    x: torch.Tensor, residual: torch.Tensor, post_weight: torch.Tensor, weight: torch.Tensor, eps: float,
+    weight_offset: float,
+):
+    """The ``post_norm_add_rms_norm_f32_scale`` layer op: ``rms_norm_f32_scale(x, post_weight)``
+    added to ``residual``, then ``(rms_norm_f32_scale(sum, weight), sum)``: one launch for three ops."""
+    if residual.shape != x.shape:
+        raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
+    return _launch(x, residual, weight, eps, weight_offset, pre_weight=post_weight)

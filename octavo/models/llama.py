@@ -12,7 +12,9 @@ tensor-parallel ranks by their weight loaders (``models/weights.py``).
 
 Every layer returns ``(delta, residual)``: the residual stream after the
 layer is ``delta + residual``, so that the next layer's first norm can fuse
-the add (and pipeline stages hand the pair on as is).
+the add (and pipeline stages hand the pair on as is). Gemma's sandwich
+layers go one step further: handed the norm that follows them, they return
+its output and the stream itself (``DecoderModel.next_norms``).
 Every layer computes through the layer ops resolved for this model
 (``ctx.ops``; the layers take them from the scope the builder opens).
 """
@@ -28,11 +30,11 @@ from torch import nn
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.base import ModelInitContext
-from octavo.models.layers.activation import SiluAndMul, gated_activation
+from octavo.models.layers.activation import GeluAndMul, SiluAndMul, gated_activation
 from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm
+from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm, fuses_with, post_norm_add_norm
 from octavo.models.layers.qk_norm import ShardedRMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
 from octavo.models.weights import load_decoder_weights
@@ -144,17 +146,22 @@ class DecoderMLP(nn.Module):
             size, config.hidden_size, bias=config.mlp_bias, quant_config=ctx.quant_config,
             prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype, reduce_results=reduce_results,
         )
-        # An unquantized gate-up projection and SiLU are one op,
-        # ``linear_silu_and_mul`` (one launch at decode where the platform has
-        # it; otherwise the resolved linear, then silu_and_mul). GeGLU MLPs
-        # take the gate-up projection, then their activation op.
-        fused = isinstance(self.act_fn, SiluAndMul) and type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod
-        self.linear_silu_and_mul = ctx.ops.linear_silu_and_mul if fused else None
+        # An unquantized gate-up projection and its SiLU (or Gemma's tanh
+        # GELU) are one op, ``linear_silu_and_mul`` / ``linear_gelu_tanh_and_mul``
+        # (one launch at decode where the platform has it; otherwise the
+        # resolved linear, then the activation op). Exact-GELU MLPs and
+        # quantized projections take the projection, then their activation op.
+        self.linear_act_and_mul = None
+        if type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod:
+            if isinstance(self.act_fn, SiluAndMul):
+                self.linear_act_and_mul = ctx.ops.linear_silu_and_mul
+            elif isinstance(self.act_fn, GeluAndMul) and self.act_fn.approximate == "tanh":
+                self.linear_act_and_mul = ctx.ops.linear_gelu_tanh_and_mul
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.linear_silu_and_mul is not None:
+        if self.linear_act_and_mul is not None:
             up = self.gate_up_proj
-            return self.down_proj(self.linear_silu_and_mul(x, up.weight, up.bias))
+            return self.down_proj(self.linear_act_and_mul(x, up.weight, up.bias))
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
@@ -189,18 +196,32 @@ class DecoderLayer(nn.Module):
 
 
 class SandwichDecoderLayer(DecoderLayer):
-    """Gemma 2/3: norms before and after both attention and MLP."""
+    """Gemma 2/3: norms before and after both attention and MLP.
+
+    A block's norm, the residual add and the next block's norm are one op
+    (``post_norm_add_norm``): after attention within the layer; after the
+    MLP across the boundary when the model hands in the norm that follows
+    (``next_norm``: the next layer's input norm, or the final norm). The
+    layer then returns that norm's output and the residual stream, and the
+    next layer is called with ``normed=True``."""
+
+    fuses_next_norm = True
 
     def __init__(self, ctx: ModelInitContext, options: DecoderOptions, mlp: nn.Module, layer_index: int, prefix: str):
         super().__init__(ctx, options, mlp, layer_index, prefix)
         self.pre_feedforward_layernorm = options.norm(ctx, ctx.config.hidden_size)
         self.post_feedforward_layernorm = options.norm(ctx, ctx.config.hidden_size)
 
-    def forward(self, positions, hidden, residual, fctx: ForwardContext):
-        hidden, residual = self.input_norm(hidden, residual)
-        hidden = self.post_attention_layernorm(self.self_attn(positions, hidden, fctx))
-        hidden, residual = self.pre_feedforward_layernorm(hidden, residual)
-        return self.post_feedforward_layernorm(self.mlp(hidden)), residual
+    def forward(self, positions, hidden, residual, fctx: ForwardContext, next_norm=None, normed: bool = False):
+        if not normed:
+            hidden, residual = self.input_norm(hidden, residual)
+        attn_out = self.self_attn(positions, hidden, fctx)
+        post, pre = self.post_attention_layernorm, self.pre_feedforward_layernorm
+        hidden, residual = post_norm_add_norm(post, attn_out, residual, pre)
+        mlp_out = self.mlp(hidden)
+        if next_norm is None:
+            return self.post_feedforward_layernorm(mlp_out), residual
+        return post_norm_add_norm(self.post_feedforward_layernorm, mlp_out, residual, next_norm)
 
 
 class PostNormDecoderLayer(nn.Module):
@@ -257,6 +278,21 @@ class DecoderModel(nn.Module):
             ]
         )
         self.norm = options.norm(ctx, config.hidden_size) if pp.is_last else None
+        # A plain list, not submodules: these norms are registered where they live.
+        self.next_norms = self._next_norms()
+
+    def _next_norms(self) -> list[nn.Module | None]:
+        """Per local layer, the norm that follows it when the layer fuses it in
+        (``fuses_next_norm``): the next layer's input norm, or the final norm
+        on the last rank. None where the pair goes on as ``(delta, residual)``:
+        other layer kinds, the last layer of an earlier pipeline stage."""
+        local = list(self.layers[self.start_layer : self.end_layer])
+        follows = [layer.input_layernorm for layer in local[1:]] + [self.norm]
+        fuses = [getattr(layer, "fuses_next_norm", False) for layer in local]
+        return [
+            norm if fused and fuses_with(layer.post_feedforward_layernorm, norm) else None
+            for layer, norm, fused in zip(local, follows, fuses)
+        ]
 
     def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
         """First PP rank: embed ``input_ids``; other ranks continue ``intermediate``
@@ -267,11 +303,17 @@ class DecoderModel(nn.Module):
                 hidden = hidden * self.embed_scale
         else:
             hidden, residual = intermediate
-        for layer in self.layers[self.start_layer : self.end_layer]:
-            hidden, residual = layer(positions, hidden, residual, fctx)
+        normed = False  # whether ``hidden`` is already the next norm's output
+        for layer, next_norm in zip(self.layers[self.start_layer : self.end_layer], self.next_norms):
+            if next_norm is None and not normed:
+                hidden, residual = layer(positions, hidden, residual, fctx)
+            else:
+                hidden, residual = layer(positions, hidden, residual, fctx, next_norm=next_norm, normed=normed)
+            normed = next_norm is not None
         if self.norm is None:
             return hidden, residual
-        hidden, _ = self.norm(hidden, residual)
+        if not normed:
+            hidden, _ = self.norm(hidden, residual)
         return hidden
 
 

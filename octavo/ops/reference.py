@@ -69,6 +69,20 @@ def fused_add_rms_norm_f32_scale(
     return rms_norm_f32_scale(summed, weight, eps, weight_offset), summed
 
 
+def post_norm_add_rms_norm_f32_scale(
+    x: torch.Tensor, residual: torch.Tensor, post_weight: torch.Tensor, weight: torch.Tensor, eps: float,
+    weight_offset: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The norm after a block, the residual add and the norm before the next
+    block (Gemma's sandwich layers): with ``summed = rms_norm_f32_scale(x,
+    post_weight) + residual`` (the normed ``x`` rounded to the dtype, then
+    the dtype's rounded sum), returns ``(rms_norm_f32_scale(summed, weight),
+    summed)``. Both norms take ``eps`` and ``weight_offset``; shapes and
+    dtypes as for ``fused_add_rms_norm_f32_scale``. Returns new tensors."""
+    normed = rms_norm_f32_scale(x, post_weight, eps, weight_offset)
+    return fused_add_rms_norm_f32_scale(normed, residual, weight, eps, weight_offset)
+
+
 def rotary_embedding(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,6 +193,14 @@ def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     ``linear`` and ``silu_and_mul`` instead of calling this reference.
     """
     return silu_and_mul(linear(x, weight, bias))
+
+
+def linear_gelu_tanh_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``gelu_tanh_and_mul(linear(x, weight, bias))``: Gemma's GeGLU gate-up
+    projection with its activation; otherwise as ``linear_silu_and_mul``
+    (gate and up rounded to ``x.dtype`` first; composed where no
+    implementation applies)."""
+    return gelu_tanh_and_mul(linear(x, weight, bias))
 
 
 def moe_topk_softmax(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -89,6 +89,15 @@ def _compose_linear_silu_and_mul(ops: dict[str, Callable]) -> Callable:
     return linear_then_silu_and_mul
 
 
+def _compose_linear_gelu_tanh_and_mul(ops: dict[str, Callable]) -> Callable:
+    linear, gelu_tanh_and_mul = ops["linear"], ops["gelu_tanh_and_mul"]
+
+    def linear_then_gelu_tanh_and_mul(x, weight, bias):
+        return gelu_tanh_and_mul(linear(x, weight, bias))
+
+    return linear_then_gelu_tanh_and_mul
+
+
 _SPECS = (
     OpSpec("rms_norm", reference.rms_norm, ELEMENTWISE, "RMSNorm"),
     OpSpec("fused_add_rms_norm", reference.fused_add_rms_norm, ELEMENTWISE, "residual add, then RMSNorm"),
@@ -96,6 +105,10 @@ _SPECS = (
     OpSpec(
         "fused_add_rms_norm_f32_scale", reference.fused_add_rms_norm_f32_scale, ELEMENTWISE,
         "residual add, then RMSNorm scaled in float32",
+    ),
+    OpSpec(
+        "post_norm_add_rms_norm_f32_scale", reference.post_norm_add_rms_norm_f32_scale, ELEMENTWISE,
+        "float32-scaled RMSNorm, residual add, float32-scaled RMSNorm (Gemma's sandwich layers)",
     ),
     OpSpec(
         "rotary_embedding", reference.rotary_embedding, ELEMENTWISE, "rotary embedding (rotate half) of q and k",
@@ -113,6 +126,11 @@ _SPECS = (
     OpSpec(
         "linear_silu_and_mul", reference.linear_silu_and_mul, GEMM, "gate-up projection fused with SiLU-and-mul",
         compose=_compose_linear_silu_and_mul, composed_of=("linear", "silu_and_mul"),
+    ),
+    OpSpec(
+        "linear_gelu_tanh_and_mul", reference.linear_gelu_tanh_and_mul, GEMM,
+        "gate-up projection fused with tanh-GELU-and-mul (Gemma's GeGLU)",
+        compose=_compose_linear_gelu_tanh_and_mul, composed_of=("linear", "gelu_tanh_and_mul"),
     ),
     OpSpec("moe_topk_softmax", reference.moe_topk_softmax, ELEMENTWISE, "MoE router: softmax, top-k, renormalise"),
     OpSpec("fused_moe", reference.fused_moe, GEMM, "routed experts' weighted MLP sum"),

@@ -75,6 +75,7 @@ class LayerOps:
     fused_add_rms_norm: Callable
     rms_norm_f32_scale: Callable
     fused_add_rms_norm_f32_scale: Callable
+    post_norm_add_rms_norm_f32_scale: Callable
     rotary_embedding: Callable
     rotary_and_cache: Callable
     silu_and_mul: Callable
@@ -82,6 +83,7 @@ class LayerOps:
     gelu_tanh_and_mul: Callable
     linear: Callable
     linear_silu_and_mul: Callable
+    linear_gelu_tanh_and_mul: Callable
     moe_topk_softmax: Callable
     fused_moe: Callable
     fp8_linear: Callable

@@ -106,9 +106,12 @@ def cases(attention_only: bool = False):
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
         NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, PRE_ROUND=False), None
-    yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False), None
+    yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(
+        HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False, PRE_NORM=False), None
     yield "rms_norm f32 scale (gemma)", rms_norm._rms_norm_kernel, dict(
-        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True), None
+        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=False), None
+    yield "norm, add, norm (gemma sandwich)", rms_norm._rms_norm_kernel, dict(
+        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=True), None
     yield "rotary", rotary._rotary_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
     yield "rotary+cache", rotary._rotary_cache_kernel, dict(
@@ -121,11 +124,12 @@ def cases(attention_only: bool = False):
         yield f"{act_name}_and_mul", activation._gated_kernel, dict(INTERMEDIATE=14336, BLOCK=1024, ACT=act), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
     prefetch = gemv.GemvConfig(8, 1024, 4, 2, prefetch=True)
-    for block_m, silu, config in ((1, True, gemv.DEFAULT_SILU_CONFIG), (4, False, gemv.DEFAULT_CONFIG), (2, True, step),
-                                  (1, False, prefetch)):
-        consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True, SILU_MUL=silu,
+    for block_m, gated, config in ((1, "silu", gemv.DEFAULT_SILU_CONFIG), (1, "gelu_tanh", gemv.DEFAULT_SILU_CONFIG),
+                                   (4, None, gemv.DEFAULT_CONFIG), (2, "silu", step), (1, None, prefetch)):
+        consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True,
+                      GATED=gated is not None, ACT=gemv.GATED_ACTIVATIONS.get(gated, activation.SILU),
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch)
-        yield f"gemv M{block_m} silu={silu} {config}", gemv._gemv_kernel, consts, config
+        yield f"gemv M{block_m} gated={gated} {config}", gemv._gemv_kernel, consts, config
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)

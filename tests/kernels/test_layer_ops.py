@@ -103,7 +103,10 @@ def test_builtin_plugin_registers_the_kernels_for_cuda_only():
     from octavo.kernels.builtin import builtin_layer_ops
 
     triton_impls = {impl.op: impl for impl in builtin_layer_ops() if impl.name in ("triton", "gemv")}
-    assert {"rms_norm", "rotary_and_cache", "gelu_tanh_and_mul", "linear", "linear_silu_and_mul"} <= set(triton_impls)
+    assert {
+        "rms_norm", "post_norm_add_rms_norm_f32_scale", "rotary_and_cache", "gelu_tanh_and_mul", "linear",
+        "linear_silu_and_mul", "linear_gelu_tanh_and_mul",
+    } <= set(triton_impls)
     assert all(impl.device_types == ("cuda",) for impl in triton_impls.values())
     assert triton_impls["linear"].max_tokens == 1  # OCTAVO_GEMV_MAX_TOKENS's default
     for impl in triton_impls.values():  # importable, and taking the op's arguments
@@ -121,7 +124,8 @@ def test_conformance_kit_passes_octavo_kernels_and_the_fused_rotary_path(sandbox
 
     elementwise = (
         "rms_norm", "fused_add_rms_norm", "rms_norm_f32_scale", "fused_add_rms_norm_f32_scale",
-        "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear",
+        "post_norm_add_rms_norm_f32_scale", "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear",
+        "linear_gelu_tanh_and_mul",
     )
     add_triton_on_cpu(sandbox, ops=elementwise)
     monkeypatch.setattr(CpuPlatform, "attention_backend", lambda self, spec: TritonPagedAttention(spec))
@@ -129,6 +133,6 @@ def test_conformance_kit_passes_octavo_kernels_and_the_fused_rotary_path(sandbox
     ctx.dtypes = [torch.float32]
     summary = check_ops(ctx)
     for op in elementwise:
-        assert f"{op}={'gemv' if op == 'linear' else 'triton'} [triton_on_cpu]" in summary
+        assert f"{op}={'gemv' if op.startswith('linear') else 'triton'} [triton_on_cpu]" in summary
     assert "partly: linear: gemv [triton_on_cpu] up to 1 token, else reference" in summary
     assert check_fused_rotary(ctx).startswith("2 configurations of forward_with_rotary match rotary + torch_paged")

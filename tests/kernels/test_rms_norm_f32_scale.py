@@ -1,6 +1,7 @@
 """The Gemma / OLMo 2 RMSNorm kernel (scaled in float32, by offset + weight,
 rounded once) against its reference, as rounded on the device: rows, the
-residual form, per-head views of a wider row, both offsets."""
+residual form, per-head views of a wider row, both offsets, and the
+sandwich form (norm, add, norm)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from octavo.kernels.rms_norm import fused_add_rms_norm_f32_scale, rms_norm_f32_scale  # noqa: E402
+from octavo.kernels.rms_norm import (  # noqa: E402
+    fused_add_rms_norm_f32_scale,
+    post_norm_add_rms_norm_f32_scale,
+    rms_norm_f32_scale,
+)
 from octavo.ops.reference import fused_add_rms_norm_f32_scale as fused_reference  # noqa: E402
+from octavo.ops.reference import post_norm_add_rms_norm_f32_scale as sandwich_reference  # noqa: E402
 from octavo.ops.reference import rms_norm_f32_scale as reference  # noqa: E402
 from tests.kernels.tolerances import INTERPRETING, assert_same_rounding  # noqa: E402
 
@@ -46,3 +52,29 @@ def test_per_head_views_of_a_wider_row(device):
     q = qkv[:, : 4 * 32].view(5, 4, 32)
     weight = torch.randn(32, generator=gen).to(device, torch.bfloat16)
     _close(rms_norm_f32_scale(q, weight, 1e-6, 1.0), reference(q, weight, 1e-6, 1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("weight_offset", [0.0, 1.0])
+@pytest.mark.parametrize("hidden", [200, 256])
+def test_norm_add_norm_of_the_sandwich_layer(dtype, weight_offset, hidden, device):
+    # A block's output (large, as attention and MLP outputs are), its norm
+    # added to the residual, then the next block's norm.
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.randn(5, hidden, generator=gen) * 40).to(device, dtype)
+    residual = torch.randn(5, hidden, generator=gen).to(device, dtype)
+    post_weight, weight = (torch.randn(hidden, generator=gen).to(device, dtype) for _ in range(2))
+    normed, summed = post_norm_add_rms_norm_f32_scale(x, residual, post_weight, weight, 1e-6, weight_offset)
+    expected_normed, expected_summed = sandwich_reference(x, residual, post_weight, weight, 1e-6, weight_offset)
+    assert normed.dtype == summed.dtype == dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(summed, expected_summed, atol=1e-5, rtol=1e-5)
+        _close(normed, expected_normed)
+    else:
+        # The sum rounds the first norm's output, itself within an ulp (two
+        # under the interpreter): the sums may be an ulp of the larger term
+        # apart, and the second norm is checked on the kernel's own sum.
+        torch.testing.assert_close(summed, expected_summed, atol=2**-5, rtol=2**-6)
+        _close(normed, reference(summed, weight, 1e-6, weight_offset))
+    with pytest.raises(ValueError, match="residual shape"):
+        post_norm_add_rms_norm_f32_scale(x, residual[:2], post_weight, weight, 1e-6, weight_offset)

@@ -163,7 +163,7 @@ def test_llm_greedy_tokens_match_torch_backend(min_split_seq_len, llama_dir, mak
     assert ops.choice("rms_norm").impl == "triton" and ops.choice("fused_add_rms_norm").impl == "triton"
     # The decode steps run the GEMV, fused with the MLP's activation.
     assert ops.choice("linear").describe() == "linear: gemv [triton_on_cpu] up to 2 tokens, else reference"
-    assert layer.mlp.linear_silu_and_mul is ops.linear_silu_and_mul
+    assert layer.mlp.linear_act_and_mul is ops.linear_silu_and_mul
     assert ops.choice("linear_silu_and_mul").fallback == "composed (linear, silu_and_mul)"
     outputs = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected

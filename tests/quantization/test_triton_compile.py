@@ -63,7 +63,7 @@ QUANT_KERNELS = {
     "int4 dequant": (int4_triton._grouped_dequant_kernel, dict(BITS=4, P=16, BLOCK_N=32, BLOCKS=4), INT4, {}),
     "fp8 quantize": (fp8_triton._quantize_rows_kernel, dict(BLOCK=2048, QMAX=448.0, MIN_SCALE=1e-12, PRE_ROUND=False),
                      {"q_ptr": FP8, "scale_ptr": "*fp32"}, {}),
-    "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, SILU_MUL=False,
+    "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
                  DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,
                        HAS_BIAS=False), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),

@@ -5,7 +5,9 @@
 back, then scale), as resolved for the model this layer belongs to.
 ``Float32ScaleRMSNorm`` (Gemma 2/3, OLMo 2) scales in float32 before
 casting, by ``weight`` or, for Gemma, by ``1 + weight`` (the
-``rms_norm_f32_scale`` ops).
+``rms_norm_f32_scale`` ops). ``post_norm_add_norm`` is Gemma's sandwich
+step, a block's norm, the residual add and the next norm, one op where
+both norms are float32-scaled alike.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from octavo.ops import LayerOps, current_layer_ops
 from octavo.ops.reference import rms_norm as rms_norm_reference
 from octavo.ops.reference import rms_norm_f32_scale as rms_norm_f32_scale_reference
 
-__all__ = ["Float32ScaleRMSNorm", "RMSNorm", "rms_norm_f32_scale_reference", "rms_norm_reference"]
+__all__ = [
+    "Float32ScaleRMSNorm", "RMSNorm", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
+    "rms_norm_reference",
+]
 
 
 class RMSNorm(nn.Module):
@@ -58,3 +63,24 @@ class Float32ScaleRMSNorm(nn.Module):
         if residual is None:
             return self.ops.rms_norm_f32_scale(x, self.weight, self.eps, self.weight_offset)
         return self.ops.fused_add_rms_norm_f32_scale(x, residual, self.weight, self.eps, self.weight_offset)
+
+
+def fuses_with(post: nn.Module, norm: nn.Module) -> bool:
+    """Whether ``post_norm_add_norm(post, x, residual, norm)`` is one op: both
+    float32-scaled norms with the same eps and offset (all of Gemma's)."""
+    return (
+        isinstance(post, Float32ScaleRMSNorm) and isinstance(norm, Float32ScaleRMSNorm)
+        and post.eps == norm.eps and post.weight_offset == norm.weight_offset
+    )
+
+
+def post_norm_add_norm(post: nn.Module, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module):
+    """``(norm(post(x) + residual), post(x) + residual)``: the norm after a
+    block, the residual add and the norm before the next block. One launch
+    (``post_norm_add_rms_norm_f32_scale``) where ``fuses_with(post, norm)``;
+    otherwise the two norms as they are."""
+    if fuses_with(post, norm):
+        return norm.ops.post_norm_add_rms_norm_f32_scale(
+            x, residual, post.weight, norm.weight, norm.eps, norm.weight_offset
+        )
+    return norm(post(x), residual)

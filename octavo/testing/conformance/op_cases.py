@@ -55,6 +55,19 @@ def _fused_add_case(tokens: int, hidden: int) -> OpCase:
     return OpCase(f"{tokens} tokens x {hidden}", tokens, make)
 
 
+def _sandwich_case(tokens: int, hidden: int, weight_offset: float) -> OpCase:
+    """Gemma's norm after a block (its output large), the add, the next norm."""
+
+    def make(dtype, device, gen):
+        x, residual, post_weight, weight = _on(
+            device, dtype, _randn(gen, tokens, hidden, scale=20.0), _randn(gen, tokens, hidden),
+            _randn(gen, hidden), _randn(gen, hidden),
+        )
+        return x, residual, post_weight, weight, 1e-6, weight_offset
+
+    return OpCase(f"{tokens} tokens x {hidden}, offset {weight_offset:g}", tokens, make)
+
+
 def _with_offset(case: OpCase, weight_offset: float) -> OpCase:
     """A norm case for the ``*_f32_scale`` ops: the same inputs plus ``weight_offset``."""
 
@@ -187,6 +200,8 @@ OP_CASES: dict[str, list[OpCase]] = {
     "rms_norm_f32_scale": [_with_offset(_norm_case(1, 64), 1.0), _with_offset(_norm_case(17, 256), 0.0),
                            _with_offset(_norm_case(5, 32, heads=4), 1.0)],
     "fused_add_rms_norm_f32_scale": [_with_offset(case, 1.0) for case in _tokens_grid(_fused_add_case, 96)],
+    "post_norm_add_rms_norm_f32_scale": [_sandwich_case(1, 96, 1.0), _sandwich_case(3, 200, 0.0),
+                                         _sandwich_case(17, 96, 1.0)],
     "rotary_embedding": [_rotary_case(1, 4, 2, 32), _rotary_case(3, 8, 1, 64), _rotary_case(17, 4, 4, 128)],
     "rotary_and_cache": [_rotary_cache_case(1, 4, 2, 32), _rotary_cache_case(3, 8, 1, 64), _rotary_cache_case(17, 4, 4, 128)],
     "silu_and_mul": _tokens_grid(_gated_case, 300),
@@ -196,6 +211,8 @@ OP_CASES: dict[str, list[OpCase]] = {
                _linear_case(17, 64, 96, False)],
     "linear_silu_and_mul": [_linear_case(1, 2 * 36, 80, False), _linear_case(1, 2 * 64, 256, True),
                             _linear_case(3, 2 * 36, 80, True), _linear_case(17, 2 * 32, 64, False)],
+    "linear_gelu_tanh_and_mul": [_linear_case(1, 2 * 36, 80, False), _linear_case(1, 2 * 64, 256, True),
+                                 _linear_case(3, 2 * 36, 80, True), _linear_case(17, 2 * 32, 64, False)],
     "moe_topk_softmax": [_router_case(1, 128, 8, True), _router_case(3, 8, 2, True), _router_case(17, 60, 4, False)],
     "fused_moe": [_moe_case(1, 8, 2, 64, 32, "silu"), _moe_case(5, 8, 2, 64, 32, "silu"),
                   _moe_case(17, 8, 7, 32, 48, "gelu_tanh"), _moe_case(3, 4, 3, 32, 16, "gelu")],
