@@ -2,8 +2,9 @@
 
 1. Sweep at 1 token: every tile config (``CONFIGS``) on every linear layer
    of the model; plain configs ranked by the time of one decoder layer's
-   qkv, o and down projections plus 1/32 of the LM head, fused SiLU configs
-   by the gate-up projection fused with SiLU-and-mul.
+   qkv, o and down projections plus 1/32 of the LM head, fused configs
+   by the gate-up projection fused with its activation (SiLU-and-mul;
+   GeGLU, ``gate_up_gelu``, for a ``gelu_pytorch_tanh`` model such as Gemma).
 2. A chain of ``CHAIN_LAYERS`` layers with distinct weights in one CUDA
    graph, as a decode step runs them: cuBLAS + the Triton SiLU-and-mul
    kernel, against the GEMV with the default and the best configs (fused
@@ -13,8 +14,9 @@
 Round 15 found cuBLAS faster from 2 tokens on (the runtime uses the GEMV at
 1 token only); ``--tokens 2,4`` times those again. ``--model DIR`` takes the
 shapes from another checkpoint's ``config.json`` (e.g. Gemma-2-9B: 3,584
-inputs, which 2,048-wide K tiles do not divide; its GeGLU gate-up is a plain
-GEMV, so it counts in "plain"); ``--env-file F`` writes the winners as
+inputs, which 2,048-wide K tiles do not divide; its GeGLU gate-up is fused
+as the runtime fuses it, ``linear_gelu_tanh_and_mul``; an exact-GELU
+model's gate-up is a plain GEMV and counts in "plain"); ``--env-file F`` writes the winners as
 ``OCTAVO_GEMV=...`` / ``OCTAVO_GEMV_SILU=...`` lines for a run that follows.
 
 Times are GPU medians with the L2 flushed before each run (weights never
@@ -42,38 +44,42 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernels_gpu import copy_bandwidth, time_us  # noqa: E402  (benchmarks/ is on the path when run as a script)
 from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 
-from octavo.kernels.activation import silu_and_mul  # noqa: E402
+from octavo.kernels.activation import gelu_tanh_and_mul, silu_and_mul  # noqa: E402
 from octavo.kernels.gemv import DEFAULT_CONFIG, DEFAULT_SILU_CONFIG, GemvConfig, gemv  # noqa: E402
 
 HIDDEN, INTERMEDIATE, QKV, VOCAB = 4096, 14336, 6144, 128256
-# name: (out features, in features, fused silu-and-mul)
+# name: (out features, in features, the gated activation fused in or None)
 SHAPES = {
-    "qkv": (QKV, HIDDEN, False),
-    "o": (HIDDEN, HIDDEN, False),
-    "gate_up": (2 * INTERMEDIATE, HIDDEN, False),
-    "gate_up_silu": (2 * INTERMEDIATE, HIDDEN, True),
-    "down": (HIDDEN, INTERMEDIATE, False),
-    "lm_head": (VOCAB, HIDDEN, False),
+    "qkv": (QKV, HIDDEN, None),
+    "o": (HIDDEN, HIDDEN, None),
+    "gate_up": (2 * INTERMEDIATE, HIDDEN, None),
+    "gate_up_silu": (2 * INTERMEDIATE, HIDDEN, "silu"),
+    "down": (HIDDEN, INTERMEDIATE, None),
+    "lm_head": (VOCAB, HIDDEN, None),
 }
+FUSED = "gate_up_silu"  # the fused gate-up shape's name: "gate_up_gelu" for GeGLU models
+GATED_OPS = {"silu": silu_and_mul, "gelu_tanh": gelu_tanh_and_mul}  # the unfused activation launches
 PLAIN_WEIGHT = {"qkv": 1.0, "o": 1.0, "down": 1.0, "lm_head": 1 / 32}  # a layer, less its gate-up
 WIDTHS = (HIDDEN, INTERMEDIATE)  # the input widths of SHAPES
 
 
 def use_model(config_dir: str) -> str:
     """Point SHAPES, PLAIN_WEIGHT and WIDTHS at a checkpoint's linear layers; its name."""
-    global SHAPES, PLAIN_WEIGHT, WIDTHS
+    global SHAPES, PLAIN_WEIGHT, WIDTHS, FUSED
     config = json.loads((Path(config_dir) / "config.json").read_text())
     hidden, inter, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // heads
     q, kv = heads * head_dim, config.get("num_key_value_heads", heads) * head_dim
-    SHAPES = {
-        "qkv": (q + 2 * kv, hidden, False), "o": (hidden, q, False), "gate_up": (2 * inter, hidden, False),
-        "gate_up_silu": (2 * inter, hidden, True), "down": (hidden, inter, False),
-        "lm_head": (config["vocab_size"], hidden, False),
-    }
     act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    gated = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}.get(act)
+    FUSED = "gate_up_gelu" if gated == "gelu_tanh" else "gate_up_silu"
+    SHAPES = {
+        "qkv": (q + 2 * kv, hidden, None), "o": (hidden, q, None), "gate_up": (2 * inter, hidden, None),
+        FUSED: (2 * inter, hidden, gated or "silu"), "down": (hidden, inter, None),
+        "lm_head": (config["vocab_size"], hidden, None),
+    }
     PLAIN_WEIGHT = {"qkv": 1.0, "o": 1.0, "down": 1.0, "lm_head": 1 / config["num_hidden_layers"]}
-    if act != "silu":  # a GeGLU gate-up is a plain GEMV, then its activation
+    if gated is None:  # exact GELU: the runtime runs a plain gate-up GEMV, then its activation
         PLAIN_WEIGHT["gate_up"] = 1.0
     WIDTHS = tuple(sorted({shape[1] for shape in SHAPES.values()}))
     return Path(config_dir).name
@@ -97,26 +103,28 @@ def say(line: str = "") -> None:
     LOG.append(line)
 
 
-def make_weights(generator: torch.Generator, names=tuple(SHAPES)) -> dict[str, torch.Tensor]:
+def make_weights(generator: torch.Generator, names: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
+    # SHAPES read at the call: --model replaces it (and renames the fused shape).
     return {
         name: (torch.randn(*SHAPES[name][:2], device=DEVICE, generator=generator) * 0.02).to(DTYPE)
-        for name in names
-        if name != "gate_up_silu"
+        for name in names or tuple(SHAPES)
+        if name != FUSED
     }
 
 
 def weight_of(weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    return weights["gate_up" if name == "gate_up_silu" else name]
+    return weights["gate_up" if name == FUSED else name]
 
 
 def cublas_fn(name: str, x: torch.Tensor, weight: torch.Tensor):
     if SHAPES[name][2]:
-        return lambda: silu_and_mul(F.linear(x, weight))
+        act = GATED_OPS[SHAPES[name][2]]
+        return lambda: act(F.linear(x, weight))
     return lambda: F.linear(x, weight)
 
 
 def gemv_fn(name: str, x: torch.Tensor, weight: torch.Tensor, config: GemvConfig):
-    return lambda: gemv(x, weight, silu_mul=SHAPES[name][2], config=config)
+    return lambda: gemv(x, weight, gated=SHAPES[name][2], config=config)
 
 
 def inputs_for(num_tokens: int, generator: torch.Generator) -> dict[int, torch.Tensor]:
@@ -166,14 +174,14 @@ def run_sweep(num_tokens: int, weights, configs) -> tuple[GemvConfig, GemvConfig
     say(f"\n{num_tokens} token(s): {len(results)} of {len(configs)} configs ran; times in us, "
         "'plain' = " + " + ".join(name if w == 1 else f"{name} x {w:.3g}" for name, w in PLAIN_WEIGHT.items()))
     say(f"{'config':24s} " + " ".join(f"{name[:8]:>8s}" for name in SHAPES) + f" {'plain':>8s} {'vs cublas':>7s}")
-    say(format_row("cublas (+ silu_and_mul)", base, base))
-    for label, key in (("plain", plain_us), ("silu", lambda t: t["gate_up_silu"])):
+    say(format_row(f"cublas (+ {SHAPES[FUSED][2]}_and_mul)", base, base))
+    for label, key in (("plain", plain_us), (FUSED, lambda t: t[FUSED])):
         ranked = sorted(results, key=lambda ct: key(ct[1]))
         say(f"best {label}:")
         for config, times in ranked[:4]:
             say(format_row(config_name(config), times, base))
     best_plain = min(results, key=lambda ct: plain_us(ct[1]))[0]
-    best_silu = min(results, key=lambda ct: ct[1]["gate_up_silu"])[0]
+    best_silu = min(results, key=lambda ct: ct[1][FUSED])[0]
     return best_plain, best_silu
 
 
@@ -193,11 +201,12 @@ def run_chain(num_tokens: int, variants: dict[str, tuple], copy_bw: float) -> No
             for name, w in layer.items():
                 x = xs[w.shape[1]]
                 if plain is None:
-                    fns.append(cublas_fn("gate_up_silu" if name == "gate_up" else name, x, w))
+                    fns.append(cublas_fn(FUSED if name == "gate_up" else name, x, w))
                 elif name == "gate_up" and fused:
-                    fns.append(gemv_fn("gate_up_silu", x, w, silu))
+                    fns.append(gemv_fn(FUSED, x, w, silu))
                 elif name == "gate_up":
-                    fns.append(lambda x=x, w=w, c=plain: silu_and_mul(gemv(x, w, config=c)))
+                    act = GATED_OPS[SHAPES[FUSED][2]]
+                    fns.append(lambda x=x, w=w, c=plain, act=act: act(gemv(x, w, config=c)))
                 else:
                     fns.append(gemv_fn(name, x, w, plain))
         us = time_us(lambda fns=fns: [fn() for fn in fns], reps=15)
@@ -210,12 +219,12 @@ def run_chain(num_tokens: int, variants: dict[str, tuple], copy_bw: float) -> No
 
 
 def _compile_job(job: tuple) -> str | None:
-    """Worker: run one (tokens, silu, config) once so that it lands in Triton's disk cache."""
-    num_tokens, silu, config, widths = job
+    """Worker: run one (tokens, gated activation or None, config) once so that it lands in Triton's disk cache."""
+    num_tokens, gated, config, widths = job
     try:
         for width in widths:  # EVEN_K differs by width
             x = torch.randn(num_tokens, width, device=DEVICE).to(DTYPE)
-            gemv(x, torch.randn(512, width, device=DEVICE).to(DTYPE), silu_mul=silu, config=config)
+            gemv(x, torch.randn(512, width, device=DEVICE).to(DTYPE), gated=gated, config=config)
         torch.cuda.synchronize()
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc)[:100]}"
@@ -244,17 +253,18 @@ def main() -> None:
     say(f"shapes of {use_model(args.model) if args.model else 'llama-3.1-8b'}: "
         + ", ".join(f"{name} {n}x{k}" for name, (n, k, _) in SHAPES.items()))
     token_counts = [int(t) for t in args.tokens.split(",")]
-    precompile([(m, silu, c, WIDTHS) for m in token_counts for silu in (False, True) for c in CONFIGS])
+    gated_forms = (None, SHAPES[FUSED][2])
+    precompile([(m, gated, c, WIDTHS) for m in token_counts for gated in gated_forms for c in CONFIGS])
     weights = make_weights(torch.Generator(device=DEVICE).manual_seed(0))
     best = {m: run_sweep(m, weights, CONFIGS) for m in token_counts}
     del weights
     torch.cuda.empty_cache()
     for m, (plain, silu) in best.items():
         run_chain(m, {
-            "cublas + silu_and_mul": (None, None, False),
+            f"cublas + {SHAPES[FUSED][2]}_and_mul": (None, None, False),
             f"default {config_name(DEFAULT_CONFIG)}": (DEFAULT_CONFIG, DEFAULT_SILU_CONFIG, True),
             f"best {config_name(plain)} / {config_name(silu)}": (plain, silu, True),
-            f"best {config_name(plain)}, unfused silu": (plain, None, False),
+            f"best {config_name(plain)}, unfused {SHAPES[FUSED][2]}": (plain, None, False),
         }, copy_bw)
     say(f"\ntook {time.perf_counter() - started:.0f} s")
     if args.env_file:

@@ -287,11 +287,13 @@ class DecoderModel(nn.Module):
         on the last rank. None where the pair goes on as ``(delta, residual)``:
         other layer kinds, the last layer of an earlier pipeline stage."""
         local = list(self.layers[self.start_layer : self.end_layer])
-        follows = [layer.input_layernorm for layer in local[1:]] + [self.norm]
         fuses = [getattr(layer, "fuses_next_norm", False) for layer in local]
+        # Only between fusing layers: the next one must take ``normed=True``.
+        pairs = zip(local[1:], fuses, fuses[1:])
+        follows = [nxt.input_layernorm if fused and fuses_next else None for nxt, fused, fuses_next in pairs]
         return [
             norm if fused and fuses_with(layer.post_feedforward_layernorm, norm) else None
-            for layer, norm, fused in zip(local, follows, fuses)
+            for layer, norm, fused in zip(local, follows + [self.norm], fuses)
         ]
 
     def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):

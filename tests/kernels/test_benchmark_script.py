@@ -125,14 +125,15 @@ def test_long_context_sweep_writes_its_winners(bench, sweep_module, monkeypatch,
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
-def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
+@pytest.mark.parametrize("fused, gated", [("gate_up_silu", "silu"), ("gate_up_gelu", "gelu_tanh")])
+def test_gemv_sweep_runs_on_tiny_shapes(fused, gated, monkeypatch):
     from octavo.kernels.gemv import GemvConfig
 
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports its neighbours
     module = load_script(SCRIPT.with_name("gemv_gpu_sweep.py"), "gemv_gpu_sweep_bench", monkeypatch)
-    shapes = {"qkv": (48, 32, False), "o": (32, 32, False), "gate_up": (64, 32, False),
-              "gate_up_silu": (64, 32, True), "down": (32, 48, False), "lm_head": (80, 32, False)}
-    tiny = dict(WIDTHS=(32, 48), SHAPES=shapes, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),
+    shapes = {"qkv": (48, 32, None), "o": (32, 32, None), "gate_up": (64, 32, None),
+              fused: (64, 32, gated), "down": (32, 48, None), "lm_head": (80, 32, None)}
+    tiny = dict(WIDTHS=(32, 48), SHAPES=shapes, FUSED=fused, CHAIN_LAYERS=2, DEVICE=torch.device("cpu"),
                 DTYPE=torch.float32, time_us=lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
     for name, value in tiny.items():
         monkeypatch.setattr(module, name, value)
@@ -148,15 +149,16 @@ def test_gemv_sweep_runs_on_tiny_shapes(monkeypatch):
 
 
 def test_gemv_sweep_takes_a_models_shapes(monkeypatch):
-    # --model: Gemma-2-9B's linear layers; its GeGLU gate-up is a plain GEMV, so "plain" counts it.
+    # --model: Gemma-2-9B's linear layers; its GeGLU gate-up is fused as the runtime fuses it.
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     module = load_script(SCRIPT.with_name("gemv_gpu_sweep.py"), "gemv_gpu_sweep_bench", monkeypatch)
-    for name in ("SHAPES", "PLAIN_WEIGHT", "WIDTHS"):
+    for name in ("SHAPES", "PLAIN_WEIGHT", "WIDTHS", "FUSED"):
         monkeypatch.setattr(module, name, getattr(module, name))  # restored after the test
     assert module.use_model(str(SCRIPT.parent / "configs" / "gemma-2-9b")) == "gemma-2-9b"
-    assert module.SHAPES["qkv"] == (8192, 3584, False) and module.SHAPES["o"] == (3584, 4096, False)
-    assert module.SHAPES["lm_head"] == (256000, 3584, False) and module.WIDTHS == (3584, 4096, 14336)
-    assert module.PLAIN_WEIGHT["gate_up"] == 1.0 and module.PLAIN_WEIGHT["lm_head"] == 1 / 42
+    assert module.SHAPES["qkv"] == (8192, 3584, None) and module.SHAPES["o"] == (3584, 4096, None)
+    assert module.SHAPES["lm_head"] == (256000, 3584, None) and module.WIDTHS == (3584, 4096, 14336)
+    assert module.FUSED == "gate_up_gelu" and module.SHAPES["gate_up_gelu"] == (28672, 3584, "gelu_tanh")
+    assert "gate_up" not in module.PLAIN_WEIGHT and module.PLAIN_WEIGHT["lm_head"] == 1 / 42
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
