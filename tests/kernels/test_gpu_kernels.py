@@ -163,3 +163,26 @@ def test_gpu_gemv_llama8b_shapes(num_tokens):
     gate_up = torch.randn(2 * 14336, 4096, device="cuda", generator=generator).to(torch.bfloat16) * 0.02
     expected = silu_and_mul_reference(F.linear(x, gate_up))
     torch.testing.assert_close(gemv(x, gate_up, silu_mul=True), expected, **BF16)
+
+
+def test_gpu_gemma2_fused_geglu_and_sandwich_norm():
+    # Gemma-2-9B: 3,584 inputs (not a multiple of the 2,048-wide K tile),
+    # GeGLU gate-up 2 x 14,336; the sandwich norm's bf16 sum within an ulp,
+    # its second norm checked on the kernel's own sum.
+    import torch.nn.functional as F
+
+    from octavo.kernels.gemv import gemv_gelu_tanh_mul
+    from octavo.kernels.rms_norm import post_norm_add_rms_norm_f32_scale
+    from octavo.ops import reference
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(1, 3584, device="cuda", generator=generator).to(torch.bfloat16)
+    gate_up = torch.randn(2 * 14336, 3584, device="cuda", generator=generator).to(torch.bfloat16) * 0.02
+    expected = reference.gelu_tanh_and_mul(F.linear(x, gate_up))
+    torch.testing.assert_close(gemv_gelu_tanh_mul(x, gate_up, None), expected, **BF16)
+    out, residual = (torch.randn(1, 3584, device="cuda", generator=generator).to(torch.bfloat16) * s for s in (30, 3))
+    post_weight, weight = (torch.randn(3584, device="cuda", generator=generator).to(torch.bfloat16) for _ in range(2))
+    normed, summed = post_norm_add_rms_norm_f32_scale(out, residual, post_weight, weight, 1e-6, 1.0)
+    _, expected_sum = reference.post_norm_add_rms_norm_f32_scale(out, residual, post_weight, weight, 1e-6, 1.0)
+    torch.testing.assert_close(summed, expected_sum, atol=2**-4, rtol=2**-6)  # an ulp of the normed values (up to 16)
+    torch.testing.assert_close(normed, reference.rms_norm_f32_scale(summed, weight, 1e-6, 1.0), atol=0, rtol=2**-7)
