@@ -33,7 +33,7 @@ def test_kernels_compile_in_a_fresh_process():
 import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
-from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4_triton  # noqa: E402
+from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4_mm_triton, int4_triton  # noqa: E402
 
 
 def signature(kernel, constexprs: dict, pointers: dict) -> dict:
@@ -49,18 +49,25 @@ def signature(kernel, constexprs: dict, pointers: dict) -> dict:
 
 INT4 = {"w_ptr": "*i32", "z_ptr": "*u8"}
 FP8 = "*fp8e4nv"
+MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None)
 # (kernel, constexprs, pointer types, compile options): Llama-3.1-8B tiles.
 QUANT_KERNELS = {
     "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False), INT4, {}),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),
-    "int4 mm": (int4_triton._grouped_mm_kernel, dict(BITS=4, BLOCK_M=64, BLOCK_N=128, SPLIT_K=1, GROUP_M=8, WHOLE_GROUPS=True,
-                HAS_BIAS=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), INT4, dict(num_stages=3)),
-    "int4 mm split": (int4_triton._grouped_mm_kernel, dict(BITS=4, BLOCK_M=16, BLOCK_N=64, SPLIT_K=4, GROUP_M=8,
-                      WHOLE_GROUPS=False, HAS_BIAS=True, DOT_DTYPE=tl.bfloat16, PRECISION=None),
-                      dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
-    "sum splits": (int4_triton._sum_splits_kernel, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), {"ws_ptr": "*fp32"}, {}),
-    "int4 dequant": (int4_triton._grouped_dequant_kernel, dict(BITS=4, P=16, BLOCK_N=32, BLOCKS=4), INT4, {}),
+    "int4 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
+                WHOLE_GROUPS=True, HAS_BIAS=False), INT4, dict(num_stages=3)),
+    "int4 mm wide": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, SPLIT_K=1,
+                     WHOLE_GROUPS=True, HAS_BIAS=False), INT4, dict(num_warps=8, num_stages=3)),
+    "int4 mm split": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, SPLIT_K=4,
+                      WHOLE_GROUPS=False, HAS_BIAS=True), dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
+    "int8 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BITS=8, BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1,
+                WHOLE_GROUPS=True, HAS_BIAS=True), {"w_ptr": "*i32", "z_ptr": "*i16"}, dict(num_stages=3)),
+    "sum splits": (int4_mm_triton._sum_splits_kernel, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), {"ws_ptr": "*fp32"}, {}),
+    "int4 dequant": (int4_mm_triton._grouped_dequant_kernel, dict(BITS=4, P=16, BLOCK_N=32, BLOCK_K=512,
+                     WHOLE_GROUPS=True), INT4, {}),
+    "int4 dequant small groups": (int4_mm_triton._grouped_dequant_kernel, dict(BITS=4, P=16, BLOCK_N=16, BLOCK_K=1024,
+                                  WHOLE_GROUPS=False), INT4, dict(num_warps=8)),
     "fp8 quantize": (fp8_triton._quantize_rows_kernel, dict(BLOCK=2048, QMAX=448.0, MIN_SCALE=1e-12, PRE_ROUND=False),
                      {"q_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
@@ -95,7 +102,7 @@ def test_quant_kernels_compile_for_hopper(name):
 
 
 @compiled_here
-@pytest.mark.parametrize("name", ["int4 gemv", "int4 mm"])
+@pytest.mark.parametrize("name", ["int4 gemv", "int4 mm", "int4 dequant"])
 def test_int4_kernels_compile_for_ampere(name):
     kernel, constexprs, pointers, options = QUANT_KERNELS[name]
     compile_for(kernel, signature(kernel, constexprs, pointers), constexprs, 80, **options)

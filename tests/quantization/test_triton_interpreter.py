@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from octavo.kernels.quant import int4  # noqa: E402
+from octavo.kernels.quant import int4, int4_mm_triton  # noqa: E402
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 from tests.quantization.test_kernels import FUSED_TYPES, random_blocks  # noqa: E402
@@ -37,13 +37,26 @@ TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 # (bits, out features, in features, group size, tokens, dtype): partial N and
 # M tiles, several groups per 128-input block (32), one group over several
-# blocks (128), 8-bit, and inputs too few for 16-word blocks (64: P = 1).
+# blocks (128), two groups in one 256-input K step (512 / 128), 8-bit (also
+# with groups smaller than its 64-input block), and inputs too few for
+# 16-word blocks (64: P = 1).
 GROUPED_CASES = [
     (4, 24, 256, 32, 1, torch.float32),
     (4, 40, 256, 64, 3, torch.bfloat16),
     (8, 24, 128, 64, 5, torch.float16),
     (4, 8, 64, 32, 2, torch.float32),
     (4, 16, 384, 128, 17, torch.float32),
+    (4, 24, 512, 128, 9, torch.float32),
+    (8, 16, 256, 32, 4, torch.float32),
+]
+
+
+# One K step of one and of two layout blocks (256 for 8-bit: four), split-K
+# fixed and automatic (0), 384 inputs: block_k 256 shrinks to 128.
+MM_CONFIGS = [
+    int4_mm_triton.GroupedMmConfig(16, 16),
+    int4_mm_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2, block_k=256),
+    int4_mm_triton.GroupedMmConfig(32, 16, split_k=0, block_k=256),
 ]
 
 
@@ -68,10 +81,12 @@ def test_grouped_kernels_match_reference(kernels, bits, out_features, in_feature
         gemv = int4_triton.grouped_gemv(*args, config=config)
         assert gemv.dtype == dtype and _close(gemv, expected, dtype), config
     if int4.plane_words(in_features, bits) == 16:
-        for config in (int4_triton.GroupedMmConfig(16, 16), int4_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2)):
+        for config in MM_CONFIGS:
             assert _close(int4_triton.grouped_mm(*args, config=config), expected, dtype), config
-    dense = int4_triton.grouped_dequantize(qweight, scales, zeros, group_size, bits, torch.float32)
-    assert torch.equal(dense, int4.dequantize_grouped(qweight, scales, zeros, group_size, bits, torch.float32))
+    exact = int4.dequantize_grouped(qweight, scales, zeros, group_size, bits, torch.float32)
+    for tile in (None, int4_triton.DequantTile(8, 128, 4), int4_triton.DequantTile(16, 2048, 8)):
+        dense = int4_triton.grouped_dequantize(qweight, scales, zeros, group_size, bits, torch.float32, tile)
+        assert torch.equal(dense, exact), tile
     assert _close(int4_triton.grouped_linear(*args), expected, dtype)
 
 
@@ -82,6 +97,54 @@ def test_grouped_mm_splits_k_for_skinny_batches(kernels):
     assert int4_triton.mm_config(8, 4096, 4096, 4, cpu).split_k == 1  # 64 tiles already fill 8 units
     assert int4_triton.mm_config(8, 64, 4096, 4, cpu).split_k == 8  # 1 tile; each split keeps >= 4 of 32 blocks
     assert int4_triton.mm_config(512, 4096, 4096, 4, cpu).split_k == 1
+
+
+@needs_interpreter
+def test_grouped_mm_block_k_fits_the_inputs(kernels):
+    int4_triton, _ = kernels
+    cpu = torch.device("cpu")
+    assert int4_triton.mm_config(512, 4096, 14336, 4, cpu).block_k == 128
+    assert int4_mm_triton.fit_block_k(256, 384, 128) == 128  # 3 layout blocks
+    assert int4_mm_triton.fit_block_k(512, 14336, 128) == 512
+    with pytest.raises(ValueError, match="layout block"):
+        int4_mm_triton.fit_block_k(64, 4096, 128)
+    config = int4_mm_triton.GroupedMmConfig(16, 64, split_k=0, block_k=256)
+    assert int4_mm_triton.auto_split(config, 8, 64, 4096, cpu) == 4  # 16 steps of 256: >= 4 per split
+
+
+@needs_interpreter
+def test_int4_mm_tiles_from_the_environment(kernels, monkeypatch):
+    """``OCTAVO_INT4_MM_TILES``, ``OCTAVO_INT4_DEQUANT_TILE`` and
+    ``OCTAVO_INT4_DEQUANT_MIN_TOKENS`` for tuning runs (read once per process)."""
+    int4_triton, _ = kernels
+    cached = (int4_mm_triton.mm_config_from_env, int4_mm_triton.dequant_tile_from_env, int4_triton.dequant_min_tokens)
+    for function in cached:
+        function.cache_clear()
+    monkeypatch.setenv("OCTAVO_INT4_MM_TILES", "32,64,256,8,4")
+    monkeypatch.setenv("OCTAVO_INT4_DEQUANT_TILE", "16,1024,8")
+    monkeypatch.setenv("OCTAVO_INT4_DEQUANT_MIN_TOKENS", "4")
+    try:
+        config = int4_triton.mm_config(16, 64, 4096, 4, torch.device("cpu"))
+        assert (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages) == (32, 64, 256, 8, 4)
+        assert config.split_k == 4  # not given: automatic
+        assert int4_mm_triton.mm_env_value(config) == "32,64,256,8,4,4"
+        assert int4_mm_triton.dequant_tile_from_env() == int4_triton.DequantTile(16, 1024, 8)
+        assert int4_triton.dequant_min_tokens() == 4
+        torch.manual_seed(0)
+        qweight, scales, zeros = int4.quantize_grouped_rtn(torch.randn(24, 256), 128, 4)
+        x = torch.randn(3, 256)
+        from octavo.ops import quant_reference
+
+        expected = quant_reference.int4_linear(x, qweight, scales, zeros, 128, None)
+        assert _close(int4_triton.int4_linear(x, qweight, scales, zeros, 128, None), expected, torch.float32)
+        for function in cached:
+            function.cache_clear()
+        monkeypatch.setenv("OCTAVO_INT4_MM_TILES", "32,64,256")
+        with pytest.raises(ValueError, match="block_m,block_n,block_k"):
+            int4_mm_triton.mm_config_from_env()
+    finally:
+        for function in cached:
+            function.cache_clear()
 
 
 def _gguf_rows(type_name: str, rows: int, seed: int) -> tuple[torch.Tensor, int]:

@@ -97,6 +97,14 @@ def plane_words(num_in: int, bits: int) -> int:
     return 16 if num_in % (16 * pack) == 0 else 1
 
 
+def linear_shapes(x: torch.Tensor, qweight: torch.Tensor, bits: int) -> tuple[int, int, int]:
+    """``(tokens, out features, in features)`` of ``x @ W.T``, checking that ``x`` has the inputs ``qweight`` packs."""
+    num_tokens, num_in = x.shape
+    if qweight.shape[1] * (32 // bits) != num_in:
+        raise ValueError(f"x has {num_in} features, qweight packs {qweight.shape[1] * (32 // bits)} ({bits}-bit)")
+    return num_tokens, qweight.shape[0], num_in
+
+
 def pack_grouped(values: torch.Tensor, bits: int) -> torch.Tensor:
     """``[N, K]`` ints in ``0 .. 2**bits - 1`` -> Octavo's int32 ``[N, K * bits / 32]``."""
     num_out, num_in = values.shape
