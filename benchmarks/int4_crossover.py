@@ -1,7 +1,10 @@
-"""int4 at decode batch sizes: the tensor-core kernel against dequantize +
-cuBLAS, beside bf16 cuBLAS, one Llama-3.1-8B layer's four projections
-(CUDA events, medians): ``python benchmarks/int4_crossover.py``. Sets
-``DEQUANT_MIN_TOKENS`` in ``octavo/kernels/quant/int4_triton.py``."""
+"""int4 from 16 to 1,024 tokens, one Llama-3.1-8B layer's four projections
+(CUDA events, medians, microseconds): bf16 cuBLAS beside the tensor-core
+kernel (its defaults, the old kernel's tiles, candidate tiles) and
+dequantize + cuBLAS (dequantizer tile candidates). CUDA only:
+``python benchmarks/int4_crossover.py``. Sets ``DEQUANT_MIN_TOKENS`` and the
+defaults in ``octavo/kernels/quant/int4_mm_triton.py``; each tensor-core row
+names its ``OCTAVO_INT4_MM_TILES`` value for an end-to-end try."""
 
 from __future__ import annotations
 
@@ -10,9 +13,17 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from octavo.kernels.quant import int4, int4_triton
+from octavo.kernels.quant import int4, int4_mm_triton as mm
 
 SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]  # (K, N)
+TOKENS = (16, 64, 128, 256, 512, 1024)
+# (block_m, block_n, split_k (0: automatic), group_m, num_warps, num_stages, block_k)
+OLD_TILES = [mm.GroupedMmConfig(16, 64, 0, 8, 4, 4), mm.GroupedMmConfig(32, 64, 0, 8, 4, 4),
+             mm.GroupedMmConfig(64, 128, 0, 8, 4, 3), mm.GroupedMmConfig(128, 128, 0, 8, 8, 3)]
+NEW_TILES = [mm.GroupedMmConfig(m, n, 0, 8, w, st, k) for m, n, k, w, st in (
+    (16, 64, 256, 4, 4), (32, 128, 256, 4, 3), (64, 128, 256, 4, 3), (64, 256, 128, 8, 3),
+    (128, 128, 256, 8, 3), (128, 256, 128, 8, 3))]
+DEQUANT_TILES = [mm.DequantTile(r, k, w) for r, k, w in ((32, 128, 4), (32, 512, 4), (16, 1024, 8), (8, 1024, 4))]
 
 
 def median_us(fn, iters: int = 20) -> float:
@@ -29,20 +40,42 @@ def median_us(fn, iters: int = 20) -> float:
     return statistics.median(times)
 
 
+def layer_us(run, layers, m: int) -> float:
+    """One layer's four projections at ``m`` tokens; nan where the config cannot run (shared memory)."""
+    total = 0.0
+    for (k, _), (dense, q) in zip(SHAPES, layers):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        try:
+            total += median_us(lambda: run(x, dense, q))
+        except Exception:  # noqa: BLE001 -- a tile the GPU cannot take: shown as nan
+            return float("nan")
+    return total
+
+
 def main() -> None:
     gen = torch.Generator().manual_seed(0)
     layers = []
     for k, n in SHAPES:
         dense = (torch.randn(n, k, generator=gen) * 0.02).to("cuda", torch.bfloat16)
         layers.append((dense, int4.quantize_int4_rtn(dense, 128)))
-    print("tokens   bf16 cublas   int4 tc_mm   int4 dequant+cublas  (us, one layer's 4 projections)")
-    for m in (16, 64, 128, 256, 384, 512, 1024):
-        xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for k, _ in SHAPES]
-        bf16 = sum(median_us(lambda: F.linear(x, d)) for x, (d, _) in zip(xs, layers))
-        tc = sum(median_us(lambda: int4_triton.grouped_mm(x, *q, 128, None, 4)) for x, (_, q) in zip(xs, layers))
-        deq = sum(median_us(lambda: F.linear(x, int4_triton.grouped_dequantize(*q, 128, 4, torch.bfloat16)))
-                  for x, (_, q) in zip(xs, layers))
-        print(f"{m:6d} {bf16:13.1f} {tc:12.1f} {deq:20.1f}", flush=True)
+    rows = [("bf16 cublas", lambda x, d, q: F.linear(x, d)),
+            ("tc_mm default", lambda x, d, q: mm.grouped_mm(x, *q, 128, None, 4))]
+    rows += [(f"tc_mm {mm.mm_env_value(c)}", lambda x, d, q, c=c: mm.grouped_mm(x, *q, 128, None, 4, c))
+             for c in OLD_TILES + NEW_TILES]
+    rows += [(f"dequant {t.rows},{t.block_k},{t.num_warps}+cublas",
+              lambda x, d, q, t=t: F.linear(x, mm.grouped_dequantize(*q, 128, 4, torch.bfloat16, t)))
+             for t in DEQUANT_TILES]
+    print("us, one layer's 4 projections; tc_mm rows: OCTAVO_INT4_MM_TILES=m,n,k,warps,stages,split (0: auto);"
+          " dequant rows: OCTAVO_INT4_DEQUANT_TILE=rows,block_k,warps; (x) = bf16 / row")
+    print(f"{'path':<34}" + "".join(f"{m:>16}" for m in TOKENS))
+    bf16 = {}
+    for name, run in rows:
+        line = f"{name:<34}"
+        for m in TOKENS:
+            us = layer_us(run, layers, m)
+            bf16.setdefault(m, us)
+            line += f"{us:9.1f} ({bf16[m] / us:.2f})"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

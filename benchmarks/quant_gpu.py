@@ -129,13 +129,21 @@ def kv_cache_checks() -> None:
 
 
 def time_layer(path: qp.Path, weights: dict, num_tokens: int) -> dict[str, float] | None:
+    """The path's time per shape, or None where it does not run; a path that fails
+    while timed (a CUDA-graph capture it cannot take) says so and the others go on."""
     times = {}
     for shape, num_in, _ in qp.SHAPES:
         x = torch.randn(num_tokens, num_in, device=qp.DEVICE, dtype=qp.DTYPE)
         fn = runnable(path, weights[shape], x)
         if fn is None:
             return None
-        times[shape] = time_us(lambda fn=fn, x=x: fn(x), reps=20)
+        try:
+            times[shape] = time_us(lambda fn=fn, x=x: fn(x), reps=20)
+        except Exception as exc:  # noqa: BLE001 -- reported; one path must not end the timings
+            message = str(exc).strip().replace("\n", " ")
+            say(f"  {path.label} M={num_tokens} {shape}: FAILED <{type(exc).__name__}: {message[:500]}>")
+            RESULTS["unavailable"].setdefault(path.label, f"timing failed: {type(exc).__name__}: {message[:120]}")
+            return None
     return times
 
 

@@ -132,7 +132,7 @@ def all_paths() -> list[Path]:
             x, *w, BLOCK, None, 4, c or int4_triton.GEMV_CONFIG), 8),
         Path("int4", "tc_mm", lambda w, c: lambda x: int4_triton.grouped_mm(x, *w, BLOCK, None, 4, c)),
         Path("int4", "dequant+cublas", lambda w, c: lambda x: F.linear(
-            x, int4_triton.grouped_dequantize(*w, BLOCK, 4, x.dtype))),
+            x, int4_triton.grouped_dequantize(*w, BLOCK, 4, x.dtype, c))),
         Path("int4", "op", lambda w, c: lambda x: int4_triton.int4_linear(x, *w, BLOCK, None)),
         Path("int4", "torch_int4pack_mm", _torch_int4pack),
     ]

@@ -8,7 +8,8 @@ flushed, replayed from a CUDA graph:
 
 - ``fp8 gemv`` (``gemv.GemvConfig``, 8-bit weight + per-channel scale) at 1, 2 tokens;
 - ``int4 gemv`` (``GroupedGemvConfig``) at 1, 2; ``int4 tc_mm``
-  (``GroupedMmConfig``, split-K included) at 16, 64, 256, 512;
+  (``GroupedMmConfig``, split-K and K step included) at 16, 64, 256, 512;
+  ``int4 dequant+cublas`` (``DequantTile``) at 512;
 - ``gguf_Q4_K`` / ``gguf_Q6_K`` ``gemv`` (``GGUFGemvConfig``) at 1;
   ``tile_mm`` (``GGUFMmConfig``) at 16, 64;
 - ``fp8_block gemv`` / ``block_mm`` (``BlockGemvConfig``, ``BlockMmConfig``) at 1 and 64, 512.
@@ -42,7 +43,7 @@ from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
-from octavo.kernels.quant.int4_triton import GroupedGemvConfig, GroupedMmConfig  # noqa: E402
+from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 
 SWEEP_BUDGET_S = 180.0
 REPS = 15
@@ -53,20 +54,28 @@ GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 
 INT4_GEMV = [
     GroupedGemvConfig(n, b, w, d) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for d in (False, True)
 ]
+# block_k: inputs per K step (one dequantized tile, one tl.dot); 256-input steps
+# at 4 stages overflow shared memory with the wider tiles: those fail to launch and drop out.
 INT4_MM_SKINNY = [
-    GroupedMmConfig(m, n, s, 8, 4, st) for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
+    GroupedMmConfig(m, n, s, 8, 4, st, k)
+    for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4) for k in (128, 256)
 ]
-INT4_MM_WIDE = [GroupedMmConfig(m, n, 1, 8, w, st) for m, n in ((64, 128), (64, 256), (128, 128), (128, 256)) for w in (4, 8) for st in (3, 4)]
+INT4_MM_WIDE = [
+    GroupedMmConfig(m, n, 1, 8, w, st, k)
+    for m in (64, 128) for n in (128, 256) for k in (128, 256) for w in (4, 8) for st in (3, 4)
+]
+INT4_DEQUANT = [DequantTile(r, k, w) for r in (8, 16, 32) for k in (256, 512, 1024) for w in (4, 8)]
 GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4, 8, 16) for w in (4, 8)]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
-# (family, path, tokens, configs): ~270 kernels, ~3 minutes on the H200.
+# (family, path, tokens, configs): ~360 kernels, ~4 minutes on the H200.
 PLAN = [
     ("fp8", "gemv", (1, 2), GEMV_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
     ("int4", "tc_mm", (16, 64), INT4_MM_SKINNY),
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
+    ("int4", "dequant+cublas", (512,), INT4_DEQUANT),
     ("gguf_Q4_K", "gemv", (1,), GGUF_GEMV),
     ("gguf_Q6_K", "gemv", (1,), GGUF_GEMV),
     ("gguf_Q4_K", "tile_mm", (16, 64), GGUF_MM),

@@ -63,6 +63,31 @@ def test_quant_gpu_script(scripts, capsys):
 
 
 @needs_interpreter
+def test_quant_gpu_reports_a_path_that_fails_while_timed(scripts, monkeypatch, capsys):
+    """A path whose timing raises (a graph capture it cannot take) prints FAILED; the others are timed."""
+    quant_gpu, _ = scripts
+    failing = quant_gpu.qp.path_by_label("int4", "tc_mm")
+    real_time_layer = quant_gpu.time_layer
+
+    def time_layer(path, weights, num_tokens):
+        timer = _raise if path.label == failing.label else (lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
+        monkeypatch.setattr(quant_gpu, "time_us", timer)
+        return real_time_layer(path, weights, num_tokens)
+
+    monkeypatch.setattr(quant_gpu, "time_layer", time_layer)
+    monkeypatch.setattr(quant_gpu.qp, "FAMILIES", ("int4",))
+    quant_gpu.timings((16,), bandwidth=1e12)
+    out = capsys.readouterr().out
+    assert "int4 tc_mm M=16 qkv: FAILED <RuntimeError: operation not permitted when stream is capturing>" in out
+    timed = {(r["family"], r["path"]) for r in quant_gpu.RESULTS["timings"]}
+    assert ("int4", "dequant+cublas") in timed and ("int4", "tc_mm") not in timed
+
+
+def _raise(fn, use_graph=True, reps=30):
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+@needs_interpreter
 def test_quant_sweep_script(scripts, capsys):
     _, sweep = scripts
     # Two of the plan's cases, one config each: the sweep's code is the same for all.
