@@ -1,25 +1,30 @@
 """The grouped int4 / int8 layout (``int4``) on the tensor cores and as a
-dense weight, in Triton: the two kernels that turn packed words into
-natural-order tiles.
+dense weight, in Triton: two kernels that turn a tile's packed words into
+values with one load of the words and no shuffles.
 
-Word ``p`` of a layout block holds the block's inputs ``p + P * j`` in its
-plane ``j``, so the block's planes one after the other are its inputs in
-order. ``_dequant_tile`` loads a tile's words once (``[BLOCK_N, BLOCKS,
-P]``: long runs per row), shifts them out to ``[BLOCK_N, BLOCKS, PACK, P]``
-and reshapes that to ``[BLOCK_N, BLOCK_K]`` in natural input order; zero and
-scale are applied in float32 and the value is rounded once, like the torch
-reference.
+Word ``p`` of a layout block holds the block's inputs ``p + 16 j`` in its
+plane ``j`` (``P = 16`` words a block where the inputs allow, else 1).
 
-* ``_grouped_mm_kernel``: tiles of ``BLOCK_M x BLOCK_N``; each K step is one
-  ``[BLOCK_K, BLOCK_N]`` dequantized tile and ONE ``tl.dot`` with the
-  ``[BLOCK_M, BLOCK_K]`` activations, a plain GEMM loop that Triton
-  software-pipelines (``num_stages``) -- the kernel it replaces did eight
-  16-deep products per 128 inputs, which the pipeliner could not overlap.
-  Skinny batches split K over ``SPLIT_K`` programs whose float32 partials
+* ``_grouped_mm_kernel``: tiles of ``BLOCK_M x BLOCK_N``; each K step
+  dequantizes ``BLOCK_K`` inputs of ``BLOCK_N`` rows into one tile and does
+  ONE ``tl.dot`` with the matching activations: a plain GEMM loop whose word
+  and activation loads Triton software-pipelines (``num_stages``, async
+  copies), unlike the eight 16-deep products per 128 inputs it replaces.
+  The tile is in word-major order (``_word_major_tile``): each thread joins
+  the planes of the words it holds, so its values are consecutive (wide
+  shared-memory stores), and the activations are permuted to match on the
+  host (``word_major``: the sum over K does not care about its order). A
+  value is one shift, one AND-OR and one FMA (``_plane_at_unit``), exact for
+  16-bit scales (float32 ones: one rounding more); the blocks' scales are
+  loaded a step ahead. Skinny batches
+  split K over ``SPLIT_K`` programs whose float32 partials
   ``_sum_splits_kernel`` sums (no atomics, no memset).
-* ``_grouped_dequant_kernel``: the dense ``[N, K]`` weight for cuBLAS, each
-  program writing ``BLOCK_N`` rows of ``BLOCK_K`` consecutive values (wide,
-  coalesced stores).
+* ``_grouped_dequant_kernel``: the dense ``[N, K]`` weight for cuBLAS in
+  natural order (``_dequant_tile``: the words of ``BLOCKS`` blocks shifted
+  out to ``[BLOCK_N, BLOCKS, PACK, P]``, which reshapes to ``BLOCK_K``
+  consecutive inputs), each program writing ``BLOCK_N`` rows of ``BLOCK_K``
+  values (16-byte coalesced stores); value ``(q - zero) * scale`` in float32,
+  rounded once, bit for bit the torch reference.
 
 ``BLOCK_K`` is shrunk on the host until it divides ``K``, so neither kernel
 masks along K. Tiles are parameters (``GroupedMmConfig``, ``DequantTile``)
@@ -92,6 +97,77 @@ def _dequant_tile(
     return tl.reshape((value - zero) * scale, (BLOCK_N, BLOCK_K))
 
 
+@triton.jit
+def _plane_at_unit(words, j: tl.constexpr, BITS: tl.constexpr):
+    """Plane ``j`` of ``words`` as float32 ``2**E + q`` (E = 7 for 4 bits, 8 for
+    8 bits): ``q`` shifted to the mantissa's units bit and the exponent ORed in.
+    With so small an ``E``, ``v * scale`` and ``(2**E + zero) * scale`` are exact
+    in float32 for 16-bit scales, so ``v * scale - (2**E + zero) * scale`` is
+    the exact ``(q - zero) * scale`` (one FMA, fused or not)."""
+    E: tl.constexpr = BITS // 4 + 6
+    UNIT: tl.constexpr = 23 - E
+    SHIFT: tl.constexpr = BITS * j - UNIT
+    if SHIFT >= 0:
+        moved = words >> SHIFT
+    else:
+        moved = words << (0 - SHIFT)
+    return ((moved & (((1 << BITS) - 1) << UNIT)) | ((127 + E) << 23)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _group_scale(s_ptr, z_ptr, rows, stride_sn, stride_zn, first, group_size, BITS: tl.constexpr):
+    """Scale and ``-(2**E + zero) * scale`` (``_plane_at_unit``) of the groups holding inputs ``first``
+    ``[BLOCKS]`` of ``rows``: float32 ``[BLOCK_N, BLOCKS, 1]``."""
+    E: tl.constexpr = BITS // 4 + 6
+    group = first // group_size
+    scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :]).to(tl.float32)[:, :, None]
+    zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :]).to(tl.float32)[:, :, None]
+    return scale, -(zero + (1 << E)) * scale
+
+
+@triton.jit
+def _plane_scaled(words, j: tl.constexpr, scale, bias, groups, BITS: tl.constexpr, BLOCKS: tl.constexpr,
+                  WHOLE_GROUPS: tl.constexpr, DTYPE: tl.constexpr):
+    """Plane ``j`` of ``words`` ``[BLOCK_N, BLOCKS, 16]`` (inputs ``16 j .. 16 j + 15``
+    of each layout block) dequantized; ``scale`` and ``bias`` are the blocks' own
+    where whole groups cover them, else the plane loads its own (``groups``: where
+    the scales are, ``(s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size)``)."""
+    if not WHOLE_GROUPS:
+        s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size = groups
+        first = k0 + tl.arange(0, BLOCKS) * (16 * (32 // BITS)) + 16 * j
+        scale, bias = _group_scale(s_ptr, z_ptr, rows, stride_sn, stride_zn, first, group_size, BITS)
+    return _plane_at_unit(words, j, BITS) * scale + bias
+
+
+@triton.jit
+def _word_major_tile(w_ptr, s_ptr, z_ptr, rows, stride_wn, stride_sn, stride_zn, k0, group_size, scale, bias,
+                     BITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WHOLE_GROUPS: tl.constexpr,
+                     DTYPE: tl.constexpr):
+    """Inputs ``k0 .. k0 + BLOCK_K`` of weight rows ``rows`` in word-major order
+    (``word_major``): ``[BLOCK_N, BLOCK_K]`` of ``DTYPE``. Each thread joins the
+    planes of the words it holds, so its values are consecutive in the tile
+    (wide shared-memory stores for the tensor cores, no shuffle)."""
+    PACK: tl.constexpr = 32 // BITS
+    BLOCKS: tl.constexpr = BLOCK_K // (16 * PACK)
+    words = tl.load(w_ptr + rows[:, None, None] * stride_wn + (k0 // PACK + tl.arange(0, BLOCKS) * 16)[None, :, None]
+                    + tl.arange(0, 16)[None, None, :])
+    groups = (s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size)
+    v0 = _plane_scaled(words, 0, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+    v1 = _plane_scaled(words, 1, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+    v2 = _plane_scaled(words, 2, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+    v3 = _plane_scaled(words, 3, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+    # Nested joins put plane bitreverse(i) at position i: joined in bit-reversed order, plane j lands at j.
+    if PACK == 4:
+        planes = tl.join(tl.join(v0, v2), tl.join(v1, v3))
+    else:
+        v4 = _plane_scaled(words, 4, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+        v5 = _plane_scaled(words, 5, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+        v6 = _plane_scaled(words, 6, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+        v7 = _plane_scaled(words, 7, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
+        planes = tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7)))
+    return tl.reshape(planes, (BLOCK_N, BLOCK_K)).to(DTYPE)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _grouped_mm_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
@@ -113,13 +189,22 @@ def _grouped_mm_kernel(
     per_split = tl.cdiv(num_steps, SPLIT_K)
     first_step = tl.program_id(1) * per_split
     last_step = tl.minimum(first_step + per_split, num_steps)
+    BLOCKS: tl.constexpr = BLOCK_K // (16 * (32 // BITS))
+    block_inputs = tl.arange(0, BLOCKS) * (16 * (32 // BITS))
+    # The blocks' scales are loaded one step ahead (too narrow for the pipeliner's
+    # async copies): their latency hides behind the step's products.
+    scale, bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first_step * BLOCK_K + block_inputs,
+                               group_size, BITS)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(first_step, last_step):
         k0 = step * BLOCK_K
-        weight = _dequant_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
-                               BITS, 16, BLOCK_N, BLOCK_K, WHOLE_GROUPS).to(x_ptr.dtype.element_ty)
+        ahead = tl.minimum(k0 + BLOCK_K, K - BLOCK_K) + block_inputs
+        next_scale, next_bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
+        weight = _word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
+                                  scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
         x = tl.load(x_ptr + rows_m[:, None] * stride_xm + k0 + offs_k[None, :])
-        acc = tl.dot(x.to(DOT_DTYPE), tl.trans(weight.to(DOT_DTYPE)), acc, input_precision=PRECISION)
+        acc = tl.dot(x.to(DOT_DTYPE), tl.trans(weight), acc, input_precision=PRECISION)
+        scale, bias = next_scale, next_bias
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K == 1:
         if HAS_BIAS:
@@ -241,6 +326,14 @@ def dequant_tile_from_env() -> DequantTile | None:
     return DequantTile(*parts) if parts is not None else None
 
 
+def word_major(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """The activations in the order ``_word_major_tile`` yields the weight: within
+    each layout block, input ``p + 16 j`` (word ``p``, plane ``j``) at ``p * pack + j``."""
+    pack = 32 // bits
+    num_tokens, num_in = x.shape
+    return x.reshape(num_tokens, num_in // (16 * pack), pack, 16).transpose(2, 3).reshape(num_tokens, num_in)
+
+
 def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedMmConfig | None = None):
     """``x @ W.T + bias`` on the tensor cores (inputs in whole 16-word layout blocks)."""
     num_tokens, num_out, num_in = layout.linear_shapes(x, qweight, bits)
@@ -256,7 +349,7 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
     grid = (triton.cdiv(num_tokens, config.block_m) * triton.cdiv(num_out, config.block_n), split)
     has_bias = bias is not None
     _grouped_mm_kernel[grid](
-        x, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
+        word_major(x, bits), qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
         BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
         GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
