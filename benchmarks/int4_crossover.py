@@ -17,12 +17,13 @@ from octavo.kernels.quant import int4, int4_mm_triton as mm
 
 SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]  # (K, N)
 TOKENS = (16, 64, 128, 256, 512, 1024)
-# (block_m, block_n, split_k (0: automatic), group_m, num_warps, num_stages, block_k)
+# (block_m, block_n, split_k (0: automatic), group_m, num_warps, num_stages, block_k, swap_ab)
 OLD_TILES = [mm.GroupedMmConfig(16, 64, 0, 8, 4, 4), mm.GroupedMmConfig(32, 64, 0, 8, 4, 4),
              mm.GroupedMmConfig(64, 128, 0, 8, 4, 3), mm.GroupedMmConfig(128, 128, 0, 8, 8, 3)]
-NEW_TILES = [mm.GroupedMmConfig(m, n, 0, 8, w, st, k) for m, n, k, w, st in (
-    (16, 64, 256, 4, 4), (32, 128, 256, 4, 3), (64, 128, 256, 4, 3), (64, 256, 128, 8, 3),
-    (128, 128, 256, 8, 3), (128, 256, 128, 8, 3))]
+# Spill-free and within shared memory on sm_90 (ptxas, offline).
+NEW_TILES = [mm.GroupedMmConfig(m, n, 0, 8, w, st, k, swap) for m, n, k, w, st, swap in (
+    (16, 64, 128, 4, 4, True), (16, 64, 256, 4, 4, True), (32, 128, 128, 4, 3, True), (64, 128, 256, 8, 3, False),
+    (64, 256, 128, 8, 4, False), (128, 128, 128, 8, 4, False), (128, 256, 128, 8, 3, False))]
 DEQUANT_TILES = [mm.DequantTile(r, k, w) for r, k, w in ((32, 128, 4), (32, 512, 4), (16, 1024, 8), (8, 1024, 4))]
 
 
@@ -65,7 +66,7 @@ def main() -> None:
     rows += [(f"dequant {t.rows},{t.block_k},{t.num_warps}+cublas",
               lambda x, d, q, t=t: F.linear(x, mm.grouped_dequantize(*q, 128, 4, torch.bfloat16, t)))
              for t in DEQUANT_TILES]
-    print("us, one layer's 4 projections; tc_mm rows: OCTAVO_INT4_MM_TILES=m,n,k,warps,stages,split (0: auto);"
+    print("us, one layer's 4 projections; tc_mm rows: OCTAVO_INT4_MM_TILES=m,n,k,warps,stages,split (0: auto),swap;"
           " dequant rows: OCTAVO_INT4_DEQUANT_TILE=rows,block_k,warps; (x) = bf16 / row")
     print(f"{'path':<34}" + "".join(f"{m:>16}" for m in TOKENS))
     bf16 = {}

@@ -54,11 +54,13 @@ GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 
 INT4_GEMV = [
     GroupedGemvConfig(n, b, w, d) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for d in (False, True)
 ]
-# block_k: inputs per K step (one dequantized tile, one tl.dot); 256-input steps
-# at 4 stages overflow shared memory with the wider tiles: those fail to launch and drop out.
+# block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
+# that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
+# (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
 INT4_MM_SKINNY = [
-    GroupedMmConfig(m, n, s, 8, 4, st, k)
-    for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4) for k in (128, 256)
+    GroupedMmConfig(m, n, s, 8, 4, st, k, swap)
+    for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
+    for k, swap in ((128, False), (128, True), (256, True))
 ]
 INT4_MM_WIDE = [
     GroupedMmConfig(m, n, 1, 8, w, st, k)
@@ -69,7 +71,7 @@ GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4, 8, 16
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
-# (family, path, tokens, configs): ~360 kernels, ~4 minutes on the H200.
+# (family, path, tokens, configs): ~420 kernels, ~5 minutes on the H200.
 PLAN = [
     ("fp8", "gemv", (1, 2), GEMV_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),

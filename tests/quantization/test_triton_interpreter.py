@@ -52,11 +52,11 @@ GROUPED_CASES = [
 
 
 # One K step of one and of two layout blocks (256 for 8-bit: four), split-K
-# fixed and automatic (0), 384 inputs: block_k 256 shrinks to 128.
+# fixed and automatic (0), 384 inputs: block_k 256 shrinks to 128; W x^T.
 MM_CONFIGS = [
     int4_mm_triton.GroupedMmConfig(16, 16),
     int4_mm_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2, block_k=256),
-    int4_mm_triton.GroupedMmConfig(32, 16, split_k=0, block_k=256),
+    int4_mm_triton.GroupedMmConfig(32, 16, split_k=0, block_k=256, swap_ab=True),
 ]
 
 
@@ -127,7 +127,7 @@ def test_int4_mm_tiles_from_the_environment(kernels, monkeypatch):
         config = int4_triton.mm_config(16, 64, 4096, 4, torch.device("cpu"))
         assert (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages) == (32, 64, 256, 8, 4)
         assert config.split_k == 4  # not given: automatic
-        assert int4_mm_triton.mm_env_value(config) == "32,64,256,8,4,4"
+        assert int4_mm_triton.mm_env_value(config) == "32,64,256,8,4,4,0"
         assert int4_mm_triton.dequant_tile_from_env() == int4_triton.DequantTile(16, 1024, 8)
         assert int4_triton.dequant_min_tokens() == 4
         torch.manual_seed(0)
@@ -139,6 +139,9 @@ def test_int4_mm_tiles_from_the_environment(kernels, monkeypatch):
         assert _close(int4_triton.int4_linear(x, qweight, scales, zeros, 128, None), expected, torch.float32)
         for function in cached:
             function.cache_clear()
+        monkeypatch.setenv("OCTAVO_INT4_MM_TILES", "16,64,128,4,3,2,1")
+        assert int4_mm_triton.mm_config_from_env() == int4_mm_triton.GroupedMmConfig(16, 64, 2, 8, 4, 3, 128, True)
+        int4_mm_triton.mm_config_from_env.cache_clear()
         monkeypatch.setenv("OCTAVO_INT4_MM_TILES", "32,64,256")
         with pytest.raises(ValueError, match="block_m,block_n,block_k"):
             int4_mm_triton.mm_config_from_env()

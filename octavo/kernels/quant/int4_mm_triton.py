@@ -56,6 +56,9 @@ class GroupedMmConfig:
     num_warps: int = 4
     num_stages: int = 3
     block_k: int = 128  # inputs per K step: a multiple of the layout block (128 for int4, 64 for int8)
+    # Multiply W x^T: the weight rows take the tensor cores' 64-row side, so
+    # batches of 16-32 tokens run on Hopper's wgmma instead of mma.sync.
+    swap_ab: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def _grouped_mm_kernel(
     stride_xm, stride_wn, stride_sn, stride_zn, stride_om, stride_split,
     BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr, WHOLE_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr = False,
 ):
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -195,7 +198,10 @@ def _grouped_mm_kernel(
     # async copies): their latency hides behind the step's products.
     scale, bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first_step * BLOCK_K + block_inputs,
                                group_size, BITS)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(first_step, last_step):
         k0 = step * BLOCK_K
         ahead = tl.minimum(k0 + BLOCK_K, K - BLOCK_K) + block_inputs
@@ -203,8 +209,13 @@ def _grouped_mm_kernel(
         weight = _word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
                                   scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
         x = tl.load(x_ptr + rows_m[:, None] * stride_xm + k0 + offs_k[None, :])
-        acc = tl.dot(x.to(DOT_DTYPE), tl.trans(weight), acc, input_precision=PRECISION)
+        if SWAP_AB:  # the weight's rows fill the tensor cores' 64-row side: skinny batches on Hopper's wgmma
+            acc = tl.dot(weight, tl.trans(x.to(DOT_DTYPE)), acc, input_precision=PRECISION)
+        else:
+            acc = tl.dot(x.to(DOT_DTYPE), tl.trans(weight), acc, input_precision=PRECISION)
         scale, bias = next_scale, next_bias
+    if SWAP_AB:
+        acc = tl.trans(acc)
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K == 1:
         if HAS_BIAS:
@@ -302,21 +313,22 @@ def _resolved(config: GroupedMmConfig, num_tokens: int, out_features: int, in_fe
 
 @functools.cache
 def mm_config_from_env() -> GroupedMmConfig | None:
-    """``OCTAVO_INT4_MM_TILES=block_m,block_n,block_k,num_warps,num_stages[,split_k]``
-    (tuning runs; no split_k: ``auto_split``), else None."""
-    fields = "block_m,block_n,block_k,num_warps,num_stages[,split_k]"
-    parts = ints_from_env("OCTAVO_INT4_MM_TILES", fields, (5, 6))
+    """``OCTAVO_INT4_MM_TILES=block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab]]``
+    (tuning runs; no split_k or 0: ``auto_split``), else None."""
+    fields = "block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab]]"
+    parts = ints_from_env("OCTAVO_INT4_MM_TILES", fields, (5, 6, 7))
     if parts is None:
         return None
     block_m, block_n, block_k, num_warps, num_stages = parts[:5]
     split = parts[5] if len(parts) > 5 else 0
-    return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k)
+    swap = bool(parts[6]) if len(parts) > 6 else False
+    return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k, swap)
 
 
 def mm_env_value(config: GroupedMmConfig) -> str:
     """``config`` as the value ``OCTAVO_INT4_MM_TILES`` takes."""
     c = config
-    return f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k}"
+    return f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k},{int(c.swap_ab)}"
 
 
 @functools.cache
@@ -353,7 +365,7 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
         BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
         GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
-        DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
+        DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype), SWAP_AB=config.swap_ab,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
