@@ -42,15 +42,24 @@ def median_us(fn, iters: int = 20) -> float:
 
 
 def layer_us(run, layers, m: int) -> float:
-    """One layer's four projections at ``m`` tokens; nan where the config cannot run (shared memory)."""
+    """One layer's four projections at ``m`` tokens; nan where the config cannot run
+    (shared memory), -1 where its result is wrong (relative L2 error over 1e-2)."""
     total = 0.0
     for (k, _), (dense, q) in zip(SHAPES, layers):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         try:
             total += median_us(lambda: run(x, dense, q))
+            weight = dense.float() if run is bf16_cublas else int4.dequantize_int4(*q, 128, torch.float32)
+            expected = x.float() @ weight.t()
         except Exception:  # noqa: BLE001 -- a tile the GPU cannot take: shown as nan
             return float("nan")
+        if ((run(x, dense, q).float() - expected).norm() / expected.norm()) > 1e-2:
+            return -1.0
     return total
+
+
+def bf16_cublas(x, dense, q):
+    return F.linear(x, dense)
 
 
 def main() -> None:
@@ -59,14 +68,14 @@ def main() -> None:
     for k, n in SHAPES:
         dense = (torch.randn(n, k, generator=gen) * 0.02).to("cuda", torch.bfloat16)
         layers.append((dense, int4.quantize_int4_rtn(dense, 128)))
-    rows = [("bf16 cublas", lambda x, d, q: F.linear(x, d)),
+    rows = [("bf16 cublas", bf16_cublas),
             ("tc_mm default", lambda x, d, q: mm.grouped_mm(x, *q, 128, None, 4))]
     rows += [(f"tc_mm {mm.mm_env_value(c)}", lambda x, d, q, c=c: mm.grouped_mm(x, *q, 128, None, 4, c))
              for c in OLD_TILES + NEW_TILES]
     rows += [(f"dequant {t.rows},{t.block_k},{t.num_warps}+cublas",
               lambda x, d, q, t=t: F.linear(x, mm.grouped_dequantize(*q, 128, 4, torch.bfloat16, t)))
              for t in DEQUANT_TILES]
-    print("us, one layer's 4 projections; tc_mm rows: OCTAVO_INT4_MM_TILES=m,n,k,warps,stages,split (0: auto),swap;"
+    print("us, one layer's 4 projections (-1: wrong result, nan: cannot run); tc_mm rows: OCTAVO_INT4_MM_TILES=m,n,k,warps,stages,split (0: auto),swap;"
           " dequant rows: OCTAVO_INT4_DEQUANT_TILE=rows,block_k,warps; (x) = bf16 / row")
     print(f"{'path':<34}" + "".join(f"{m:>16}" for m in TOKENS))
     bf16 = {}

@@ -83,6 +83,8 @@ def test_grouped_kernels_match_reference(kernels, bits, out_features, in_feature
     if int4.plane_words(in_features, bits) == 16:
         for config in MM_CONFIGS:
             assert _close(int4_triton.grouped_mm(*args, config=config), expected, dtype), config
+        strided = torch.cat([x, x], dim=1)[:, :in_features]  # rows 2 K apart: the kernel reads its own copy's stride
+        assert _close(int4_triton.grouped_mm(strided, *args[1:], config=MM_CONFIGS[0]), expected, dtype)
     exact = int4.dequantize_grouped(qweight, scales, zeros, group_size, bits, torch.float32)
     for tile in (None, int4_triton.DequantTile(8, 128, 4), int4_triton.DequantTile(16, 2048, 8)):
         dense = int4_triton.grouped_dequantize(qweight, scales, zeros, group_size, bits, torch.float32, tile)

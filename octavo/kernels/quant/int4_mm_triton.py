@@ -343,7 +343,8 @@ def word_major(x: torch.Tensor, bits: int) -> torch.Tensor:
     each layout block, input ``p + 16 j`` (word ``p``, plane ``j``) at ``p * pack + j``."""
     pack = 32 // bits
     num_tokens, num_in = x.shape
-    return x.reshape(num_tokens, num_in // (16 * pack), pack, 16).transpose(2, 3).reshape(num_tokens, num_in)
+    blocks = x.reshape(num_tokens, num_in // (16 * pack), pack, 16)
+    return blocks.transpose(2, 3).contiguous().reshape(num_tokens, num_in)
 
 
 def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedMmConfig | None = None):
@@ -360,9 +361,10 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
     target = out if split == 1 else torch.empty(split, num_tokens, num_out, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(num_tokens, config.block_m) * triton.cdiv(num_out, config.block_n), split)
     has_bias = bias is not None
+    xw = word_major(x, bits)
     _grouped_mm_kernel[grid](
-        word_major(x, bits), qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
-        x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
+        xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
+        xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
         BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
         GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
         DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype), SWAP_AB=config.swap_ab,
