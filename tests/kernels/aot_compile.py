@@ -19,8 +19,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from octavo.kernels import (
-    activation, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_topk, paged_attention, rms_norm, rotary,
-    split_kv_decode,
+    activation, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_align, moe_decode, moe_topk, paged_attention,
+    rms_norm, rotary, split_kv_decode,
 )
 from octavo.kernels.quant import int4_triton
 
@@ -135,7 +135,13 @@ def cases(attention_only: bool = False):
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
         yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0), tiles
         yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
-    yield "fused_moe align", fused_moe._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
+        yield f"fused_moe gate_up per slot {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0, PER_SLOT=True), tiles
+    # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
+    block_n, warps = moe_decode.down_tiles()
+    for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):
+        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k)
+        yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
+    yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
     yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(BLOCK_N=block_n, BLOCK_K=block_k, ACT=0), None
     yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k), None

@@ -13,13 +13,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from octavo.kernels.fused_moe import (  # noqa: E402
-    MoeTiles,
-    align_to_experts,
-    align_to_experts_torch,
-    fused_moe,
-    moe_tiles,
-)
+from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.kernels.moe_align import align_to_experts, align_to_experts_torch  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import moe_topk_softmax as select_experts  # noqa: E402
@@ -45,39 +40,44 @@ def make_inputs(num_tokens, num_experts, top_k, hidden, inter, dtype, device, sk
     return x, w13, w2, weights.to(device), ids.to(device)
 
 
-def check(inputs, tiles, dtype, activation="silu"):
+def check(inputs, tiles, dtype, activation="silu", decode=False):
     x, w13, w2, weights, ids = inputs
-    out = fused_moe(x, w13, w2, weights, ids, activation, tiles)
+    out = fused_moe(x, w13, w2, weights, ids, activation, tiles, decode)
     expected = fused_moe_reference(x, w13, w2, weights, ids, activation)
     torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("tiles", [DECODE, PREFILL], ids=["decode-tiles", "prefill-tiles"])
+@pytest.mark.parametrize(
+    "tiles,decode", [(DECODE, False), (PREFILL, False), (DECODE, True)], ids=["decode-tiles", "prefill-tiles", "decode-form"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_uneven_loads_and_idle_experts(tiles, dtype, device):
+def test_uneven_loads_and_idle_experts(tiles, decode, dtype, device):
     # 8 experts, top-2, tokens skewed onto experts 0-3: experts 4-7 get few
     # or no tokens; 40 hidden / 24 intermediate are not multiples of the tiles.
     inputs = make_inputs(13, 8, 2, 40, 24, dtype, device, skew=6.0)
     ids = inputs[4]
     counts = torch.bincount(ids.flatten().long().cpu(), minlength=8)
     assert counts.min() == 0 and counts.max() >= 8
-    check(inputs, tiles, dtype)
+    check(inputs, tiles, dtype, decode=decode)
 
 
+@pytest.mark.parametrize("decode", [False, True], ids=["grouped", "decode-form"])
 @pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
-def test_top_k_equals_num_experts(activation, device):
-    check(make_inputs(5, 8, 8, 32, 32, torch.float32, device), DECODE, torch.float32, activation)
+def test_top_k_equals_num_experts(activation, decode, device):
+    check(make_inputs(5, 8, 8, 32, 32, torch.float32, device), DECODE, torch.float32, activation, decode)
 
 
-def test_single_token_many_experts(device):
+@pytest.mark.parametrize("decode", [False, True], ids=["grouped", "decode-form"])
+def test_single_token_many_experts(decode, device):
     # Decode at Qwen3-MoE's routing (top-8 of many): most experts idle.
-    check(make_inputs(1, 32, 8, 32, 16, torch.float32, device, seed=3), DECODE, torch.float32)
+    check(make_inputs(1, 32, 8, 32, 16, torch.float32, device, seed=3), DECODE, torch.float32, decode=decode)
 
 
-def test_experts_on_other_ranks_add_nothing(device):
+@pytest.mark.parametrize("tiles,decode", [(PREFILL, False), (DECODE, True)], ids=["grouped", "decode-form"])
+def test_experts_on_other_ranks_add_nothing(tiles, decode, device):
     x, w13, w2, weights, ids = make_inputs(9, 8, 2, 32, 16, torch.float32, device, seed=1)
     local = torch.where(ids < 4, ids, -1)  # this rank holds experts 0-3 of 8
-    out = fused_moe(x, w13[:4], w2[:4], weights, local, "silu", PREFILL)
+    out = fused_moe(x, w13[:4], w2[:4], weights, local, "silu", tiles, decode)
     expected = fused_moe_reference(x, w13[:4], w2[:4], weights, local, "silu")
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
@@ -127,11 +127,11 @@ def test_tiles_follow_tokens_per_expert():
 @pytest.mark.parametrize(
     "num_experts,top_k,hidden,inter", [(8, 2, 4096, 14336), (128, 8, 2048, 768)], ids=["mixtral-8x7b", "qwen3-30b-a3b"]
 )
-@pytest.mark.parametrize("num_tokens", [1, 64, 2048])
-def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens):
+@pytest.mark.parametrize("num_tokens,decode", [(1, None), (1, False), (4, True), (64, None), (2048, None)])
+def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens, decode):
     inputs = make_inputs(num_tokens, num_experts, top_k, hidden, inter, torch.bfloat16, torch.device("cuda"))
     x, w13, w2, weights, ids = inputs
-    out = fused_moe(x, w13, w2, weights, ids)
+    out = fused_moe(x, w13, w2, weights, ids, decode=decode)
     expected = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, "silu")
     # Outputs reach ~500 at these widths and the kernel rounds the activation
     # to bf16 as the bf16 reference does (~0.4% per element): compared by the
@@ -142,11 +142,12 @@ def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(INTERPRETING or not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("num_tokens", [1, 4096], ids=["align-kernel", "align-torch-sort"])
+@pytest.mark.parametrize("num_tokens", [1, 8, 4096], ids=["decode-form", "align-kernel", "align-torch-sort"])
 def test_captured_in_a_cuda_graph(num_tokens):
-    # The engine captures decode and prefill steps in CUDA graphs: both
-    # alignment paths (the one-block kernel and the sort past its slot limit)
-    # must capture, and the replay must match an eager call on new inputs.
+    # The engine captures decode and prefill steps in CUDA graphs: the decode
+    # form and both alignment paths (the one-block kernel and the sort past
+    # its slot limit) must capture, and the replay must match an eager call
+    # on new inputs.
     x, w13, w2, weights, ids = make_inputs(num_tokens, 128, 8, 256, 128, torch.bfloat16, torch.device("cuda"))
     fused_moe(x, w13, w2, weights, ids)  # compile the kernels outside the capture
     graph = torch.cuda.CUDAGraph()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import re
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
@@ -95,17 +94,24 @@ def grouped_select_experts(
 
 class Router(nn.Module):
     """The router's logits ``x @ weight.T`` (never quantized); DeepSeek V3's
-    correction bias lives here too, under its checkpoint name."""
+    correction bias lives here too, under its checkpoint name.
 
-    def __init__(self, moe: MoEConfig, hidden_size: int, dtype: torch.dtype) -> None:
+    The product is the ``linear`` layer op the dense layers use (the GEMV
+    kernel at decode where the platform has one, ``F.linear`` elsewhere),
+    in the router's dtype as Hugging Face computes it: the model's for
+    Mixtral, Qwen-MoE and OLMoE (an ``nn.Linear`` of the layer), float32
+    for DeepSeek (its gate casts both operands)."""
+
+    def __init__(self, moe: MoEConfig, hidden_size: int, dtype: torch.dtype, ops: LayerOps | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(moe.num_experts, hidden_size, dtype=dtype), requires_grad=False)
         self.e_score_correction_bias = None
         if moe.correction_bias:
             self.e_score_correction_bias = nn.Parameter(torch.zeros(moe.num_experts, dtype=torch.float32), requires_grad=False)
+        self.linear_op = (ops or current_layer_ops()).linear
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden.to(self.weight.dtype), self.weight)
+        return self.linear_op(hidden.to(self.weight.dtype), self.weight, None)
 
 
 class FusedMoE(nn.Module):
@@ -211,7 +217,7 @@ class SparseMoeBlock(nn.Module):
         # The router stays unquantized in every format (its logits pick
         # experts); DeepSeek computes it in float32.
         router_dtype = torch.float32 if config.model_type.startswith("deepseek") else ctx.dtype
-        self.gate = Router(moe, config.hidden_size, router_dtype)
+        self.gate = Router(moe, config.hidden_size, router_dtype, ctx.ops)
         self.experts = FusedMoE(
             moe, config.hidden_size, ctx.dtype, ctx.expert_parallel, f"{prefix}.experts", config.hidden_act, ctx.ops
         )

@@ -1,0 +1,129 @@
+"""Expert alignment for the grouped MoE kernels (``fused_moe.py``).
+
+The ``T * k`` (token, choice) slots sorted by expert, each expert's run
+padded to a multiple of ``block_m`` with a sentinel slot (``T * k``), and
+the expert of every ``block_m`` block (-1 past the end). Sizes are upper
+bounds fixed by ``T``, ``k``, ``E`` and ``block_m`` (``T * k + E *
+(block_m - 1)`` sorted slots) and nothing synchronises with the host, so a
+step using it can be captured in a CUDA graph. Up to
+``ALIGN_KERNEL_MAX_SLOTS`` slots (small batches, where launch count is
+what costs) one program of ``_align_kernel`` does it all; larger batches
+use torch's sort (``align_to_experts_torch``, ~25 small ops). Decode
+batches of ``moe_decode_max_tokens`` tokens skip it (``moe_decode.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.triton_utils import cdiv
+
+
+@dataclass
+class ExpertAlignment:
+    sorted_slots: torch.Tensor  # [max_padded] int32: slot t * k + j, or T * k (padding)
+    block_experts: torch.Tensor  # [max_padded // block_m] int32: local expert, -1 = nothing to do
+
+
+ALIGN_KERNEL_MAX_SLOTS = 1024
+_ALIGN_BLOCK = 64
+_ALIGN_FILL_BLOCK = 1024
+
+
+def max_padded_slots(num_slots: int, num_experts: int, block_m: int) -> int:
+    return cdiv(num_slots + num_experts * (block_m - 1), block_m) * block_m
+
+
+@triton.jit(do_not_specialize=["num_slots", "max_padded"])
+def _align_kernel(
+    ids_ptr, sorted_slots_ptr, block_experts_ptr, num_slots, max_padded,
+    E_PAD: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, FILL_BLOCK: tl.constexpr,
+):
+    """One program: count slots per expert, place each slot (stable), then
+    mark padding positions and every block's expert. The three kinds of
+    position (real slots, an expert's padding, the spare tail) are disjoint,
+    so their stores need no ordering; only the slot pass compares against
+    every expert, the others are plain stores (decode at 128 experts pads
+    to ~2,000 positions, which a per-position expert search made the
+    slowest launch of the layer)."""
+    experts = tl.arange(0, E_PAD)
+    counts = tl.zeros([E_PAD], tl.int32)
+    for start in range(0, num_slots, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=-1)
+        counts += tl.sum((ids[:, None] == experts[None, :]).to(tl.int32), axis=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    total = tl.sum(padded, axis=0)
+    seen = tl.zeros([E_PAD], tl.int32)
+    for start in range(0, num_slots, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=-1)
+        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+        earlier = tl.cumsum(onehot, axis=0) - onehot  # same-expert slots before this one in the chunk
+        dest = tl.sum(onehot * (earlier + seen[None, :] + starts[None, :]), axis=1)
+        tl.store(sorted_slots_ptr + dest, offs, mask=ids >= 0)
+        seen += tl.sum(onehot, axis=0)
+    # Each expert's padding: fewer than BLOCK_M positions after its slots.
+    pad = starts[:, None] + counts[:, None] + tl.arange(0, BLOCK_M)[None, :]
+    tl.store(sorted_slots_ptr + pad, num_slots, mask=pad < ends[:, None])
+    # The spare tail past the last expert's run.
+    for start in range(0, max_padded, FILL_BLOCK):
+        pos = start + tl.arange(0, FILL_BLOCK)
+        tl.store(sorted_slots_ptr + pos, num_slots, mask=(pos >= total) & (pos < max_padded))
+    # Every block's expert: the one whose run holds the block's first position.
+    for start in range(0, max_padded // BLOCK_M, BLOCK):
+        blocks = start + tl.arange(0, BLOCK)
+        first = blocks * BLOCK_M
+        owner = tl.sum((ends[None, :] <= first[:, None]).to(tl.int32), axis=1)
+        tl.store(block_experts_ptr + blocks, tl.where(first < total, owner, -1), mask=first < max_padded)
+
+
+def align_to_experts(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> ExpertAlignment:
+    """Slots sorted by expert, each expert's run padded to whole blocks (see module docstring)."""
+    num_slots = topk_ids.numel()
+    if num_slots > ALIGN_KERNEL_MAX_SLOTS:
+        return align_to_experts_torch(topk_ids, num_experts, block_m)
+    max_padded = max_padded_slots(num_slots, num_experts, block_m)
+    sorted_slots = torch.empty(max_padded, dtype=torch.int32, device=topk_ids.device)
+    block_experts = torch.empty(max_padded // block_m, dtype=torch.int32, device=topk_ids.device)
+    ids = topk_ids.reshape(-1).to(torch.int32)
+    _align_kernel[(1,)](
+        ids, sorted_slots, block_experts, num_slots, max_padded,
+        E_PAD=max(16, triton.next_power_of_2(num_experts)), BLOCK=_ALIGN_BLOCK, BLOCK_M=block_m,
+        FILL_BLOCK=_ALIGN_FILL_BLOCK, num_warps=4,
+    )
+    return ExpertAlignment(sorted_slots, block_experts)
+
+
+def align_to_experts_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> ExpertAlignment:
+    """``align_to_experts`` with torch ops (a sort), for batches of many slots."""
+    num_slots = topk_ids.numel()
+    device = topk_ids.device
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    flat = torch.where(flat < 0, num_experts, flat)  # skipped slots: a bucket after the last expert
+    counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    # The skipped-slot bucket takes no room. A mask, not ``padded[E] = 0``: that
+    # copies a host scalar, which CUDA graph capture refuses.
+    padded = padded * (torch.arange(num_experts + 1, device=device) < num_experts)
+    ends = torch.cumsum(padded, 0)
+    starts = ends - padded
+    order = torch.argsort(flat, stable=True)
+    experts = flat[order]
+    rank = torch.arange(num_slots, device=device) - (torch.cumsum(counts, 0) - counts)[experts]
+    max_padded = max_padded_slots(num_slots, num_experts, block_m)
+    # Skipped slots land on one extra position that is cut off below.
+    dest = torch.where(experts < num_experts, starts[experts] + rank, max_padded)
+    sorted_slots = torch.full((max_padded + 1,), num_slots, dtype=torch.int32, device=device)
+    sorted_slots.scatter_(0, dest, order.to(torch.int32))
+    block_starts = torch.arange(0, max_padded, block_m, device=device)
+    block_experts = torch.searchsorted(ends[:num_experts], block_starts, right=True)
+    block_experts = torch.where(block_experts < num_experts, block_experts, -1).to(torch.int32)
+    return ExpertAlignment(sorted_slots[:max_padded], block_experts)

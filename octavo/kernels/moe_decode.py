@@ -1,0 +1,126 @@
+"""The fused MoE at decode: no alignment, the sum over top-k in the down kernel.
+
+At a handful of tokens the grouped path (``fused_moe.py``) spends more
+launches around its two GEMMs than in them: the expert alignment, a zero
+fill of the per-slot output and a sum over ``k``. For batches of up to
+``moe_decode_max_tokens`` tokens ``fused_moe`` runs instead
+
+1. the same ``_gate_up_kernel`` with one block per slot (``PER_SLOT``):
+   block ``b`` holds slot ``b`` alone and reads its expert from
+   ``topk_ids``, so no alignment is needed. At one token the ``k``
+   experts are distinct and the grouped path's busy blocks are exactly
+   these; at a few tokens an expert two tokens share is read twice (L2
+   often holds it);
+2. ``_down_topk_sum_kernel``, program (token, column tile): the token's
+   ``k`` slots times their experts' down rows, all ``k`` weight tiles
+   loaded together (many loads in flight: the older two-GEMV path walked
+   the experts one after the other and was slower, round 25), each
+   slot's product rounded, times its routing weight, rounded, and the sum
+   over ``k`` in float32 rounded once: what the grouped path's per-slot
+   rows and ``torch.sum`` compute, in one launch, with no atomics and no
+   zero fill. The order of the sum is fixed: results are deterministic.
+
+Slots of -1 (experts on another rank) add nothing; their activation rows
+are never written and never read. ``OCTAVO_MOE_DOWN_TILES=block_n,num_warps``
+overrides the down kernel's tiles (tuning runs, benchmarks/moe_gpu.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.triton_utils import cdiv, ints_from_env, next_power_of_2
+
+MOE_DECODE_MAX_TOKENS_ENV = "OCTAVO_MOE_DECODE_MAX_TOKENS"
+MOE_DOWN_TILES_ENV = "OCTAVO_MOE_DOWN_TILES"
+# Output features per program and warps of the down kernel: at Qwen3-30B-A3B's
+# width (2,048) 512 programs, each with 8 experts' 4 rows (16 KB) in flight a
+# step. 8 warps: ptxas (sm_90a) gives 116 registers a thread, no spills, 4
+# programs an SM (4 warps: 200 registers, 2). A starting point for the GPU
+# sweep, not a measured optimum.
+DEFAULT_DOWN_TILES = (4, 8)
+# Products a program holds (top-k x block_n x block_k, float32, reduced
+# along K once at the end), as the dense GEMV's deferred reduction; the K
+# tile is what gives way to more experts or rows.
+DOWN_PRODUCTS = 8192
+
+
+@functools.cache
+def moe_decode_max_tokens() -> int:
+    """Batches of up to this many tokens take the decode form (this module)
+    instead of the grouped GEMMs (``OCTAVO_MOE_DECODE_MAX_TOKENS``, default
+    1: batch-1 decode, where the two do the same weight reads; 0 turns it
+    off for A/B runs)."""
+    value = os.environ.get(MOE_DECODE_MAX_TOKENS_ENV, "1")
+    if not value.isdigit() or int(value) > 64:
+        raise ValueError(f"{MOE_DECODE_MAX_TOKENS_ENV}={value!r}: expected a number of tokens from 0 (off) to 64")
+    return int(value)
+
+
+@functools.cache
+def down_tiles() -> tuple[int, int]:
+    """(block_n, num_warps) of ``_down_topk_sum_kernel``."""
+    parts = ints_from_env(MOE_DOWN_TILES_ENV, "block_n,num_warps", (2,))
+    return DEFAULT_DOWN_TILES if parts is None else (parts[0], parts[1])
+
+
+@triton.jit
+def _down_topk_sum_kernel(
+    act_ptr, w2_ptr, out_ptr, weights_ptr, ids_ptr,
+    hidden, inter,
+    stride_at, stride_we, stride_wn, stride_ot,
+    TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    # Feature rows past the end read row 0 (stored nowhere) instead of masking every load.
+    rows = tl.where(col_ok, cols, 0).to(tl.int64)
+    choice = tl.arange(0, K_PAD)
+    slots = token * TOP_K + choice
+    experts = tl.load(ids_ptr + slots, mask=choice < TOP_K, other=-1)
+    used = experts >= 0
+    w_rows = w2_ptr + tl.where(used, experts, 0).to(tl.int64)[:, None, None] * stride_we + rows[None, :, None] * stride_wn
+    a_rows = act_ptr + slots[:, None] * stride_at
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([K_PAD, BLOCK_N, BLOCK_K], tl.float32)
+    for k0 in range(0, inter, BLOCK_K):
+        k_ok = k0 + ks < inter
+        a = tl.load(a_rows + (k0 + ks)[None, :], mask=used[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_rows + (k0 + ks)[None, None, :], mask=used[:, None, None] & k_ok[None, None, :], other=0.0)
+        acc += w.to(tl.float32) * a.to(tl.float32)[:, None, :]
+    dtype = out_ptr.dtype.element_ty
+    # Rounding as the grouped path: each slot's product, then times its weight (rounded too).
+    per_slot = tl.sum(acc, axis=2).to(dtype).to(tl.float32)
+    weight = tl.load(weights_ptr + slots, mask=used, other=0.0).to(dtype).to(tl.float32)
+    scaled = (per_slot * weight[:, None]).to(dtype).to(tl.float32)
+    tl.store(out_ptr + token * stride_ot + cols, tl.sum(scaled, axis=0).to(dtype), mask=col_ok)
+
+
+def down_topk_sum(
+    act: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+    tiles: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """``sum_j topk_weights[t, j] * (w2[topk_ids[t, j]] @ act[t * k + j])``:
+    act ``[T * k, I]`` (rows of -1 slots unread), w2 ``[E, H, I]``,
+    topk_weights float32 ``[T, k]``, topk_ids int32 ``[T, k]``. Returns
+    ``[T, H]`` in ``act``'s dtype; ``tiles`` (block_n, num_warps) for tuning."""
+    num_tokens, top_k = topk_ids.shape
+    hidden, inter = w2.shape[1], w2.shape[2]
+    block_n, num_warps = tiles or down_tiles()
+    k_pad = next_power_of_2(top_k)
+    block_k = min(next_power_of_2(inter), max(16, DOWN_PRODUCTS // (k_pad * block_n)))
+    out = torch.empty((num_tokens, hidden), dtype=act.dtype, device=act.device)
+    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    _down_topk_sum_kernel[(num_tokens, cdiv(hidden, block_n))](
+        act, w2, out, weights, ids, hidden, inter,
+        act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+        TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps,
+    )
+    return out

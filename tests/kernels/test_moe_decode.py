@@ -1,0 +1,168 @@
+"""The MoE decode form (``moe_decode.py``): the down kernel that sums each
+token's top-k slots itself, against the plain-torch reference and the
+grouped path, deterministic, never reading the rows of slots held by
+another rank; ``fused_moe`` choosing it by token count; and the number of
+kernel launches of one MoE layer at one token with the Triton ops (counted
+through the interpreter)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
+from octavo.kernels import moe_decode  # noqa: E402
+from octavo.kernels.fused_moe import fused_moe  # noqa: E402
+from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
+from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
+from octavo.ops.reference import silu_and_mul  # noqa: E402
+from tests.kernels.test_fused_moe import DECODE, PREFILL, make_inputs  # noqa: E402
+from tests.kernels.tolerances import INTERPRETING  # noqa: E402
+
+
+def down_reference(act, w2, weights, ids):
+    """Per slot: its expert's product rounded, times its weight rounded, rounded; summed in float32."""
+    num_tokens, top_k = ids.shape
+    out = torch.zeros(num_tokens, w2.shape[1], dtype=torch.float32, device=act.device)
+    for token in range(num_tokens):
+        for j in range(top_k):
+            expert, slot = int(ids[token, j]), token * top_k + j
+            if expert < 0:
+                continue
+            product = F.linear(act[slot].float(), w2[expert].float()).to(act.dtype)
+            out[token] += (product * weights[token, j].to(act.dtype)).float()
+    return out.to(act.dtype)
+
+
+@pytest.mark.parametrize(
+    "num_tokens,num_experts,top_k,hidden,inter",
+    # top-1; top-6 (padded to 8 in the kernel); top-k = every expert; widths off the tiles.
+    [(1, 16, 1, 40, 24), (2, 32, 6, 37, 70), (3, 8, 8, 64, 48), (1, 128, 8, 33, 300)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_down_sum_matches_reference(num_tokens, num_experts, top_k, hidden, inter, dtype, device):
+    x, w13, w2, weights, ids = make_inputs(num_tokens, num_experts, top_k, hidden, inter, dtype, device, seed=top_k)
+    generator = torch.Generator().manual_seed(1)
+    act = torch.randn(num_tokens * top_k, inter, generator=generator).to(dtype).to(device)
+    out = down_topk_sum(act, w2, weights, ids, tiles=(4, 4))
+    # Same rounding steps: float32 to summation order; bf16 within one rounding of the sum.
+    tolerance = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float32 else dict(atol=1e-2, rtol=8e-3)
+    torch.testing.assert_close(out, down_reference(act, w2, weights, ids), **tolerance)
+
+
+def test_down_sum_is_deterministic_and_skips_other_ranks(device):
+    x, w13, w2, weights, ids = make_inputs(3, 8, 4, 48, 40, torch.float32, device, seed=2)
+    local = torch.where(ids < 4, ids, -1)
+    assert (local < 0).any() and (local >= 0).any()
+    act = torch.randn(12, 40, generator=torch.Generator().manual_seed(3)).to(device)
+    act[(local.flatten() < 0).nonzero().flatten()] = float("nan")  # never written by gate-up: must not be read
+    first = down_topk_sum(act, w2[:4], weights, local, tiles=(2, 4))
+    assert torch.isfinite(first).all()
+    torch.testing.assert_close(first, down_reference(act, w2[:4], weights, local), atol=1e-6, rtol=1e-6)
+    assert torch.equal(first, down_topk_sum(act, w2[:4], weights, local, tiles=(2, 4)))
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_decode_form_matches_grouped_path(activation, device):
+    # Same rounding steps as the grouped GEMMs, float32 accumulation in another order.
+    x, w13, w2, weights, ids = make_inputs(4, 16, 4, 48, 40, torch.float32, device, skew=3.0, seed=4)
+    decode = fused_moe(x, w13, w2, weights, ids, activation, DECODE, decode=True)
+    grouped = fused_moe(x, w13, w2, weights, ids, activation, PREFILL, decode=False)
+    torch.testing.assert_close(decode, grouped, atol=1e-6, rtol=1e-6)
+    expected = fused_moe_reference(x, w13, w2, weights, ids, activation)
+    torch.testing.assert_close(decode, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_moe_takes_the_decode_form_by_token_count(monkeypatch, device):
+    calls = []
+    original = fused_moe_module._decode
+    monkeypatch.setattr(fused_moe_module, "_decode", lambda *a: calls.append(a[0].shape[0]) or original(*a))
+    monkeypatch.setenv("OCTAVO_MOE_DECODE_MAX_TOKENS", "2")
+    moe_decode.moe_decode_max_tokens.cache_clear()
+    try:
+        for num_tokens in (1, 2, 3):
+            x, w13, w2, weights, ids = make_inputs(num_tokens, 8, 2, 32, 16, torch.float32, device)
+            out = fused_moe(x, w13, w2, weights, ids)
+            torch.testing.assert_close(out, fused_moe_reference(x, w13, w2, weights, ids, "silu"), atol=1e-5, rtol=1e-5)
+    finally:
+        moe_decode.moe_decode_max_tokens.cache_clear()
+    assert calls == [1, 2]
+
+
+def test_decode_max_tokens_refuses_bad_values(monkeypatch):
+    monkeypatch.setenv("OCTAVO_MOE_DECODE_MAX_TOKENS", "many")
+    moe_decode.moe_decode_max_tokens.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="OCTAVO_MOE_DECODE_MAX_TOKENS"):
+            moe_decode.moe_decode_max_tokens()
+    finally:
+        moe_decode.moe_decode_max_tokens.cache_clear()
+
+
+def _moe_block(ops, num_experts=16, top_k=4, hidden=32, inter=24):
+    from types import SimpleNamespace
+
+    from octavo.models.layers.moe import SparseMoeBlock
+    from octavo.models.moe_config import MoEConfig
+
+    moe = MoEConfig(num_experts=num_experts, top_k=top_k, intermediate_size=inter, renormalize=True,
+                    sparse_layers=(True,))
+    config = SimpleNamespace(moe=moe, hidden_size=hidden, model_type="qwen3_moe", hidden_act="silu")
+    ctx = SimpleNamespace(config=config, dtype=torch.float32, expert_parallel=False, ops=ops)
+    block = SparseMoeBlock(ctx, "model.layers.0.mlp")
+    generator = torch.Generator().manual_seed(0)
+    for param in block.parameters():
+        param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    return block
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="counts launches through Triton's interpreter")
+def test_one_token_moe_layer_is_four_launches(monkeypatch):
+    """Router GEMV, top-k softmax, gate-up, down with the sum over k: four
+    kernels and no torch op that computes (each would be a launch on the
+    GPU; the grouped path took seven: cuBLAS router, top-k, alignment,
+    gate-up, zero fill, down, sum)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from octavo.kernels.gemv import linear_gemv
+    from octavo.kernels.moe_topk import topk_softmax
+    from octavo.ops import reference_layer_ops
+
+    # What the cuda platform resolves at one token (the GEMV's max_tokens aside).
+    ops = dataclasses.replace(reference_layer_ops(), linear=linear_gemv, moe_topk_softmax=topk_softmax,
+                              fused_moe=fused_moe)
+    reference_block = _moe_block(reference_layer_ops())
+    block = _moe_block(ops)
+    launches, torch_ops, in_kernel = [], [], []
+    original_run = InterpretedFunction.run
+
+    def run(self, *args, **kwargs):
+        launches.append(self.__name__)
+        in_kernel.append(True)  # the interpreter's own tensor copies are not GPU work
+        try:
+            return original_run(self, *args, **kwargs)
+        finally:
+            in_kernel.pop()
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+
+    class RecordOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not in_kernel:
+                torch_ops.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    hidden = torch.randn(1, 32, generator=torch.Generator().manual_seed(5))
+    expected = reference_block(hidden)
+    with RecordOps():
+        out = block(hidden)
+    assert launches == ["_gemv_kernel", "_topk_softmax_kernel", "_gate_up_kernel", "_down_topk_sum_kernel"]
+    # Between the kernels: allocations and views only.
+    assert set(torch_ops) <= {"empty", "view", "_unsafe_view", "detach", "alias"}, torch_ops
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
