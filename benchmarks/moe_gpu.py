@@ -14,6 +14,14 @@ routed FLOPs over the measured matmul rate.
 best three with their max difference from the default's output (the values
 to put in ``fused_moe._TILE_TABLE``, or to try as ``OCTAVO_MOE_TILES``).
 
+Up to 8 tokens, the decode form (``moe_decode.py``: no alignment, the sum
+over top-k in the down kernel) and the grouped GEMMs are timed side by side
+(rows ``decode`` and ``grouped``; ``--decode-tiles`` sweeps the down
+kernel's ``OCTAVO_MOE_DOWN_TILES``), and at 1 token the whole MoE block as
+a decode step runs it (rows ``block``): router product, top-k softmax and
+experts, before (cuBLAS router, grouped path: 7 launches) and after (the
+GEMV router, the decode form: 4).
+
 GPU times are medians with the L2 flushed before each run; the kernel is
 replayed from a CUDA graph (as decode steps run it), the reference is not
 (it syncs on the routing). ``--smoke`` runs tiny shapes on the CPU (Triton
@@ -41,6 +49,9 @@ from octavo.benchmarks.ceilings import measure_ceilings  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
 from octavo.kernels.fused_moe_gemv import DEFAULT_TILES as DEFAULT_GEMV_TILES  # noqa: E402
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
+from octavo.kernels.gemv import linear_gemv  # noqa: E402
+from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
+from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import moe_topk_softmax  # noqa: E402
 
@@ -159,6 +170,56 @@ def run_gemv(shape: MoeShape, num_tokens: int, inputs, reference, floor: float, 
             f"{'':>8}  {error:.1e}  gate-up, down (block_n, block_k, warps) = {tiles[:3]}, {tiles[3:]}")
 
 
+DECODE_MAX_TOKENS = 8
+DOWN_TILES_SWEEP = [(n, w) for n in (1, 2, 4, 8, 16) for w in (2, 4, 8)]
+
+
+def run_decode(shape: MoeShape, num_tokens: int, inputs, reference, floor: float, args, device) -> None:
+    """The decode form beside the grouped GEMMs at the same tiles (both forced)."""
+    for name, decode in (("decode", True), ("grouped", False)):
+        out = fused_moe(*inputs, "silu", None, decode)
+        us = time_us(lambda decode=decode: fused_moe(*inputs, "silu", None, decode), device, True, args.reps)
+        error = float((out.float() - reference.float()).abs().max())
+        say(f"{'':>14} {num_tokens:>6} {name:>9} {us:>10.1f} {'':>10} {floor:>9.1f} {us / floor:>7.2f}x {'':>8}  {error:.1e}")
+        RECORDS.append({"model": shape.name, "tokens": num_tokens, "form": name, "us": us, "max_error": error})
+    if not args.decode_tiles:
+        return
+    x, w13, w2, weights, ids = inputs
+    act = torch.randn(ids.numel(), shape.inter, device=device, dtype=x.dtype)
+    timed = []
+    for tiles in DOWN_TILES_SWEEP[: 2 if args.smoke else None]:
+        us = time_us(lambda tiles=tiles: down_topk_sum(act, w2, weights, ids, tiles), device, True, args.reps)
+        timed.append((us, tiles))
+        RECORDS.append({"model": shape.name, "tokens": num_tokens, "down_tiles": tiles, "down_us": us})
+    for us, tiles in sorted(timed)[:3]:
+        say(f"{'':>14} {num_tokens:>6} {'down':>9} {us:>10.1f}  OCTAVO_MOE_DOWN_TILES={tiles[0]},{tiles[1]}")
+
+
+def run_block(shape: MoeShape, experts: tuple, args, device: torch.device, dtype: torch.dtype) -> None:
+    """One token through the MoE block as a decode step runs it (router, top-k, experts), before and after."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(1, shape.hidden, generator=gen).to(device, dtype)
+    router = (torch.randn(shape.experts, shape.hidden, generator=gen) * shape.hidden**-0.5).to(device, dtype)
+
+    def before() -> torch.Tensor:
+        weights, ids = topk_softmax(torch.nn.functional.linear(x, router), shape.top_k, True)
+        return fused_moe(x, *experts, weights, ids, "silu", None, False)
+
+    def after() -> torch.Tensor:
+        weights, ids = topk_softmax(linear_gemv(x, router, None), shape.top_k, True)
+        return fused_moe(x, *experts, weights, ids, "silu", None, True)
+
+    results = {}
+    for name, fn in (("before", before), ("after", after)):
+        results[name] = fn()
+        us = time_us(fn, device, True, args.reps)
+        launches = 7 if name == "before" else 4
+        say(f"{shape.name:>14} {1:>6} {'block':>9} {us:>10.1f}  {name}: router, top-k and experts, {launches} launches")
+        RECORDS.append({"model": shape.name, "tokens": 1, "block": name, "us": us})
+    difference = float((results["after"].float() - results["before"].float()).abs().max())
+    say(f"{'':>14} block max |after - before| {difference:.1e}")
+
+
 def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: torch.device, dtype: torch.dtype,
              ceilings) -> None:
     inputs = make_inputs(shape, num_tokens, experts, device, dtype)
@@ -173,7 +234,9 @@ def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: tor
         f"{floor:>9.1f} {kernel_us / floor:>7.2f}x {reference_us / kernel_us:>7.1f}x  {error:.1e}  {tiles}")
     RECORDS.append({"model": shape.name, "tokens": num_tokens, "routed_experts": routed, "kernel_us": kernel_us,
                     "reference_us": reference_us, "floor_us": floor, "max_error": error, "tiles": asdict(tiles)})
-    if num_tokens <= GEMV_MAX_TOKENS:
+    if num_tokens <= DECODE_MAX_TOKENS:
+        run_decode(shape, num_tokens, inputs, reference, floor, args, device)
+    if num_tokens <= GEMV_MAX_TOKENS and not args.skip_gemv:
         run_gemv(shape, num_tokens, inputs, reference, floor, args, device)
     if args.sweep:
         best = sweep_case({"model": shape.name, "tokens": num_tokens}, inputs, ours, device, args.reps)
@@ -186,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated token counts")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--sweep", action="store_true", help="also time every tile shape of SWEEP")
+    parser.add_argument("--decode-tiles", action="store_true", help="also sweep the decode form's down tiles")
+    parser.add_argument("--skip-gemv", action="store_true", help="leave out the two-GEMV path (off by default)")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (set TRITON_INTERPRET=1)")
     args = parser.parse_args(argv)
@@ -203,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         experts = make_weights(shape, device, dtype)
         for num_tokens in (int(t) for t in args.tokens.split(",")):
             run_case(shape, num_tokens, experts, args, device, dtype, ceilings)
+        if 1 in (int(t) for t in args.tokens.split(",")):
+            run_block(shape, experts, args, device, dtype)
         del experts
     if out := os.environ.get("OUT"):
         Path(out, "moe_gpu.log").write_text("\n".join(LOG_LINES) + "\n")

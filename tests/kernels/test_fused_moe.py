@@ -182,13 +182,8 @@ def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
         assert f"{op}=triton [triton_on_cpu]" in summary
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
-def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
-    """benchmarks/moe_gpu.py (the GPU round's moe_bench / moe_sweep steps)
-    on the CPU: the kernel, the reference, the floor, a two-shape sweep and
-    the two-GEMV decode path."""
+def load_benchmark(monkeypatch):
     import importlib.util
-    import json
     import sys
     from pathlib import Path
 
@@ -197,6 +192,17 @@ def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
+    """benchmarks/moe_gpu.py (the GPU round's moe_bench / moe_sweep steps)
+    on the CPU: the kernel, the reference, the floor, a two-shape sweep and
+    the two-GEMV decode path."""
+    import json
+
+    module = load_benchmark(monkeypatch)
     monkeypatch.setenv("OUT", str(tmp_path))
     assert module.main(["--smoke", "--tokens", "3", "--sweep"]) == 0
     out = capsys.readouterr().out
@@ -208,3 +214,21 @@ def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
     assert len(gemv) == 2 and all(r["tokens"] == 3 and r["gemv_us"] > 0 for r in gemv)
     assert " gemv " in out
     assert [r["tokens"] for r in records[1:] if "sweep_tiles" in r] == [3, 3]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_gpu_benchmark_times_the_decode_form(tmp_path, monkeypatch, capsys):
+    """At 1 token: the decode form beside the grouped path, two down tiles,
+    and the MoE block before (cuBLAS router, grouped) and after."""
+    import json
+
+    module = load_benchmark(monkeypatch)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert module.main(["--smoke", "--tokens", "1", "--decode-tiles", "--skip-gemv"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "moe_gpu.jsonl").read_text().splitlines()]
+    forms = {r["form"]: r for r in records if "form" in r}
+    assert set(forms) == {"decode", "grouped"} and all(r["max_error"] < 1e-5 for r in forms.values())
+    assert len([r for r in records if "down_tiles" in r]) == 2
+    assert [r["block"] for r in records if "block" in r] == ["before", "after"]
+    assert not any("gemv_us" in r for r in records)
+    assert "block max |after - before|" in capsys.readouterr().out

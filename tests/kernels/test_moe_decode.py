@@ -23,6 +23,7 @@ from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import silu_and_mul  # noqa: E402
 from tests.kernels.test_fused_moe import DECODE, PREFILL, make_inputs  # noqa: E402
 from tests.kernels.tolerances import INTERPRETING  # noqa: E402
+from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
 
 
 def down_reference(act, w2, weights, ids):
@@ -166,3 +167,28 @@ def test_one_token_moe_layer_is_four_launches(monkeypatch):
     # Between the kernels: allocations and views only.
     assert set(torch_ops) <= {"empty", "view", "_unsafe_view", "detach", "alias"}, torch_ops
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the Triton path on the CPU platform, through the interpreter")
+def test_qwen3_moe_greedy_tokens_match_the_reference_ops(family_dir, make_llm, sandbox):
+    """A Qwen3-MoE checkpoint (float32) on Octavo's Triton ops registered
+    for the CPU, decode steps of one token: the router's GEMV, top-k and
+    the decode form; greedy tokens as with the references."""
+    from octavo import SamplingParams
+    from octavo.plugins.manager import reset_plugin_manager
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu
+
+    path = family_dir("qwen3_moe")
+    prompts = [{"prompt_token_ids": [5, 9, 23, 7, 41, 3]}]
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in make_llm(path).generate(prompts, params)]
+
+    add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe"))
+    reset_plugin_manager()
+    llm = make_llm(path)
+    model = llm.engine.executor.worker.runner.model
+    block = next(m for m in model.modules() if type(m).__name__ == "SparseMoeBlock")
+    assert block.experts.experts_op.__module__ == "octavo.kernels.fused_moe"
+    assert block.router_op.__module__ == "octavo.kernels.moe_topk"
+    assert block.gate.linear_op.__name__ == "within_max_tokens"  # the GEMV at one token, else F.linear
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected
