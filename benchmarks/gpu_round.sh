@@ -166,7 +166,11 @@ for step in "$@"; do
     moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
     # Decode sizes only: the two-GEMV path's tiles (each GEMV's swept, the down's from block_n 1) and the grouped path's.
     moe_gemv_sweep) TAIL=40 run_step moe_gemv_sweep 580 python benchmarks/moe_gpu.py --sweep --tokens 1,8;;
-    moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py tests/kernels/test_attention_options.py;;
+    # Issue 16's decode form: one layer at 1 and 8 tokens, the decode form against the grouped path, its down
+    # kernel's tiles swept, and the MoE block at 1 token before (cuBLAS router, grouped) and after (GEMV, decode form).
+    moe_decode) TAIL=40 run_step moe_decode 400 python benchmarks/moe_gpu.py --tokens 1,8 --decode-tiles --skip-gemv;;
+    moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py \
+                   tests/kernels/test_moe_decode.py tests/kernels/test_attention_options.py;;
     qwen3moe) family_step qwen3moe "$MQ3" all;;
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
     mixtral) family_step mixtral "$MMX" all;;
