@@ -27,9 +27,10 @@ size x top-k / experts): small tiles for decode, large ones for prefill;
 overrides them for tuning runs. Batches of up to ``OCTAVO_MOE_GEMV_MAX_TOKENS``
 tokens take two GEMVs instead (``fused_moe_gemv.py``, off by default).
 Batches of up to ``OCTAVO_MOE_DECODE_MAX_TOKENS`` (default 1) take the
-decode form (``moe_decode.py``): the gate-up kernel with one block per
-slot (no alignment) and a down kernel that sums over ``k`` itself, two
-launches where the grouped path takes five.
+decode form (``moe_decode.py``): the gate-up kernel with no alignment
+launch (one block per slot at one token, each program its own block of
+the alignment at a few tokens) and a down kernel that sums over ``k``
+itself, two launches where the grouped path takes five.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ import triton.language as tl
 
 from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
-from octavo.kernels.moe_align import align_to_experts
+from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
-from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env
+from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -104,17 +105,27 @@ def moe_gemv_max_tokens() -> int:
 ACTIVATIONS = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
 
 
+# Where a block's rows come from: the aligned arrays, one slot per block
+# (``topk_ids`` read directly), or the block of the alignment computed in
+# the program from ``topk_ids`` (``moe_align.block_of_alignment``).
+ROWS_ALIGNED, ROWS_PER_SLOT, ROWS_IN_KERNEL = 0, 1, 2
+
+
 @triton.jit
 def _load_block_rows(
-    sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M: tl.constexpr, PER_SLOT: tl.constexpr = False
+    sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M: tl.constexpr,
+    ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1,
 ):
     """(expert, the block's slots, which of them are real) of block ``pid_m``.
-    ``PER_SLOT`` (decode): block ``pid_m`` is slot ``pid_m`` alone and
-    ``block_experts_ptr`` the flat ``topk_ids``, so nothing is aligned."""
-    expert = tl.load(block_experts_ptr + pid_m)
-    if PER_SLOT:
+    With ``ROWS`` other than ``ROWS_ALIGNED``, ``block_experts_ptr`` is the
+    flat ``topk_ids`` and nothing was aligned before the launch."""
+    if ROWS == 1:  # ROWS_PER_SLOT: block pid_m is slot pid_m alone
+        expert = tl.load(block_experts_ptr + pid_m)
         slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    elif ROWS == 2:  # ROWS_IN_KERNEL
+        expert, slots = block_of_alignment(block_experts_ptr, pid_m, num_slots, BLOCK_M, E_PAD, SLOTS_PAD)
     else:
+        expert = tl.load(block_experts_ptr + pid_m)
         slots = tl.load(sorted_slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     return expert, slots, slots < num_slots
 
@@ -126,11 +137,14 @@ def _gate_up_kernel(
     num_slots, top_k, inter, hidden,
     stride_xt, stride_we, stride_wn, stride_ot,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PER_SLOT: tl.constexpr = False,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    expert, slots, real = _load_block_rows(sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M, PER_SLOT)
+    expert, slots, real = _load_block_rows(
+        sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M, ROWS, E_PAD, SLOTS_PAD
+    )
     if expert < 0:
         return
     tokens = (slots // top_k).to(tl.int64)
@@ -196,16 +210,17 @@ def _options(tiles: MoeTiles, dtype: torch.dtype) -> dict:
 
 def _gate_up(
     hidden: torch.Tensor, w13: torch.Tensor, sorted_slots: torch.Tensor, block_experts: torch.Tensor,
-    top_k: int, act_code: int, tiles: MoeTiles, per_slot: bool,
+    num_blocks: int, top_k: int, act_code: int, tiles: MoeTiles, rows: int = ROWS_ALIGNED,
 ) -> torch.Tensor:
     """``[T * k, I]``: each slot's ``act(gate) * up`` (rows of -1 slots unwritten)."""
     num_slots, inter = hidden.shape[0] * top_k, w13.shape[1] // 2
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
-    _gate_up_kernel[(block_experts.shape[0], cdiv(inter, tiles.block_n))](
+    pads = dict(E_PAD=max(16, next_power_of_2(w13.shape[0])), SLOTS_PAD=max(16, next_power_of_2(num_slots)))
+    _gate_up_kernel[(num_blocks, cdiv(inter, tiles.block_n))](
         hidden, w13, act, sorted_slots, block_experts,
         num_slots, top_k, inter, hidden.shape[1],
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        ACT=act_code, PER_SLOT=per_slot, **_options(tiles, hidden.dtype),
+        ACT=act_code, ROWS=rows, **(pads if rows == ROWS_IN_KERNEL else {}), **_options(tiles, hidden.dtype),
     )
     return act
 
@@ -217,12 +232,13 @@ def _grouped(
     """Aligned slots, the grouped gate-up and down GEMMs, then the sum over k."""
     (num_tokens, top_k), hidden_size = topk_ids.shape, hidden.shape[1]
     align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
-    act = _gate_up(hidden, w13, align.sorted_slots, align.block_experts, top_k, act_code, tiles, per_slot=False)
+    num_blocks = align.block_experts.shape[0]
+    act = _gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
     num_slots = act.shape[0]
     # Slots of skipped experts are never written: they must add zero.
     per_slot = torch.zeros((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    _down_kernel[(align.block_experts.shape[0], cdiv(hidden_size, tiles.block_n))](
+    _down_kernel[(num_blocks, cdiv(hidden_size, tiles.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,
         num_slots, hidden_size, act.shape[1],
         act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0), **_options(tiles, hidden.dtype),
@@ -234,9 +250,21 @@ def _decode(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     act_code: int, tiles: MoeTiles,
 ) -> torch.Tensor:
-    """Two launches (``moe_decode.py``): gate-up one block per slot, down summing over k."""
+    """Two launches (``moe_decode.py``): the gate-up GEMM, its blocks one per
+    slot at one token (the k experts are distinct) or its own block of the
+    alignment at a few tokens (experts the tokens share read once), then
+    the down kernel summing over k."""
+    (num_tokens, top_k), num_slots = topk_ids.shape, topk_ids.numel()
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
-    act = _gate_up(hidden, w13, ids, ids, topk_ids.shape[1], act_code, tiles, per_slot=True)
+    if num_tokens == 1:
+        act = _gate_up(hidden, w13, ids, ids, num_slots, top_k, act_code, tiles, ROWS_PER_SLOT)
+    elif num_slots <= IN_KERNEL_ALIGN_MAX_SLOTS:
+        num_blocks = max_padded_slots(num_slots, w13.shape[0], tiles.block_m) // tiles.block_m
+        act = _gate_up(hidden, w13, ids, ids, num_blocks, top_k, act_code, tiles, ROWS_IN_KERNEL)
+    else:
+        align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
+        num_blocks = align.block_experts.shape[0]
+        act = _gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
     return down_topk_sum(act, w2, topk_weights, ids.view(topk_ids.shape))
 
 
@@ -268,6 +296,8 @@ def fused_moe(
     if tiles is None and decode is None and num_tokens <= moe_gemv_max_tokens():
         return fused_moe_gemv(hidden, w13, w2, topk_weights, topk_ids, act_code)
     tiles = tiles or moe_tiles(num_tokens, topk_ids.shape[1], w13.shape[0])
-    if decode if decode is not None else num_tokens <= moe_decode_max_tokens():
+    if decode is None:
+        decode = num_tokens <= moe_decode_max_tokens()
+    if decode:
         return _decode(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles)
     return _grouped(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles)

@@ -127,3 +127,36 @@ def align_to_experts_torch(topk_ids: torch.Tensor, num_experts: int, block_m: in
     block_experts = torch.searchsorted(ends[:num_experts], block_starts, right=True)
     block_experts = torch.where(block_experts < num_experts, block_experts, -1).to(torch.int32)
     return ExpertAlignment(sorted_slots[:max_padded], block_experts)
+
+
+# Up to this many slots a kernel may compute its own block of the alignment
+# (``block_of_alignment``) instead of reading ``align_to_experts``' output:
+# every program then compares each slot with every expert, a few thousand
+# operations at decode sizes, and the alignment launch is saved.
+IN_KERNEL_ALIGN_MAX_SLOTS = 128
+
+
+@triton.jit
+def block_of_alignment(
+    ids_ptr, pid_m, num_slots, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, SLOTS_PAD: tl.constexpr,
+):
+    """(expert, slots) of block ``pid_m`` of ``align_to_experts``' layout,
+    computed from ``topk_ids`` (flat, ``num_slots <= SLOTS_PAD``) in the
+    program: the same expert (-1 past the end) and the same slots in the
+    same order (the sentinel ``num_slots`` for padding) as the aligned arrays."""
+    offs = tl.arange(0, SLOTS_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=-1)
+    experts = tl.arange(0, E_PAD)
+    counts = tl.sum((ids[:, None] == experts[None, :]).to(tl.int32), axis=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    first = pid_m * BLOCK_M
+    owner = tl.sum((ends <= first).to(tl.int32), axis=0)
+    owner_start = tl.sum(tl.where(experts == owner, ends - padded, 0), axis=0)
+    mine = ids == owner
+    # Position of each of the owner's slots in this block (stable: slot order).
+    pos = tl.cumsum(mine.to(tl.int32), axis=0) - 1 - (first - owner_start)
+    hit = mine[:, None] & (pos[:, None] == tl.arange(0, BLOCK_M)[None, :])
+    slots = tl.sum(tl.where(hit, offs[:, None], 0), axis=0)
+    slots = tl.where(tl.sum(hit.to(tl.int32), axis=0) > 0, slots, num_slots)
+    return tl.where(first < tl.sum(padded, axis=0), owner, -1), slots

@@ -5,12 +5,14 @@ launches around its two GEMMs than in them: the expert alignment, a zero
 fill of the per-slot output and a sum over ``k``. For batches of up to
 ``moe_decode_max_tokens`` tokens ``fused_moe`` runs instead
 
-1. the same ``_gate_up_kernel`` with one block per slot (``PER_SLOT``):
-   block ``b`` holds slot ``b`` alone and reads its expert from
-   ``topk_ids``, so no alignment is needed. At one token the ``k``
-   experts are distinct and the grouped path's busy blocks are exactly
-   these; at a few tokens an expert two tokens share is read twice (L2
-   often holds it);
+1. the same ``_gate_up_kernel`` without an alignment launch: at one
+   token one block per slot (``ROWS_PER_SLOT``: block ``b`` holds slot
+   ``b`` alone and reads its expert from ``topk_ids``; the ``k`` experts
+   are distinct, so these are exactly the grouped path's busy blocks); at
+   a few tokens (up to ``IN_KERNEL_ALIGN_MAX_SLOTS`` slots) each program
+   computes its own block of the alignment from ``topk_ids``
+   (``ROWS_IN_KERNEL``, ``moe_align.block_of_alignment``), so an expert two
+   tokens share is still read once; past that, ``align_to_experts``;
 2. ``_down_topk_sum_kernel``, program (token, column tile): the token's
    ``k`` slots times their experts' down rows, all ``k`` weight tiles
    loaded together (many loads in flight: the older two-GEMV path walked

@@ -133,9 +133,16 @@ def cases(attention_only: bool = False):
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
-        yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0), tiles
+        # Defaulted constexprs named too: a launch takes their defaults as constexprs, ASTSource would not.
+        rows = dict(ACT=0, E_PAD=1, SLOTS_PAD=1)
+        yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=0, **rows), tiles
         yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
-        yield f"fused_moe gate_up per slot {tiles}", fused_moe._gate_up_kernel, dict(consts, ACT=0, PER_SLOT=True), tiles
+        yield f"fused_moe gate_up per slot {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=1, **rows), tiles
+    # The decode form at a few tokens: each program its own block of the alignment (Qwen3-MoE, 16 tokens).
+    tiles = fused_moe.moe_tiles(16, 8, 128)
+    consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, DOT_DTYPE=tl.bfloat16,
+                  PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128)
+    yield f"fused_moe gate_up aligned in kernel {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
     block_n, warps = moe_decode.down_tiles()
     for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):

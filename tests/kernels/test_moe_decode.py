@@ -15,9 +15,13 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
 from octavo.kernels import moe_decode  # noqa: E402
 from octavo.kernels.fused_moe import fused_moe  # noqa: E402
+from octavo.kernels.moe_align import align_to_experts_torch, block_of_alignment  # noqa: E402
 from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import silu_and_mul  # noqa: E402
@@ -192,3 +196,40 @@ def test_qwen3_moe_greedy_tokens_match_the_reference_ops(family_dir, make_llm, s
     assert block.router_op.__module__ == "octavo.kernels.moe_topk"
     assert block.gate.linear_op.__name__ == "within_max_tokens"  # the GEMV at one token, else F.linear
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected
+
+
+@triton.jit
+def _blocks_kernel(
+    ids_ptr, experts_ptr, slots_ptr, num_slots, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, SLOTS_PAD: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    expert, slots = block_of_alignment(ids_ptr, pid, num_slots, BLOCK_M, E_PAD, SLOTS_PAD)
+    tl.store(experts_ptr + pid, expert)
+    tl.store(slots_ptr + pid * BLOCK_M + tl.arange(0, BLOCK_M), slots)
+
+
+@pytest.mark.parametrize("num_tokens,num_experts,top_k,block_m", [(2, 128, 8, 16), (13, 8, 2, 16), (20, 60, 6, 16)])
+def test_alignment_computed_in_the_kernel_matches_the_aligned_arrays(num_tokens, num_experts, top_k, block_m, device):
+    generator = torch.Generator().manual_seed(num_tokens)
+    rows = [torch.randperm(num_experts - 1, generator=generator)[: top_k - 1] for _ in range(num_tokens)]
+    # Every token also takes expert 5: its run is longer than a block past block_m tokens.
+    ids = torch.stack([torch.cat([torch.tensor([5]), row + (row >= 5)]) for row in rows])
+    ids[ids % 7 == 3] = -1  # some slots' experts live on another rank
+    ids = ids.to(torch.int32).to(device)
+    expected = align_to_experts_torch(ids, num_experts, block_m)
+    num_blocks = expected.block_experts.numel()
+    experts = torch.empty(num_blocks, dtype=torch.int32, device=device)
+    slots = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
+    _blocks_kernel[(num_blocks,)](ids.flatten(), experts, slots, ids.numel(), BLOCK_M=block_m,
+                                 E_PAD=max(16, triton.next_power_of_2(num_experts)),
+                                 SLOTS_PAD=max(16, triton.next_power_of_2(ids.numel())))
+    assert torch.equal(experts, expected.block_experts)
+    assert torch.equal(slots, expected.sorted_slots)
+
+
+@pytest.mark.parametrize("num_tokens", [3, 20], ids=["aligned-in-kernel", "aligned-arrays"])
+def test_decode_form_at_a_few_tokens(num_tokens, device):
+    # 3 x 8 slots: each gate-up program aligns its own block; 20 x 8 = 160 slots: past the in-kernel limit.
+    x, w13, w2, weights, ids = make_inputs(num_tokens, 16, 8, 32, 24, torch.float32, device, skew=4.0, seed=9)
+    out = fused_moe(x, w13, w2, weights, ids, "silu", DECODE, decode=True)
+    torch.testing.assert_close(out, fused_moe_reference(x, w13, w2, weights, ids, "silu"), atol=1e-5, rtol=1e-5)
