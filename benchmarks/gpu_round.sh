@@ -47,7 +47,7 @@ for step in "$@"; do
     env) run_step env 60 $CLI env;;
     conformance) run_step conformance 300 $CLI plugins check cuda;;
     parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu --ignore tests/gpu/test_async_scheduling_gpu.py --ignore tests/gpu/test_long_context_gpu.py;;  # those two: step async_parity
-    kernels) run_step kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels -m gpu
+    kernels) run_step kernel_tests 400 python -m pytest -q --maxfail=10 -p no:cacheprovider tests/kernels -m gpu
              run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
     gemv) TAIL=60 run_step gemv_sweep 400 python benchmarks/gemv_gpu_sweep.py --env-file /tmp/octavo-gemv.env;;
     # Batch-1 decode with gemv's winners beside the defaults, same run (and HF compiled beside both).
@@ -168,6 +168,9 @@ for step in "$@"; do
     moe_gemv_sweep) TAIL=40 run_step moe_gemv_sweep 580 python benchmarks/moe_gpu.py --sweep --tokens 1,8;;
     # Issue 16's decode form: one layer at 1 and 8 tokens, the decode form against the grouped path, its down
     # kernel's tiles swept, and the MoE block at 1 token before (cuBLAS router, grouped) and after (GEMV, decode form).
+    # Qwen3-30B-A3B batch-1 decode, the grouped MoE path (the baseline) then the decode form, same call.
+    qwen3moe_ab) for form in 0 1; do OCTAVO_MOE_DECODE_MAX_TOKENS=$form TAIL=8 run_step qwen3moe_latency_b1_decode$form 300 \
+                   $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_decode$form.json"; done;;
     moe_decode) TAIL=40 run_step moe_decode 400 python benchmarks/moe_gpu.py --tokens 1,8 --decode-tiles --skip-gemv;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py \
                    tests/kernels/test_moe_decode.py tests/kernels/test_attention_options.py;;
