@@ -24,3 +24,19 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     pid_m = first_m + (pid % per_group) % group_rows
     pid_n = (pid % per_group) // group_rows
     return pid_m, pid_n
+
+
+@triton.jit
+def program_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's tile as ``(offs_m, offs_n, mask_m, mask_n, rows_m, rows_n)``:
+    row and column offsets, their in-range masks, and the int64 row indices
+    to read, out-of-range ones pointed at row 0 (their results are never
+    stored), so that loads in the K loop need no masks along M or N."""
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    rows_m = tl.where(mask_m, offs_m, 0).to(tl.int64)
+    rows_n = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    return offs_m, offs_n, mask_m, mask_n, rows_m, rows_n

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant.fp8_triton import quantize_fp8_rows
-from octavo.kernels.tile_order import grouped_tile
+from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import interpreting, next_power_of_2
 
 
@@ -95,13 +95,7 @@ def _block_scaled_mm_kernel(
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    rows_m = tl.where(mask_m, offs_m, 0).to(tl.int64)
-    rows_n = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    offs_m, offs_n, mask_m, mask_n, rows_m, rows_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(0, tl.cdiv(K, GROUP_K)):
         offs_k = kb * GROUP_K + tl.arange(0, GROUP_K)

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
-from octavo.kernels.tile_order import grouped_tile
+from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 # Type codes inside the kernels (constexpr) and their plane shapes (A, B).
@@ -210,13 +210,9 @@ def _gguf_mm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    row_ptr = w_ptr + tl.where(mask_n, offs_n, 0).to(tl.int64) * row_bytes
-    x_rows = x_ptr + tl.where(mask_m, offs_m, 0).to(tl.int64)[:, None, None] * stride_xm
+    offs_m, offs_n, mask_m, mask_n, rows_m, rows_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    row_ptr = w_ptr + rows_n * row_bytes
+    x_rows = x_ptr + rows_m[:, None, None] * stride_xm
     k_lo, k_hi = _plane_k(TYPE, A, B)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for sb in range(0, tl.cdiv(K, 256)):

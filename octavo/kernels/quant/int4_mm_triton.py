@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
-from octavo.kernels.tile_order import grouped_tile
+from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 
@@ -179,14 +179,7 @@ def _grouped_mm_kernel(
     SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr, WHOLE_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr = False,
 ):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    # Out-of-range rows read row 0 (their results are never stored): no masks in the loop.
-    rows_m = tl.where(mask_m, offs_m, 0).to(tl.int64)
-    rows_n = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    offs_m, offs_n, mask_m, mask_n, rows_m, rows_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_k = tl.arange(0, BLOCK_K)
     num_steps = K // BLOCK_K
     per_split = tl.cdiv(num_steps, SPLIT_K)
