@@ -27,8 +27,10 @@ def silu_then_mul(gate32, up32, DTYPE: tl.constexpr):
     return silu.to(tl.float32) * up32
 
 
-# The ACT codes of ``_gated_kernel``.
+# The ACT codes of ``_gated_kernel`` (and of the kernels that fuse a gated
+# activation: the GEMV, the fused MoE), by the activation's name.
 SILU, GELU, GELU_TANH = 0, 1, 2
+ACT_CODES = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
 SQRT_1_2: tl.constexpr = tl.constexpr(0.7071067811865476)
 SQRT_2_OVER_PI: tl.constexpr = tl.constexpr(0.7978845608028654)
 

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
+from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
@@ -102,7 +102,7 @@ def moe_gemv_max_tokens() -> int:
     return int(value)
 
 
-ACTIVATIONS = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
+ACTIVATIONS = ACT_CODES
 
 
 # Where a block's rows come from: the aligned arrays, one slot per block

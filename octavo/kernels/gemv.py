@@ -39,13 +39,13 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from octavo.kernels.activation import GELU, GELU_TANH, SILU, act_then_mul
+from octavo.kernels.activation import ACT_CODES, SILU, act_then_mul
 from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
 MAX_ROWS = 8
 # ``gated`` names -> the ACT codes of ``activation.act_then_mul``.
-GATED_ACTIVATIONS = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
+GATED_ACTIVATIONS = ACT_CODES
 
 
 @dataclass(frozen=True)
