@@ -110,31 +110,38 @@ def fit_to_rows(config: GemvConfig, num_tokens: int) -> GemvConfig:
 
 
 @triton.jit
-def _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset,
+def _load_step(w_rows, x_rows, mask_m, k0, K, up_offset,
                BLOCK_K: tl.constexpr, GATED: tl.constexpr, EVEN_K: tl.constexpr):
-    """One K step's weight tile(s) ``[BLOCK_N, BLOCK_K]`` and activations ``[BLOCK_M, BLOCK_K]``."""
-    offs_k = k0 + tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    """One K step's weight tile(s) ``[1, BLOCK_N, BLOCK_K]`` and activations ``[BLOCK_M, 1, BLOCK_K]``.
+
+    Both are loaded in the rank of their product (3-D), not expanded from
+    2-D loads after the fact: the loads then get the product's own layout
+    (vectors along K), and the weight tile does not make a round trip
+    through shared memory to change layout (the sm_90 SASS of the 2-D form
+    had it, with two barriers per tile; ``tests/kernels/sass_loops.py``)."""
+    offs_k = (k0 + tl.arange(0, BLOCK_K))[None, None, :]
+    x_ptrs = x_rows + offs_k
+    w_ptrs = w_rows[None, :, :] + offs_k
     if EVEN_K:
-        w = tl.load(w_rows + offs_k[None, :])
-        x = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-        w_up = tl.load(w_rows + up_offset + offs_k[None, :]) if GATED else w
+        w = tl.load(w_ptrs)
+        x = tl.load(x_ptrs, mask=mask_m[:, None, None], other=0.0)
+        w_up = tl.load(w_ptrs + up_offset) if GATED else w
     else:
         mask_k = offs_k < K
-        w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0)
-        x = tl.load(x_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        w_up = tl.load(w_rows + up_offset + offs_k[None, :], mask=mask_k[None, :], other=0.0) if GATED else w
+        w = tl.load(w_ptrs, mask=mask_k, other=0.0)
+        x = tl.load(x_ptrs, mask=mask_m[:, None, None] & mask_k, other=0.0)
+        w_up = tl.load(w_ptrs + up_offset, mask=mask_k, other=0.0) if GATED else w
     return w, x, w_up
 
 
 @triton.jit
 def _accumulate(acc, acc_up, w, x, w_up, GATED: tl.constexpr, DEFER_REDUCE: tl.constexpr):
     """``acc (+)= x * w`` (and the up half's) in float32, reduced along K now or at the end."""
-    x3 = x.to(tl.float32)[:, None, :]
-    prod = x3 * w.to(tl.float32)[None, :, :]
+    x3 = x.to(tl.float32)
+    prod = x3 * w.to(tl.float32)
     acc += prod if DEFER_REDUCE else tl.sum(prod, axis=2)
     if GATED:
-        prod_up = x3 * w_up.to(tl.float32)[None, :, :]
+        prod_up = x3 * w_up.to(tl.float32)
         acc_up += prod_up if DEFER_REDUCE else tl.sum(prod_up, axis=2)
     return acc, acc_up
 
@@ -154,6 +161,13 @@ def _gemv_kernel(
     # Out-of-range feature rows read row 0 instead of masking every load.
     rows = tl.where(mask_n, offs_n, 0)
     w_rows = w_ptr + rows[:, None] * stride_wn
+    x_rows = x_ptr + offs_m[:, None, None] * stride_xm
+    if w_ptr.dtype.element_ty.primitive_bitwidth < 16:
+        # 8-bit weights load 16 values a vector, 16-bit activations 8: read
+        # per weight row (from L1), the activations' loads then match the
+        # weights' shape and take their layout, instead of changing layout
+        # through shared memory every K step.
+        x_rows += tl.zeros((1, BLOCK_N, 1), dtype=tl.int32)
     if DEFER_REDUCE:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
@@ -163,16 +177,16 @@ def _gemv_kernel(
         # Loads are not software-pipelined without a dot: issue step k+1's
         # before multiplying step k's, so one step's latency hides behind
         # the other's arithmetic (the last step is the epilogue).
-        w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+        w, x, w_up = _load_step(w_rows, x_rows, mask_m, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             w_next, x_next, up_next = _load_step(
-                w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+                w_rows, x_rows, mask_m, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
             acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
             w, x, w_up = w_next, x_next, up_next
         acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     else:
         for k0 in range(0, K, BLOCK_K):
-            w, x, w_up = _load_step(w_rows, x_ptr, offs_m, mask_m, stride_xm, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+            w, x, w_up = _load_step(w_rows, x_rows, mask_m, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
             acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     out = tl.sum(acc, axis=2) if DEFER_REDUCE else acc
     out_up = tl.sum(acc_up, axis=2) if DEFER_REDUCE else acc_up

@@ -35,13 +35,24 @@ KERNEL_POINTERS = {
 }
 
 
-# An fp8 KV cache: the attention kernels' cache pointers (name suffix " fp8").
-FP8_CACHE_POINTERS = {"k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv"}
+# Pointer types a case's name suffix sets: an fp8 KV cache for the attention
+# kernels (" fp8"); an fp8 weight with float32 per-feature scales for the GEMV (" w8").
+SUFFIX_POINTERS = {
+    " fp8": {"k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv"},
+    " w8": {"w_ptr": "*fp8e4nv", "scale_ptr": "*fp32"},
+}
+# Integer arguments that are multiples of 16 at every launch (Triton specialises them so).
+ALIGNED_INTS = {"up_offset"}
 
 
-def signature(kernel, constexprs: dict, fp8_cache: bool = False) -> dict[str, str]:
+def case_pointers(name: str) -> dict[str, str]:
+    """The pointer types the case ``name``'s suffix sets (none for most)."""
+    return next((types for suffix, types in SUFFIX_POINTERS.items() if name.endswith(suffix)), {})
+
+
+def signature(kernel, constexprs: dict, pointers: dict[str, str] | None = None) -> dict[str, str]:
     types = {}
-    own = {**KERNEL_POINTERS.get(kernel.fn.__name__, {}), **(FP8_CACHE_POINTERS if fp8_cache else {})}
+    own = {**KERNEL_POINTERS.get(kernel.fn.__name__, {}), **(pointers or {})}
     for name in kernel.arg_names:
         if name in own:
             types[name] = own[name]
@@ -59,12 +70,13 @@ def signature(kernel, constexprs: dict, fp8_cache: bool = False) -> dict[str, st
 
 
 def compile_one(
-    kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4, num_stages: int = 2, fp8_cache: bool = False
+    kernel, constexprs: dict, target: GPUTarget, num_warps: int = 4, num_stages: int = 2,
+    pointers: dict[str, str] | None = None,
 ):
     # Pointers and strides 16-divisible, as Triton specialises them at launch.
-    aligned = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride_")]
+    aligned = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride_") or n in ALIGNED_INTS]
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
-    types = signature(kernel, constexprs, fp8_cache)
+    types = signature(kernel, constexprs, pointers)
     source = ASTSource(fn=kernel, signature=types, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
 
@@ -130,6 +142,12 @@ def cases(attention_only: bool = False):
                       GATED=gated is not None, ACT=gemv.GATED_ACTIVATIONS.get(gated, activation.SILU),
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch)
         yield f"gemv M{block_m} gated={gated} {config}", gemv._gemv_kernel, consts, config
+    # The 8-bit weight-only GEMV (fp8 weight, float32 per-feature scales) at its default tiles.
+    config = gemv.DEFAULT_8BIT_CONFIG
+    consts = dict(BLOCK_M=1, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=False, GATED=False,
+                  ACT=activation.SILU, DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=True,
+                  PREFETCH=config.prefetch)
+    yield f"gemv 8-bit {config} w8", gemv._gemv_kernel, consts, config
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
@@ -146,7 +164,7 @@ def cases(attention_only: bool = False):
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
     block_n, warps = moe_decode.down_tiles()
     for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):
-        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k)
+        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True)
         yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
@@ -154,9 +172,11 @@ def cases(attention_only: bool = False):
     yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k), None
     yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
-    for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide):
+    paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
+    for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide, paired):
         kernel = int4_triton._grouped_gemv_deferred_kernel if config.deferred else int4_triton._grouped_gemv_kernel
         consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False)
+        consts.update(ROW_GROUPS=config.row_groups) if config.deferred else None
         yield f"int4 gemv {config}", kernel, consts, GemvTiles(config.num_warps)
 
 
@@ -164,7 +184,7 @@ def main(target_name: str, attention_only: bool) -> None:
     target = GPUTarget("cuda", 90, 32) if target_name == "cuda" else GPUTarget("hip", "gfx942", 64)
     for name, kernel, consts, tiles in cases(attention_only):
         options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
-        compiled = compile_one(kernel, consts, target, **options, fp8_cache=name.endswith(" fp8"))
+        compiled = compile_one(kernel, consts, target, **options, pointers=case_pointers(name))
         print(f"{target_name} {name}: shared {compiled.metadata.shared} bytes", flush=True)
 
 
