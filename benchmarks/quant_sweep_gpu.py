@@ -51,9 +51,11 @@ GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 
              for p in (False, True)]
 # Blocks up to 32 (8 KiB of int4 a program per step at block_n 4): the 16-bit GEMV
 # needed wide K tiles to keep enough loads in flight (round 16); int4's default reads 1 KiB.
+# The deferred kernel (every Llama shape: groups of whole layout blocks) with one
+# or two row groups a program; the per-plane kernel once, as its reference.
 INT4_GEMV = [
-    GroupedGemvConfig(n, b, w, d) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for d in (False, True)
-]
+    GroupedGemvConfig(n, b, w, True, r) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for r in (1, 2)
+] + [GroupedGemvConfig(4, 8, 4, False)]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -148,7 +150,8 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 # The one-token winners as the environment overrides the kernels read
 # (``--env-file``): an end-to-end run in the same device call uses them.
 ENV_OVERRIDES = {
-    ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES", lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)}"),
+    ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES",
+                       lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")

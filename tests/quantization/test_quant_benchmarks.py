@@ -104,7 +104,7 @@ def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     _, sweep = scripts
     plan = sweep.select_plan("int4:gemv,fp8:gemv", "1")
     assert [(family, path, tokens) for family, path, tokens, _ in plan] == [("fp8", "gemv", (1,)), ("int4", "gemv", (1,))]
-    deferred = next(c for c in plan[1][3] if c.deferred and c.blocks == 16)
+    deferred = next(c for c in plan[1][3] if c.deferred and c.blocks == 16 and c.row_groups == 2)
     plan = [(plan[0][0], plan[0][1], (1,), plan[0][3][:1]), (plan[1][0], plan[1][1], (1,), [deferred])]
     best = sweep.run(plan=plan, budget_s=1e9)
     env_file = tmp_path / "tuned.env"
@@ -113,7 +113,7 @@ def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     assert env_file.read_text().splitlines() == [
         f"OCTAVO_GEMV_8BIT={fp8.block_n},{fp8.block_k},{fp8.num_warps},{fp8.num_stages},{int(fp8.defer_reduce)},"
         f"{int(fp8.prefetch)}",
-        f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1",
+        f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1,2",
     ]
 
 

@@ -52,6 +52,9 @@ class GroupedGemvConfig:
     # group (the common case): fewer instructions per weight value, one
     # cross-lane reduction per program. Chosen by the tile sweep on a GPU.
     deferred: bool = False
+    # Row groups of ``block_n`` a deferred program owns (1 or 2): with 2, each
+    # activation it loads and widens serves twice the weight values.
+    row_groups: int = 1
 
 
 # Swept on the H200 (round 26): one 8B decoder layer's four GEMVs 406 -> 125 us.
@@ -73,7 +76,7 @@ def dequant_min_tokens() -> int:
 @triton.jit
 def _plane(words, j: tl.constexpr, BITS: tl.constexpr):
     """Plane ``j`` of packed ``words`` as float32 ``2**23 + q``."""
-    q = (words >> (BITS * j)) & ((1 << BITS) - 1)
+    q = (words >> (BITS * j)) & ((1 << BITS) - 1)  # words uint32: a logical shift
     return (q | 0x4B000000).to(tl.float32, bitcast=True)
 
 
@@ -134,42 +137,97 @@ def _grouped_gemv_kernel(
     _store_rows(tl.sum(acc, axis=2), b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS)
 
 
+@triton.jit
+def _group_rows(base_ptr, rows, stride_n, m4, lane4, ALONG_LANES: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N, 1, P]`` pointers to ``rows`` of a row-major tensor: along
+    the lanes (the packed words) or the same element for every lane (scales, zeros)."""
+    row4 = rows[None, :, None, None] + 0 * m4
+    return base_ptr + row4 * stride_n + (lane4 if ALONG_LANES else 0 * lane4)
+
+
+@triton.jit
+def _block_scales(s_rows, z_rows, group, valid):
+    """A layout block's scale and ``2**23 + zero`` (what ``_plane`` values are offset by), float32."""
+    scale = tl.load(s_rows + group, mask=valid, other=0.0).to(tl.float32)
+    return scale, tl.load(z_rows + group, mask=valid, other=0).to(tl.float32) + 8388608.0
+
+
 @triton.jit(do_not_specialize=["M"])
 def _grouped_gemv_deferred_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
     stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
     BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ROW_GROUPS: tl.constexpr,
 ):
-    """``_grouped_gemv_kernel`` for whole groups: a layout block's planes share
-    one scale and zero, so its products are summed unscaled over the planes,
-    scaled once, and kept per lane until the end (one reduction, not one per
-    plane and step)."""
+    """``_grouped_gemv_kernel`` for whole groups: a layout block's planes
+    share one scale and zero, so its products are summed unscaled over the
+    planes, scaled once, and kept per lane until the end (one reduction,
+    not one per plane and step).
+
+    Every load is shaped ``[BLOCK_M, BLOCK_N, BLOCKS, P]``, the product's own
+    shape, the dimensions it does not vary along broadcast by its pointers
+    (stride 0): each load then gets the packed words' layout, and nothing
+    changes layout through shared memory inside the loop (the 2-D/3-D form
+    had 16 barriers a step in its sm_90 SASS; ``tests/kernels/sass_loops.py``).
+    The activations are re-read per output row from L1, not from DRAM.
+    ``ROW_GROUPS=2``: a program owns two groups of ``BLOCK_N`` rows, and each
+    activation loaded and widened serves both."""
     PACK: tl.constexpr = 32 // BITS
-    offs_n, mask_n, rows, offs_m, mask_m = _program_rows(M, N, BLOCK_M, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    m4 = offs_m[:, None, None, None]
+    block4 = tl.arange(0, BLOCKS)[None, None, :, None]
+    lane4 = tl.arange(0, P)[None, None, None, :]
+    offs_a = pid * (ROW_GROUPS * BLOCK_N) + tl.arange(0, BLOCK_N)
+    offs_b = offs_a + BLOCK_N
+    # Out-of-range rows read row 0 instead of masking every load.
+    rows_a = tl.where(offs_a < N, offs_a, 0)
+    rows_b = tl.where(offs_b < N, offs_b, 0)
+    x_rows = x_ptr + m4 * stride_xm + 0 * rows_a[None, :, None, None] + lane4
+    w_a = _group_rows(w_ptr, rows_a, stride_wn, m4, lane4, True)
+    w_b = _group_rows(w_ptr, rows_b, stride_wn, m4, lane4, True)
+    acc_a = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+    acc_b = acc_a
     for k0 in range(0, K, P * PACK * BLOCKS):
-        w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
+        block_start = k0 + block4 * (P * PACK)
+        valid = block_start < K
+        # A division by a run-time value: the group index is not seen as
+        # contiguous along the blocks, so the scale and zero loads are not
+        # vectorised along them in a layout of their own.
         group = block_start // group_size
-        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
-        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
-        offset = (zero.to(tl.float32) + 8388608.0)[:, :, None]
-        block_sum = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+        words_a = tl.load(w_a + block_start // PACK, mask=valid, other=0).to(tl.uint32, bitcast=True)
+        scale_a, offset_a = _block_scales(_group_rows(s_ptr, rows_a, stride_sn, m4, lane4, False),
+                                          _group_rows(z_ptr, rows_a, stride_zn, m4, lane4, False), group, valid)
+        sum_a = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+        if ROW_GROUPS == 2:
+            words_b = tl.load(w_b + block_start // PACK, mask=valid, other=0).to(tl.uint32, bitcast=True)
+            scale_b, offset_b = _block_scales(_group_rows(s_ptr, rows_b, stride_sn, m4, lane4, False),
+                                              _group_rows(z_ptr, rows_b, stride_zn, m4, lane4, False), group, valid)
+            sum_b = sum_a
         for j in tl.static_range(PACK):
-            x = _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, block_start + j * P, valid, P)
-            block_sum += x[:, None, :, :] * (_plane(w, j, BITS) - offset)[None, :, :, :]
-        acc += block_sum * scale.to(tl.float32)[None, :, :, None]
-    out = tl.sum(tl.sum(acc, axis=3), axis=2)
-    _store_rows(out, b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS)
+            x = tl.load(x_rows + block_start + j * P, mask=(m4 < M) & valid, other=0.0).to(tl.float32)
+            sum_a += x * (_plane(words_a, j, BITS) - offset_a)
+            if ROW_GROUPS == 2:
+                sum_b += x * (_plane(words_b, j, BITS) - offset_b)
+        acc_a += sum_a * scale_a
+        if ROW_GROUPS == 2:
+            acc_b += sum_b * scale_b
+    _store_rows(tl.sum(tl.sum(acc_a, axis=3), axis=2), b_ptr, out_ptr, rows_a, offs_m, offs_a, mask_m, offs_a < N,
+                stride_om, HAS_BIAS)
+    if ROW_GROUPS == 2:
+        _store_rows(tl.sum(tl.sum(acc_b, axis=3), axis=2), b_ptr, out_ptr, rows_b, offs_m, offs_b, mask_m,
+                    offs_b < N, stride_om, HAS_BIAS)
 
 
 @functools.cache
 def gemv_config_from_env() -> GroupedGemvConfig | None:
-    """``OCTAVO_INT4_GEMV_TILES=block_n,blocks,num_warps[,deferred]`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_GEMV_TILES", "block_n,blocks,num_warps[,deferred]", (3, 4))
+    """``OCTAVO_INT4_GEMV_TILES=block_n,blocks,num_warps[,deferred[,row_groups]]`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_INT4_GEMV_TILES", "block_n,blocks,num_warps[,deferred[,row_groups]]", (3, 4, 5))
     if parts is None:
         return None
-    return GroupedGemvConfig(*parts[:3], deferred=bool(parts[3]) if len(parts) > 3 else False)
+    return GroupedGemvConfig(*parts[:3], deferred=bool(parts[3]) if len(parts) > 3 else False,
+                             row_groups=parts[4] if len(parts) > 4 else 1)
 
 
 def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
@@ -179,13 +237,16 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
     if num_tokens == 0:
         return out
     planes = layout.plane_words(num_in, bits)
-    whole_groups = group_size % (planes * (32 // bits)) == 0
-    kernel = _grouped_gemv_deferred_kernel if config.deferred and whole_groups else _grouped_gemv_kernel
-    kernel[(triton.cdiv(num_out, config.block_n),)](
+    block_inputs = planes * (32 // bits)
+    deferred = config.deferred and group_size % block_inputs == 0
+    kernel = _grouped_gemv_deferred_kernel if deferred else _grouped_gemv_kernel
+    row_groups = config.row_groups if deferred else 1
+    own = dict(ROW_GROUPS=row_groups) if deferred else {}
+    kernel[(triton.cdiv(num_out, config.block_n * row_groups),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
         BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
-        BLOCKS=config.blocks, HAS_BIAS=bias is not None, num_warps=config.num_warps,
+        BLOCKS=config.blocks, HAS_BIAS=bias is not None, num_warps=config.num_warps, **own,
     )
     return out
 
