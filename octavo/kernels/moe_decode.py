@@ -77,6 +77,7 @@ def _down_topk_sum_kernel(
     hidden, inter,
     stride_at, stride_we, stride_wn, stride_ot,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -88,14 +89,18 @@ def _down_topk_sum_kernel(
     experts = tl.load(ids_ptr + slots, mask=choice < TOP_K, other=-1)
     used = experts >= 0
     w_rows = w2_ptr + tl.where(used, experts, 0).to(tl.int64)[:, None, None] * stride_we + rows[None, :, None] * stride_wn
-    a_rows = act_ptr + slots[:, None] * stride_at
-    ks = tl.arange(0, BLOCK_K)
+    # The slots' activations read per weight row (from L1): loaded in the
+    # weight tile's shape, they take its layout, with no change of layout
+    # through shared memory every K step (tests/kernels/sass_loops.py).
+    a_rows = act_ptr + slots[:, None, None] * stride_at + tl.zeros([1, BLOCK_N, 1], tl.int64)
+    ks = tl.arange(0, BLOCK_K)[None, None, :]
     acc = tl.zeros([K_PAD, BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(0, inter, BLOCK_K):
-        k_ok = k0 + ks < inter
-        a = tl.load(a_rows + (k0 + ks)[None, :], mask=used[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_rows + (k0 + ks)[None, None, :], mask=used[:, None, None] & k_ok[None, None, :], other=0.0)
-        acc += w.to(tl.float32) * a.to(tl.float32)[:, None, :]
+        # A mask along K would keep the loads from being vectorised (the usual widths divide BLOCK_K).
+        mask = used[:, None, None] if EVEN_K else used[:, None, None] & (k0 + ks < inter)
+        a = tl.load(a_rows + k0 + ks, mask=mask, other=0.0)
+        w = tl.load(w_rows + k0 + ks, mask=mask, other=0.0)
+        acc += w.to(tl.float32) * a.to(tl.float32)
     dtype = out_ptr.dtype.element_ty
     # Rounding as the grouped path: each slot's product, then times its weight (rounded too).
     per_slot = tl.sum(acc, axis=2).to(dtype).to(tl.float32)
@@ -123,6 +128,6 @@ def down_topk_sum(
     _down_topk_sum_kernel[(num_tokens, cdiv(hidden, block_n))](
         act, w2, out, weights, ids, hidden, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps,
+        TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=inter % block_k == 0, num_warps=num_warps,
     )
     return out
