@@ -88,8 +88,10 @@ def compile_for(fn, signature: dict, constexprs: dict, capability: int, **option
         import triton.backends.nvidia  # noqa: F401
     except ImportError:
         pytest.skip("Triton has no NVIDIA backend here")
-    # Pointers and strides 16-divisible, as Triton specialises them at launch.
-    aligned = [n for n in fn.arg_names if (n.endswith("_ptr") or n.startswith("stride_")) and n not in constexprs]
+    # Pointers, strides and GGUF row lengths (2,304 bytes at K = 4,096 for Q4_K)
+    # 16-divisible, as Triton specialises them at launch.
+    aligned = [n for n in fn.arg_names
+               if (n.endswith("_ptr") or n.startswith("stride_") or n == "row_bytes") and n not in constexprs]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     kernel = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)

@@ -183,7 +183,15 @@ def _gguf_gemv_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
     k_lo, k_hi = _plane_k(TYPE, A, B)
-    x_rows = x_ptr + offs_m[:, None, None] * stride_xm
+    # K-quants: activations read per weight row (from L1), in the product's
+    # shape [BLOCK_M, BLOCK_N, A, B], so that their loads take the planes'
+    # layout instead of changing layout through shared memory every step
+    # (8 barriers -> 0 in the sm_90 loop; the 32-value block types keep
+    # theirs either way, and per-row reads only add instructions there).
+    PER_ROW: tl.constexpr = TYPE >= 3
+    x_rows = x_ptr + offs_m[:, None, None, None] * stride_xm
+    if PER_ROW:
+        x_rows += tl.zeros((1, BLOCK_N, 1, 1), dtype=tl.int32)
     num_sb = tl.cdiv(K, 256)
     acc = tl.zeros((BLOCK_M, BLOCK_N, A, B), dtype=tl.float32)
     for sb0 in range(0, num_sb, STEPS):
@@ -195,9 +203,10 @@ def _gguf_gemv_kernel(
             first = sb * 256
             lo, hi = _planes(row_ptr + sb * SB_BYTES, mask_n, (K - first) // 32, TYPE, A, B)
             limit = tl.where(live, K, 0)
-            x_lo = tl.load(x_rows + (first + k_lo)[None], mask=mask_m[:, None, None] & (first + k_lo < limit)[None], other=0.0)
-            x_hi = tl.load(x_rows + (first + k_hi)[None], mask=mask_m[:, None, None] & (first + k_hi < limit)[None], other=0.0)
-            acc += x_lo.to(tl.float32)[:, None] * lo[None] + x_hi.to(tl.float32)[:, None] * hi[None]
+            rows_ok = mask_m[:, None, None, None]
+            x_lo = tl.load(x_rows + (first + k_lo)[None, None], mask=rows_ok & (first + k_lo < limit)[None, None], other=0.0)
+            x_hi = tl.load(x_rows + (first + k_hi)[None, None], mask=rows_ok & (first + k_hi < limit)[None, None], other=0.0)
+            acc += x_lo.to(tl.float32) * lo[None] + x_hi.to(tl.float32) * hi[None]
     out = tl.sum(tl.sum(acc, axis=3), axis=2)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])
