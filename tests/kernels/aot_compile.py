@@ -42,7 +42,7 @@ SUFFIX_POINTERS = {
     " w8": {"w_ptr": "*fp8e4nv", "scale_ptr": "*fp32"},
 }
 # Integer arguments that are multiples of 16 at every launch (Triton specialises them so).
-ALIGNED_INTS = {"up_offset"}
+ALIGNED_INTS = {"up_offset", "row_bytes"}
 
 
 def case_pointers(name: str) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Instruction counts of compiled kernels' loops for sm_90, without a GPU.
 
 ``python -m tests.kernels.sass_loops [NAME_SUBSTRING ...]`` (``TRITON_INTERPRET``
-unset) compiles the ``aot_compile`` cases whose names contain a substring,
+unset) compiles the ``aot_compile`` cases (and the quantized GEMMs of
+``tests/quantization/test_triton_compile.py``, names starting ``quant``)
+whose names contain a substring,
 disassembles the cubin with the ``cuobjdump`` Triton ships, and prints, for each
 backward branch (a loop), its instruction count, the barriers, shared-memory
 round trips and global loads in it, and the kernel's registers and spills.
@@ -65,13 +67,37 @@ def summarize(code, start: int, end: int) -> str:
             f"{loads} LDG, {kinds['FFMA']} FFMA, {kinds['HMMA']} HMMA")
 
 
-def main(names: list[str]) -> None:
+def quant_cases():
+    """``(name, kernel, constexprs, pointer types, options)`` of the quantized GEMMs' compile cases,
+    and the GGUF decode GEMV of each type."""
+    from octavo.kernels.quant import gguf_triton
+    from tests.quantization.test_triton_compile import QUANT_KERNELS
+
+    for name, (kernel, consts, pointers, options) in QUANT_KERNELS.items():
+        yield f"quant {name}", kernel, consts, pointers, options
+    for type_name, code in gguf_triton._CODES.items():
+        a, b = gguf_triton._PLANES[type_name]
+        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=144, BLOCK_M=1, BLOCK_N=4, STEPS=2)
+        yield f"quant gguf gemv {type_name}", gguf_triton._gguf_gemv_kernel, consts, {"w_ptr": "*u8"}, {}
+
+
+def all_cases(names: list[str]):
+    """``(name, compile thunk)`` of every case whose name contains one of ``names`` (all when empty)."""
     target = GPUTarget("cuda", 90, 32)
     for name, kernel, consts, tiles in cases():
+        options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
+        yield name, lambda k=kernel, c=consts, o=options, n=name: compile_one(k, c, target, **o, pointers=case_pointers(n))
+    if names and not any(n.startswith("quant") for n in names):
+        return
+    for name, kernel, consts, pointers, options in quant_cases():
+        yield name, lambda k=kernel, c=consts, p=pointers, o=options: compile_one(k, c, target, **o, pointers=p)
+
+
+def main(names: list[str]) -> None:
+    for name, build in all_cases(names):
         if names and not any(n in name for n in names):
             continue
-        options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
-        compiled = compile_one(kernel, consts, target, **options, pointers=case_pointers(name))
+        compiled = build()
         code = disassemble(compiled.asm["cubin"])
         print(f"{name}: {len(code)} instructions, {resources(compiled.asm['cubin'])}")
         for start, end in loops(code):
