@@ -69,7 +69,10 @@ INT4_MM_WIDE = [
     for m in (64, 128) for n in (128, 256) for k in (128, 256) for w in (4, 8) for st in (3, 4)
 ]
 INT4_DEQUANT = [DequantTile(r, k, w) for r in (8, 16, 32) for k in (256, 512, 1024) for w in (4, 8)]
-GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8) for s in (1, 2, 4, 8, 16) for w in (4, 8)]
+# One and two warps: the one-token kernel's per-super-block scale work is per
+# thread, so fewer threads a row each take more values (sm_90 loop, Q4_K: 9.3
+# instructions a value at (8, 1, 1), 19 at (4, 1, 4)).
+GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8, 16) for s in (1, 2, 4) for w in (1, 2, 4)]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]

@@ -71,14 +71,20 @@ def quant_cases():
     """``(name, kernel, constexprs, pointer types, options)`` of the quantized GEMMs' compile cases,
     and the GGUF decode GEMV of each type."""
     from octavo.kernels.quant import gguf_triton
+    from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME
     from tests.quantization.test_triton_compile import QUANT_KERNELS
 
     for name, (kernel, consts, pointers, options) in QUANT_KERNELS.items():
         yield f"quant {name}", kernel, consts, pointers, options
     for type_name, code in gguf_triton._CODES.items():
         a, b = gguf_triton._PLANES[type_name]
-        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=144, BLOCK_M=1, BLOCK_N=4, STEPS=2)
+        ggml = GGML_TYPES_BY_NAME[type_name]
+        sb_bytes = 256 // ggml.block_elems * ggml.block_bytes
+        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=sb_bytes, BLOCK_M=2, BLOCK_N=4, STEPS=2)
         yield f"quant gguf gemv {type_name}", gguf_triton._gguf_gemv_kernel, consts, {"w_ptr": "*u8"}, {}
+        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=sb_bytes, BLOCK_N=8, STEPS=1)
+        yield f"quant gguf gemv 1-token {type_name}", gguf_triton._gguf_gemv_one_kernel, consts, {"w_ptr": "*u8"}, {
+            "num_warps": 1}
 
 
 def all_cases(names: list[str]):

@@ -118,7 +118,8 @@ def test_gguf_kernels_compile(type_name):
     a, b = gguf_triton._PLANES[type_name]
     types = dict(TYPE=gguf_triton._CODES[type_name], A=a, B=b, SB_BYTES=144)
     pointers = {"w_ptr": "*u8"}
-    kernels = [(gguf_triton._gguf_gemv_kernel, dict(types, BLOCK_M=1, BLOCK_N=4, STEPS=2), {})]
+    kernels = [(gguf_triton._gguf_gemv_kernel, dict(types, BLOCK_M=2, BLOCK_N=4, STEPS=2), {}),
+               (gguf_triton._gguf_gemv_one_kernel, dict(types, BLOCK_N=8, STEPS=1), dict(num_warps=1))]
     if type_name in ("Q4_K", "Q6_K"):  # the other kernels share the dequantizer: two plane shapes suffice
         kernels += [
             (gguf_triton._gguf_mm_kernel, dict(types, BLOCK_M=32, BLOCK_N=64, GROUP_M=8, DOT_DTYPE=tl.bfloat16,

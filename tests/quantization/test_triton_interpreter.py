@@ -176,14 +176,18 @@ def test_gguf_triton_dequant_bit_exact(kernels, type_name):
 @pytest.mark.parametrize("type_name", FUSED_TYPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gguf_triton_matmuls(kernels, type_name, dtype):
-    """The GEMV (3 tokens) and the tensor-core kernel (19 tokens: a partial M
-    tile) against the torch dequantizer + matmul; 20 rows: a partial N tile."""
+    """The GEMV (3 tokens; 1 token: the one-token kernel where K holds whole
+    steps, 512 inputs for the K-quants, the general one at 352) and the
+    tensor-core kernel (19 tokens: a partial M tile) against the torch
+    dequantizer + matmul; 20 rows: a partial N tile."""
     _, gguf_triton = kernels
     raw, num_in = _gguf_rows(type_name, 20, 6)
     t = GGML_TYPES_BY_NAME[type_name]
     dense = dequantize_gguf(raw, t)
     for num_tokens, run in (
         (3, lambda x: gguf_triton.gguf_gemv(x, raw, t, gguf_triton.GGUFGemvConfig(block_n=8, steps=2))),
+        (1, lambda x: gguf_triton.gguf_gemv(x, raw, t, gguf_triton.GGUFGemvConfig(block_n=8, steps=2))),
+        (1, lambda x: gguf_triton.gguf_gemv(x, raw, t, gguf_triton.GGUFGemvConfig(block_n=4, steps=1, num_warps=1))),
         (19, lambda x: gguf_triton.gguf_mm(x, raw, t, gguf_triton.GGUFMmConfig(block_m=16, block_n=16))),
     ):
         x = torch.randn(num_tokens, num_in).to(dtype)

@@ -83,6 +83,15 @@ def _f16(ptr, mask):
 
 
 @triton.jit
+def _small_int_f32(q, offset: tl.constexpr):
+    """``q - offset`` in float32 for int32 ``q`` in ``[0, 2**23)``, exactly:
+    ``0x4B000000 | q`` is the float ``2**23 + q``. One OR and one add at the
+    full FMA rate, where an int-to-float conversion runs at a sixteenth of
+    it on sm_80/sm_90 (it was one conversion per weight value)."""
+    return (q | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + offset)
+
+
+@triton.jit
 def _k_scale_min(scales_ptr, sub, mask):
     """Q4_K/Q5_K: the 6-bit (scale, min) of sub-block ``sub`` (0..7)."""
     a = _u8(scales_ptr + sub, mask)
@@ -125,19 +134,20 @@ def _planes(base, mask_n, num_blocks, TYPE: tl.constexpr, A: tl.constexpr, B: tl
     if TYPE == 0:  # Q8_0: f16 d, 32 x int8
         blk = base3 + a3 * 34
         d = _f16(base2 + a2 * 34, mask2)[:, :, None]
-        lo = tl.load(blk + 2 + b3, mask=mask3, other=0).to(tl.int8, bitcast=True).to(tl.float32) * d
-        hi = tl.load(blk + 18 + b3, mask=mask3, other=0).to(tl.int8, bitcast=True).to(tl.float32) * d
+        # int8 as stored: flipping the sign bit offsets it by 128 into [0, 256).
+        lo = _small_int_f32(_u8(blk + 2 + b3, mask3) ^ 0x80, 128.0) * d
+        hi = _small_int_f32(_u8(blk + 18 + b3, mask3) ^ 0x80, 128.0) * d
     elif TYPE == 1:  # Q4_0: f16 d, 16 bytes of nibbles; w = d (q - 8)
         d = _f16(base2 + a2 * 18, mask2)[:, :, None]
         qs = _u8(base3 + a3 * 18 + 2 + b3, mask3)
-        lo = ((qs & 0xF) - 8).to(tl.float32) * d
-        hi = ((qs >> 4) - 8).to(tl.float32) * d
+        lo = _small_int_f32(qs & 0xF, 8.0) * d
+        hi = _small_int_f32(qs >> 4, 8.0) * d
     elif TYPE == 2:  # Q4_1: f16 d, f16 m, nibbles; w = d q + m
         d = _f16(base2 + a2 * 20, mask2)[:, :, None]
         m = _f16(base2 + a2 * 20 + 2, mask2)[:, :, None]
         qs = _u8(base3 + a3 * 20 + 4 + b3, mask3)
-        lo = (qs & 0xF).to(tl.float32) * d + m
-        hi = (qs >> 4).to(tl.float32) * d + m
+        lo = _small_int_f32(qs & 0xF, 0.0) * d + m
+        hi = _small_int_f32(qs >> 4, 0.0) * d + m
     elif TYPE <= 4:  # Q4_K / Q5_K: sub-block 2a = low nibbles of chunk a, 2a + 1 = high
         d = _f16(base, mask_n)[:, None]
         dmin = _f16(base + 2, mask_n)[:, None]
@@ -151,23 +161,23 @@ def _planes(base, mask_n, num_blocks, TYPE: tl.constexpr, A: tl.constexpr, B: tl
             qh = _u8(base3 + 16 + b3, mask3)
             q_lo |= ((qh >> (2 * a3)) & 1) << 4
             q_hi |= ((qh >> (2 * a3 + 1)) & 1) << 4
-        lo = (d * sc_lo)[:, :, None] * q_lo.to(tl.float32) - (dmin * mn_lo)[:, :, None]
-        hi = (d * sc_hi)[:, :, None] * q_hi.to(tl.float32) - (dmin * mn_hi)[:, :, None]
+        lo = (d * sc_lo)[:, :, None] * _small_int_f32(q_lo, 0.0) - (dmin * mn_lo)[:, :, None]
+        hi = (d * sc_hi)[:, :, None] * _small_int_f32(q_hi, 0.0) - (dmin * mn_hi)[:, :, None]
     else:  # Q6_K: ql[128], qh[64], int8 scales[16], f16 d; w = d sc (q - 32)
         half = a3 // 4
         s = a3 % 4
         ql = _u8(base3 + 64 * half + 16 * s + b3, mask3)
         qh = _u8(base3 + 128 + 32 * half + 16 * (s % 2) + b3, mask3)
         shift = 2 * (s // 2)
-        q_lo = ((ql & 0xF) | (((qh >> shift) & 3) << 4)) - 32
-        q_hi = ((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4)) - 32
+        q_lo = (ql & 0xF) | (((qh >> shift) & 3) << 4)  # 6 bits, stored + 32
+        q_hi = (ql >> 4) | (((qh >> (shift + 4)) & 3) << 4)
         d = _f16(base + 208, mask_n)[:, None]
         half2 = a2 // 4
         s2 = a2 % 4
         sc_lo = tl.load(base2 + 192 + 8 * half2 + s2, mask=mask2, other=0).to(tl.int8, bitcast=True).to(tl.float32)
         sc_hi = tl.load(base2 + 196 + 8 * half2 + s2, mask=mask2, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        lo = (d * sc_lo)[:, :, None] * q_lo.to(tl.float32)
-        hi = (d * sc_hi)[:, :, None] * q_hi.to(tl.float32)
+        lo = (d * sc_lo)[:, :, None] * _small_int_f32(q_lo, 32.0)
+        hi = (d * sc_hi)[:, :, None] * _small_int_f32(q_hi, 32.0)
     return lo, hi
 
 
@@ -183,15 +193,7 @@ def _gguf_gemv_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
     k_lo, k_hi = _plane_k(TYPE, A, B)
-    # K-quants: activations read per weight row (from L1), in the product's
-    # shape [BLOCK_M, BLOCK_N, A, B], so that their loads take the planes'
-    # layout instead of changing layout through shared memory every step
-    # (8 barriers -> 0 in the sm_90 loop; the 32-value block types keep
-    # theirs either way, and per-row reads only add instructions there).
-    PER_ROW: tl.constexpr = TYPE >= 3
-    x_rows = x_ptr + offs_m[:, None, None, None] * stride_xm
-    if PER_ROW:
-        x_rows += tl.zeros((1, BLOCK_N, 1, 1), dtype=tl.int32)
+    x_rows = x_ptr + offs_m[:, None, None] * stride_xm
     num_sb = tl.cdiv(K, 256)
     acc = tl.zeros((BLOCK_M, BLOCK_N, A, B), dtype=tl.float32)
     for sb0 in range(0, num_sb, STEPS):
@@ -203,13 +205,40 @@ def _gguf_gemv_kernel(
             first = sb * 256
             lo, hi = _planes(row_ptr + sb * SB_BYTES, mask_n, (K - first) // 32, TYPE, A, B)
             limit = tl.where(live, K, 0)
-            rows_ok = mask_m[:, None, None, None]
-            x_lo = tl.load(x_rows + (first + k_lo)[None, None], mask=rows_ok & (first + k_lo < limit)[None, None], other=0.0)
-            x_hi = tl.load(x_rows + (first + k_hi)[None, None], mask=rows_ok & (first + k_hi < limit)[None, None], other=0.0)
-            acc += x_lo.to(tl.float32) * lo[None] + x_hi.to(tl.float32) * hi[None]
+            x_lo = tl.load(x_rows + (first + k_lo)[None], mask=mask_m[:, None, None] & (first + k_lo < limit)[None], other=0.0)
+            x_hi = tl.load(x_rows + (first + k_hi)[None], mask=mask_m[:, None, None] & (first + k_hi < limit)[None], other=0.0)
+            acc += x_lo.to(tl.float32)[:, None] * lo[None] + x_hi.to(tl.float32)[:, None] * hi[None]
     out = tl.sum(tl.sum(acc, axis=3), axis=2)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _gguf_gemv_one_kernel(
+    x_ptr, w_ptr, out_ptr, N, K, row_bytes,
+    TYPE: tl.constexpr, A: tl.constexpr, B: tl.constexpr, SB_BYTES: tl.constexpr,
+    BLOCK_N: tl.constexpr, STEPS: tl.constexpr,
+):
+    """``_gguf_gemv_kernel`` for one token and whole steps (``K`` a multiple
+    of ``256 * STEPS``, as every model's is): no mask along K, so every load
+    is a vector, and the activations are read per weight row (from L1) as
+    ``[BLOCK_N, A, B]`` tiles, the planes' own shape, so that they take the
+    planes' layout: the sm_90 loop changes no layout (the general kernel's
+    1-token Q4_K loop: 8 barriers a step; sass_loops)."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    row_ptr = w_ptr + tl.where(mask_n, offs_n, 0).to(tl.int64) * row_bytes
+    k_lo, k_hi = _plane_k(TYPE, A, B)
+    x_rows = x_ptr + tl.zeros((BLOCK_N, 1, 1), dtype=tl.int32)
+    acc = tl.zeros((BLOCK_N, A, B), dtype=tl.float32)
+    for sb0 in range(0, K // 256, STEPS):
+        for step in tl.static_range(STEPS):
+            first = (sb0 + step) * 256
+            lo, hi = _planes(row_ptr + (sb0 + step) * SB_BYTES, mask_n, A, TYPE, A, B)
+            x_lo = tl.load(x_rows + (first + k_lo)[None]).to(tl.float32)
+            acc += x_lo * lo + tl.load(x_rows + (first + k_hi)[None]).to(tl.float32) * hi
+    out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -286,7 +315,14 @@ def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: G
     out = torch.empty(x.shape[0], num_out, dtype=x.dtype, device=x.device)
     if x.shape[0] == 0:
         return out
-    _gguf_gemv_kernel[(triton.cdiv(num_out, config.block_n),)](
+    grid = (triton.cdiv(num_out, config.block_n),)
+    if x.shape[0] == 1 and num_in % (256 * config.steps) == 0:
+        _gguf_gemv_one_kernel[grid](
+            x, raw, out, num_out, num_in, raw.stride(0), **constexprs,
+            BLOCK_N=config.block_n, STEPS=config.steps, num_warps=config.num_warps,
+        )
+        return out
+    _gguf_gemv_kernel[grid](
         x, raw, out, x.shape[0], num_out, num_in, raw.stride(0), x.stride(0), out.stride(0), **constexprs,
         BLOCK_M=next_power_of_2(x.shape[0]), BLOCK_N=config.block_n, STEPS=config.steps, num_warps=config.num_warps,
     )
