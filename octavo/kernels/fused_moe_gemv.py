@@ -58,16 +58,25 @@ def both_tiles(tiles: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @triton.jit
-def _row_times_tile(x_row_ptr, w_ptrs, col_ok, length, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """sum_k x[k] * w[n, k] in float32 for the tile's ``BLOCK_N`` rows ``w_ptrs`` (at k = 0)."""
-    ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_N], tl.float32)
+def _row_times_tile(x_row_ptr, w_ptrs, col_ok, length, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    EVEN_K: tl.constexpr):
+    """sum_k x[k] * w[n, k] in float32 for the tile's ``BLOCK_N`` rows ``w_ptrs`` (at k = 0).
+
+    ``x`` is read per weight row (from L1) as a ``[BLOCK_N, BLOCK_K]`` tile,
+    the weights' shape, so that it takes their layout, and the products are
+    summed along K once at the end: no layout change or cross-warp
+    reduction through shared memory per K step (4 barriers a step before;
+    tests/kernels/sass_loops.py). ``EVEN_K`` (``BLOCK_K`` divides the
+    length): no mask along K, which would keep the loads scalar."""
+    ks = tl.arange(0, BLOCK_K)[None, :]
+    x_rows = x_row_ptr + tl.zeros([BLOCK_N, 1], tl.int32)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(0, length, BLOCK_K):
-        k_ok = k0 + ks < length
-        x = tl.load(x_row_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-        w = tl.load(w_ptrs + k0 + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(w * x[None, :], axis=1)
-    return acc
+        k_ok = (k0 + ks < length) | EVEN_K
+        x = tl.load(x_rows + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        w = tl.load(w_ptrs + k0 + ks, mask=col_ok[:, None] & k_ok, other=0.0).to(tl.float32)
+        acc += w * x
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -75,7 +84,7 @@ def _gate_up_gemv_kernel(
     x_ptr, w13_ptr, out_ptr, ids_ptr,
     num_slots, top_k, inter, hidden,
     stride_xt, stride_we, stride_wn, stride_ot,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     slot = tl.program_id(0)
     expert = tl.load(ids_ptr + slot)
@@ -85,8 +94,8 @@ def _gate_up_gemv_kernel(
     col_ok = cols < inter
     x_row = x_ptr + (slot // top_k).to(tl.int64) * stride_xt
     w_rows = w13_ptr + expert.to(tl.int64) * stride_we + cols[:, None].to(tl.int64) * stride_wn
-    gate = _row_times_tile(x_row, w_rows, col_ok, hidden, BLOCK_N, BLOCK_K)
-    up = _row_times_tile(x_row, w_rows + inter * stride_wn, col_ok, hidden, BLOCK_N, BLOCK_K)
+    gate = _row_times_tile(x_row, w_rows, col_ok, hidden, BLOCK_N, BLOCK_K, EVEN_K)
+    up = _row_times_tile(x_row, w_rows + inter * stride_wn, col_ok, hidden, BLOCK_N, BLOCK_K, EVEN_K)
     dtype = out_ptr.dtype.element_ty
     out = act_then_mul(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), ACT, dtype)
     tl.store(out_ptr + slot.to(tl.int64) * stride_ot + cols, out.to(dtype), mask=col_ok)
@@ -97,7 +106,7 @@ def _down_gemv_kernel(
     act_ptr, w2_ptr, out_ptr, weights_ptr, ids_ptr,
     top_k, hidden, inter,
     stride_at, stride_we, stride_wn, stride_ot,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -109,7 +118,7 @@ def _down_gemv_kernel(
         expert = tl.load(ids_ptr + slot)
         if expert >= 0:
             w_rows = w2_ptr + expert.to(tl.int64) * stride_we + cols[:, None].to(tl.int64) * stride_wn
-            acc = _row_times_tile(act_ptr + slot * stride_at, w_rows, col_ok, inter, BLOCK_N, BLOCK_K)
+            acc = _row_times_tile(act_ptr + slot * stride_at, w_rows, col_ok, inter, BLOCK_N, BLOCK_K, EVEN_K)
             weight = tl.load(weights_ptr + slot).to(dtype).to(tl.float32)
             total += (acc.to(dtype).to(tl.float32) * weight).to(dtype).to(tl.float32)
     tl.store(out_ptr + token * stride_ot + cols, total.to(dtype), mask=col_ok)
@@ -132,13 +141,13 @@ def fused_moe_gemv(
     _gate_up_gemv_kernel[(num_slots, cdiv(inter, block_n))](
         hidden, w13, act, ids, num_slots, top_k, inter, hidden_size,
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_N=block_n, BLOCK_K=block_k, ACT=act_code, num_warps=num_warps,
+        BLOCK_N=block_n, BLOCK_K=block_k, ACT=act_code, EVEN_K=hidden_size % block_k == 0, num_warps=num_warps,
     )
     out = torch.empty((num_tokens, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     _down_gemv_kernel[(num_tokens, cdiv(hidden_size, down_n))](
         act, w2, out, weights, ids, top_k, hidden_size, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_N=down_n, BLOCK_K=down_k, num_warps=down_warps,
+        BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=inter % down_k == 0, num_warps=down_warps,
     )
     return out

@@ -168,8 +168,9 @@ def cases(attention_only: bool = False):
         yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
-    yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(BLOCK_N=block_n, BLOCK_K=block_k, ACT=0), None
-    yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k), None
+    yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(
+        BLOCK_N=block_n, BLOCK_K=block_k, ACT=0, EVEN_K=True), None
+    yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=True), None
     yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
     paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
