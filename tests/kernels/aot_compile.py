@@ -31,7 +31,7 @@ FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "w
 FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 # Pointers whose type differs by kernel: the grouped int4 layout's packed words and zero points.
 KERNEL_POINTERS = {
-    name: {"w_ptr": "*i32", "z_ptr": "*u8"} for name in ("_grouped_gemv_kernel", "_grouped_gemv_deferred_kernel")
+    name: {"w_ptr": "*i32", "z_ptr": "*u8"} for name in ("_grouped_gemv_kernel",)
 }
 
 
@@ -175,10 +175,9 @@ def cases(attention_only: bool = False):
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
     paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
     for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide, paired):
-        kernel = int4_triton._grouped_gemv_deferred_kernel if config.deferred else int4_triton._grouped_gemv_kernel
-        consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False)
-        consts.update(ROW_GROUPS=config.row_groups) if config.deferred else None
-        yield f"int4 gemv {config}", kernel, consts, GemvTiles(config.num_warps)
+        consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False,
+                      ROW_GROUPS=config.row_groups, PLANE_SCALES=not config.deferred)
+        yield f"int4 gemv {config}", int4_triton._grouped_gemv_kernel, consts, GemvTiles(config.num_warps)
 
 
 def main(target_name: str, attention_only: bool) -> None:

@@ -52,8 +52,10 @@ FP8 = "*fp8e4nv"
 MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None, SWAP_AB=False)
 # (kernel, constexprs, pointer types, compile options): Llama-3.1-8B tiles.
 QUANT_KERNELS = {
-    "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False), INT4, {}),
-    "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True),
+    "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False,
+                  ROW_GROUPS=2, PLANE_SCALES=False), INT4, {}),
+    "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
+                  ROW_GROUPS=1, PLANE_SCALES=True),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),
     "int4 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
                 WHOLE_GROUPS=True, HAS_BIAS=False), INT4, dict(num_stages=3)),

@@ -2,16 +2,16 @@
 layout, see ``int4``): three paths, chosen by the number of tokens.
 
 * ``_grouped_gemv_kernel`` (a few tokens, decode): each program streams
-  ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout blocks per step
-  (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs), and for each bit
-  plane multiplies the ``P`` values it holds by the matching ``P``
-  consecutive activations, in float32 on the CUDA cores. A value becomes a
-  float with one OR and one subtraction (``2**23 + q`` has ``q`` in its
-  mantissa, so ``bits(0x4B000000 | q) - (2**23 + zero)`` is exactly ``q -
-  zero``); the group's scale multiplies the partial sum, not each value.
-  Where each layout block lies in one group, ``_grouped_gemv_deferred_kernel``
-  (the config's ``deferred``) sums a block's planes unscaled, scales once
-  per block and reduces across lanes only at the end.
+  one or two groups of ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout
+  blocks per step (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs),
+  and for each bit plane multiplies the ``P`` values it holds by the
+  matching ``P`` consecutive activations, in float32 on the CUDA cores. A
+  value becomes a float with one OR and one subtraction (``2**23 + q`` has
+  ``q`` in its mantissa, so ``bits(0x4B000000 | q) - (2**23 + zero)`` is
+  exactly ``q - zero``); where a layout block lies in one group (the
+  config's ``deferred``) its planes are summed unscaled and scaled once.
+  Every operand is loaded in the product's shape (no layout change through
+  shared memory in the loop) and lanes are reduced once at the end.
 * more tokens: the tensor-core kernel of ``int4_mm_triton`` (``grouped_mm``:
   natural-order dequantized tiles, one ``tl.dot`` per K step, split-K for
   skinny batches);
@@ -48,11 +48,11 @@ class GroupedGemvConfig:
     block_n: int = 4
     blocks: int = 4  # layout blocks (16 words each) per step
     num_warps: int = 4
-    # ``_grouped_gemv_deferred_kernel`` where each layout block lies in one
-    # group (the common case): fewer instructions per weight value, one
-    # cross-lane reduction per program. Chosen by the tile sweep on a GPU.
+    # Scale once per layout block where each lies in one group (the common
+    # case): fewer instructions per weight value. Else (and with False) each
+    # plane is scaled by its own group's. Chosen by the tile sweep on a GPU.
     deferred: bool = False
-    # Row groups of ``block_n`` a deferred program owns (1 or 2): with 2, each
+    # Row groups of ``block_n`` a program owns (1 or 2): with 2, each
     # activation it loads and widens serves twice the weight values.
     row_groups: int = 1
 
@@ -81,60 +81,11 @@ def _plane(words, j: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _program_rows(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's output features (out-of-range ones read row 0) and token rows, with their masks."""
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    offs_m = tl.arange(0, BLOCK_M)
-    return offs_n, mask_n, tl.where(mask_n, offs_n, 0).to(tl.int64), offs_m, offs_m < M
-
-
-@triton.jit
-def _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS: tl.constexpr, P: tl.constexpr, PACK: tl.constexpr):
-    """One GEMV step's packed words ``[BLOCK_N, BLOCKS, P]`` from input ``k0`` on,
-    each block's first input and whether it lies inside ``K``."""
-    block_start = k0 + tl.arange(0, BLOCKS) * (P * PACK)
-    valid = block_start < K
-    offsets = rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + tl.arange(0, P)[None, None, :]
-    return tl.load(w_ptr + offsets, mask=valid[None, :, None], other=0), block_start, valid
-
-
-@triton.jit
-def _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, first, valid, P: tl.constexpr):
-    """The ``P`` activations each block's plane pairs with, from input ``first``: float32 ``[BLOCK_M, BLOCKS, P]``."""
-    offsets = offs_m[:, None, None] * stride_xm + first[None, :, None] + tl.arange(0, P)[None, None, :]
-    return tl.load(x_ptr + offsets, mask=mask_m[:, None, None] & valid[None, :, None], other=0.0).to(tl.float32)
-
-
-@triton.jit
 def _store_rows(out, b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS: tl.constexpr):
     if HAS_BIAS:
         out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit(do_not_specialize=["M"])
-def _grouped_gemv_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
-    stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
-    BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
-    PACK: tl.constexpr = 32 // BITS
-    offs_n, mask_n, rows, offs_m, mask_m = _program_rows(M, N, BLOCK_M, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS), dtype=tl.float32)
-    for k0 in range(0, K, P * PACK * BLOCKS):
-        w, block_start, valid = _step_words(w_ptr, rows, stride_wn, k0, K, BLOCKS, P, PACK)
-        for j in tl.static_range(PACK):
-            first = block_start + j * P
-            group = first // group_size
-            scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
-            zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
-            q = _plane(w, j, BITS) - (zero.to(tl.float32) + 8388608.0)[:, :, None]
-            x = _plane_inputs(x_ptr, offs_m, mask_m, stride_xm, first, valid, P)
-            acc += tl.sum(x[:, None, :, :] * q[None, :, :, :], axis=3) * scale.to(tl.float32)[None, :, :]
-    _store_rows(tl.sum(acc, axis=2), b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, stride_om, HAS_BIAS)
 
 
 @triton.jit
@@ -153,16 +104,19 @@ def _block_scales(s_rows, z_rows, group, valid):
 
 
 @triton.jit(do_not_specialize=["M"])
-def _grouped_gemv_deferred_kernel(
+def _grouped_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
     stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
     BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ROW_GROUPS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ROW_GROUPS: tl.constexpr, PLANE_SCALES: tl.constexpr,
 ):
-    """``_grouped_gemv_kernel`` for whole groups: a layout block's planes
-    share one scale and zero, so its products are summed unscaled over the
-    planes, scaled once, and kept per lane until the end (one reduction,
-    not one per plane and step).
+    """Each program streams ``ROW_GROUPS x BLOCK_N`` rows' packed words,
+    ``BLOCKS`` layout blocks a step, and multiplies each plane's ``P``
+    values by the ``P`` activations they pair with, in float32 on the CUDA
+    cores; products are kept per lane and reduced once at the end. Where a
+    block lies in one group (``PLANE_SCALES`` false) its planes share one
+    scale and zero: summed unscaled over the planes, scaled once per block;
+    else each plane takes its own group's.
 
     Every load is shaped ``[BLOCK_M, BLOCK_N, BLOCKS, P]``, the product's own
     shape, the dimensions it does not vary along broadcast by its pointers
@@ -187,6 +141,10 @@ def _grouped_gemv_deferred_kernel(
     x_rows = x_ptr + m4 * stride_xm + 0 * rows_a[None, :, None, None] + lane4
     w_a = _group_rows(w_ptr, rows_a, stride_wn, m4, lane4, True)
     w_b = _group_rows(w_ptr, rows_b, stride_wn, m4, lane4, True)
+    s_a = _group_rows(s_ptr, rows_a, stride_sn, m4, lane4, False)
+    s_b = _group_rows(s_ptr, rows_b, stride_sn, m4, lane4, False)
+    z_a = _group_rows(z_ptr, rows_a, stride_zn, m4, lane4, False)
+    z_b = _group_rows(z_ptr, rows_b, stride_zn, m4, lane4, False)
     acc_a = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
     acc_b = acc_a
     for k0 in range(0, K, P * PACK * BLOCKS):
@@ -197,22 +155,29 @@ def _grouped_gemv_deferred_kernel(
         # vectorised along them in a layout of their own.
         group = block_start // group_size
         words_a = tl.load(w_a + block_start // PACK, mask=valid, other=0).to(tl.uint32, bitcast=True)
-        scale_a, offset_a = _block_scales(_group_rows(s_ptr, rows_a, stride_sn, m4, lane4, False),
-                                          _group_rows(z_ptr, rows_a, stride_zn, m4, lane4, False), group, valid)
+        scale_a, offset_a = _block_scales(s_a, z_a, group, valid)
         sum_a = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
         if ROW_GROUPS == 2:
             words_b = tl.load(w_b + block_start // PACK, mask=valid, other=0).to(tl.uint32, bitcast=True)
-            scale_b, offset_b = _block_scales(_group_rows(s_ptr, rows_b, stride_sn, m4, lane4, False),
-                                              _group_rows(z_ptr, rows_b, stride_zn, m4, lane4, False), group, valid)
+            scale_b, offset_b = _block_scales(s_b, z_b, group, valid)
             sum_b = sum_a
         for j in tl.static_range(PACK):
             x = tl.load(x_rows + block_start + j * P, mask=(m4 < M) & valid, other=0.0).to(tl.float32)
-            sum_a += x * (_plane(words_a, j, BITS) - offset_a)
+            if PLANE_SCALES:  # groups smaller than a block: this plane's own
+                group = (block_start + j * P) // group_size
+                scale_a, offset_a = _block_scales(s_a, z_a, group, valid)
+                sum_a += x * (_plane(words_a, j, BITS) - offset_a) * scale_a
+            else:
+                sum_a += x * (_plane(words_a, j, BITS) - offset_a)
             if ROW_GROUPS == 2:
-                sum_b += x * (_plane(words_b, j, BITS) - offset_b)
-        acc_a += sum_a * scale_a
+                if PLANE_SCALES:
+                    scale_b, offset_b = _block_scales(s_b, z_b, group, valid)
+                    sum_b += x * (_plane(words_b, j, BITS) - offset_b) * scale_b
+                else:
+                    sum_b += x * (_plane(words_b, j, BITS) - offset_b)
+        acc_a += sum_a if PLANE_SCALES else sum_a * scale_a
         if ROW_GROUPS == 2:
-            acc_b += sum_b * scale_b
+            acc_b += sum_b if PLANE_SCALES else sum_b * scale_b
     _store_rows(tl.sum(tl.sum(acc_a, axis=3), axis=2), b_ptr, out_ptr, rows_a, offs_m, offs_a, mask_m, offs_a < N,
                 stride_om, HAS_BIAS)
     if ROW_GROUPS == 2:
@@ -237,16 +202,13 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
     if num_tokens == 0:
         return out
     planes = layout.plane_words(num_in, bits)
-    block_inputs = planes * (32 // bits)
-    deferred = config.deferred and group_size % block_inputs == 0
-    kernel = _grouped_gemv_deferred_kernel if deferred else _grouped_gemv_kernel
-    row_groups = config.row_groups if deferred else 1
-    own = dict(ROW_GROUPS=row_groups) if deferred else {}
-    kernel[(triton.cdiv(num_out, config.block_n * row_groups),)](
+    plane_scales = not config.deferred or group_size % (planes * (32 // bits)) != 0
+    _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
-        BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
-        BLOCKS=config.blocks, HAS_BIAS=bias is not None, num_warps=config.num_warps, **own,
+        BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
+        HAS_BIAS=bias is not None, ROW_GROUPS=config.row_groups, PLANE_SCALES=plane_scales,
+        num_warps=config.num_warps,
     )
     return out
 
