@@ -74,7 +74,7 @@ INT4_DEQUANT = [DequantTile(r, k, w) for r in (8, 16, 32) for k in (256, 512, 10
 # instructions a value at (8, 1, 1), 19 at (4, 1, 4)).
 GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8, 16) for s in (1, 2, 4) for w in (1, 2, 4)]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
-BLOCK_GEMV = [BlockGemvConfig(n, s, 4) for n in (2, 4, 8) for s in (4, 8)]
+BLOCK_GEMV = [BlockGemvConfig(n, s, w) for n in (4, 8, 16, 32) for s in (2, 4, 8) for w in (2, 4)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
 # (family, path, tokens, configs): ~420 kernels, ~5 minutes on the H200.
 PLAN = [

@@ -76,7 +76,22 @@ def test_block_gemv(num_tokens):
     from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, block_gemv
 
     x, qweight, scale, bias, expected = _block_case(num_tokens, torch.float32)
-    out = block_gemv(x, qweight, scale, 32, 64, bias, BlockGemvConfig(block_n=4, steps=2))
+    # block_n 48: narrowed to 16 rows a program, within one 32-row block of scales.
+    for config in (BlockGemvConfig(block_n=4, steps=2), BlockGemvConfig(block_n=48, steps=1)):
+        out = block_gemv(x, qweight, scale, 32, 64, bias, config)
+        assert relative_error(out, expected) < 1e-5, config
+
+
+@needs_interpreter
+def test_block_gemv_whole_steps():
+    """K a multiple of block_k * steps: the kernel's unmasked form."""
+    from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, block_gemv
+
+    torch.manual_seed(3)
+    qweight, scale = scaled_mm.quantize_fp8_block(torch.randn(64, 256) * 0.05, 32, 64)
+    x = torch.randn(2, 256)
+    expected = quant_reference.fp8_block_linear(x, qweight, scale, 32, 64, None)
+    out = block_gemv(x, qweight, scale, 32, 64, None, BlockGemvConfig(block_n=8, steps=2))
     assert relative_error(out, expected) < 1e-5
 
 

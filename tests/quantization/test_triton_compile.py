@@ -77,7 +77,7 @@ QUANT_KERNELS = {
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
                  DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,
-                       HAS_BIAS=False), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),
+                       HAS_BIAS=False, EVEN_K=True), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),
     "fp8 block mm": (fp8_block_triton._block_scaled_mm_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=64, BLOCK_N=128,
                      GROUP_M=8, HAS_BIAS=False, UPCAST=False),
                      {"a_ptr": FP8, "w_ptr": FP8, "a_scale_ptr": "*fp32", "w_scale_ptr": "*fp32"}, dict(num_stages=3)),

@@ -7,10 +7,11 @@ s[n // block_n, k // block_k]``. Two kernels serve the ``fp8_block_linear``
 op:
 
 * a few tokens (decode): ``_block_gemv_kernel``, weight-only: each program
-  streams ``BLOCK_N`` weight rows in ``[BLOCK_N, block_k]`` steps (``STEPS``
-  of them per loop iteration, so that enough loads are in flight), widens
-  them in registers and multiplies by the token rows, applying each block's
-  scale to its partial sum;
+  streams ``BLOCK_N`` weight rows (within one row of weight blocks) in
+  ``[BLOCK_N, block_k]`` steps (``STEPS`` of them per loop iteration, so
+  that enough loads are in flight), widens them in registers and multiplies
+  them by the token rows scaled by the step's block scale, summing along K
+  once at the end;
 * more tokens: activations quantized per token and per ``block_k`` group
   (``fp8_triton.quantize_fp8_rows``), then ``_block_scaled_mm_kernel``: fp8
   tensor-core products of ``block_k``-deep tiles, each scaled by its
@@ -24,6 +25,7 @@ interpreter.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -61,31 +63,42 @@ GEMV_MAX_TOKENS = 4
 def _block_gemv_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    STEPS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    STEPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
 ):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    """``BLOCK_N`` divides ``GROUP_N`` (the launcher sees to it), so the
+    program's rows share one row of weight-block scales and each step's
+    scale is one scalar, applied to the activations. Activations are read
+    per weight row (from L1) in the product's shape ``[BLOCK_M, BLOCK_N,
+    GROUP_K]``, so both loads take one layout, and products are summed
+    along K once at the end: nothing changes layout through shared memory
+    in the loop (48 barriers a step in the sm_90 SASS of the form that
+    reduced and scaled per step; tests/kernels/sass_loops.py)."""
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     mask_n = offs_n < N
     mask_m = offs_m < M
     rows = tl.where(mask_n, offs_n, 0)
-    w_rows = w_ptr + rows[:, None].to(tl.int64) * stride_wn
-    s_rows = s_ptr + (rows // GROUP_N) * stride_sn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ks = tl.arange(0, GROUP_K)[None, None, :]
+    w_rows = w_ptr + rows[None, :, None].to(tl.int64) * stride_wn
+    x_rows = x_ptr + offs_m[:, None, None] * stride_xm + tl.zeros((1, BLOCK_N, 1), dtype=tl.int32)
+    s_row = s_ptr + (pid * BLOCK_N // GROUP_N) * stride_sn
+    rows_ok = mask_m[:, None, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N, GROUP_K), dtype=tl.float32)
     for k0 in range(0, K, GROUP_K * STEPS):
         for step in tl.static_range(STEPS):
             start = k0 + step * GROUP_K
-            offs_k = start + tl.arange(0, GROUP_K)
-            mask_k = offs_k < K
-            w = tl.load(w_rows + offs_k[None, :], mask=mask_k[None, :], other=0.0).to(tl.float32)
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+            k_ok = (start + ks < K) | EVEN_K  # EVEN_K: no mask, so that the loads are vectors
+            w = tl.load(w_rows + start + ks, mask=k_ok, other=0.0).to(tl.float32)
+            x = tl.load(x_rows + start + ks, mask=rows_ok & k_ok, other=0.0).to(tl.float32)
             # Steps past K add zeros; their scale index is clamped to stay in bounds.
-            scale = tl.load(s_rows + tl.minimum(start, K - 1) // GROUP_K)
-            partial = tl.sum(x.to(tl.float32)[:, None, :] * w[None, :, :], axis=2)
-            acc += partial * scale[None, :]
+            scale = tl.load(s_row + tl.minimum(start, K - 1) // GROUP_K)
+            acc += (x * scale) * w
+    out = tl.sum(acc, axis=2)
     if HAS_BIAS:
-        acc += tl.load(b_ptr + rows).to(tl.float32)[None, :]
+        out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -134,12 +147,16 @@ def block_gemv(
     out = torch.empty(num_tokens, qweight.shape[0], dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    grid = (triton.cdiv(qweight.shape[0], config.block_n),)
+    # A program's rows within one row of weight blocks: one scale a step.
+    rows_per_program = math.gcd(config.block_n, block_n)
+    num_in = qweight.shape[1]
+    grid = (triton.cdiv(qweight.shape[0], rows_per_program),)
     _block_gemv_kernel[grid](
-        x, qweight, weight_scale, bias if bias is not None else x, out, num_tokens, qweight.shape[0], qweight.shape[1],
+        x, qweight, weight_scale, bias if bias is not None else x, out, num_tokens, qweight.shape[0], num_in,
         x.stride(0), qweight.stride(0), weight_scale.stride(0), out.stride(0),
-        GROUP_N=block_n, GROUP_K=block_k, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n,
-        STEPS=config.steps, HAS_BIAS=bias is not None, num_warps=config.num_warps,
+        GROUP_N=block_n, GROUP_K=block_k, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=rows_per_program,
+        STEPS=config.steps, HAS_BIAS=bias is not None, EVEN_K=num_in % (block_k * config.steps) == 0,
+        num_warps=config.num_warps,
     )
     return out
 
