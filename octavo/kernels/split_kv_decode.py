@@ -34,7 +34,7 @@ import triton.language as tl
 
 from octavo.kernels.attention_common import attend_keys
 from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
+from octavo.kernels.triton_utils import cache_dot_dtype, dot_precision, next_power_of_2
 
 # block_m is unused: a program's rows are the GQA group (padded to 16).
 SPLIT_TILES = TileConfig(block_m=16, block_n=64, num_warps=4, num_stages=2)
@@ -223,7 +223,7 @@ def split_kv_decode(
         HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None,
-        DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
+        DOT_DTYPE=cache_dot_dtype(query.dtype, kv_cache.dtype), PRECISION=dot_precision(query.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     if num_splits > 1:  # one split wrote the output itself

@@ -108,7 +108,8 @@ def cases(attention_only: bool = False):
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
                   USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
-    fp8 = dict(consts, BLOCK_N=sk.FP8_SPLIT_TILES.block_n, USE_WINDOW=False, NUM_SPLITS=32)
+    # An fp8 cache: float16 products (cache_dot_dtype).
+    fp8 = dict(consts, BLOCK_N=sk.FP8_SPLIT_TILES.block_n, USE_WINDOW=False, NUM_SPLITS=32, DOT_DTYPE=tl.float16)
     yield "split_kv fp8", sk._split_kv_kernel, fp8, sk.FP8_SPLIT_TILES
     yield "direct decode fp8", sk._split_kv_kernel, dict(fp8, NUM_SPLITS=1), sk.FP8_DIRECT_DECODE_TILES
     consts = dict(consts, GROUP=2, HEAD_SIZE=256, HEAD_PAD=256, USE_SOFT_CAP=True)

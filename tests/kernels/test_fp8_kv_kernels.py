@@ -141,3 +141,21 @@ def test_fresh_kv_refuses_kv_scales(device):
     with pytest.raises(ValueError, match="unscaled"):
         params = AttentionParams(0.25, k_scale=K_SCALE)
         paged_attention(batch.query, fp8_cache, paged, params, fresh_kv=(batch.key, batch.value))
+
+
+def test_fp8_cache_products_in_float16_on_a_gpu(monkeypatch):
+    """Over an fp8 cache the products are float16 (exact from either fp8, one
+    conversion a pair); elsewhere the activations' dtype; float32 for float32
+    inputs and under the interpreter (``dot_dtype``'s rule)."""
+    import triton.language as tl
+
+    from octavo.kernels import triton_utils
+
+    monkeypatch.setattr(triton_utils, "interpreting", lambda: False)
+    for fp8 in FP8:
+        assert triton_utils.cache_dot_dtype(torch.bfloat16, fp8) == tl.float16
+        assert triton_utils.cache_dot_dtype(torch.float16, fp8) == tl.float16
+    assert triton_utils.cache_dot_dtype(torch.bfloat16, torch.bfloat16) == tl.bfloat16
+    assert triton_utils.cache_dot_dtype(torch.float32, torch.float8_e4m3fn) == tl.float32
+    monkeypatch.undo()
+    assert triton_utils.cache_dot_dtype(torch.bfloat16, torch.float8_e4m3fn) == triton_utils.dot_dtype(torch.bfloat16)
