@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -131,13 +133,20 @@ def test_configs_from_environment(monkeypatch):
 
 def test_tuned_configs_keep_their_tiles_at_one_row():
     # A swept config wider than the default's products runs as swept at one
-    # row; more rows narrow its K tile so that registers do not spill.
+    # row; more rows take fewer feature rows, then a narrower K tile, so that
+    # registers do not spill and the warps stay along K.
     from octavo.kernels import gemv as module
 
     wide = GemvConfig(4, 4096, 8, 2)
     assert module.fit_to_rows(wide, 1) == wide
-    assert module.fit_to_rows(wide, 2).block_k == 2048
-    assert module.fit_to_rows(module.DEFAULT_CONFIG, 4).block_k == module.DEFERRED_PRODUCTS // (4 * 4)
+    assert module.fit_to_rows(wide, 2) == GemvConfig(2, 4096, 8, 2)
+    assert module.fit_to_rows(wide, 8) == GemvConfig(1, 2048, 8, 2)
+    default = module.DEFAULT_CONFIG  # 4 features x 2,048 inputs: 8,192 products at one row
+    assert module.fit_to_rows(default, 2) == dataclasses.replace(default, block_n=2)
+    assert module.fit_to_rows(default, 4) == dataclasses.replace(default, block_n=1)
+    assert module.fit_to_rows(default, 8) == dataclasses.replace(default, block_n=1, block_k=1024)
+    per_step = GemvConfig(4, 2048, 4, 2, defer_reduce=False)  # nothing held across steps: as it is
+    assert module.fit_to_rows(per_step, 8) == per_step
 
 
 def test_scaled_gemv_reads_its_own_tiles(monkeypatch, device):
