@@ -1,7 +1,8 @@
-"""int4 from 16 to 1,024 tokens, one Llama-3.1-8B layer's four projections
-(CUDA events, medians, microseconds): bf16 cuBLAS beside the tensor-core
-kernel (its defaults, the old kernel's tiles, candidate tiles) and
-dequantize + cuBLAS (dequantizer tile candidates). CUDA only:
+"""int4 from 1 to 1,024 tokens, one Llama-3.1-8B layer's four projections
+(CUDA events, medians, microseconds): bf16 cuBLAS beside the GEMV (at 1 and
+2 tokens: its default and two row groups), the tensor-core kernel (its
+defaults, the old kernel's tiles, candidate tiles) and dequantize + cuBLAS
+(dequantizer tile candidates). CUDA only:
 ``python benchmarks/int4_crossover.py``. Sets ``DEQUANT_MIN_TOKENS`` and the
 defaults in ``octavo/kernels/quant/int4_mm_triton.py``; each tensor-core row
 names its ``OCTAVO_INT4_MM_TILES`` value for an end-to-end try."""
@@ -13,10 +14,12 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from octavo.kernels.quant import int4, int4_mm_triton as mm
+from octavo.kernels.quant import int4, int4_triton
+from octavo.kernels.quant import int4_mm_triton as mm
 
 SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]  # (K, N)
-TOKENS = (16, 64, 128, 256, 512, 1024)
+TOKENS = (1, 2, 16, 64, 128, 256, 512, 1024)
+GEMV_MAX_TOKENS = 2  # the GEMV rows stop here (nan beyond)
 # (block_m, block_n, split_k (0: automatic), group_m, num_warps, num_stages, block_k, swap_ab)
 OLD_TILES = [mm.GroupedMmConfig(16, 64, 0, 8, 4, 4), mm.GroupedMmConfig(32, 64, 0, 8, 4, 4),
              mm.GroupedMmConfig(64, 128, 0, 8, 4, 3), mm.GroupedMmConfig(128, 128, 0, 8, 8, 3)]
@@ -62,6 +65,17 @@ def bf16_cublas(x, dense, q):
     return F.linear(x, dense)
 
 
+# The GEMV's default and its two-row-group form (OCTAVO_INT4_GEMV_TILES values).
+GEMV_CONFIGS = [("default", int4_triton.GEMV_CONFIG),
+                ("4,8,4,1,2", int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2))]
+
+
+def gemv_rows(x, q, config):
+    if x.shape[0] > GEMV_MAX_TOKENS:
+        raise ValueError("the GEMV rows stop at GEMV_MAX_TOKENS")  # shown as nan
+    return int4_triton.grouped_gemv(x, *q, 128, None, 4, config)
+
+
 def main() -> None:
     gen = torch.Generator().manual_seed(0)
     layers = []
@@ -70,6 +84,7 @@ def main() -> None:
         layers.append((dense, int4.quantize_int4_rtn(dense, 128)))
     rows = [("bf16 cublas", bf16_cublas),
             ("tc_mm default", lambda x, d, q: mm.grouped_mm(x, *q, 128, None, 4))]
+    rows += [(f"gemv {name}", lambda x, d, q, c=c: gemv_rows(x, q, c)) for name, c in GEMV_CONFIGS]
     rows += [(f"tc_mm {mm.mm_env_value(c)}", lambda x, d, q, c=c: mm.grouped_mm(x, *q, 128, None, 4, c))
              for c in OLD_TILES + NEW_TILES]
     rows += [(f"dequant {t.rows},{t.block_k},{t.num_warps}+cublas",
