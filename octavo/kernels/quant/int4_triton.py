@@ -135,9 +135,9 @@ def _grouped_gemv_kernel(
     lane4 = tl.arange(0, P)[None, None, None, :]
     offs_a = pid * (ROW_GROUPS * BLOCK_N) + tl.arange(0, BLOCK_N)
     offs_b = offs_a + BLOCK_N
-    # Out-of-range rows read row 0 instead of masking every load.
-    rows_a = tl.where(offs_a < N, offs_a, 0)
-    rows_b = tl.where(offs_b < N, offs_b, 0)
+    # Out-of-range rows read row 0 instead of masking every load; 64-bit row offsets.
+    rows_a = tl.where(offs_a < N, offs_a, 0).to(tl.int64)
+    rows_b = tl.where(offs_b < N, offs_b, 0).to(tl.int64)
     x_rows = x_ptr + m4 * stride_xm + 0 * rows_a[None, :, None, None] + lane4
     w_a = _group_rows(w_ptr, rows_a, stride_wn, m4, lane4, True)
     w_b = _group_rows(w_ptr, rows_b, stride_wn, m4, lane4, True)
