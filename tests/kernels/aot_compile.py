@@ -41,8 +41,10 @@ SUFFIX_POINTERS = {
     " fp8": {"k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv"},
     " w8": {"w_ptr": "*fp8e4nv", "scale_ptr": "*fp32"},
 }
-# Integer arguments that are multiples of 16 at every launch (Triton specialises them so).
-ALIGNED_INTS = {"up_offset", "row_bytes"}
+# Integer arguments that are multiples of 16 at the launches that matter
+# (Triton specialises them so): without it the offline build masks and loads
+# element by element where the GPU's does not (a K mask of constancy 16).
+ALIGNED_INTS = {"up_offset", "row_bytes", "K"}
 
 
 def case_pointers(name: str) -> dict[str, str]:
