@@ -140,7 +140,8 @@ def cases(attention_only: bool = False):
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
     prefetch = gemv.GemvConfig(8, 1024, 4, 2, prefetch=True)
     for block_m, gated, config in ((1, "silu", gemv.DEFAULT_SILU_CONFIG), (1, "gelu_tanh", gemv.DEFAULT_SILU_CONFIG),
-                                   (4, None, gemv.DEFAULT_CONFIG), (2, "silu", step), (1, None, prefetch)):
+                                   (4, None, gemv.DEFAULT_CONFIG), (2, "silu", step), (1, None, prefetch),
+                                   (4, "silu", gemv.gated_rows_config(4))):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True,
                       GATED=gated is not None, ACT=gemv.GATED_ACTIVATIONS.get(gated, activation.SILU),
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch)

@@ -149,6 +149,29 @@ def test_tuned_configs_keep_their_tiles_at_one_row():
     assert module.fit_to_rows(per_step, 8) == per_step
 
 
+def test_gated_gemv_tiles_for_several_rows(monkeypatch, device):
+    # One row: the swept config; 2-8 rows: one feature a program, deferred, 4 warps along K.
+    from octavo.kernels import gemv as module
+
+    monkeypatch.delenv("OCTAVO_GEMV_SILU", raising=False)
+    module.config_from_env.cache_clear()
+    try:
+        weight = randn(2 * 36, 80, device=device, seed=1) * 0.3
+        for rows in (2, 5):
+            x = randn(rows, 80, device=device)
+            expected = silu_and_mul_reference(F.linear(x, weight))
+            torch.testing.assert_close(gemv(x, weight, gated="silu"), expected, **gated_tolerance(torch.float32))
+        assert module.default_config(True, 1) == module.DEFAULT_SILU_CONFIG
+        assert module.default_config(True, 2) == GemvConfig(1, 2048, 4, 2, defer_reduce=True)
+        assert module.default_config(True, 3) == GemvConfig(1, 1024, 4, 2, defer_reduce=True)
+        assert module.default_config(True, 8) == GemvConfig(1, 1024, 4, 2, defer_reduce=True)
+        monkeypatch.setenv("OCTAVO_GEMV_SILU", "2,512,8,2,0")  # a tuning run's tiles win at every row count
+        module.config_from_env.cache_clear()
+        assert module.default_config(True, 4) == GemvConfig(2, 512, 8, 2, defer_reduce=False)
+    finally:
+        module.config_from_env.cache_clear()
+
+
 def test_scaled_gemv_reads_its_own_tiles(monkeypatch, device):
     # OCTAVO_GEMV_8BIT tunes the 8-bit weight GEMV apart from the 16-bit one.
     from octavo.kernels import gemv as module

@@ -18,12 +18,12 @@ pytest.importorskip("triton.backends.nvidia")
 
 REPO = Path(__file__).resolve().parents[2]
 # Case-name substrings (aot_compile's, and sass_loops' "quant" ones): the
-# 1-token bf16 GEMV with a deferred reduction, the 8-bit one, the int4 GEMV
+# 1-token bf16 GEMV with a deferred reduction, the gated one at 4 rows, the 8-bit one, the int4 GEMV
 # (per block and per plane scales, one and two row groups), the MoE decode
 # down kernel, the block-scaled fp8 and the GGUF Q4_K 1-token GEMVs.
-BARRIER_FREE = ["gemv M1 gated=None", "gemv 8-bit", "int4 gemv", "moe decode down top-8", "quant fp8 block gemv",
-                "quant gguf gemv 1-token Q4_K"]
-EXPECTED_KERNELS = 10  # 1 + 1 + 5 (four configs and the quant compile case) + 1 + 1 + 1
+BARRIER_FREE = ["gemv M1 gated=None", "gemv M4 gated=silu", "gemv 8-bit", "int4 gemv", "moe decode down top-8",
+                "quant fp8 block gemv", "quant gguf gemv 1-token Q4_K"]
+EXPECTED_KERNELS = 11  # 1 + 1 + 1 + 5 (four configs and the quant compile case) + 1 + 1 + 1
 
 
 @pytest.mark.slow
