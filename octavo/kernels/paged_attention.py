@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.attention_common import LOG2_E, attend_keys, find_request
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, next_power_of_2
+from octavo.kernels.triton_utils import cache_dot_dtype, dot_dtype, dot_precision, next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _paged_attention_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-    FRESH_KV: tl.constexpr,
+    FRESH_KV: tl.constexpr, CACHE_DOT_DTYPE: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -155,10 +155,10 @@ def _paged_attention_kernel(
     dims = tl.arange(0, HEAD_PAD)
     dim_valid = dims < HEAD_SIZE
     token = (q_start + q_idx).to(tl.int64)
-    q = tl.load(
-        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
-        mask=row_valid[:, None] & dim_valid[None, :], other=0.0,
-    ).to(DOT_DTYPE)
+    q_ptrs = q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
+    q_mask = row_valid[:, None] & dim_valid[None, :]
+    # The cache's keys in CACHE_DOT_DTYPE (float16 for an fp8 cache: ``cache_dot_dtype``).
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0).to(CACHE_DOT_DTYPE)
     q_pos = context_len + q_idx
 
     # Keys the tile sees: [kv_start, kv_end), from the first row's window
@@ -187,9 +187,11 @@ def _paged_attention_kernel(
     m_i, l_i, acc = _attend_span(
         q, q_pos, m_i, l_i, acc, kv_start, cache_end, lo_full, hi_full, sliding_window, qk_scale, soft_cap,
         k_cache_ptr, v_cache_ptr, table_row, kv_head, stride_block, stride_slot, stride_head, dims, 0,
-        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFT_CAP, DOT_DTYPE, PRECISION, False,
+        HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFT_CAP, CACHE_DOT_DTYPE, PRECISION, False,
     )
     if FRESH_KV:
+        if CACHE_DOT_DTYPE != DOT_DTYPE:  # the fresh keys are in the activations' dtype: q again, in it
+            q = tl.load(q_ptrs, mask=q_mask, other=0.0).to(DOT_DTYPE)
         m_i, l_i, acc = _attend_span(
             q, q_pos, m_i, l_i, acc, tl.maximum(kv_start, context_len), kv_end, lo_full, hi_full, sliding_window,
             qk_scale, soft_cap, k_new_ptr, v_new_ptr, table_row, kv_head, stride_new_t, 0, stride_new_h, dims,
@@ -255,7 +257,8 @@ def paged_attention(
         HEAD_PAD=max(16, next_power_of_2(head_size)), BLOCK_SIZE=block_size, BLOCK_Q=block_q,
         BLOCK_N=tiles.block_n, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None, DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
-        FRESH_KV=fresh_kv is not None, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        FRESH_KV=fresh_kv is not None, CACHE_DOT_DTYPE=cache_dot_dtype(query.dtype, kv_cache.dtype),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 

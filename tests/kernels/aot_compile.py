@@ -97,15 +97,18 @@ def cases(attention_only: bool = False):
         for tiles in (pa.DECODE_TILES, pa.PREFILL_TILES):
             consts = dict(GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16,
                           BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
-                          USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, FRESH_KV=False)
+                          USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, FRESH_KV=False,
+                          CACHE_DOT_DTYPE=tl.bfloat16)
             yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
     # Prefill over an fp8 cache: the step's own keys from its bf16 K/V.
-    yield "paged_attention fresh fp8", pa._paged_attention_kernel, dict(consts, FRESH_KV=True), pa.PREFILL_TILES
+    # (its cached context in float16 products: cache_dot_dtype)
+    yield "paged_attention fresh fp8", pa._paged_attention_kernel, dict(consts, FRESH_KV=True, CACHE_DOT_DTYPE=tl.float16), \
+        pa.PREFILL_TILES
     # Gemma 2: head size 256, soft-capped logits, a sliding window.
     tiles = pa.LARGE_HEAD_PREFILL_TILES
     consts = dict(GROUP=2, GROUP_PAD=2, HEAD_SIZE=256, HEAD_PAD=256, BLOCK_SIZE=16, BLOCK_Q=tiles.block_m // 2,
                   BLOCK_N=tiles.block_n, USE_WINDOW=True, USE_SOFT_CAP=True, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                  FRESH_KV=False)
+                  FRESH_KV=False, CACHE_DOT_DTYPE=tl.bfloat16)
     yield f"paged_attention gemma2 {tiles}", pa._paged_attention_kernel, consts, tiles
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
                   USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
