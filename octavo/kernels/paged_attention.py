@@ -12,7 +12,8 @@ therefore depends only on the number of tokens and requests (never on
 context lengths), which CUDA-graph replay needs; each program finds its
 request by binary search over ``query_start_loc``.
 
-The cache may be fp8 (keys and values widened in registers, scaled back by
+The cache may be fp8 (keys and values widened in registers, to float16
+products: ``cache_dot_dtype``; scaled back by
 ``AttentionParams.k_scale`` / ``v_scale``). Each query token at position ``p`` attends to cached keys ``[0, p]``
 (``(p - window, p]`` with a sliding window; scores soft-capped when
 ``soft_cap`` is set); position ``p`` of the ``j``-th
