@@ -13,6 +13,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
 from octavo.kernels.moe_align import align_to_experts, align_to_experts_torch  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
@@ -38,6 +39,25 @@ def make_inputs(num_tokens, num_experts, top_k, hidden, inter, dtype, device, sk
     logits[:, : num_experts // 2] += skew  # skew > 0: the first half takes most tokens
     weights, ids = select_experts(logits, top_k, renormalize=True)
     return x, w13, w2, weights.to(device), ids.to(device)
+
+
+def dispatched_token_counts(monkeypatch, device, path: str, env: str, cached_limit) -> list[int]:
+    """``fused_moe`` at 1, 2 and 3 tokens with ``env`` (a token limit read once,
+    through ``cached_limit``) set to 2, each output checked against the
+    reference; the token counts with which it called ``fused_moe_module.<path>``."""
+    calls = []
+    original = getattr(fused_moe_module, path)
+    monkeypatch.setattr(fused_moe_module, path, lambda *a: calls.append(a[0].shape[0]) or original(*a))
+    monkeypatch.setenv(env, "2")
+    cached_limit.cache_clear()
+    try:
+        for num_tokens in (1, 2, 3):
+            x, w13, w2, weights, ids = make_inputs(num_tokens, 8, 2, 32, 16, torch.float32, device)
+            torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids),
+                                       fused_moe_reference(x, w13, w2, weights, ids, "silu"), **TOLERANCE[torch.float32])
+    finally:
+        cached_limit.cache_clear()
+    return calls
 
 
 def check(inputs, tiles, dtype, activation="silu", decode=False):

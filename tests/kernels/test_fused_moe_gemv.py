@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("triton")
 
 from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
-from octavo.kernels.fused_moe import ACTIVATIONS, fused_moe  # noqa: E402
+from octavo.kernels.fused_moe import ACTIVATIONS  # noqa: E402
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv  # noqa: E402
 from octavo.ops.reference import fused_moe as reference  # noqa: E402
-from tests.kernels.test_fused_moe import TOLERANCE, make_inputs  # noqa: E402
+from tests.kernels.test_fused_moe import TOLERANCE, dispatched_token_counts, make_inputs  # noqa: E402
 from tests.kernels.tolerances import INTERPRETING  # noqa: E402
 
 
@@ -51,18 +51,8 @@ def test_experts_on_other_ranks_add_nothing(device):
 
 
 def test_fused_moe_dispatches_small_batches(monkeypatch, device):
-    calls = []
-    original = fused_moe_module.fused_moe_gemv
-    monkeypatch.setattr(fused_moe_module, "fused_moe_gemv", lambda *a: calls.append(a[0].shape[0]) or original(*a))
-    monkeypatch.setenv("OCTAVO_MOE_GEMV_MAX_TOKENS", "2")
-    fused_moe_module.moe_gemv_max_tokens.cache_clear()
-    try:
-        for num_tokens in (1, 2, 3):
-            x, w13, w2, weights, ids = make_inputs(num_tokens, 8, 2, 32, 16, torch.float32, device)
-            torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), reference(x, w13, w2, weights, ids, "silu"),
-                                       **TOLERANCE[torch.float32])
-    finally:
-        fused_moe_module.moe_gemv_max_tokens.cache_clear()
+    calls = dispatched_token_counts(monkeypatch, device, "fused_moe_gemv", "OCTAVO_MOE_GEMV_MAX_TOKENS",
+                                    fused_moe_module.moe_gemv_max_tokens)
     assert calls == [1, 2]  # 3 tokens take the grouped GEMMs
 
 

@@ -18,14 +18,12 @@ pytest.importorskip("triton")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
 from octavo.kernels import moe_decode  # noqa: E402
 from octavo.kernels.fused_moe import fused_moe  # noqa: E402
 from octavo.kernels.moe_align import align_to_experts_torch, block_of_alignment  # noqa: E402
 from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
-from octavo.ops.reference import silu_and_mul  # noqa: E402
-from tests.kernels.test_fused_moe import DECODE, PREFILL, make_inputs  # noqa: E402
+from tests.kernels.test_fused_moe import DECODE, PREFILL, dispatched_token_counts, make_inputs  # noqa: E402
 from tests.kernels.tolerances import INTERPRETING  # noqa: E402
 from tests.plugins.fake_plugins import sandbox  # noqa: E402, F401
 
@@ -84,18 +82,8 @@ def test_decode_form_matches_grouped_path(activation, device):
 
 
 def test_fused_moe_takes_the_decode_form_by_token_count(monkeypatch, device):
-    calls = []
-    original = fused_moe_module._decode
-    monkeypatch.setattr(fused_moe_module, "_decode", lambda *a: calls.append(a[0].shape[0]) or original(*a))
-    monkeypatch.setenv("OCTAVO_MOE_DECODE_MAX_TOKENS", "2")
-    moe_decode.moe_decode_max_tokens.cache_clear()
-    try:
-        for num_tokens in (1, 2, 3):
-            x, w13, w2, weights, ids = make_inputs(num_tokens, 8, 2, 32, 16, torch.float32, device)
-            out = fused_moe(x, w13, w2, weights, ids)
-            torch.testing.assert_close(out, fused_moe_reference(x, w13, w2, weights, ids, "silu"), atol=1e-5, rtol=1e-5)
-    finally:
-        moe_decode.moe_decode_max_tokens.cache_clear()
+    calls = dispatched_token_counts(monkeypatch, device, "_decode", "OCTAVO_MOE_DECODE_MAX_TOKENS",
+                                    moe_decode.moe_decode_max_tokens)
     assert calls == [1, 2]
 
 
