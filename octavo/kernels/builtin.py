@@ -79,6 +79,38 @@ def _int_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
     return qweight.device.type != "cuda" or (qweight.shape[0] % 8 == 0 and qweight.shape[1] % 8 == 0)
 
 
+# The widest row the fused fp8 quantizers hold in one program (fp8_fused.py):
+# Llama-3.1-70B's intermediate size, 28,672, pads to it.
+FUSED_FP8_MAX_ROW = 32768
+
+
+def _norm_fp8_accepts(min_tokens: int):
+    """``accepts`` for ``fused_add_rms_norm_fp8_linear``: more than
+    ``min_tokens`` rows (fewer take the composition: the norm, then the
+    GEMV), a row one program holds, the norm's weight in the activation
+    dtype, weight dims in multiples of 16 (``_scaled_mm``)."""
+
+    def accepts(x, residual, norm_weight, eps, qweight, weight_scale, bias) -> bool:
+        return (
+            x.dim() == 2 and x.shape[0] > min_tokens and x.shape[1] <= FUSED_FP8_MAX_ROW
+            and norm_weight.dtype == x.dtype and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+        )
+
+    return accepts
+
+
+def _silu_fp8_accepts(min_tokens: int):
+    """``accepts`` for ``silu_and_mul_fp8_linear``, as ``_norm_fp8_accepts``."""
+
+    def accepts(x, qweight, weight_scale, bias) -> bool:
+        return (
+            x.dim() == 2 and x.shape[0] > min_tokens and x.shape[1] <= 2 * FUSED_FP8_MAX_ROW
+            and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+        )
+
+    return accepts
+
+
 def _env_max_tokens(read) -> int:
     try:
         return read()
@@ -92,6 +124,14 @@ def _quant_impls() -> list[OpImpl]:
     quant = "octavo.kernels.quant"
     impls = []
     max_tokens = _env_max_tokens(quant_gemv_max_tokens)
+    # The quantizer fused into the op before an fp8 projection: for the
+    # batches the GEMV above does not take (those take the composition).
+    fused_fp8 = [
+        OpImpl("fused_add_rms_norm_fp8_linear", "triton_quant+scaled_mm", f"{quant}.fp8_fused:fused_add_rms_norm_fp8_linear",
+               device_types=CUDA, supports=_fp8_mm_runs, accepts=_norm_fp8_accepts(max_tokens)),
+        OpImpl("silu_and_mul_fp8_linear", "triton_quant+scaled_mm", f"{quant}.fp8_fused:silu_and_mul_fp8_linear",
+               device_types=CUDA, supports=_fp8_mm_runs, accepts=_silu_fp8_accepts(max_tokens)),
+    ]
     if max_tokens:
         impls += [
             OpImpl("fp8_linear", "gemv", "octavo.kernels.gemv:scaled_linear_gemv", device_types=CUDA,
@@ -107,7 +147,7 @@ def _quant_impls() -> list[OpImpl]:
         OpImpl("int4_linear", "triton", f"{quant}.int4_triton:int4_linear", device_types=CUDA),
         OpImpl("int8_grouped_linear", "triton", f"{quant}.int4_triton:int8_grouped_linear", device_types=CUDA),
         OpImpl("gguf_linear", "triton", f"{quant}.gguf_triton:gguf_linear", device_types=CUDA),
-    ]
+    ] + fused_fp8
 
 
 def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:

@@ -32,7 +32,7 @@ from octavo.kernels.triton_utils import next_power_of_2
 
 
 @triton.jit
-def _normalized(x32, eps, HIDDEN: tl.constexpr):
+def rms_normalized(x32, eps, HIDDEN: tl.constexpr):
     """``x / sqrt(mean(x**2) + eps)`` in float32 (masked columns hold 0)."""
     variance = tl.sum(x32 * x32, 0) / HIDDEN
     return x32 * tl.rsqrt(variance + eps)
@@ -53,14 +53,14 @@ def _rms_norm_kernel(
     in_dtype = x.dtype
     if PRE_NORM:  # the norm after a block, rounded to the dtype before the add (SCALE_F32 only)
         pre_weight = tl.load(pre_weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        x = (_normalized(x.to(tl.float32), eps, HIDDEN) * (weight_offset + pre_weight)).to(in_dtype)
+        x = (rms_normalized(x.to(tl.float32), eps, HIDDEN) * (weight_offset + pre_weight)).to(in_dtype)
     if HAS_RESIDUAL:
         residual = tl.load(
             residual_ptr + outer_index * stride_r0 + inner_index * stride_r1 + cols, mask=mask, other=0.0
         )
         x = (x.to(tl.float32) + residual.to(tl.float32)).to(in_dtype)
         tl.store(sum_ptr + row * HIDDEN + cols, x, mask=mask)
-    normed = _normalized(x.to(tl.float32), eps, HIDDEN)
+    normed = rms_normalized(x.to(tl.float32), eps, HIDDEN)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
     if SCALE_F32:  # Gemma / OLMo 2: scale before rounding, by offset + weight
         out = normed * (weight_offset + weight.to(tl.float32))

@@ -34,11 +34,12 @@ from octavo.models.layers.activation import GeluAndMul, SiluAndMul, gated_activa
 from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm, fuses_with, post_norm_add_norm
+from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, fuses_with, post_norm_add_norm
 from octavo.models.layers.qk_norm import ShardedRMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
 from octavo.models.weights import load_decoder_weights
 from octavo.quantization.base import UnquantizedLinearMethod
+from octavo.quantization.fp8 import Fp8LinearMethod
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,12 @@ class DecoderAttention(nn.Module):
         self.attn = Attention(ctx.attention_backend(spec), layer_index)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
-        num_tokens = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return self.attend(positions, self.qkv_proj(hidden), fctx)
+
+    def attend(self, positions: torch.Tensor, qkv: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
+        """The block after the qkv projection (``qkv``: its output), through ``o_proj``."""
+        num_tokens = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm == "full":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.clip_qkv is not None:
@@ -157,12 +162,25 @@ class DecoderMLP(nn.Module):
                 self.linear_act_and_mul = ctx.ops.linear_silu_and_mul
             elif isinstance(self.act_fn, GeluAndMul) and self.act_fn.approximate == "tanh":
                 self.linear_act_and_mul = ctx.ops.linear_gelu_tanh_and_mul
+        # SiLU-and-mul and an fp8 down projection are one op,
+        # ``silu_and_mul_fp8_linear`` (the activation quantized in its own pass).
+        self.silu_fp8_down = isinstance(self.act_fn, SiluAndMul) and isinstance(
+            self.down_proj.quant_method, Fp8LinearMethod
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.linear_act_and_mul is not None:
             up = self.gate_up_proj
             return self.down_proj(self.linear_act_and_mul(x, up.weight, up.bias))
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        return self.after_gate_up(self.gate_up_proj(x))
+
+    def after_gate_up(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The MLP after its gate-up projection (``gate_up``: its output)."""
+        if not self.silu_fp8_down:
+            return self.down_proj(self.act_fn(gate_up))
+        down = self.down_proj
+        fused = down.ops.silu_and_mul_fp8_linear
+        return down.reduced(lambda: fused(gate_up, down.weight, down.weight_scale, down.bias))
 
 
 class DecoderLayer(nn.Module):
@@ -176,6 +194,14 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = options.norm(ctx, hidden)
         self.post_attention_layernorm = options.norm(ctx, hidden)
         self.residual_scale = options.residual_scale
+        # Each norm and the fp8 projection it feeds are one op (the quantizer
+        # in the norm's pass): ``RMSNorm.add_then_fp8_linear``.
+        self.fp8_qkv = isinstance(self.self_attn, DecoderAttention) and feeds_fp8_linear(
+            self.input_layernorm, self.self_attn.qkv_proj
+        )
+        self.fp8_gate_up = isinstance(mlp, DecoderMLP) and feeds_fp8_linear(
+            self.post_attention_layernorm, mlp.gate_up_proj
+        )
 
     def input_norm(self, hidden, residual):
         """The first norm, with the previous layer's residual add fused in."""
@@ -184,12 +210,20 @@ class DecoderLayer(nn.Module):
         return self.input_layernorm(hidden, residual)
 
     def forward(self, positions, hidden, residual, fctx: ForwardContext):
-        hidden, residual = self.input_norm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, fctx)
+        if self.fp8_qkv and residual is not None:
+            qkv, residual = self.input_layernorm.add_then_fp8_linear(hidden, residual, self.self_attn.qkv_proj)
+            hidden = self.self_attn.attend(positions, qkv, fctx)
+        else:
+            hidden, residual = self.input_norm(hidden, residual)
+            hidden = self.self_attn(positions, hidden, fctx)
         if self.residual_scale != 1.0:
             hidden = hidden * self.residual_scale
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        hidden = self.mlp(hidden)
+        if self.fp8_gate_up:
+            gate_up, residual = self.post_attention_layernorm.add_then_fp8_linear(hidden, residual, self.mlp.gate_up_proj)
+            hidden = self.mlp.after_gate_up(gate_up)
+        else:
+            hidden, residual = self.post_attention_layernorm(hidden, residual)
+            hidden = self.mlp(hidden)
         if self.residual_scale != 1.0:
             hidden = hidden * self.residual_scale
         return hidden, residual

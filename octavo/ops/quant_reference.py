@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.quant.int4 import dequantize_grouped
 from octavo.kernels.quant.scaled_mm import dequantize_fp8_block, quantize_int8_per_token, weight_only_linear
+from octavo.ops import reference
 
 
 def fp8_linear(
@@ -114,3 +115,31 @@ def gguf_linear(x: torch.Tensor, qweight: torch.Tensor, ggml_type: GGMLType) -> 
     Q4_0, Q4_K, Q5_K, Q6_K), dequantized in float32 then rounded to
     ``x.dtype``. No bias: the GGUF method adds it."""
     return F.linear(x, dequantize_gguf(qweight, ggml_type, x.dtype))
+
+
+def fused_add_rms_norm_fp8_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    qweight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(fp8_linear(normed, qweight, weight_scale, bias), summed)`` where
+    ``(normed, summed) = fused_add_rms_norm(x, residual, norm_weight, eps)``:
+    the residual add and RMSNorm before a layer's first fp8 projection (qkv,
+    gate-up). An implementation may quantize the norm's output to fp8 per
+    token in the norm's own pass (W8A8), as ``fp8_linear`` may."""
+    normed, summed = reference.fused_add_rms_norm(x, residual, norm_weight, eps)
+    return fp8_linear(normed, qweight, weight_scale, bias), summed
+
+
+def silu_and_mul_fp8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``fp8_linear(silu_and_mul(x), qweight, weight_scale, bias)``: a gated
+    MLP's activation and its fp8 down projection; ``x`` is the gate-up
+    output ``[num_tokens, 2 * I]``. An implementation may quantize the
+    activation's output to fp8 per token in the activation's pass (W8A8)."""
+    return fp8_linear(reference.silu_and_mul(x), qweight, weight_scale, bias)

@@ -11,7 +11,7 @@ or, for ops whose implementations may quantize activations, a bound on
 implementation against these.
 
 Adding an op is additive (a plugin API minor version): a reference, a
-spec here, and a field of ``LayerOps``.
+spec here (``since`` that version), and a field of ``LayerOps``.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class OpSpec:
     may_modify: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     dtypes: tuple[torch.dtype, ...] = ACTIVATION_DTYPES
+    # The plugin API version that added the op: a plugin declaring an older
+    # one cannot have been written against it, and is refused if it registers it.
+    since: tuple[int, int] = (1, 1)
     params: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +99,25 @@ def _compose_linear_gelu_tanh_and_mul(ops: dict[str, Callable]) -> Callable:
         return gelu_tanh_and_mul(linear(x, weight, bias))
 
     return linear_then_gelu_tanh_and_mul
+
+
+def _compose_norm_fp8_linear(ops: dict[str, Callable]) -> Callable:
+    norm, fp8_linear = ops["fused_add_rms_norm"], ops["fp8_linear"]
+
+    def fused_add_rms_norm_then_fp8_linear(x, residual, norm_weight, eps, qweight, weight_scale, bias):
+        normed, summed = norm(x, residual, norm_weight, eps)
+        return fp8_linear(normed, qweight, weight_scale, bias), summed
+
+    return fused_add_rms_norm_then_fp8_linear
+
+
+def _compose_silu_and_mul_fp8_linear(ops: dict[str, Callable]) -> Callable:
+    silu_and_mul, fp8_linear = ops["silu_and_mul"], ops["fp8_linear"]
+
+    def silu_and_mul_then_fp8_linear(x, qweight, weight_scale, bias):
+        return fp8_linear(silu_and_mul(x), qweight, weight_scale, bias)
+
+    return silu_and_mul_then_fp8_linear
 
 
 _SPECS = (
@@ -141,6 +163,16 @@ _SPECS = (
     OpSpec("int4_linear", quant_reference.int4_linear, GEMM, "int4 grouped weights (GPTQ/AWQ/RTN layout)"),
     OpSpec("int8_grouped_linear", quant_reference.int8_grouped_linear, GEMM, "int8 grouped weights with zero points (GPTQ 8-bit)"),
     OpSpec("gguf_linear", quant_reference.gguf_linear, GEMM, "GGUF (ggml) quantized rows"),
+    OpSpec(
+        "fused_add_rms_norm_fp8_linear", quant_reference.fused_add_rms_norm_fp8_linear, FP8,
+        "residual add and RMSNorm feeding an fp8 projection (the quantizer fused into the norm)",
+        compose=_compose_norm_fp8_linear, composed_of=("fused_add_rms_norm", "fp8_linear"), since=(1, 2),
+    ),
+    OpSpec(
+        "silu_and_mul_fp8_linear", quant_reference.silu_and_mul_fp8_linear, FP8,
+        "SiLU-and-mul feeding an fp8 down projection (the quantizer fused into the activation)",
+        compose=_compose_silu_and_mul_fp8_linear, composed_of=("silu_and_mul", "fp8_linear"), since=(1, 2),
+    ),
 )
 
 # In resolution order: an op composed of others comes after them.

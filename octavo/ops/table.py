@@ -93,6 +93,8 @@ class LayerOps:
     int4_linear: Callable
     int8_grouped_linear: Callable
     gguf_linear: Callable
+    fused_add_rms_norm_fp8_linear: Callable
+    silu_and_mul_fp8_linear: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
 
     def choice(self, op: str) -> OpChoice:

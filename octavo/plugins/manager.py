@@ -126,14 +126,17 @@ def _check_hooks(manager: pluggy.PluginManager, name: str, module: ModuleType) -
     for hook_name in HOOK_RESULT_TYPES:
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             if impl.plugin_name == name:
-                problem = call_hookimpl(impl, hook_name)[1]
+                problem = call_hookimpl(impl, hook_name, declared)[1]
                 if problem is not None:
                     return problem
     return None
 
 
-def call_hookimpl(impl: Any, hook_name: str) -> tuple[Any, str | None]:
-    """``(result, None)``, or ``(None, problem)`` when the hook raised or returned the wrong type."""
+def call_hookimpl(
+    impl: Any, hook_name: str, declared: tuple[int, int] | None = None
+) -> tuple[Any, str | None]:
+    """``(result, None)``, or ``(None, problem)`` when the hook raised or returned
+    the wrong type (or, given the plugin's ``declared`` API version, layer ops newer than it)."""
     try:
         result = impl.function()
     except Exception as exc:
@@ -143,14 +146,15 @@ def call_hookimpl(impl: Any, hook_name: str) -> tuple[Any, str | None]:
         kinds = " or ".join(t.__name__ for t in expected)
         return None, f"hook {hook_name} returned {type(result).__name__}, expected {kinds} or None"
     if result is not None and hook_name == "octavo_layer_ops":
-        problem = _layer_ops_problem(result)
+        problem = _layer_ops_problem(result, declared)
         if problem is not None:
             return None, f"hook {hook_name}: {problem}"
     return result, None
 
 
-def _layer_ops_problem(entries: list | tuple) -> str | None:
+def _layer_ops_problem(entries: list | tuple, declared: tuple[int, int] | None) -> str | None:
     from octavo.ops.impl import OpImpl
+    from octavo.ops.specs import OP_SPECS
 
     for entry in entries:
         if not isinstance(entry, OpImpl):
@@ -158,6 +162,12 @@ def _layer_ops_problem(entries: list | tuple) -> str | None:
         problem = entry.problem()
         if problem is not None:
             return problem
+        since = OP_SPECS[entry.op].since
+        if declared is not None and declared < since:
+            return (
+                f"{entry.label}: layer op {entry.op!r} is new in plugin API {since[0]}.{since[1]}, but the plugin "
+                f"declares OCTAVO_PLUGIN_API_VERSION {declared[0]}.{declared[1]}"
+            )
     return None
 
 

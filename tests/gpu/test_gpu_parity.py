@@ -102,6 +102,23 @@ def test_cuda_resolves_octavo_kernels_as_layer_ops(llama_dir, make_llm):
     assert layer.self_attn.attn.rotary_args == (ops.rotary_and_cache,)  # the fused rotary + KV write path
 
 
+def test_fp8_fused_quantizers_on_gpu_match_the_unfused_path(llama_dir, make_llm, monkeypatch):
+    """W8A8 with the quantizer fused into the norms and SiLU quantizes the same
+    values as the separate launches: the same tokens and logprobs."""
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))]
+    fused = make_llm(llama_dir, platform="cuda", dtype="bfloat16", quantization="fp8")
+    ops = fused.engine.executor.worker.runner.loaded.ops
+    for op in ("fused_add_rms_norm_fp8_linear", "silu_and_mul_fp8_linear"):
+        assert ops.choice(op).impl == "triton_quant+scaled_mm", ops.choice(op).describe()
+    expected = fused.generate(prompts, greedy(16))
+    monkeypatch.setenv("OCTAVO_LAYER_OPS", "fused_add_rms_norm_fp8_linear=reference,silu_and_mul_fp8_linear=reference")
+    unfused = make_llm(llama_dir, platform="cuda", dtype="bfloat16", quantization="fp8").generate(prompts, greedy(16))
+    for ours, theirs in zip(expected, unfused):
+        assert ours.outputs[0].token_ids == theirs.outputs[0].token_ids
+        chosen = [[d[t].logprob for t in d] for d in ours.outputs[0].logprobs]
+        assert chosen == pytest.approx([[d[t].logprob for t in d] for d in theirs.outputs[0].logprobs], abs=1e-3)
+
+
 def test_grammar_masks_on_gpu_match_cpu(llama_dir, make_llm):
     # The masks reach the device through pinned staging and the platform's
     # events (plain copies on the CPU); with and without decode overlap (masks

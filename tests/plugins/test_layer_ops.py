@@ -105,6 +105,11 @@ def test_layers_take_the_table_of_the_scope_they_are_built_in(sandbox):
         ('OpImpl("rms_norm", "x", reference.rms_norm, max_tokens=0)', "rms_norm=x: max_tokens must be a positive int"),
         ('OpImpl("rms_norm", "x", 42)', "rms_norm=x: fn must be a callable or a 'module:function' string, got 42"),
         ('"rms_norm"', "an entry is a str, expected octavo.ops.OpImpl"),
+        (
+            'OpImpl("silu_and_mul_fp8_linear", "x", reference.silu_and_mul)',
+            "silu_and_mul_fp8_linear=x: layer op 'silu_and_mul_fp8_linear' is new in plugin API 1.2, "
+            "but the plugin declares OCTAVO_PLUGIN_API_VERSION 1.1",
+        ),
     ],
 )
 def test_malformed_entries_break_the_plugin_when_it_loads(sandbox, entry, problem):

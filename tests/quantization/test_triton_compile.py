@@ -33,7 +33,7 @@ def test_kernels_compile_in_a_fresh_process():
 import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
-from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4_mm_triton, int4_triton  # noqa: E402
+from octavo.kernels.quant import fp8_block_triton, fp8_fused, fp8_triton, gguf_triton, int4_mm_triton, int4_triton  # noqa: E402
 
 
 def signature(kernel, constexprs: dict, pointers: dict) -> dict:
@@ -74,6 +74,11 @@ QUANT_KERNELS = {
                                   WHOLE_GROUPS=False), INT4, dict(num_warps=8)),
     "fp8 quantize": (fp8_triton._quantize_rows_kernel, dict(BLOCK=2048, QMAX=448.0, MIN_SCALE=1e-12, PRE_ROUND=False),
                      {"q_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+    "fp8 norm quantize": (fp8_fused._add_rms_norm_quant_kernel, dict(HIDDEN=4096, BLOCK=4096, QMAX=448.0, MIN_SCALE=1e-12,
+                          PRE_ROUND=False), {"q_ptr": FP8, "scale_ptr": "*fp32", "weight_ptr": "*bf16", "eps": "fp32"},
+                          dict(num_warps=8)),
+    "fp8 silu quantize": (fp8_fused._silu_and_mul_quant_kernel, dict(INTERMEDIATE=14336, BLOCK=16384, QMAX=448.0,
+                          MIN_SCALE=1e-12, PRE_ROUND=False), {"q_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=16)),
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
                  DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,

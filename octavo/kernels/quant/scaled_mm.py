@@ -125,13 +125,28 @@ def fp8_w8a8_linear(
     ``quantize(x2) -> (xq, scale)`` may pad rows (``fp8_triton`` does it in one launch)."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
-    num_tokens = x2.shape[0]
     xq, x_scale = quantize(x2)
+    out = fp8_scaled_mm(xq, x_scale, qweight, weight_scale, bias, x2.shape[0], x.dtype)
+    return out.reshape(*shape[:-1], -1)
+
+
+def fp8_scaled_mm(
+    xq: torch.Tensor,
+    x_scale: torch.Tensor,
+    qweight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    num_tokens: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``(xq * x_scale) @ (qweight * weight_scale).T + bias`` for the first
+    ``num_tokens`` rows of quantized activations (``xq`` fp8 ``[M', K]``,
+    ``x_scale`` float32 ``[M', 1]``, ``M' >= num_tokens``), in ``dtype``."""
     # Row-wise scaling wants a bfloat16 output; other dtypes are cast after.
     out = torch._scaled_mm(
         xq, qweight.t(), scale_a=x_scale, scale_b=weight_scale.reshape(1, -1), out_dtype=torch.bfloat16
     )
-    out = out[:num_tokens].to(x.dtype).reshape(*shape[:-1], -1)
+    out = out[:num_tokens].to(dtype)
     return out if bias is None else out + bias
 
 

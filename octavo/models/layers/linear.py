@@ -193,13 +193,21 @@ class RowParallelLinear(LinearBase):
         _copy_checked(param, loaded, self.prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.reduced(lambda: self.quant_method.apply(self, x))
+
+    def reduced(self, product) -> torch.Tensor:
+        """``product()``, this rank's partial output (computed from this
+        layer's parameters, its bias read as ``self.bias``), summed over the
+        ranks with the bias added once: the layer's output. ``forward`` is
+        ``reduced`` of the quantization method's product; a fused op that
+        ends in this layer's matmul (``silu_and_mul_fp8_linear``) passes its own."""
         if self.tp_size == 1:
-            return self.quant_method.apply(self, x)
+            return product()
         bias = self.bias
         # The bias is added once, after the partial sums are reduced.
         self.bias = None
         try:
-            out = self.quant_method.apply(self, x)
+            out = product()
         finally:
             self.bias = bias
         if self.reduce_results:

@@ -7,7 +7,8 @@ back, then scale), as resolved for the model this layer belongs to.
 casting, by ``weight`` or, for Gemma, by ``1 + weight`` (the
 ``rms_norm_f32_scale`` ops). ``post_norm_add_norm`` is Gemma's sandwich
 step, a block's norm, the residual add and the next norm, one op where
-both norms are float32-scaled alike.
+both norms are float32-scaled alike. ``RMSNorm.add_then_fp8_linear`` is the
+norm and the fp8 projection after it, one op (the quantizer in the norm).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from octavo.ops.reference import rms_norm as rms_norm_reference
 from octavo.ops.reference import rms_norm_f32_scale as rms_norm_f32_scale_reference
 
 __all__ = [
-    "Float32ScaleRMSNorm", "RMSNorm", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
+    "Float32ScaleRMSNorm", "RMSNorm", "feeds_fp8_linear", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
     "rms_norm_reference",
 ]
 
@@ -39,6 +40,24 @@ class RMSNorm(nn.Module):
         if residual is None:
             return self.ops.rms_norm(x, self.weight, self.eps)
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def add_then_fp8_linear(self, x: torch.Tensor, residual: torch.Tensor, linear: nn.Module):
+        """``(linear(norm(x + residual)), x + residual)`` for a column-parallel
+        ``linear`` with fp8 weights (``feeds_fp8_linear``): the
+        ``fused_add_rms_norm_fp8_linear`` op, which may quantize the norm's
+        output in the norm's own pass."""
+        return self.ops.fused_add_rms_norm_fp8_linear(
+            x, residual, self.weight, self.eps, linear.weight, linear.weight_scale, linear.bias
+        )
+
+
+def feeds_fp8_linear(norm: nn.Module, linear: nn.Module | None) -> bool:
+    """Whether ``norm`` and the fp8 projection it feeds are one op
+    (``RMSNorm.add_then_fp8_linear``): a Llama-rounded RMSNorm before a
+    linear layer with per-channel fp8 weights."""
+    from octavo.quantization.fp8 import Fp8LinearMethod
+
+    return type(norm) is RMSNorm and isinstance(getattr(linear, "quant_method", None), Fp8LinearMethod)
 
 
 class Float32ScaleRMSNorm(nn.Module):

@@ -167,6 +167,35 @@ def _channel_quant_case(tokens: int, out_features: int, in_features: int, kind: 
     return OpCase(f"{tokens} tokens, {in_features} -> {out_features}" + (", bias" if bias else ""), tokens, make)
 
 
+def _norm_fp8_linear_case(tokens: int, out_features: int, hidden: int, bias: bool) -> OpCase:
+    """The residual add and norm before an fp8 projection (qkv, gate-up)."""
+
+    def make(dtype, device, gen):
+        from octavo.kernels.quant import scaled_mm
+
+        qweight, scale = scaled_mm.quantize_fp8_per_channel(_randn(gen, out_features, hidden, scale=0.05))
+        x, residual, norm_weight, b = _on(
+            device, dtype, _randn(gen, tokens, hidden), _randn(gen, tokens, hidden), _randn(gen, hidden),
+            _randn(gen, out_features),
+        )
+        return x, residual, norm_weight, 1e-6, qweight.to(device), scale.to(device), b if bias else None
+
+    return OpCase(f"{tokens} tokens, {hidden} -> {out_features}" + (", bias" if bias else ""), tokens, make)
+
+
+def _silu_fp8_linear_case(tokens: int, out_features: int, intermediate: int, bias: bool) -> OpCase:
+    """A gated MLP's activation and its fp8 down projection."""
+
+    def make(dtype, device, gen):
+        from octavo.kernels.quant import scaled_mm
+
+        qweight, scale = scaled_mm.quantize_fp8_per_channel(_randn(gen, out_features, intermediate, scale=0.05))
+        x, b = _on(device, dtype, _randn(gen, tokens, 2 * intermediate, scale=2.0), _randn(gen, out_features))
+        return x, qweight.to(device), scale.to(device), b if bias else None
+
+    return OpCase(f"{tokens} tokens, 2 x {intermediate} -> {out_features}" + (", bias" if bias else ""), tokens, make)
+
+
 def _int4_case(tokens: int, out_features: int, in_features: int, group_size: int, bias: bool) -> OpCase:
     def make(dtype, device, gen):
         from octavo.kernels.quant.int4 import quantize_int4_rtn
@@ -222,4 +251,6 @@ OP_CASES: dict[str, list[OpCase]] = {
     "int4_linear": [_int4_case(1, 64, 256, 128, False), _int4_case(3, 64, 128, 32, True), _int4_case(17, 48, 256, 64, False)],
     "gguf_linear": [_gguf_case(1, 32, 256, name) for name in ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K")]
     + [_gguf_case(17, 32, 256, "Q4_K"), _gguf_case(40, 32, 256, "Q8_0")],
+    "fused_add_rms_norm_fp8_linear": [_norm_fp8_linear_case(t, 48, 128, bias) for t, bias in ((1, False), (3, True), (17, False))],
+    "silu_and_mul_fp8_linear": [_silu_fp8_linear_case(t, 64, 96, bias) for t, bias in ((1, True), (3, False), (17, True))],
 }
