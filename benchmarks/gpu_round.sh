@@ -119,6 +119,10 @@ for step in "$@"; do
     gguf_tuned) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf  # with quant_tuned's GEMV tiles
           [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
           TAIL=10 run_step gguf_tuned_latency 500 env $(cat /tmp/octavo-tuned.env 2>/dev/null) python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_tuned_latency.json";;
+    # Other libraries' quantized GEMMs beside Octavo's on the same weights, same run
+    # (benchmarks/quant_libraries.py: fbgemm-gpu-genai, gemlite), their wheels carried in .whl_libs/.
+    libs) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
+          TAIL=150 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step quant_libs 560 python benchmarks/quant_gpu.py --quick --families int4,fp8;;
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,

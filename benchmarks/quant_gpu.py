@@ -5,6 +5,7 @@ Run from the repository root on the GPU machine (nothing is downloaded):
 
     python benchmarks/quant_gpu.py            # checks + timings, ~4 min
     python benchmarks/quant_gpu.py --quick    # fewer token counts
+    python benchmarks/quant_gpu.py --quick --families int4,fp8   # those (and bf16) only
 
 1. Correctness: every path of ``quant_paths`` (each kernel of each format's
    dispatch, the dispatch itself, and torch's built-ins) against the float32
@@ -45,7 +46,9 @@ from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 TOKENS = (1, 2, 4, 8, 16, 64, 256, 512, 2048)
 QUICK_TOKENS = (1, 4, 16, 256, 2048)
 CHECK_TOKENS = (1, 7, 300)
-W8A8_PATHS = {"triton_quant+scaled_mm", "torch_quant+scaled_mm", "block_mm", "torch_blockwise_scaled_mm"}
+W8A8_PATHS = {
+    "triton_quant+scaled_mm", "torch_quant+scaled_mm", "block_mm", "torch_blockwise_scaled_mm", "fbgemm_f8f8bf16_rowwise",
+}
 RESULTS: dict = {"checks": [], "timings": [], "unavailable": {}}
 
 
@@ -189,7 +192,10 @@ def print_tables(tokens: tuple[int, ...]) -> None:
 
 
 def precompile(tokens: tuple[int, ...]) -> None:
-    jobs = [(p.family, p.name, m, None) for p in qp.all_paths() for m in tokens if p.max_tokens is None or m <= p.max_tokens]
+    jobs = [
+        (p.family, p.name, m, None) for p in qp.all_paths() if p.family in qp.FAMILIES
+        for m in tokens if p.max_tokens is None or m <= p.max_tokens
+    ]
     compile_in_pool(qp.compile_job, jobs, say, time.perf_counter())
 
 
@@ -197,7 +203,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"token counts {QUICK_TOKENS} only")
     parser.add_argument("--skip-timings", action="store_true")
+    parser.add_argument("--families", help=f"comma-separated, of {','.join(qp.FAMILIES)} (bf16, the baseline, always)")
     args = parser.parse_args()
+    if args.families:
+        chosen = {"bf16", *args.families.split(",")}
+        unknown = chosen - set(qp.FAMILIES)
+        if unknown:
+            parser.error(f"unknown families {sorted(unknown)}")
+        qp.FAMILIES = tuple(f for f in qp.FAMILIES if f in chosen)
     if not torch.cuda.is_available():
         say("no CUDA device: this script is for the GPU machine")
         return 1

@@ -15,6 +15,8 @@ torch offers for the same format.
   (tinygemm) on its own packing.
 * ``gguf_Q4_K`` / ``gguf_Q6_K`` / ``gguf_Q8_0``: the GEMV, the tile GEMM,
   dequantize + cuBLAS.
+* other libraries' kernels on the same weights (``quant_libraries.py``:
+  fbgemm-gpu-genai, gemlite), where they are installed.
 
 A path is ``make(weights, config) -> fn(x)``; ``None`` from ``available``
 means it runs here, else the reason it does not (printed once). Module
@@ -139,7 +141,9 @@ def all_paths() -> list[Path]:
     for family in FAMILIES:
         if family.startswith("gguf_"):
             paths += _gguf_paths(family)
-    return paths
+    from quant_libraries import LIBRARY_PATHS  # other libraries' kernels on the same weights
+
+    return paths + [Path(family, name, make) for family, name, make in LIBRARY_PATHS]
 
 
 def reference(family: str, weights: tuple, x: torch.Tensor) -> torch.Tensor:

@@ -157,3 +157,21 @@ def test_quant_e2e_tables(quant_llama_dir, capsys, monkeypatch, tmp_path):
     assert "floor ms/tok" in out and "\nint4 " in out and "fp8 KV" in out and "4k seqs" in out
     auto_kv, fp8_kv = json.loads(kv_json.read_text())["rows"]
     assert auto_kv["seqs_4k"] > 0 and fp8_kv["seqs_4k"] == 4 * auto_kv["seqs_4k"]
+
+
+def test_fbgemm_int4_convention_reproduces_octavo_weights(monkeypatch):
+    # The one conversion quant_libraries makes by hand (fbgemm's kernels need a GPU).
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import quant_libraries
+
+    from octavo.kernels.quant import int4
+
+    dense = torch.randn(48, 256, generator=torch.Generator().manual_seed(0)) * 0.02
+    weights = int4.quantize_int4_rtn(dense.to(torch.bfloat16), 128)
+    centred, scale, zero = quant_libraries.fbgemm_int4_values(weights)
+    groups = torch.arange(256) // 128
+    rebuilt = centred.float() * scale.float().t()[:, groups] + zero.float().t()[:, groups]
+    expected = int4.dequantize_int4(*weights, 128, torch.float32)
+    # Exact but for the bf16 zero: (8 - zero point) * scale rounded once.
+    assert float((rebuilt - expected).abs().max()) <= float(scale.float().abs().max()) * 8 * 2**-8
+    assert centred.dtype == torch.int8 and int(centred.min()) >= -8 and int(centred.max()) <= 7
