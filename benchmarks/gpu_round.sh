@@ -61,6 +61,18 @@ for step in "$@"; do
     lat1_hf_eager) TAIL=20 run_step latency_b1_hf_eager 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --hf-mode eager --output-json "$O/latency_b1_hf_eager.json";;
     # The cross-check: a hand-written HF static-cache + torch.compile decode loop (ms/token).
     hf_compiled_check) run_step hf_compiled_check 500 python benchmarks/hf_compiled_loop.py --batch-size 1 --input-len 128 --output-len 128 --output-json "$O/hf_compiled_check.json";;
+    # Programmatic dependent launch (octavo/kernels/pdl.py): its GPU parity test, then batch-1 decode
+    # without and with it, back to back (Llama-3.1-8B shapes, and decode at 8k context).
+    pdl) run_step pdl_parity 300 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k dependent_launch
+         for v in 0 1; do
+           OCTAVO_PDL=$v TAIL=8 run_step latency_b1_pdl$v 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_pdl$v.json"
+           OCTAVO_PDL=$v TAIL=8 run_step latency_8k_pdl$v 400 $CLI bench latency $M8B --batch-size 1 --input-len 8192 --output-len 64 --num-iters 2 --output-json "$O/latency_8k_pdl$v.json"
+         done;;
+    # The same A/B for the families with the most kernels a step: Qwen3-30B-A3B (48 MoE layers), Gemma-2-9B.
+    pdl_families) for v in 0 1; do
+           OCTAVO_PDL=$v TAIL=8 run_step qwen3moe_b1_pdl$v 500 $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_pdl$v.json"
+           OCTAVO_PDL=$v TAIL=8 run_step gemma2_b1_pdl$v 400 $CLI bench latency $MG2 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/gemma2_b1_pdl$v.json"
+         done;;
     lat1_cublas) OCTAVO_GEMV_MAX_TOKENS=0 run_step latency_b1_cublas 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_cublas.json";;
     lat1_env) run_step "latency_b1_${LABEL:-env}" 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_${LABEL:-env}.json";;
     lat1_direct) OCTAVO_SPLIT_MIN_SEQ_LEN=1000000 run_step latency_b1_direct 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_direct.json";;

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.activation import act_then_mul
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, ints_from_env
 
 MOE_GEMV_TILES_ENV = "OCTAVO_MOE_GEMV_TILES"
@@ -84,9 +85,10 @@ def _gate_up_gemv_kernel(
     x_ptr, w13_ptr, out_ptr, ids_ptr,
     num_slots, top_k, inter, hidden,
     stride_xt, stride_we, stride_wn, stride_ot,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     slot = tl.program_id(0)
+    pdl_wait(PDL)  # the router's choice and the hidden state come from the kernels before
     expert = tl.load(ids_ptr + slot)
     if expert < 0:
         return
@@ -96,6 +98,7 @@ def _gate_up_gemv_kernel(
     w_rows = w13_ptr + expert.to(tl.int64) * stride_we + cols[:, None].to(tl.int64) * stride_wn
     gate = _row_times_tile(x_row, w_rows, col_ok, hidden, BLOCK_N, BLOCK_K, EVEN_K)
     up = _row_times_tile(x_row, w_rows + inter * stride_wn, col_ok, hidden, BLOCK_N, BLOCK_K, EVEN_K)
+    pdl_release(PDL)
     dtype = out_ptr.dtype.element_ty
     out = act_then_mul(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), ACT, dtype)
     tl.store(out_ptr + slot.to(tl.int64) * stride_ot + cols, out.to(dtype), mask=col_ok)
@@ -106,13 +109,14 @@ def _down_gemv_kernel(
     act_ptr, w2_ptr, out_ptr, weights_ptr, ids_ptr,
     top_k, hidden, inter,
     stride_at, stride_we, stride_wn, stride_ot,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < hidden
     dtype = out_ptr.dtype.element_ty
     total = tl.zeros([BLOCK_N], tl.float32)
+    pdl_wait(PDL)
     for j in range(0, top_k):
         slot = token * top_k + j
         expert = tl.load(ids_ptr + slot)
@@ -121,6 +125,7 @@ def _down_gemv_kernel(
             acc = _row_times_tile(act_ptr + slot * stride_at, w_rows, col_ok, inter, BLOCK_N, BLOCK_K, EVEN_K)
             weight = tl.load(weights_ptr + slot).to(dtype).to(tl.float32)
             total += (acc.to(dtype).to(tl.float32) * weight).to(dtype).to(tl.float32)
+    pdl_release(PDL)
     tl.store(out_ptr + token * stride_ot + cols, total.to(dtype), mask=col_ok)
 
 
@@ -137,17 +142,19 @@ def fused_moe_gemv(
     block_n, block_k, num_warps, down_n, down_k, down_warps = both_tiles(tiles) if tiles else moe_gemv_tiles()
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     num_slots = ids.numel()
+    pdl = pdl_enabled(hidden.device)
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
     _gate_up_gemv_kernel[(num_slots, cdiv(inter, block_n))](
         hidden, w13, act, ids, num_slots, top_k, inter, hidden_size,
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_N=block_n, BLOCK_K=block_k, ACT=act_code, EVEN_K=hidden_size % block_k == 0, num_warps=num_warps,
+        BLOCK_N=block_n, BLOCK_K=block_k, ACT=act_code, EVEN_K=hidden_size % block_k == 0, PDL=pdl,
+        num_warps=num_warps, launch_pdl=pdl,
     )
     out = torch.empty((num_tokens, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     _down_gemv_kernel[(num_tokens, cdiv(hidden_size, down_n))](
         act, w2, out, weights, ids, top_k, hidden_size, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=inter % down_k == 0, num_warps=down_warps,
+        BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=inter % down_k == 0, PDL=pdl, num_warps=down_warps, launch_pdl=pdl,
     )
     return out

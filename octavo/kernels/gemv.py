@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.activation import ACT_CODES, SILU, act_then_mul
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
@@ -130,6 +131,30 @@ def fit_to_rows(config: GemvConfig, num_tokens: int) -> GemvConfig:
 
 
 @triton.jit
+def _load_weights(w_rows, k0, K, up_offset, BLOCK_K: tl.constexpr, GATED: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step's weight tile(s) ``[1, BLOCK_N, BLOCK_K]``."""
+    offs_k = (k0 + tl.arange(0, BLOCK_K))[None, None, :]
+    w_ptrs = w_rows[None, :, :] + offs_k
+    if EVEN_K:
+        w = tl.load(w_ptrs)
+        w_up = tl.load(w_ptrs + up_offset) if GATED else w
+    else:
+        mask_k = offs_k < K
+        w = tl.load(w_ptrs, mask=mask_k, other=0.0)
+        w_up = tl.load(w_ptrs + up_offset, mask=mask_k, other=0.0) if GATED else w
+    return w, w_up
+
+
+@triton.jit
+def _load_x(x_rows, mask_m, k0, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step's activations ``[BLOCK_M, 1, BLOCK_K]`` (or ``[BLOCK_M, BLOCK_N, BLOCK_K]``)."""
+    offs_k = (k0 + tl.arange(0, BLOCK_K))[None, None, :]
+    if EVEN_K:
+        return tl.load(x_rows + offs_k, mask=mask_m[:, None, None], other=0.0)
+    return tl.load(x_rows + offs_k, mask=mask_m[:, None, None] & (offs_k < K), other=0.0)
+
+
+@triton.jit
 def _load_step(w_rows, x_rows, mask_m, k0, K, up_offset,
                BLOCK_K: tl.constexpr, GATED: tl.constexpr, EVEN_K: tl.constexpr):
     """One K step's weight tile(s) ``[1, BLOCK_N, BLOCK_K]`` and activations ``[BLOCK_M, 1, BLOCK_K]``.
@@ -139,19 +164,8 @@ def _load_step(w_rows, x_rows, mask_m, k0, K, up_offset,
     (vectors along K), and the weight tile does not make a round trip
     through shared memory to change layout (the sm_90 SASS of the 2-D form
     had it, with two barriers per tile; ``tests/kernels/sass_loops.py``)."""
-    offs_k = (k0 + tl.arange(0, BLOCK_K))[None, None, :]
-    x_ptrs = x_rows + offs_k
-    w_ptrs = w_rows[None, :, :] + offs_k
-    if EVEN_K:
-        w = tl.load(w_ptrs)
-        x = tl.load(x_ptrs, mask=mask_m[:, None, None], other=0.0)
-        w_up = tl.load(w_ptrs + up_offset) if GATED else w
-    else:
-        mask_k = offs_k < K
-        w = tl.load(w_ptrs, mask=mask_k, other=0.0)
-        x = tl.load(x_ptrs, mask=mask_m[:, None, None] & mask_k, other=0.0)
-        w_up = tl.load(w_ptrs + up_offset, mask=mask_k, other=0.0) if GATED else w
-    return w, x, w_up
+    w, w_up = _load_weights(w_rows, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+    return w, _load_x(x_rows, mask_m, k0, K, BLOCK_K, EVEN_K), w_up
 
 
 @triton.jit
@@ -172,7 +186,7 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_om, up_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, DEFER_REDUCE: tl.constexpr,
-    EVEN_K: tl.constexpr, HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -196,8 +210,12 @@ def _gemv_kernel(
     if PREFETCH:
         # Loads are not software-pipelined without a dot: issue step k+1's
         # before multiplying step k's, so one step's latency hides behind
-        # the other's arithmetic (the last step is the epilogue).
-        w, x, w_up = _load_step(w_rows, x_rows, mask_m, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+        # the other's arithmetic (the last step is the epilogue). The first
+        # weight tile goes before the wait for the kernel before (``pdl``):
+        # no kernel writes weights.
+        w, w_up = _load_weights(w_rows, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
+        pdl_wait(PDL)
+        x = _load_x(x_rows, mask_m, 0, K, BLOCK_K, EVEN_K)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             w_next, x_next, up_next = _load_step(
                 w_rows, x_rows, mask_m, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
@@ -205,9 +223,11 @@ def _gemv_kernel(
             w, x, w_up = w_next, x_next, up_next
         acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     else:
+        pdl_wait(PDL)
         for k0 in range(0, K, BLOCK_K):
             w, x, w_up = _load_step(w_rows, x_rows, mask_m, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
             acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
+    pdl_release(PDL)
     out = tl.sum(acc, axis=2) if DEFER_REDUCE else acc
     out_up = tl.sum(acc_up, axis=2) if DEFER_REDUCE else acc_up
     _store_features(out, out_up, b_ptr, scale_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n, N, stride_om,
@@ -262,6 +282,7 @@ def gemv(
         return out
     config = config or default_config(gated is not None, num_tokens)
     block_k = min(config.block_k, triton.next_power_of_2(in_features))
+    pdl = pdl_enabled(x.device)
     grid = (triton.cdiv(out_features, config.block_n),)
     _gemv_kernel[grid](
         x, weight, bias if bias is not None else weight, weight_scale if weight_scale is not None else weight, out,
@@ -271,7 +292,7 @@ def gemv(
         HAS_BIAS=bias is not None, GATED=gated is not None, ACT=GATED_ACTIVATIONS.get(gated, SILU),
         DEFER_REDUCE=config.defer_reduce,
         EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None, PREFETCH=config.prefetch,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        PDL=pdl, num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )
     return out
 

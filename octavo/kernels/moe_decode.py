@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, ints_from_env, next_power_of_2
 
 MOE_DECODE_MAX_TOKENS_ENV = "OCTAVO_MOE_DECODE_MAX_TOKENS"
@@ -77,11 +78,12 @@ def _down_topk_sum_kernel(
     hidden, inter,
     stride_at, stride_we, stride_wn, stride_ot,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < hidden
+    pdl_wait(PDL)  # the experts' activations and the router's choice come from the kernels before
     # Feature rows past the end read row 0 (stored nowhere) instead of masking every load.
     rows = tl.where(col_ok, cols, 0).to(tl.int64)
     choice = tl.arange(0, K_PAD)
@@ -101,6 +103,7 @@ def _down_topk_sum_kernel(
         a = tl.load(a_rows + k0 + ks, mask=mask, other=0.0)
         w = tl.load(w_rows + k0 + ks, mask=mask, other=0.0)
         acc += w.to(tl.float32) * a.to(tl.float32)
+    pdl_release(PDL)
     dtype = out_ptr.dtype.element_ty
     # Rounding as the grouped path: each slot's product, then times its weight (rounded too).
     per_slot = tl.sum(acc, axis=2).to(dtype).to(tl.float32)
@@ -125,9 +128,11 @@ def down_topk_sum(
     out = torch.empty((num_tokens, hidden), dtype=act.dtype, device=act.device)
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    pdl = pdl_enabled(act.device)
     _down_topk_sum_kernel[(num_tokens, cdiv(hidden, block_n))](
         act, w2, out, weights, ids, hidden, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=inter % block_k == 0, num_warps=num_warps,
+        TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=inter % block_k == 0, PDL=pdl,
+        num_warps=num_warps, launch_pdl=pdl,
     )
     return out

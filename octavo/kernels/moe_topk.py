@@ -14,13 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+
 
 @triton.jit
 def _topk_softmax_kernel(
     logits_ptr, weights_ptr, ids_ptr, num_experts, stride_lt,
-    TOP_K: tl.constexpr, E_PAD: tl.constexpr, RENORMALIZE: tl.constexpr,
+    TOP_K: tl.constexpr, E_PAD: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)  # the router's logits come from the GEMV before
+    pdl_release(PDL)  # a program a token: the experts' kernel may be placed meanwhile
     experts = tl.arange(0, E_PAD)
     logits = tl.load(logits_ptr + token * stride_lt + experts, mask=experts < num_experts, other=float("-inf"))
     logits = logits.to(tl.float32)
@@ -57,8 +61,10 @@ def topk_softmax(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> 
         return weights, ids
     if router_logits.stride(-1) != 1:
         router_logits = router_logits.contiguous()
+    pdl = pdl_enabled(router_logits.device)
     _topk_softmax_kernel[(num_tokens,)](
         router_logits, weights, ids, num_experts, router_logits.stride(0),
-        TOP_K=top_k, E_PAD=max(16, triton.next_power_of_2(num_experts)), RENORMALIZE=renormalize, num_warps=4,
+        TOP_K=top_k, E_PAD=max(16, triton.next_power_of_2(num_experts)), RENORMALIZE=renormalize, PDL=pdl,
+        num_warps=4, launch_pdl=pdl,
     )
     return weights, ids

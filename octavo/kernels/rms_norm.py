@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import next_power_of_2
 
 
@@ -43,12 +44,16 @@ def _rms_norm_kernel(
     out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, pre_weight_ptr, eps, weight_offset,
     inner, stride_x0, stride_x1, stride_r0, stride_r1,
     HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SCALE_F32: tl.constexpr,
-    PRE_NORM: tl.constexpr,
+    PRE_NORM: tl.constexpr, PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     outer_index, inner_index = row // inner, row % inner
     cols = tl.arange(0, BLOCK)
     mask = cols < HIDDEN
+    # A row a program (one at batch 1): the next kernel (a GEMV) may start
+    # fetching its weights at once.
+    pdl_wait(PDL)
+    pdl_release(PDL)
     x = tl.load(x_ptr + outer_index * stride_x0 + inner_index * stride_x1 + cols, mask=mask, other=0.0)
     in_dtype = x.dtype
     if PRE_NORM:  # the norm after a block, rounded to the dtype before the add (SCALE_F32 only)
@@ -99,11 +104,12 @@ def _launch(
     if num_rows == 0:
         return out, summed
     block = next_power_of_2(hidden)
+    pdl = pdl_enabled(x.device)
     _rms_norm_kernel[(num_rows,)](
         out, summed, x_rows, residual_rows, weight, pre_weight if pre_weight is not None else weight, eps,
         float(weight_offset or 0.0), inner, stride_x0, stride_x1, stride_r0, stride_r1,
         HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, SCALE_F32=weight_offset is not None,
-        PRE_NORM=pre_weight is not None,
+        PRE_NORM=pre_weight is not None, PDL=pdl, launch_pdl=pdl,
         num_warps=min(16, max(1, block // 256)),
     )
     return out, summed

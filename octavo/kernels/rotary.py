@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.fp8_cast import cast_to, pre_round
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import next_power_of_2
 
 
@@ -99,8 +100,11 @@ def _rotary_cache_kernel(
     stride_block, stride_slot, stride_head,
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr,
     HALF: tl.constexpr, HALF_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, PRE_ROUND: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
+    pdl_wait(PDL)  # q, k and v come from the kernel before
+    pdl_release(PDL)  # a program a token: the attention kernel may be placed meanwhile
     cos, sin = _cos_sin(positions_ptr, token, cos_sin_ptr, stride_cos_sin, max_position, HALF, HALF_PAD)
     _rotate_heads(q_ptr + token * stride_qt, stride_qh, cos, sin, NUM_HEADS, HEADS_PAD, HALF, HALF_PAD)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
@@ -150,12 +154,14 @@ def rotary_and_cache(
         return query
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     half = head_size // 2
+    pdl = pdl_enabled(query.device)
     _rotary_cache_kernel[(num_tokens,)](
         positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping, cos_sin_cache.shape[0],
         query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         cos_sin_cache.stride(0), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads,
         HEADS_PAD=next_power_of_2(num_heads), KV_HEADS_PAD=next_power_of_2(num_kv_heads),
-        HALF=half, HALF_PAD=next_power_of_2(half), BLOCK_SIZE=key_cache.shape[1], PRE_ROUND=pre_round(), num_warps=4,
+        HALF=half, HALF_PAD=next_power_of_2(half), BLOCK_SIZE=key_cache.shape[1], PRE_ROUND=pre_round(),
+        PDL=pdl, num_warps=4, launch_pdl=pdl,
     )
     return query

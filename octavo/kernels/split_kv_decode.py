@@ -34,6 +34,7 @@ import triton.language as tl
 
 from octavo.kernels.attention_common import attend_keys
 from octavo.kernels.paged_attention import AttentionParams, PagedBatch, TileConfig
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cache_dot_dtype, dot_precision, next_power_of_2
 
 # block_m is unused: a program's rows are the GQA group (padded to 16).
@@ -102,11 +103,15 @@ def _split_kv_kernel(
     GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     token = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    # q and the newest key and value come from the kernel before; the merge
+    # kernel (or the output projection) may be placed meanwhile.
+    pdl_wait(PDL)
+    pdl_release(PDL)
     req = token  # one token per request
     is_real = req < num_reqs
     seq_len = tl.load(seq_lens_ptr + req, mask=is_real, other=0)
@@ -162,10 +167,12 @@ def _split_kv_kernel(
 @triton.jit
 def _merge_splits_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, v_scale, stride_ot, stride_oh,
-    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    pdl_wait(PDL)
+    pdl_release(PDL)
     base = (token * tl.num_programs(1) + head) * NUM_SPLITS
     splits = tl.arange(0, NUM_SPLITS)
     maxes = tl.load(max_ptr + base + splits)
@@ -213,6 +220,7 @@ def split_kv_decode(
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     head_pad = max(16, next_power_of_2(head_size))
     partials = (out, out, out) if workspace is None else (workspace.acc, workspace.max, workspace.sum)
+    pdl = pdl_enabled(query.device)
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
         batch.seq_lens, batch.block_table,
@@ -224,11 +232,11 @@ def split_kv_decode(
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None,
         DOT_DTYPE=cache_dot_dtype(query.dtype, kv_cache.dtype), PRECISION=dot_precision(query.dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        PDL=pdl, num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
     )
     if num_splits > 1:  # one split wrote the output itself
         _merge_splits_kernel[(num_tokens, num_heads)](
             out, workspace.acc, workspace.max, workspace.sum, params.v_scale, out.stride(0), out.stride(1),
-            HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, num_warps=4,
+            HEAD_SIZE=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits, PDL=pdl, num_warps=4, launch_pdl=pdl,
         )
     return out

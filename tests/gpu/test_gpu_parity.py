@@ -119,6 +119,20 @@ def test_fp8_fused_quantizers_on_gpu_match_the_unfused_path(llama_dir, make_llm,
         assert chosen == pytest.approx([[d[t].logprob for t in d] for d in theirs.outputs[0].logprobs], abs=1e-3)
 
 
+def test_programmatic_dependent_launch_keeps_every_token(llama_dir, make_llm, monkeypatch):
+    """OCTAVO_PDL=1 (Hopper and later: the decode chain's kernels launched
+    early, each waiting for the one before) gives the tokens and logprobs of
+    ordinary launches, through CUDA graphs and eager prefill alike."""
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(llama_dir))]
+    plain = make_llm(llama_dir, platform="cuda", dtype="bfloat16").generate(prompts, greedy(24))
+    monkeypatch.setenv("OCTAVO_PDL", "1")
+    early = make_llm(llama_dir, platform="cuda", dtype="bfloat16").generate(prompts, greedy(24))
+    for ours, theirs in zip(early, plain):
+        assert ours.outputs[0].token_ids == theirs.outputs[0].token_ids
+        chosen = [[d[t].logprob for t in d] for d in ours.outputs[0].logprobs]
+        assert chosen == [[d[t].logprob for t in d] for d in theirs.outputs[0].logprobs]
+
+
 def test_grammar_masks_on_gpu_match_cpu(llama_dir, make_llm):
     # The masks reach the device through pinned staging and the platform's
     # events (plain copies on the CPU); with and without decode overlap (masks

@@ -111,7 +111,7 @@ def cases(attention_only: bool = False):
                   FRESH_KV=False, CACHE_DOT_DTYPE=tl.bfloat16)
     yield f"paged_attention gemma2 {tiles}", pa._paged_attention_kernel, consts, tiles
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
-                  USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None)
+                  USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
     # An fp8 cache: float16 products (cache_dot_dtype).
     fp8 = dict(consts, BLOCK_N=sk.FP8_SPLIT_TILES.block_n, USE_WINDOW=False, NUM_SPLITS=32, DOT_DTYPE=tl.float16)
@@ -121,23 +121,31 @@ def cases(attention_only: bool = False):
     yield "split_kv gemma2", sk._split_kv_kernel, consts, sk.SPLIT_TILES
     if attention_only:
         return
-    yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16), None
+    yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16, PDL=False), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
         NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, PRE_ROUND=False), None
     yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(
-        HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False, PRE_NORM=False), None
+        HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False, PRE_NORM=False, PDL=False), None
     yield "rms_norm f32 scale (gemma)", rms_norm._rms_norm_kernel, dict(
-        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=False), None
+        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=False, PDL=False), None
     yield "norm, add, norm (gemma sandwich)", rms_norm._rms_norm_kernel, dict(
-        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=True), None
+        HIDDEN=3584, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=True, PRE_NORM=True, PDL=False), None
     yield "rotary", rotary._rotary_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64), None
     yield "rotary+cache", rotary._rotary_cache_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16,
-        PRE_ROUND=False), None
+        PRE_ROUND=False, PDL=False), None
     yield "direct decode", sk._split_kv_kernel, dict(
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
-        USE_WINDOW=False, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None), sk.FULL_GPU_DECODE_TILES
+        USE_WINDOW=False, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False), sk.FULL_GPU_DECODE_TILES
+    # The batch-1 decode chain with programmatic dependent launch (octavo/kernels/pdl.py).
+    yield "split_kv pdl", sk._split_kv_kernel, dict(consts, PDL=True), sk.SPLIT_TILES
+    yield "merge_splits pdl", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16, PDL=True), None
+    yield "rms_norm+residual pdl", rms_norm._rms_norm_kernel, dict(
+        HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False, PRE_NORM=False, PDL=True), None
+    yield "rotary+cache pdl", rotary._rotary_cache_kernel, dict(
+        NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16,
+        PRE_ROUND=False, PDL=True), None
     for act_name, act in (("silu", activation.SILU), ("gelu", activation.GELU), ("gelu_tanh", activation.GELU_TANH)):
         yield f"{act_name}_and_mul", activation._gated_kernel, dict(INTERMEDIATE=14336, BLOCK=1024, ACT=act), None
     step = gemv.GemvConfig(4, 256, 4, 3, defer_reduce=False)
@@ -147,13 +155,16 @@ def cases(attention_only: bool = False):
                                    (4, "silu", gemv.gated_rows_config(4))):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True,
                       GATED=gated is not None, ACT=gemv.GATED_ACTIVATIONS.get(gated, activation.SILU),
-                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch)
+                      DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch,
+                      PDL=False)
         yield f"gemv M{block_m} gated={gated} {config}", gemv._gemv_kernel, consts, config
+        if block_m == 1 and gated is None:  # with programmatic dependent launch (octavo/kernels/pdl.py)
+            yield f"gemv M1 pdl {config}", gemv._gemv_kernel, dict(consts, PDL=True), config
     # The 8-bit weight-only GEMV (fp8 weight, float32 per-feature scales) at its default tiles.
     config = gemv.DEFAULT_8BIT_CONFIG
     consts = dict(BLOCK_M=1, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=False, GATED=False,
                   ACT=activation.SILU, DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=True,
-                  PREFETCH=config.prefetch)
+                  PREFETCH=config.prefetch, PDL=False)
     yield f"gemv 8-bit {config} w8", gemv._gemv_kernel, consts, config
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
@@ -171,14 +182,18 @@ def cases(attention_only: bool = False):
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
     block_n, warps = moe_decode.down_tiles()
     for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):
-        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True)
+        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, PDL=False)
         yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
-    yield "fused_moe_gemv gate_up", fused_moe_gemv._gate_up_gemv_kernel, dict(
-        BLOCK_N=block_n, BLOCK_K=block_k, ACT=0, EVEN_K=True), None
-    yield "fused_moe_gemv down", fused_moe_gemv._down_gemv_kernel, dict(BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=True), None
-    yield "moe topk_softmax", moe_topk._topk_softmax_kernel, dict(TOP_K=8, E_PAD=128, RENORMALIZE=True), None
+    for pdl in (False, True):  # and with programmatic dependent launch (octavo/kernels/pdl.py)
+        suffix = " pdl" if pdl else ""
+        yield f"fused_moe_gemv gate_up{suffix}", fused_moe_gemv._gate_up_gemv_kernel, dict(
+            BLOCK_N=block_n, BLOCK_K=block_k, ACT=0, EVEN_K=True, PDL=pdl), None
+        yield f"fused_moe_gemv down{suffix}", fused_moe_gemv._down_gemv_kernel, dict(
+            BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=True, PDL=pdl), None
+        yield f"moe topk_softmax{suffix}", moe_topk._topk_softmax_kernel, dict(
+            TOP_K=8, E_PAD=128, RENORMALIZE=True, PDL=pdl), None
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
     paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
     for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide, paired):

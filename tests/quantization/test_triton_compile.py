@@ -80,7 +80,7 @@ QUANT_KERNELS = {
     "fp8 silu quantize": (fp8_fused._silu_and_mul_quant_kernel, dict(INTERMEDIATE=14336, BLOCK=16384, QMAX=448.0,
                           MIN_SCALE=1e-12, PRE_ROUND=False), {"q_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=16)),
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
-                 DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+                 DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False, PDL=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,
                        HAS_BIAS=False, EVEN_K=True), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),
     "fp8 block mm": (fp8_block_triton._block_scaled_mm_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=64, BLOCK_N=128,
