@@ -198,8 +198,10 @@ def cases(attention_only: bool = False):
     paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
     for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide, paired):
         consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False,
-                      ROW_GROUPS=config.row_groups, PLANE_SCALES=not config.deferred)
+                      ROW_GROUPS=config.row_groups, PLANE_SCALES=not config.deferred, PDL=False)
         yield f"int4 gemv {config}", int4_triton._grouped_gemv_kernel, consts, GemvTiles(config.num_warps)
+    consts = dict(consts, PDL=True)  # the last config with programmatic dependent launch
+    yield f"int4 gemv pdl {config}", int4_triton._grouped_gemv_kernel, consts, GemvTiles(config.num_warps)
 
 
 def main(target_name: str, attention_only: bool) -> None:

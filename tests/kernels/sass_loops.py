@@ -82,7 +82,7 @@ def quant_cases():
         sb_bytes = 256 // ggml.block_elems * ggml.block_bytes
         consts = dict(TYPE=code, A=a, B=b, SB_BYTES=sb_bytes, BLOCK_M=2, BLOCK_N=4, STEPS=2)
         yield f"quant gguf gemv {type_name}", gguf_triton._gguf_gemv_kernel, consts, {"w_ptr": "*u8"}, {}
-        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=sb_bytes, BLOCK_N=8, STEPS=1)
+        consts = dict(TYPE=code, A=a, B=b, SB_BYTES=sb_bytes, BLOCK_N=8, STEPS=1, PDL=False)
         yield f"quant gguf gemv 1-token {type_name}", gguf_triton._gguf_gemv_one_kernel, consts, {"w_ptr": "*u8"}, {
             "num_warps": 1}
 

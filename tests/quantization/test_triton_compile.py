@@ -53,9 +53,9 @@ MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None, SWAP_AB=Fals
 # (kernel, constexprs, pointer types, compile options): Llama-3.1-8B tiles.
 QUANT_KERNELS = {
     "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False,
-                  ROW_GROUPS=2, PLANE_SCALES=False), INT4, {}),
+                  ROW_GROUPS=2, PLANE_SCALES=False, PDL=False), INT4, {}),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
-                  ROW_GROUPS=1, PLANE_SCALES=True),
+                  ROW_GROUPS=1, PLANE_SCALES=True, PDL=False),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),
     "int4 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
                 WHOLE_GROUPS=True, HAS_BIAS=False), INT4, dict(num_stages=3)),
@@ -126,7 +126,8 @@ def test_gguf_kernels_compile(type_name):
     types = dict(TYPE=gguf_triton._CODES[type_name], A=a, B=b, SB_BYTES=144)
     pointers = {"w_ptr": "*u8"}
     kernels = [(gguf_triton._gguf_gemv_kernel, dict(types, BLOCK_M=2, BLOCK_N=4, STEPS=2), {}),
-               (gguf_triton._gguf_gemv_one_kernel, dict(types, BLOCK_N=8, STEPS=1), dict(num_warps=1))]
+               (gguf_triton._gguf_gemv_one_kernel, dict(types, BLOCK_N=8, STEPS=1, PDL=False), dict(num_warps=1)),
+               (gguf_triton._gguf_gemv_one_kernel, dict(types, BLOCK_N=8, STEPS=1, PDL=True), dict(num_warps=1))]
     if type_name in ("Q4_K", "Q6_K"):  # the other kernels share the dequantizer: two plane shapes suffice
         kernels += [
             (gguf_triton._gguf_mm_kernel, dict(types, BLOCK_M=32, BLOCK_N=64, GROUP_M=8, DOT_DTYPE=tl.bfloat16,

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
@@ -218,7 +219,7 @@ def _gguf_gemv_kernel(
 def _gguf_gemv_one_kernel(
     x_ptr, w_ptr, out_ptr, N, K, row_bytes,
     TYPE: tl.constexpr, A: tl.constexpr, B: tl.constexpr, SB_BYTES: tl.constexpr,
-    BLOCK_N: tl.constexpr, STEPS: tl.constexpr,
+    BLOCK_N: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr,
 ):
     """``_gguf_gemv_kernel`` for one token and whole steps (``K`` a multiple
     of ``256 * STEPS``, as every model's is): no mask along K, so every load
@@ -232,12 +233,14 @@ def _gguf_gemv_one_kernel(
     k_lo, k_hi = _plane_k(TYPE, A, B)
     x_rows = x_ptr + tl.zeros((BLOCK_N, 1, 1), dtype=tl.int32)
     acc = tl.zeros((BLOCK_N, A, B), dtype=tl.float32)
+    pdl_wait(PDL)  # the activation comes from the kernel before (octavo/kernels/pdl.py)
     for sb0 in range(0, K // 256, STEPS):
         for step in tl.static_range(STEPS):
             first = (sb0 + step) * 256
             lo, hi = _planes(row_ptr + (sb0 + step) * SB_BYTES, mask_n, A, TYPE, A, B)
             x_lo = tl.load(x_rows + (first + k_lo)[None]).to(tl.float32)
             acc += x_lo * lo + tl.load(x_rows + (first + k_hi)[None]).to(tl.float32) * hi
+    pdl_release(PDL)
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
 
@@ -318,9 +321,10 @@ def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: G
         return out
     grid = (triton.cdiv(num_out, config.block_n),)
     if x.shape[0] == 1 and num_in % (256 * config.steps) == 0:
+        pdl = pdl_enabled(x.device)
         _gguf_gemv_one_kernel[grid](
             x, raw, out, num_out, num_in, raw.stride(0), **constexprs,
-            BLOCK_N=config.block_n, STEPS=config.steps, num_warps=config.num_warps,
+            BLOCK_N=config.block_n, STEPS=config.steps, PDL=pdl, num_warps=config.num_warps, launch_pdl=pdl,
         )
         return out
     _gguf_gemv_kernel[grid](

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int4 as layout
 from octavo.kernels.quant.int4_mm_triton import (  # noqa: F401 -- re-exported: the launchers callers know
     DEQUANT_TILE, DequantTile, GroupedMmConfig, grouped_dequantize, grouped_mm, mm_config,
@@ -108,7 +109,7 @@ def _grouped_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
     stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
     BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ROW_GROUPS: tl.constexpr, PLANE_SCALES: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ROW_GROUPS: tl.constexpr, PLANE_SCALES: tl.constexpr, PDL: tl.constexpr,
 ):
     """Each program streams ``ROW_GROUPS x BLOCK_N`` rows' packed words,
     ``BLOCKS`` layout blocks a step, and multiplies each plane's ``P``
@@ -147,6 +148,7 @@ def _grouped_gemv_kernel(
     z_b = _group_rows(z_ptr, rows_b, stride_zn, m4, lane4, False)
     acc_a = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
     acc_b = acc_a
+    pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
     for k0 in range(0, K, P * PACK * BLOCKS):
         block_start = k0 + block4 * (P * PACK)
         valid = block_start < K
@@ -178,6 +180,7 @@ def _grouped_gemv_kernel(
         acc_a += sum_a if PLANE_SCALES else sum_a * scale_a
         if ROW_GROUPS == 2:
             acc_b += sum_b if PLANE_SCALES else sum_b * scale_b
+    pdl_release(PDL)
     _store_rows(tl.sum(tl.sum(acc_a, axis=3), axis=2), b_ptr, out_ptr, rows_a, offs_m, offs_a, mask_m, offs_a < N,
                 stride_om, HAS_BIAS)
     if ROW_GROUPS == 2:
@@ -203,12 +206,13 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
         return out
     planes = layout.plane_words(num_in, bits)
     plane_scales = not config.deferred or group_size % (planes * (32 // bits)) != 0
+    pdl = pdl_enabled(x.device)
     _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
         BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
-        HAS_BIAS=bias is not None, ROW_GROUPS=config.row_groups, PLANE_SCALES=plane_scales,
-        num_warps=config.num_warps,
+        HAS_BIAS=bias is not None, ROW_GROUPS=config.row_groups, PLANE_SCALES=plane_scales, PDL=pdl,
+        num_warps=config.num_warps, launch_pdl=pdl,
     )
     return out
 
