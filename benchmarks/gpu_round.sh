@@ -61,8 +61,9 @@ for step in "$@"; do
     lat1_hf_eager) TAIL=20 run_step latency_b1_hf_eager 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --compare-hf --hf-mode eager --output-json "$O/latency_b1_hf_eager.json";;
     # The cross-check: a hand-written HF static-cache + torch.compile decode loop (ms/token).
     hf_compiled_check) run_step hf_compiled_check 500 python benchmarks/hf_compiled_loop.py --batch-size 1 --input-len 128 --output-len 128 --output-json "$O/hf_compiled_check.json";;
-    # Programmatic dependent launch (octavo/kernels/pdl.py): its GPU parity test, then batch-1 decode
-    # without and with it, back to back (Llama-3.1-8B shapes, and decode at 8k context).
+    # Programmatic dependent launch (octavo/kernels/pdl.py; on by default since round 29): its GPU
+    # parity test, then batch-1 decode without (OCTAVO_PDL=0) and with it, back to back
+    # (Llama-3.1-8B shapes, and decode at 8k context).
     pdl) run_step pdl_parity 300 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k dependent_launch
          for v in 0 1; do
            OCTAVO_PDL=$v TAIL=8 run_step latency_b1_pdl$v 400 $CLI bench latency $M8B --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_pdl$v.json"

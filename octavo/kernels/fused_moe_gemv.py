@@ -142,7 +142,7 @@ def fused_moe_gemv(
     block_n, block_k, num_warps, down_n, down_k, down_warps = both_tiles(tiles) if tiles else moe_gemv_tiles()
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     num_slots = ids.numel()
-    pdl = pdl_enabled(hidden.device)
+    pdl = pdl_enabled(hidden.device, num_tokens)
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
     _gate_up_gemv_kernel[(num_slots, cdiv(inter, block_n))](
         hidden, w13, act, ids, num_slots, top_k, inter, hidden_size,

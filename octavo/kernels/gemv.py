@@ -282,7 +282,7 @@ def gemv(
         return out
     config = config or default_config(gated is not None, num_tokens)
     block_k = min(config.block_k, triton.next_power_of_2(in_features))
-    pdl = pdl_enabled(x.device)
+    pdl = pdl_enabled(x.device, num_tokens)
     grid = (triton.cdiv(out_features, config.block_n),)
     _gemv_kernel[grid](
         x, weight, bias if bias is not None else weight, weight_scale if weight_scale is not None else weight, out,

@@ -128,7 +128,7 @@ def down_topk_sum(
     out = torch.empty((num_tokens, hidden), dtype=act.dtype, device=act.device)
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    pdl = pdl_enabled(act.device)
+    pdl = pdl_enabled(act.device, num_tokens)
     _down_topk_sum_kernel[(num_tokens, cdiv(hidden, block_n))](
         act, w2, out, weights, ids, hidden, inter,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),

@@ -61,7 +61,7 @@ def topk_softmax(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> 
         return weights, ids
     if router_logits.stride(-1) != 1:
         router_logits = router_logits.contiguous()
-    pdl = pdl_enabled(router_logits.device)
+    pdl = pdl_enabled(router_logits.device, num_tokens)
     _topk_softmax_kernel[(num_tokens,)](
         router_logits, weights, ids, num_experts, router_logits.stride(0),
         TOP_K=top_k, E_PAD=max(16, triton.next_power_of_2(num_experts)), RENORMALIZE=renormalize, PDL=pdl,

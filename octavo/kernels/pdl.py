@@ -26,9 +26,14 @@ Kernels without PDL (cuBLAS, torch's) are launched as always and stay
 ordered: a PDL kernel after one of them waits for it in ``pdl_wait``. CUDA
 graphs keep the programmatic edges (CUDA 12.3+).
 
-``OCTAVO_PDL=1`` turns it on, on NVIDIA GPUs of compute capability 9.0 and
-later (Triton's interpreter and ROCm never). It is off by default until a
-GPU round has measured it (``benchmarks/gpu_round.sh pdl``).
+On by default on NVIDIA GPUs of compute capability 9.0 and later (Triton's
+interpreter and ROCm never), for launches of at most ``PDL_MAX_TOKENS``
+tokens: the decode steps of small batches, where kernel boundaries are the
+cost. ``OCTAVO_PDL=0`` turns it off. Measured on an H100 (same warm
+machine, batch-1 decode, ``benchmarks/RESULTS.md``): Llama-3.1-8B 5.62 ->
+5.48 ms a token, at 8k context 6.14 -> 6.06, Gemma-2-9B 7.09 -> 6.86,
+Qwen3-30B-A3B (48 MoE layers, ~13 kernels each) 3.92 -> 3.42; 512 streams'
+throughput (steps of 512 tokens and more, which never take it) unchanged.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ import triton.language as tl
 from octavo.kernels.triton_utils import interpreting
 
 PDL_ENV = "OCTAVO_PDL"
+# Launches covering more tokens than this run without it: their kernels are
+# long enough that a boundary costs little, and early-placed programs of the
+# next kernel would only take SM slots from this one's later waves.
+PDL_MAX_TOKENS = 64
 
 
 @functools.cache
@@ -50,9 +59,9 @@ def _device_has_pdl(index: int) -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability(index) >= (9, 0)
 
 
-def pdl_enabled(device: torch.device) -> bool:
-    """Whether the decode chain's kernels on ``device`` launch with PDL."""
-    if device.type != "cuda" or os.environ.get(PDL_ENV, "0") != "1" or interpreting():
+def pdl_enabled(device: torch.device, num_tokens: int) -> bool:
+    """Whether a decode-chain kernel over ``num_tokens`` tokens on ``device`` launches with PDL."""
+    if device.type != "cuda" or num_tokens > PDL_MAX_TOKENS or os.environ.get(PDL_ENV, "1") == "0" or interpreting():
         return False
     return _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 

@@ -104,7 +104,7 @@ def _launch(
     if num_rows == 0:
         return out, summed
     block = next_power_of_2(hidden)
-    pdl = pdl_enabled(x.device)
+    pdl = pdl_enabled(x.device, outer)
     _rms_norm_kernel[(num_rows,)](
         out, summed, x_rows, residual_rows, weight, pre_weight if pre_weight is not None else weight, eps,
         float(weight_offset or 0.0), inner, stride_x0, stride_x1, stride_r0, stride_r1,

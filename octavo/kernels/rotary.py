@@ -154,7 +154,7 @@ def rotary_and_cache(
         return query
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     half = head_size // 2
-    pdl = pdl_enabled(query.device)
+    pdl = pdl_enabled(query.device, num_tokens)
     _rotary_cache_kernel[(num_tokens,)](
         positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping, cos_sin_cache.shape[0],
         query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),

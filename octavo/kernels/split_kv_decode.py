@@ -220,7 +220,7 @@ def split_kv_decode(
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     head_pad = max(16, next_power_of_2(head_size))
     partials = (out, out, out) if workspace is None else (workspace.acc, workspace.max, workspace.sum)
-    pdl = pdl_enabled(query.device)
+    pdl = pdl_enabled(query.device, num_tokens)
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
         batch.seq_lens, batch.block_table,

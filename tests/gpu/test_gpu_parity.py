@@ -115,8 +115,8 @@ def test_fp8_fused_quantizers_on_gpu_match_the_unfused_path(llama_dir, make_llm,
     unfused = make_llm(llama_dir, platform="cuda", dtype="bfloat16", quantization="fp8").generate(prompts, greedy(16))
     for ours, theirs in zip(expected, unfused):
         assert ours.outputs[0].token_ids == theirs.outputs[0].token_ids
-        chosen = [[d[t].logprob for t in d] for d in ours.outputs[0].logprobs]
-        assert chosen == pytest.approx([[d[t].logprob for t in d] for d in theirs.outputs[0].logprobs], abs=1e-3)
+        chosen = [d[t].logprob for d in ours.outputs[0].logprobs for t in d]
+        assert chosen == pytest.approx([d[t].logprob for d in theirs.outputs[0].logprobs for t in d], abs=1e-3)
 
 
 def test_programmatic_dependent_launch_keeps_every_token(llama_dir, make_llm, monkeypatch):

@@ -29,22 +29,25 @@ def hopper(monkeypatch):
     monkeypatch.setattr(pdl, "interpreting", lambda: False)
 
 
-def test_pdl_is_off_unless_asked(hopper, monkeypatch):
+def test_pdl_is_on_for_small_launches_unless_turned_off(hopper, monkeypatch):
     monkeypatch.delenv(pdl.PDL_ENV, raising=False)
-    assert not pdl.pdl_enabled(CUDA)
+    assert pdl.pdl_enabled(CUDA, 1) and pdl.pdl_enabled(CUDA, pdl.PDL_MAX_TOKENS)
+    assert not pdl.pdl_enabled(CUDA, pdl.PDL_MAX_TOKENS + 1)  # a prefill or a large batch's step
+    monkeypatch.setenv(pdl.PDL_ENV, "0")
+    assert not pdl.pdl_enabled(CUDA, 1)
     monkeypatch.setenv(pdl.PDL_ENV, "1")
-    assert pdl.pdl_enabled(CUDA)
-    assert not pdl.pdl_enabled(torch.device("cpu"))
+    assert pdl.pdl_enabled(CUDA, 1)
+    assert not pdl.pdl_enabled(torch.device("cpu"), 1)
 
 
 def test_pdl_needs_hopper_and_compiled_kernels(monkeypatch):
-    monkeypatch.setenv(pdl.PDL_ENV, "1")
+    monkeypatch.delenv(pdl.PDL_ENV, raising=False)
     monkeypatch.setattr(pdl, "_device_has_pdl", lambda index: False)  # pre-Hopper, or ROCm
     monkeypatch.setattr(pdl, "interpreting", lambda: False)
-    assert not pdl.pdl_enabled(CUDA)
+    assert not pdl.pdl_enabled(CUDA, 1)
     monkeypatch.setattr(pdl, "_device_has_pdl", lambda index: True)
     monkeypatch.setattr(pdl, "interpreting", lambda: True)  # Triton's interpreter has no grid dependency control
-    assert not pdl.pdl_enabled(CUDA)
+    assert not pdl.pdl_enabled(CUDA, 1)
 
 
 SASS_CHECK = """

@@ -321,7 +321,7 @@ def gguf_gemv(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType, config: G
         return out
     grid = (triton.cdiv(num_out, config.block_n),)
     if x.shape[0] == 1 and num_in % (256 * config.steps) == 0:
-        pdl = pdl_enabled(x.device)
+        pdl = pdl_enabled(x.device, 1)
         _gguf_gemv_one_kernel[grid](
             x, raw, out, num_out, num_in, raw.stride(0), **constexprs,
             BLOCK_N=config.block_n, STEPS=config.steps, PDL=pdl, num_warps=config.num_warps, launch_pdl=pdl,

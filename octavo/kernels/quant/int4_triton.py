@@ -206,7 +206,7 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
         return out
     planes = layout.plane_words(num_in, bits)
     plane_scales = not config.deferred or group_size % (planes * (32 // bits)) != 0
-    pdl = pdl_enabled(x.device)
+    pdl = pdl_enabled(x.device, num_tokens)
     _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
