@@ -136,6 +136,12 @@ for step in "$@"; do
     # (benchmarks/quant_libraries.py: fbgemm-gpu-genai, gemlite), their wheels carried in .whl_libs/.
     libs) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
           TAIL=150 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step quant_libs 560 python benchmarks/quant_gpu.py --quick --families int4,fp8;;
+    # int4 through fbgemm-gpu-genai's layout (octavo[fbgemm], wheel in .whl_libs/): its GPU test, then
+    # int4 end to end (throughput, batch-1 decode) beside bf16, with and without it, same run.
+    int4_fbgemm) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
+          PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_parity 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k fbgemm
+          TAIL=6 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_tput 580 python benchmarks/quant_e2e.py throughput --methods bf16,int4 --output-json "$O/int4_fbgemm_tput.json"
+          TAIL=6 run_step int4_triton_tput 300 python benchmarks/quant_e2e.py throughput --methods int4 --output-json "$O/int4_triton_tput.json";;
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,

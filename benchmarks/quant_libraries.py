@@ -31,6 +31,7 @@ import os
 import torch
 
 from octavo.kernels.quant import int4
+from octavo.kernels.quant.fbgemm_int4 import fbgemm_values
 
 GROUP = 128
 
@@ -42,20 +43,9 @@ def _fbgemm():
     return pack_int4
 
 
-def fbgemm_int4_values(weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Octavo's int4 weights in fbgemm's convention, unpacked: (centred values
-    ``q - 8`` int8 ``[N, K]``, bf16 scales ``[G, N]``, bf16 zeros ``[G, N]``)
-    with ``W = centred * scale + zero``, ``zero = (8 - zero_point) * scale``."""
-    qweight, scales, zeros = weights
-    centred = (int4.unpack_grouped(qweight, 4).to(torch.int16) - 8).to(torch.int8)
-    group_scale = scales.t().contiguous().to(torch.bfloat16)
-    group_zero = ((8 - zeros.to(torch.float32)) * scales.to(torch.float32)).t().contiguous().to(torch.bfloat16)
-    return centred, group_scale, group_zero
-
-
 def _fbgemm_int4_parts(weights):
     pack_int4 = _fbgemm()
-    centred, group_scale, group_zero = fbgemm_int4_values(weights)
+    centred, group_scale, group_zero = fbgemm_values(*weights)
     return pack_int4(centred), group_scale, group_zero
 
 

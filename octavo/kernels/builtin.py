@@ -64,6 +64,22 @@ def _fp8_triton_runs(ctx: OpContext) -> str | None:
     return None if fp8_kernels_supported(ctx.device) else "Triton's fp8 kernels do not run on this device"
 
 
+def _fbgemm_int4_runs(ctx: OpContext) -> str | None:
+    from octavo.kernels.quant.fbgemm_int4 import runs_on
+
+    return None if runs_on(ctx.device) else "fbgemm-gpu-genai's bf16 x int4 GEMM does not run on this device"
+
+
+def _fbgemm_impls() -> list[OpImpl]:
+    """fbgemm-gpu-genai's kernels, where it is installed (``octavo[fbgemm]``):
+    int4 in its own weight layout (``quant/fbgemm_int4.py``)."""
+    if importlib.util.find_spec("fbgemm_gpu") is None:
+        return []
+    module = "octavo.kernels.quant.fbgemm_int4"
+    return [OpImpl("int4_linear", "fbgemm_shuffled", f"{module}:int4_linear", repack=f"{module}:repack",
+                   device_types=CUDA, dtypes=(torch.bfloat16,), supports=_fbgemm_int4_runs)]
+
+
 def _int_mm_runs(ctx: OpContext) -> str | None:
     from octavo.kernels.quant.scaled_mm import int8_w8a8_supported
 
@@ -147,7 +163,7 @@ def _quant_impls() -> list[OpImpl]:
         OpImpl("int4_linear", "triton", f"{quant}.int4_triton:int4_linear", device_types=CUDA),
         OpImpl("int8_grouped_linear", "triton", f"{quant}.int4_triton:int8_grouped_linear", device_types=CUDA),
         OpImpl("gguf_linear", "triton", f"{quant}.gguf_triton:gguf_linear", device_types=CUDA),
-    ] + fused_fp8
+    ] + fused_fp8 + _fbgemm_impls()
 
 
 def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from octavo.ops.specs import OP_SPECS
-from octavo.ops.table import ChainStep, LayerOps, OpChoice
+from octavo.ops.table import ChainStep, LayerOps, OpChoice, WeightLayout
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,12 @@ def assemble_layer_ops(
     chains: dict[str, list[ResolvedStep]],
     skipped: dict[str, list[str]] | None = None,
     forced: set[str] | None = None,
+    layouts: dict[str, WeightLayout] | None = None,
 ) -> LayerOps:
     """The table for ``chains`` (op -> serving implementations, best first); ops
-    without one run their reference (or their composition)."""
+    without one run their reference (or their composition). ``layouts``: per
+    op, the implementation with its own weight layout that serves, if any."""
+    layouts = layouts or {}
     resolved: dict[str, Callable] = {}
     choices: dict[str, OpChoice] = {}
     for name, spec in OP_SPECS.items():
@@ -88,8 +91,9 @@ def assemble_layer_ops(
             None if always_served else fallback_label,
             tuple((skipped or {}).get(name, ())),
             name in (forced or set()),
+            layouts[name].label if name in layouts else None,
         )
-    return LayerOps(**resolved, choices=choices)
+    return LayerOps(**resolved, choices=choices, layouts=dict(layouts))
 
 
 @functools.cache

@@ -15,6 +15,13 @@ serves:
   per-layer shapes, never for values on the device). A call an
   implementation declines goes to the next one, then to the reference.
 
+An implementation with a ``repack`` keeps weights in a layout of its own
+(a vendor GEMM's tiles): it is not in the op's chain. Once per layer, after
+the layer's weights are loaded, ``repack`` is called with the op's
+arguments other than the activations and the bias, by name, and returns
+the op's weight arguments (``OpSpec.weights``) in its layout, or None for
+a layer it does not take; every call of a layer it took goes to it.
+
 Among the implementations that serve, the highest ``priority`` wins; on a
 tie, the plugin loaded later.
 """
@@ -58,6 +65,7 @@ class OpImpl:
     max_tokens: int | None = None
     accepts: Callable[..., bool] | None = None
     supports: Callable[[OpContext], str | None] | None = None
+    repack: Callable | str | None = None
 
     def __post_init__(self) -> None:
         for name in ("platforms", "device_types", "dtypes"):
@@ -88,6 +96,17 @@ class OpImpl:
         for name in ("accepts", "supports"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 return f"{self.label}: {name} must be callable"
+        if self.repack is not None:
+            return self._repack_problem()
+        return None
+
+    def _repack_problem(self) -> str | None:
+        if not OP_SPECS[self.op].weights:
+            return f"{self.label}: layer op {self.op} takes no weights an implementation may repack"
+        if not (callable(self.repack) or (isinstance(self.repack, str) and ":" in self.repack)):
+            return f"{self.label}: repack must be a callable or a 'module:function' string, got {self.repack!r}"
+        if self.max_tokens is not None or self.accepts is not None:
+            return f"{self.label}: an implementation with its own weight layout takes every call (no max_tokens, accepts)"
         return None
 
     def platform_mismatch(self, platform: "Platform") -> str | None:
@@ -111,16 +130,25 @@ class OpImpl:
 
     def load(self) -> Callable:
         """The function, imported if named by a string, with its signature checked."""
-        fn = self.fn
-        if isinstance(fn, str):
-            module_name, _, attribute = fn.partition(":")
-            fn = getattr(importlib.import_module(module_name), attribute)
+        fn = _import(self.fn)
         if not callable(fn):
             raise TypeError(f"{self.fn!r} is not callable")
         problem = signature_problem(fn, OP_SPECS[self.op].params)
         if problem is not None:
             raise TypeError(problem)
         return fn
+
+
+    def load_repack(self) -> Callable | None:
+        """``repack``, imported if named by a string (None without one)."""
+        return None if self.repack is None else _import(self.repack)
+
+
+def _import(target: Callable | str) -> Callable:
+    if isinstance(target, str):
+        module_name, _, attribute = target.partition(":")
+        return getattr(importlib.import_module(module_name), attribute)
+    return target
 
 
 def signature_problem(fn: Callable, params: tuple[str, ...]) -> str | None:

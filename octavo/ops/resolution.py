@@ -30,7 +30,7 @@ from octavo.errors import InvalidArgumentError, OctavoError, PlatformError
 from octavo.ops.dispatch import ResolvedStep, assemble_layer_ops
 from octavo.ops.impl import REFERENCE, OpContext, OpImpl
 from octavo.ops.specs import OP_SPECS
-from octavo.ops.table import ChainStep, LayerOps
+from octavo.ops.table import ChainStep, LayerOps, WeightLayout
 from octavo.platforms.scoped_env import scoped_entries
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class Registered:
 class Loaded:
     registered: Registered
     fn: Callable
+    repack: Callable | None = None
 
 
 class _PluginFailed(Exception):
@@ -113,7 +114,7 @@ def _load_for_platform(registered: list[Registered], ctx: OpContext) -> list[Loa
         if entry.impl.platform_mismatch(ctx.platform) is not None:
             continue
         try:
-            loaded.append(Loaded(entry, entry.impl.load()))
+            loaded.append(Loaded(entry, entry.impl.load(), entry.impl.load_repack()))
         except Exception as exc:
             raise _PluginFailed(entry.plugin, f"layer op {entry.impl.label}: {type(exc).__name__}: {exc}") from exc
     return loaded
@@ -192,14 +193,22 @@ def resolve_layer_ops(platform, device: torch.device, dtype: torch.dtype) -> Lay
     candidates = find_candidates(ctx)
     chains: dict[str, list[ResolvedStep]] = {}
     skipped: dict[str, list[str]] = {}
+    layouts: dict[str, WeightLayout] = {}
     for op in OP_SPECS:
         if op in overrides:
             serving = _forced(op, overrides[op], candidates, ctx)
         else:
             serving = candidates.serving[op]
             skipped[op] = [f"{i.registered.impl.name} [{i.registered.plugin}] ({why})" for i, why in candidates.refused[op]]
-        chains[op] = [_step(item) for item in serving]
-    return assemble_layer_ops(chains, skipped, set(overrides))
+        # An implementation with its own weight layout is not in the chain:
+        # the layers it takes call it alone (the best such one serves).
+        own_layout = [item for item in serving if item.repack is not None]
+        if own_layout:
+            best = own_layout[0]
+            label = f"{best.registered.impl.name} [{best.registered.plugin}]"
+            layouts[op] = WeightLayout(best.fn, best.repack, label)
+        chains[op] = [_step(item) for item in serving if item.repack is None]
+    return assemble_layer_ops(chains, skipped, set(overrides), layouts)
 
 
 def log_layer_ops(ops: LayerOps, platform_name: str, dtype: torch.dtype) -> None:

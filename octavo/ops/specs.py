@@ -69,6 +69,9 @@ class OpSpec:
     # The plugin API version that added the op: a plugin declaring an older
     # one cannot have been written against it, and is refused if it registers it.
     since: tuple[int, int] = (1, 1)
+    # The weight arguments an implementation with its own layout (``OpImpl.repack``)
+    # may hold in that layout instead; empty: the op takes none.
+    weights: tuple[str, ...] = ()
     params: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +163,8 @@ _SPECS = (
     OpSpec("fp8_block_linear", quant_reference.fp8_block_linear, FP8, "fp8 e4m3 weights with block-wise scales"),
     OpSpec("int8_linear", quant_reference.int8_linear, GEMM, "int8 W8A8, dynamic per-token activations"),
     OpSpec("int8_weight_only_linear", quant_reference.int8_weight_only_linear, GEMM, "int8 per-channel weights"),
-    OpSpec("int4_linear", quant_reference.int4_linear, GEMM, "int4 grouped weights (GPTQ/AWQ/RTN layout)"),
+    OpSpec("int4_linear", quant_reference.int4_linear, GEMM, "int4 grouped weights (GPTQ/AWQ/RTN layout)",
+           weights=("qweight", "scales", "zeros")),
     OpSpec("int8_grouped_linear", quant_reference.int8_grouped_linear, GEMM, "int8 grouped weights with zero points (GPTQ 8-bit)"),
     OpSpec("gguf_linear", quant_reference.gguf_linear, GEMM, "GGUF (ggml) quantized rows"),
     OpSpec(

@@ -35,6 +35,16 @@ class ChainStep:
 
 
 @dataclass(frozen=True)
+class WeightLayout:
+    """An implementation with weights in its own layout (``OpImpl.repack``):
+    the layers it takes hold their weights that way and call ``fn``."""
+
+    fn: Callable
+    repack: Callable
+    label: str  # "name [plugin]"
+
+
+@dataclass(frozen=True)
 class OpChoice:
     """What was resolved for one op, for logs, ``octavo env`` and the conformance kit."""
 
@@ -45,6 +55,7 @@ class OpChoice:
     fallback: str | None = "reference"
     skipped: tuple[str, ...] = ()  # "name [plugin] (why)" for the ones that do not serve here
     forced: bool = False
+    layout: str | None = None  # "name [plugin]" of the weight layout the layers it takes hold
 
     @property
     def impl(self) -> str:
@@ -54,17 +65,19 @@ class OpChoice:
     def plugin(self) -> str | None:
         return self.chain[0].plugin if self.chain else None
 
-    @property
-    def is_reference(self) -> bool:
-        """True when every call runs the reference (no implementation serves)."""
-        return not self.chain and self.fallback == "reference"
-
     def describe(self) -> str:
         parts = [step.describe() for step in self.chain]
         if self.fallback is not None:
             parts.append(self.fallback)
         text = f"{self.op}: " + ", else ".join(parts)
+        if self.layout is not None:
+            text = f"{self.op}: {self.layout} in its own weight layout for the layers it takes; others: " + text[len(self.op) + 2 :]
         return text + (" (forced by OCTAVO_LAYER_OPS)" if self.forced else "")
+
+    @property
+    def is_reference(self) -> bool:
+        """True when every call runs the reference (no implementation serves)."""
+        return not self.chain and self.fallback == "reference" and self.layout is None
 
 
 @dataclass(frozen=True)
@@ -96,15 +109,20 @@ class LayerOps:
     fused_add_rms_norm_fp8_linear: Callable
     silu_and_mul_fp8_linear: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
+    layouts: dict[str, WeightLayout] = field(default_factory=dict, compare=False)
 
     def choice(self, op: str) -> OpChoice:
         return self.choices.get(op) or OpChoice(op)
+
+    def layout(self, op: str) -> WeightLayout | None:
+        """The implementation of ``op`` with its own weight layout, if one serves this model."""
+        return self.layouts.get(op)
 
     def describe(self) -> list[str]:
         return [self.choice(op).describe() for op in OP_SPECS]
 
 
-OP_FIELDS = tuple(f.name for f in fields(LayerOps) if f.name != "choices")
+OP_FIELDS = tuple(f.name for f in fields(LayerOps) if f.name not in ("choices", "layouts"))
 assert OP_FIELDS == tuple(OP_SPECS), "LayerOps fields and OP_SPECS must list the same ops in the same order"
 
 

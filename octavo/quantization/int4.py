@@ -65,6 +65,27 @@ def store_grouped(
     replace_param(layer, "input_perm", None if input_perm is None else input_perm.to(torch.int64))
     layer.group_size = group_size
     layer.weight_bits = bits
+    take_own_layout(layer)
+
+
+def take_own_layout(layer: nn.Module) -> None:
+    """Hand a 4-bit layer to the ``int4_linear`` implementation with its own
+    weight layout, if one serves this model and takes this layer (its
+    ``repack`` returns the weights in that layout): the layer then holds
+    them so and calls that implementation alone (``own_layout_op``)."""
+    layer.own_layout_op = None
+    layout = layer.ops.layout("int4_linear") if layer.weight_bits == 4 else None
+    if layout is None:
+        return
+    packed = layout.repack(qweight=layer.qweight, scales=layer.scales, zeros=layer.zeros, group_size=layer.group_size)
+    if packed is None:
+        return
+    if set(packed) != {"qweight", "scales", "zeros"}:
+        raise QuantizationError(f"{layer.prefix}: {layout.label}'s repack returned {sorted(packed)}, "
+                                "expected qweight, scales and zeros")
+    for name, tensor in packed.items():
+        replace_param(layer, name, tensor)
+    layer.own_layout_op = layout.fn
 
 
 def store_int4(layer, values, scales, zeros, group_size, input_perm=None) -> None:
@@ -79,7 +100,7 @@ class Int4LinearMethod(LinearMethod):
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if layer.input_perm is not None:  # act-order: groups made contiguous at load
             x = x.index_select(-1, layer.input_perm)
-        op = layer.ops.int4_linear if layer.weight_bits == 4 else layer.ops.int8_grouped_linear
+        op = layer.own_layout_op or (layer.ops.int4_linear if layer.weight_bits == 4 else layer.ops.int8_grouped_linear)
         return op(x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias)
 
 

@@ -133,6 +133,31 @@ def test_programmatic_dependent_launch_keeps_every_token(llama_dir, make_llm, mo
         assert chosen == [[d[t].logprob for t in d] for d in theirs.outputs[0].logprobs]
 
 
+def test_int4_in_fbgemm_layout_tracks_octavo_int4(tmp_path, tokenizer_dir, make_llm, monkeypatch):
+    """With fbgemm-gpu-genai installed, every 4-bit layer of a model with dims in
+    multiples of 128 takes its preshuffled layout, and greedy decoding follows
+    Octavo's own int4 kernels (the same quantized weights; fbgemm rounds the zero
+    point's offset to bf16 once): identical ids, or a near-tie where they part."""
+    pytest.importorskip("fbgemm_gpu")
+    from tests.checkpoints import build_checkpoint
+
+    shape = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
+    path = build_checkpoint(tmp_path / "llama", "llama", tokenizer_dir, **shape)
+    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(path))]
+    llm = make_llm(path, platform="cuda", dtype="bfloat16", quantization="int4")
+    model = llm.engine.executor.worker.runner.model
+    layers = [m for m in model.modules() if getattr(m, "weight_bits", None) == 4]
+    assert layers and all(layer.own_layout_op is not None for layer in layers)
+    ours = llm.generate(prompts, greedy(16))
+    monkeypatch.setenv("OCTAVO_LAYER_OPS", "int4_linear=triton")
+    theirs = make_llm(path, platform="cuda", dtype="bfloat16", quantization="int4").generate(prompts, greedy(16))
+    for a, b in zip(ours, theirs):
+        a_ids, b_ids = a.outputs[0].token_ids, b.outputs[0].token_ids
+        if a_ids != b_ids:
+            first = next(i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y)
+            assert a_ids[first] in top5(b.outputs[0])[first] and b_ids[first] in top5(a.outputs[0])[first]
+
+
 def test_grammar_masks_on_gpu_match_cpu(llama_dir, make_llm):
     # The masks reach the device through pinned staging and the platform's
     # events (plain copies on the CPU); with and without decode overlap (masks

@@ -159,16 +159,14 @@ def test_quant_e2e_tables(quant_llama_dir, capsys, monkeypatch, tmp_path):
     assert auto_kv["seqs_4k"] > 0 and fp8_kv["seqs_4k"] == 4 * auto_kv["seqs_4k"]
 
 
-def test_fbgemm_int4_convention_reproduces_octavo_weights(monkeypatch):
-    # The one conversion quant_libraries makes by hand (fbgemm's kernels need a GPU).
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import quant_libraries
-
+def test_fbgemm_int4_convention_reproduces_octavo_weights():
+    # The one conversion the fbgemm int4 path makes by hand (its kernels need a GPU).
     from octavo.kernels.quant import int4
+    from octavo.kernels.quant.fbgemm_int4 import fbgemm_values
 
     dense = torch.randn(48, 256, generator=torch.Generator().manual_seed(0)) * 0.02
     weights = int4.quantize_int4_rtn(dense.to(torch.bfloat16), 128)
-    centred, scale, zero = quant_libraries.fbgemm_int4_values(weights)
+    centred, scale, zero = fbgemm_values(*weights)
     groups = torch.arange(256) // 128
     rebuilt = centred.float() * scale.float().t()[:, groups] + zero.float().t()[:, groups]
     expected = int4.dequantize_int4(*weights, 128, torch.float32)

@@ -67,7 +67,12 @@ def _run_case(op: str, item: Loaded, case: OpCase, dtype: torch.dtype, device: t
     ref_args = [_to_cpu(a) for a in args]
     untouched = {name: _clone(a) for name, a in zip(spec.params, args) if name not in spec.may_modify + spec.writes}
     expected = _flat(spec.reference(*ref_args))
-    got = _flat(item.fn(*args))
+    impl_args = args
+    if item.repack is not None:  # an implementation with its own weight layout: the case's weights in it
+        impl_args = _repacked(spec, item.repack, args)
+        if impl_args is None:
+            return "skip"
+    got = _flat(item.fn(*impl_args))
     if len(got) != len(expected):
         return f"returned {len(got)} tensors, expected {len(expected)}"
     tolerance = spec.tolerance[dtype]
@@ -83,6 +88,16 @@ def _run_case(op: str, item: Loaded, case: OpCase, dtype: torch.dtype, device: t
         if isinstance(before, torch.Tensor) and not torch.equal(before, after):
             return f"it modified its argument {name}, which the op's contract leaves alone"
     return None
+
+
+def _repacked(spec, repack, args: tuple) -> tuple | None:
+    """``args`` with the op's weights in ``repack``'s layout (None: it does not take them)."""
+    named = dict(zip(spec.params, args))
+    weights_in = {name: value for name, value in named.items() if name not in (spec.params[0], "bias")}
+    packed = repack(**weights_in)
+    if packed is None:
+        return None
+    return tuple(packed.get(name, value) for name, value in named.items())
 
 
 def _check_implementation(op: str, item: Loaded, dtype: torch.dtype, device: torch.device) -> int:
@@ -107,9 +122,9 @@ def _check_implementation(op: str, item: Loaded, dtype: torch.dtype, device: tor
 def _fallback_summary(ctx: ConformanceContext) -> str:
     tables = [resolve_layer_ops(ctx.platform, ctx.device, dtype) for dtype in ctx.dtypes]
     # No implementation at all: the reference (a fused op: its composition).
-    reference = [op for op in OP_SPECS if not any(t.choice(op).chain for t in tables)]
+    reference = [op for op in OP_SPECS if not any(t.choice(op).chain or t.choice(op).layout for t in tables)]
     partly = [
-        next(t for t in tables if t.choice(op).chain).choice(op).describe() for op in OP_SPECS
+        next(t for t in tables if t.choice(op).chain or t.choice(op).layout).choice(op).describe() for op in OP_SPECS
         if op not in reference and any(t.choice(op).fallback is not None for t in tables)
     ]
     named = [f"{op} (composed)" if OP_SPECS[op].compose else op for op in reference]
