@@ -66,6 +66,15 @@ def pdl_enabled(device: torch.device, num_tokens: int) -> bool:
     return _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def pdl_status(device: torch.device) -> str:
+    """One line for ``octavo env``: whether the decode chain launches with PDL on ``device``."""
+    if os.environ.get(PDL_ENV, "1") == "0":
+        return f"off ({PDL_ENV}=0)"
+    if pdl_enabled(device, 1):
+        return f"on for decode launches of up to {PDL_MAX_TOKENS} tokens ({PDL_ENV}=0 turns it off)"
+    return "not available here (NVIDIA compute capability 9.0 or later, compiled kernels)"
+
+
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """Wait for the kernel before (complete, its writes visible); nothing without PDL."""

@@ -83,3 +83,13 @@ def test_pdl_forms_wait_before_they_store(tmp_path):
     assert all(waits >= 1 and releases == 1 and ordered for _, waits, releases, ordered in with_pdl.values()), forms
     # The ordinary forms: neither.
     assert all(counts[1:3] == (0, 0) for name, counts in forms.items() if counts[0] == 0), forms
+
+
+def test_env_line_says_whether_pdl_is_on(hopper, monkeypatch):
+    monkeypatch.delenv(pdl.PDL_ENV, raising=False)
+    assert pdl.pdl_status(CUDA).startswith(f"on for decode launches of up to {pdl.PDL_MAX_TOKENS} tokens")
+    monkeypatch.setenv(pdl.PDL_ENV, "0")
+    assert pdl.pdl_status(CUDA) == "off (OCTAVO_PDL=0)"
+    monkeypatch.delenv(pdl.PDL_ENV)
+    monkeypatch.setattr(pdl, "_device_has_pdl", lambda index: False)
+    assert pdl.pdl_status(CUDA).startswith("not available here")

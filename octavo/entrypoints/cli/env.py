@@ -10,6 +10,7 @@ implementations fail to resolve are reported broken).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform as host
 
@@ -93,6 +94,10 @@ def describe_layer_ops(platform, dtype_name: str) -> list[str]:
         choice = ops.choice(op)
         skipped = f" (not serving here: {'; '.join(choice.skipped)})" if choice.skipped else ""
         lines.append(f"    {choice.describe()}{skipped}")
+    if platform.device_type == "cuda" and importlib.util.find_spec("triton") is not None:
+        from octavo.kernels.pdl import pdl_status
+
+        lines.append(f"  programmatic dependent launch (decode kernels): {pdl_status(platform.device(0))}")
     return lines
 
 
