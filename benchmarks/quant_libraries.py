@@ -11,7 +11,8 @@ and times it beside Octavo's paths in the same run:
   (fbgemm-gpu-genai): CUTLASS mixed-input GEMMs, bf16 activations x int4,
   ``W = (q - 8) * scale + zero`` with a bf16 zero (``(8 - zero) * scale``,
   rounded once: the one inexact step); the shuffled form is preshuffled at
-  load (``preshuffle_i4``). torchao's int4 workflow calls the same kernels
+  load (``preshuffle_i4``) and is the path Octavo takes where fbgemm is
+  installed (``octavo/kernels/quant/fbgemm_int4.py``, timed through it). torchao's int4 workflow calls the same kernels
   through mslk, which PyPI only holds as an empty placeholder; torchao's
   other int4 kernel is tinygemm (``quant_paths``' ``torch_int4pack_mm``).
 * ``gemlite_a16w4``: gemlite's Triton GEMV/GEMM (its H100 tile table on
@@ -55,9 +56,15 @@ def fbgemm_int4_rowwise(weights, config):
 
 
 def fbgemm_int4_shuffled(weights, config):
-    packed, group_scale, group_zero = _fbgemm_int4_parts(weights)
-    shuffled, shuffled_scale = torch.ops.fbgemm.preshuffle_i4(packed, group_scale)
-    return lambda x: torch.ops.fbgemm.bf16i4bf16_shuffled(x, shuffled, shuffled_scale, group_zero)
+    """Octavo's own path through fbgemm (``octavo/kernels/quant/fbgemm_int4.py``):
+    its ``repack`` at load, then its ``int4_linear``."""
+    from octavo.kernels.quant import fbgemm_int4
+
+    qweight, scales, zeros = weights
+    packed = fbgemm_int4.repack(qweight, scales, zeros, GROUP)
+    if packed is None:
+        raise ValueError("fbgemm's preshuffled layout does not take these shapes")
+    return lambda x: fbgemm_int4.int4_linear(x, packed["qweight"], packed["scales"], packed["zeros"], GROUP, None)
 
 
 def _gemlite_tiles() -> None:
