@@ -32,20 +32,13 @@ import os
 import torch
 
 from octavo.kernels.quant import int4
-from octavo.kernels.quant.fbgemm_int4 import fbgemm_values
+from octavo.kernels.quant.fbgemm_int4 import fbgemm_values, load_fbgemm
 
 GROUP = 128
 
 
-def _fbgemm():
-    import fbgemm_gpu.experimental.gen_ai  # noqa: F401 -- registers torch.ops.fbgemm
-    from fbgemm_gpu.experimental.gen_ai.quantize import pack_int4
-
-    return pack_int4
-
-
 def _fbgemm_int4_parts(weights):
-    pack_int4 = _fbgemm()
+    pack_int4 = load_fbgemm()
     centred, group_scale, group_zero = fbgemm_values(*weights)
     return pack_int4(centred), group_scale, group_zero
 
@@ -89,7 +82,7 @@ def gemlite_int4(weights, config):
 
 
 def fbgemm_fp8_rowwise(weights, config):
-    _fbgemm()
+    load_fbgemm()
     qweight, weight_scale = weights
     scale = weight_scale.to(torch.float32).contiguous()
 

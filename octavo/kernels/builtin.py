@@ -86,8 +86,13 @@ def _int_mm_runs(ctx: OpContext) -> str | None:
     return None if int8_w8a8_supported(ctx.device) else "torch._int_mm does not run on this device"
 
 
-def _fp8_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
+def _w8a8_dims_ok(qweight) -> bool:
+    """``torch._scaled_mm`` wants both weight dims in multiples of 16."""
     return qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+
+
+def _fp8_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
+    return _w8a8_dims_ok(qweight)
 
 
 def _int_mm_shape_ok(x, qweight, weight_scale, bias) -> bool:
@@ -109,7 +114,7 @@ def _norm_fp8_accepts(min_tokens: int):
     def accepts(x, residual, norm_weight, eps, qweight, weight_scale, bias) -> bool:
         return (
             x.dim() == 2 and x.shape[0] > min_tokens and x.shape[1] <= FUSED_FP8_MAX_ROW
-            and norm_weight.dtype == x.dtype and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+            and norm_weight.dtype == x.dtype and _w8a8_dims_ok(qweight)
         )
 
     return accepts
@@ -121,7 +126,7 @@ def _silu_fp8_accepts(min_tokens: int):
     def accepts(x, qweight, weight_scale, bias) -> bool:
         return (
             x.dim() == 2 and x.shape[0] > min_tokens and x.shape[1] <= 2 * FUSED_FP8_MAX_ROW
-            and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+            and _w8a8_dims_ok(qweight)
         )
 
     return accepts

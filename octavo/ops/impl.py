@@ -83,7 +83,7 @@ class OpImpl:
             return f"layer op {self.op!r} does not exist (known: {', '.join(OP_SPECS)})"
         if not isinstance(self.name, str) or not self.name or self.name == REFERENCE:
             return f"{self.op}: implementation name {self.name!r} is empty or reserved"
-        if not (callable(self.fn) or (isinstance(self.fn, str) and ":" in self.fn)):
+        if not _is_target(self.fn):
             return f"{self.label}: fn must be a callable or a 'module:function' string, got {self.fn!r}"
         for name, kind in (("platforms", str), ("device_types", str), ("dtypes", torch.dtype)):
             value = getattr(self, name)
@@ -103,7 +103,7 @@ class OpImpl:
     def _repack_problem(self) -> str | None:
         if not OP_SPECS[self.op].weights:
             return f"{self.label}: layer op {self.op} takes no weights an implementation may repack"
-        if not (callable(self.repack) or (isinstance(self.repack, str) and ":" in self.repack)):
+        if not _is_target(self.repack):
             return f"{self.label}: repack must be a callable or a 'module:function' string, got {self.repack!r}"
         if self.max_tokens is not None or self.accepts is not None:
             return f"{self.label}: an implementation with its own weight layout takes every call (no max_tokens, accepts)"
@@ -138,10 +138,14 @@ class OpImpl:
             raise TypeError(problem)
         return fn
 
-
     def load_repack(self) -> Callable | None:
         """``repack``, imported if named by a string (None without one)."""
         return None if self.repack is None else _import(self.repack)
+
+
+def _is_target(target) -> bool:
+    """A callable, or a ``"module:function"`` string naming one."""
+    return callable(target) or (isinstance(target, str) and ":" in target)
 
 
 def _import(target: Callable | str) -> Callable:

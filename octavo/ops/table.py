@@ -69,9 +69,8 @@ class OpChoice:
         parts = [step.describe() for step in self.chain]
         if self.fallback is not None:
             parts.append(self.fallback)
-        text = f"{self.op}: " + ", else ".join(parts)
-        if self.layout is not None:
-            text = f"{self.op}: {self.layout} in its own weight layout for the layers it takes; others: " + text[len(self.op) + 2 :]
+        layout = "" if self.layout is None else f"{self.layout} in its own weight layout for the layers it takes; others: "
+        text = f"{self.op}: {layout}" + ", else ".join(parts)
         return text + (" (forced by OCTAVO_LAYER_OPS)" if self.forced else "")
 
     @property

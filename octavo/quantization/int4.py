@@ -21,6 +21,7 @@ from torch import nn
 
 from octavo.errors import QuantizationError
 from octavo.kernels.quant import int4 as int4_kernels
+from octavo.ops.specs import OP_SPECS
 from octavo.quantization.base import LinearMethod, QuantizationConfig, UnquantizedLinearMethod
 from octavo.quantization.naming import is_ignored
 from octavo.quantization.params import new_param, replace_param
@@ -80,9 +81,10 @@ def take_own_layout(layer: nn.Module) -> None:
     packed = layout.repack(qweight=layer.qweight, scales=layer.scales, zeros=layer.zeros, group_size=layer.group_size)
     if packed is None:
         return
-    if set(packed) != {"qweight", "scales", "zeros"}:
+    expected = OP_SPECS["int4_linear"].weights
+    if set(packed) != set(expected):
         raise QuantizationError(f"{layer.prefix}: {layout.label}'s repack returned {sorted(packed)}, "
-                                "expected qweight, scales and zeros")
+                                f"expected {', '.join(expected)}")
     for name, tensor in packed.items():
         replace_param(layer, name, tensor)
     layer.own_layout_op = layout.fn

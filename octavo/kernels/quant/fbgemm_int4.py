@@ -36,7 +36,8 @@ GROUP = 128
 MULTIPLE = 128
 
 
-def _fbgemm():
+def load_fbgemm():
+    """fbgemm-gpu-genai's ops registered (``torch.ops.fbgemm``); returns its ``pack_int4``."""
     import fbgemm_gpu.experimental.gen_ai  # noqa: F401 -- registers torch.ops.fbgemm
     from fbgemm_gpu.experimental.gen_ai.quantize import pack_int4
 
@@ -65,7 +66,7 @@ def repack(qweight, scales, zeros, group_size):
     """The layer's weights in fbgemm's preshuffled layout, or None where the kernel does not take it."""
     if not takes(qweight, scales, group_size):
         return None
-    pack_int4 = _fbgemm()
+    pack_int4 = load_fbgemm()
     centred, group_scale, group_zero = fbgemm_values(qweight, scales, zeros)
     shuffled, shuffled_scale = torch.ops.fbgemm.preshuffle_i4(pack_int4(centred), group_scale)
     return {"qweight": shuffled, "scales": shuffled_scale, "zeros": group_zero}
