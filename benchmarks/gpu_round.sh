@@ -142,6 +142,14 @@ for step in "$@"; do
           PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_parity 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k fbgemm
           TAIL=6 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_tput 580 python benchmarks/quant_e2e.py throughput --methods bf16,int4 --output-json "$O/int4_fbgemm_tput.json"
           TAIL=6 run_step int4_triton_tput 300 python benchmarks/quant_e2e.py throughput --methods int4 --output-json "$O/int4_triton_tput.json";;
+    # skinny: the 8-bit tensor-core skinny kernel (skinny_8bit.py) swept at 1 and 16 tokens beside the
+    # fp8 GEMV and int4's tensor-core kernel; then fp8 batch-1 decode with the GEMV (default) and with
+    # every fp8 matmul W8A8, decode on the skinny kernel with the swept tiles (same warm machine).
+    skinny) TAIL=60 run_step skinny_sweep 450 python benchmarks/quant_sweep_gpu.py --only fp8:gemv,fp8:skinny,fp8:skinny_w8a8,int4:tc_mm --tokens 1,16 --env-file /tmp/octavo-skinny.env
+            cp /tmp/octavo-skinny.env "$O/" 2>/dev/null
+            TAIL=6 run_step fp8_latency_gemv 200 python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_gemv.json"
+            TAIL=6 run_step fp8_latency_skinny 200 env $(grep SKINNY /tmp/octavo-skinny.env 2>/dev/null) OCTAVO_QUANT_GEMV_MAX_TOKENS=0 OCTAVO_FP8_SKINNY_MAX_TOKENS=16 \
+              python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_skinny.json";;
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,

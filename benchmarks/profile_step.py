@@ -108,6 +108,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", required=True)
     parser.add_argument("--load-format", default="dummy")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--quantization", default=None, help="fp8, int4, int8, ... (as bench latency)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--decode-steps", type=int, default=32)
@@ -132,6 +133,7 @@ def main() -> None:
         CLOCK[0] = time.thread_time
     engine_args = EngineArgs(
         model=args.model, load_format=args.load_format, dtype=args.dtype, skip_tokenizer_init=True,
+        quantization=args.quantization,
         max_model_len=args.input_len + args.decode_steps + 8, max_num_seqs=max(args.batch_size, 1),
         max_num_batched_tokens=max(8192, args.batch_size * args.input_len), enforce_eager=args.enforce_eager,
         async_scheduling=args.async_scheduling, overlap_decode=True if args.overlap_decode else None,

@@ -47,7 +47,7 @@ TOKENS = (1, 2, 4, 8, 16, 64, 256, 512, 2048)
 QUICK_TOKENS = (1, 4, 16, 256, 2048)
 CHECK_TOKENS = (1, 7, 300)
 W8A8_PATHS = {
-    "triton_quant+scaled_mm", "torch_quant+scaled_mm", "block_mm", "torch_blockwise_scaled_mm", "fbgemm_f8f8bf16_rowwise",
+    "triton_quant+scaled_mm", "torch_quant+scaled_mm", "skinny_w8a8", "block_mm", "torch_blockwise_scaled_mm", "fbgemm_f8f8bf16_rowwise",
 }
 RESULTS: dict = {"checks": [], "timings": [], "unavailable": {}}
 

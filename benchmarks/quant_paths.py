@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
-from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4, int4_triton, scaled_mm
+from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4, int4_triton, scaled_mm, skinny_8bit
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
 
 DEVICE = torch.device("cuda")
@@ -89,6 +89,15 @@ def _torch_int4pack(weights, config):
     return lambda x: torch._weight_int4pack_mm(x, packed, BLOCK, scales_and_zeros)
 
 
+def _skinny_w8a8(weights, config):
+    """The tensor-core skinny kernel on fp8 activations, their quantization launch included."""
+    def run(x):
+        xq, x_scale = fp8_triton.quantize_fp8_rows(x)
+        return skinny_8bit.skinny_8bit_linear(xq, *weights, None, x_scale.view(-1), x.dtype, config)
+
+    return run
+
+
 def _torch_blockwise(weights, config):
     from torch.nn.functional import ScalingType
 
@@ -123,6 +132,8 @@ def all_paths() -> list[Path]:
         Path("bf16", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c), 8),
         Path("fp8", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c or gv.DEFAULT_8BIT_CONFIG, weight_scale=w[1]), 8),
         Path("fp8", "triton_quant+scaled_mm", lambda w, c: lambda x: fp8_triton.fp8_w8a8_linear(x, *w, None)),
+        Path("fp8", "skinny", lambda w, c: lambda x: skinny_8bit.skinny_8bit_linear(x, *w, None, config=c), 16),
+        Path("fp8", "skinny_w8a8", _skinny_w8a8, 16),
         Path("fp8", "torch_quant+scaled_mm", lambda w, c: lambda x: scaled_mm.fp8_w8a8_linear(x, *w)),
         Path("fp8_block", "gemv", lambda w, c: lambda x: fp8_block_triton.block_gemv(
             x, *w, BLOCK, BLOCK, None, c or fp8_block_triton.DEFAULT_GEMV), 8),

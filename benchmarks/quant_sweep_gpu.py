@@ -44,11 +44,15 @@ from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
+from octavo.kernels.quant.skinny_8bit import SkinnyConfig  # noqa: E402
 
 SWEEP_BUDGET_S = 180.0
 REPS = 15
 GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)
              for p in (False, True)]
+# The 8-bit tensor-core skinny kernel (skinny_8bit.py): split 0 = fill the SMs twice.
+SKINNY_8BIT = [SkinnyConfig(n, k, sp, w, st) for n in (32, 64, 128) for k in (128, 256, 512) for sp in (0, 4)
+               for w in (4,) for st in (3, 4, 6)]
 # Blocks up to 32 (8 KiB of int4 a program per step at block_n 4): the 16-bit GEMV
 # needed wide K tiles to keep enough loads in flight (round 16); int4's default reads 1 KiB.
 # The deferred kernel (every Llama shape: groups of whole layout blocks) with one
@@ -79,8 +83,10 @@ BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 
 # (family, path, tokens, configs): ~420 kernels, ~5 minutes on the H200.
 PLAN = [
     ("fp8", "gemv", (1, 2), GEMV_8BIT),
+    ("fp8", "skinny", (1, 16), SKINNY_8BIT),
+    ("fp8", "skinny_w8a8", (1, 16), SKINNY_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
-    ("int4", "tc_mm", (16, 64), INT4_MM_SKINNY),
+    ("int4", "tc_mm", (1, 16, 64), INT4_MM_SKINNY),
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
     ("int4", "dequant+cublas", (512,), INT4_DEQUANT),
     ("gguf_Q4_K", "gemv", (1,), GGUF_GEMV),
@@ -157,6 +163,8 @@ ENV_OVERRIDES = {
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
+    ("fp8", "skinny_w8a8"): ("OCTAVO_SKINNY_8BIT_TILES",
+                             lambda c: f"{c.block_n},{c.block_k},{c.split_k},{c.num_warps},{c.num_stages}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")
        for t in ("Q4_K", "Q6_K")},
 }

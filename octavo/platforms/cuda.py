@@ -20,6 +20,7 @@ a vendor's would; this class sets nothing on the model.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -72,9 +73,14 @@ class CudaPlatform(TorchDevicePlatform):
         super().check_config(config)
         from octavo.kernels.builtin import gemv_max_tokens, quant_gemv_max_tokens
 
-        # OCTAVO_GEMV_MAX_TOKENS / OCTAVO_QUANT_GEMV_MAX_TOKENS are well formed (else InvalidArgumentError)
+        # OCTAVO_GEMV_MAX_TOKENS / OCTAVO_QUANT_GEMV_MAX_TOKENS / OCTAVO_FP8_SKINNY_MAX_TOKENS
+        # are well formed (else InvalidArgumentError)
         gemv_max_tokens()
         quant_gemv_max_tokens()
+        if importlib.util.find_spec("triton") is not None:
+            from octavo.kernels.quant.skinny_8bit import w8a8_max_tokens
+
+            w8a8_max_tokens()
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

@@ -33,7 +33,9 @@ def test_kernels_compile_in_a_fresh_process():
 import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
-from octavo.kernels.quant import fp8_block_triton, fp8_fused, fp8_triton, gguf_triton, int4_mm_triton, int4_triton  # noqa: E402
+from octavo.kernels.quant import (  # noqa: E402
+    fp8_block_triton, fp8_fused, fp8_triton, gguf_triton, int4_mm_triton, int4_triton, skinny_8bit,
+)
 
 
 def signature(kernel, constexprs: dict, pointers: dict) -> dict:
@@ -81,6 +83,12 @@ QUANT_KERNELS = {
                           MIN_SCALE=1e-12, PRE_ROUND=False), {"q_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=16)),
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
                  DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False, PDL=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+    "skinny w8a8": (skinny_8bit._skinny_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, SPLIT_K=4, X_SCALED=True,
+                    DOT_DTYPE=None, PRECISION=None, PDL=True),
+                    {"x_ptr": FP8, "xs_ptr": "*fp32", "w_ptr": FP8, "ws_ptr": "*fp32", "out_ptr": "*fp32"}, dict(num_stages=4)),
+    "skinny weight-only": (skinny_8bit._skinny_kernel, dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
+                           X_SCALED=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False),
+                           {"w_ptr": FP8, "ws_ptr": "*fp32"}, dict(num_stages=4)),
     "fp8 block gemv": (fp8_block_triton._block_gemv_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=1, BLOCK_N=4, STEPS=8,
                        HAS_BIAS=False, EVEN_K=True), {"w_ptr": FP8, "s_ptr": "*fp32"}, {}),
     "fp8 block mm": (fp8_block_triton._block_scaled_mm_kernel, dict(GROUP_N=128, GROUP_K=128, BLOCK_M=64, BLOCK_N=128,

@@ -1,6 +1,7 @@
 """fp8 W8A8 linear layers fed straight from the op before them: the
 activation quantizer fused into the RMSNorm (with its residual add) and
-into SiLU-and-mul, one launch each, then ``torch._scaled_mm``.
+into SiLU-and-mul, one launch each, then ``torch._scaled_mm`` (or, for
+batches up to ``skinny_8bit.w8a8_max_tokens()``, the skinny tensor-core kernel).
 
 Unfused, a W8A8 layer's input is written in the activation dtype by the
 norm (or the gated activation), read back by the one-launch quantizer
@@ -37,6 +38,7 @@ import triton.language as tl
 from octavo.kernels.activation import silu_then_mul
 from octavo.kernels.fp8_cast import cast_to, pre_round
 from octavo.kernels.quant import scaled_mm
+from octavo.kernels.quant.skinny_8bit import w8a8_matmul
 from octavo.kernels.rms_norm import rms_normalized
 from octavo.kernels.triton_utils import cdiv, next_power_of_2
 
@@ -139,11 +141,11 @@ def fused_add_rms_norm_fp8_linear(x, residual, norm_weight, eps, qweight, weight
     """The ``fused_add_rms_norm_fp8_linear`` layer op: the norm and the
     quantizer in one launch, then ``_scaled_mm``; returns ``(out, x + residual)``."""
     xq, x_scale, summed = add_rms_norm_quant_fp8(x, residual, norm_weight, eps)
-    return scaled_mm.fp8_scaled_mm(xq, x_scale, qweight, weight_scale, bias, x.shape[0], x.dtype), summed
+    return w8a8_matmul(xq, x_scale, qweight, weight_scale, bias, x.shape[0], x.dtype), summed
 
 
 def silu_and_mul_fp8_linear(x, qweight, weight_scale, bias):
     """The ``silu_and_mul_fp8_linear`` layer op: SiLU-and-mul and the
     quantizer in one launch, then ``_scaled_mm``."""
     xq, x_scale = silu_and_mul_quant_fp8(x)
-    return scaled_mm.fp8_scaled_mm(xq, x_scale, qweight, weight_scale, bias, x.shape[0], x.dtype)
+    return w8a8_matmul(xq, x_scale, qweight, weight_scale, bias, x.shape[0], x.dtype)

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from octavo.kernels.fp8_cast import cast_to, pre_round
 from octavo.kernels.quant import scaled_mm
+from octavo.kernels.quant.skinny_8bit import w8a8_matmul
 from octavo.kernels.triton_utils import cdiv, next_power_of_2
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def fp8_w8a8_linear(
 ) -> torch.Tensor:
     """The ``fp8_linear`` layer op on the GPU past the GEMV's batches: one
     quantization launch, then ``torch._scaled_mm`` (row-wise scales)."""
-    return scaled_mm.fp8_w8a8_linear(x, qweight, weight_scale, bias, quantize=_quantize_padded)
+    return scaled_mm.fp8_w8a8_linear(x, qweight, weight_scale, bias, quantize=_quantize_padded, matmul=w8a8_matmul)
 
 
 @functools.cache

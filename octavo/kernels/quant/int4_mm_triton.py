@@ -251,7 +251,7 @@ def _grouped_dequant_kernel(
 
 
 @functools.cache
-def _num_sms(device: torch.device) -> int:
+def num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 8
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -271,9 +271,14 @@ def auto_split(config: GroupedMmConfig, num_tokens: int, out_features: int, in_f
                device: torch.device) -> int:
     """Splits of K until every SM has about two programs, each keeping at least four K steps."""
     tiles = triton.cdiv(num_tokens, config.block_m) * triton.cdiv(out_features, config.block_n)
-    steps = in_features // config.block_k
+    return split_k_for(tiles, in_features // config.block_k, device)
+
+
+def split_k_for(tiles: int, steps: int, device: torch.device) -> int:
+    """Splits of ``steps`` K steps over ``tiles`` output tiles: doubled until every
+    SM has about two programs, each keeping at least four steps (at most 16)."""
     split = 1
-    while tiles * split < 2 * _num_sms(device) and steps // (2 * split) >= 4 and split < 16:
+    while tiles * split < 2 * num_sms(device) and steps // (2 * split) >= 4 and split < 16:
         split *= 2
     return split
 
@@ -364,12 +369,18 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
-        block = min(1024, next_power_of_2(num_out))
-        _sum_splits_kernel[(num_tokens, triton.cdiv(num_out, block))](
-            target, bias if has_bias else x, out, num_tokens, num_out, num_tokens * num_out, out.stride(0),
-            SPLIT_K=split, BLOCK=block, HAS_BIAS=has_bias, num_warps=4,
-        )
+        sum_splits(target, bias, out)
     return out
+
+
+def sum_splits(partials: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    """``out = partials.sum(0) (+ bias)``: float32 split-K partials ``[SPLIT_K, M, N]``, one launch."""
+    split, num_tokens, num_out = partials.shape
+    block = min(1024, next_power_of_2(num_out))
+    _sum_splits_kernel[(num_tokens, triton.cdiv(num_out, block))](
+        partials, bias if bias is not None else out, out, num_tokens, num_out, partials.stride(0), out.stride(0),
+        SPLIT_K=split, BLOCK=block, HAS_BIAS=bias is not None, num_warps=4,
+    )
 
 
 def grouped_dequantize(qweight, scales, zeros, group_size, bits, dtype, tile: DequantTile | None = None) -> torch.Tensor:

@@ -120,13 +120,15 @@ def fp8_w8a8_linear(
     weight_scale: torch.Tensor,
     bias: torch.Tensor | None = None,
     quantize=_quantize_fp8_padded,
+    matmul=None,
 ) -> torch.Tensor:
     """Dynamic per-token fp8 activations times a per-channel fp8 weight.
-    ``quantize(x2) -> (xq, scale)`` may pad rows (``fp8_triton`` does it in one launch)."""
+    ``quantize(x2) -> (xq, scale)`` may pad rows (``fp8_triton`` does it in one launch);
+    ``matmul`` (``fp8_scaled_mm``'s arguments) defaults to ``fp8_scaled_mm``."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     xq, x_scale = quantize(x2)
-    out = fp8_scaled_mm(xq, x_scale, qweight, weight_scale, bias, x2.shape[0], x.dtype)
+    out = (matmul or fp8_scaled_mm)(xq, x_scale, qweight, weight_scale, bias, x2.shape[0], x.dtype)
     return out.reshape(*shape[:-1], -1)
 
 
