@@ -149,7 +149,9 @@ for step in "$@"; do
             cp /tmp/octavo-skinny.env "$O/" 2>/dev/null
             TAIL=6 run_step fp8_latency_gemv 200 python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_gemv.json"
             TAIL=6 run_step fp8_latency_skinny 200 env $(grep SKINNY /tmp/octavo-skinny.env 2>/dev/null) OCTAVO_QUANT_GEMV_MAX_TOKENS=0 OCTAVO_FP8_SKINNY_MAX_TOKENS=16 \
-              python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_skinny.json";;
+              python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_skinny.json"
+            TAIL=6 run_step int4_latency_tc 200 env $(grep INT4_MM /tmp/octavo-skinny.env 2>/dev/null) OCTAVO_INT4_GEMV_MAX_TOKENS=0 \
+              python benchmarks/quant_e2e.py latency --methods int4 --output-json "$O/int4_latency_tc.json";;
     # fp8 W8A8 on fbgemm-gpu-genai's row-wise GEMM (quant/fbgemm_fp8.py, wheel in .whl_libs/): its GPU
     # test, then fp8 throughput beside bf16 with it and (next step, same machine) without it.
     fp8_fbgemm) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1

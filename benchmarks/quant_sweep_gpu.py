@@ -44,6 +44,7 @@ from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
+from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
 from octavo.kernels.quant.skinny_8bit import SkinnyConfig  # noqa: E402
 
 SWEEP_BUDGET_S = 180.0
@@ -163,6 +164,7 @@ ENV_OVERRIDES = {
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
+    ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),
     ("fp8", "skinny_w8a8"): ("OCTAVO_SKINNY_8BIT_TILES",
                              lambda c: f"{c.block_n},{c.block_k},{c.split_k},{c.num_warps},{c.num_stages}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")

@@ -22,7 +22,7 @@ Tile shapes and the two crossovers are parameters with defaults
 (``GEMV_CONFIG``, ``mm_config``, ``GEMV_MAX_TOKENS``, ``DEQUANT_MIN_TOKENS``),
 set from ``benchmarks/quant_sweep_gpu.py`` and ``benchmarks/int4_crossover.py``
 on the H200; tuning runs override them from the environment
-(``OCTAVO_INT4_GEMV_TILES``, ``OCTAVO_INT4_MM_TILES``,
+(``OCTAVO_INT4_GEMV_TILES``, ``OCTAVO_INT4_GEMV_MAX_TOKENS``, ``OCTAVO_INT4_MM_TILES``,
 ``OCTAVO_INT4_DEQUANT_TILE``, ``OCTAVO_INT4_DEQUANT_MIN_TOKENS``). Every
 kernel is tested against the torch reference through the interpreter.
 """
@@ -72,6 +72,13 @@ def dequant_min_tokens() -> int:
     """``OCTAVO_INT4_DEQUANT_MIN_TOKENS`` (tuning runs: where dequantize + cuBLAS takes over), else the default."""
     parts = ints_from_env("OCTAVO_INT4_DEQUANT_MIN_TOKENS", "tokens", (1,))
     return parts[0] if parts is not None else DEQUANT_MIN_TOKENS
+
+
+@functools.cache
+def gemv_max_tokens() -> int:
+    """``OCTAVO_INT4_GEMV_MAX_TOKENS`` (tuning runs: 0 sends every batch to the tensor cores), else the default."""
+    parts = ints_from_env("OCTAVO_INT4_GEMV_MAX_TOKENS", "tokens", (1,))
+    return parts[0] if parts is not None else GEMV_MAX_TOKENS
 
 
 @triton.jit
@@ -224,7 +231,7 @@ def grouped_linear(x, qweight, scales, zeros, group_size, bias, bits):
         x2 = x2.contiguous()
     num_tokens = x2.shape[0]
     tensor_cores = layout.plane_words(x2.shape[1], bits) == 16
-    if num_tokens <= GEMV_MAX_TOKENS:
+    if num_tokens <= gemv_max_tokens():
         out = grouped_gemv(x2, qweight, scales, zeros, group_size, bias, bits)
     elif tensor_cores and num_tokens < dequant_min_tokens():
         out = grouped_mm(x2, qweight, scales, zeros, group_size, bias, bits)
