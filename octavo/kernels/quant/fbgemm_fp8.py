@@ -20,14 +20,11 @@ whose dims are not multiples of 16.
 from __future__ import annotations
 
 import functools
-import logging
 
 import torch
 
 from octavo.kernels.quant import fp8_fused, fp8_triton, scaled_mm
-from octavo.kernels.quant.fbgemm_int4 import load_fbgemm
-
-logger = logging.getLogger(__name__)
+from octavo.kernels.quant.fbgemm_int4 import load_fbgemm, probe
 
 
 def rowwise_matmul(xq, x_scale, qweight, weight_scale, bias, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
@@ -58,21 +55,13 @@ def silu_and_mul_fp8_linear(x, qweight, weight_scale, bias):
 
 @functools.cache
 def runs_on(device: torch.device) -> bool:
-    """Whether fbgemm's fp8 GEMM loads and matches ``_scaled_mm`` on ``device``
-    (a one-off probe: Hopper or later, the library built for this torch)."""
-    if device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(device) < (9, 0):
-        return False
-    try:
+    """Whether fbgemm's fp8 GEMM loads and matches ``_scaled_mm`` on ``device``."""
+
+    def compute():
         load_fbgemm()
         weight = torch.randn(256, 512, device=device, dtype=torch.bfloat16) * 0.02
         qweight, scale = scaled_mm.quantize_fp8_per_channel(weight)
         x = torch.randn(20, 512, device=device, dtype=torch.bfloat16)
-        expected = scaled_mm.fp8_w8a8_linear(x, qweight, scale).float()
-        out = fp8_linear(x, qweight, scale, None).float()
-    except Exception as exc:  # noqa: BLE001 -- any failure means "not here"
-        logger.info("fbgemm's fp8 GEMM does not run on %s: %s: %s", device, type(exc).__name__, exc)
-        return False
-    ok = bool((out - expected).norm() <= 1e-2 * expected.norm())
-    if not ok:
-        logger.warning("fbgemm's fp8 GEMM gives wrong results on %s; torch._scaled_mm serves", device)
-    return ok
+        return fp8_linear(x, qweight, scale, None), scaled_mm.fp8_w8a8_linear(x, qweight, scale)
+
+    return probe(device, "row-wise fp8 GEMM", compute, 1e-2)

@@ -80,23 +80,33 @@ def int4_linear(x, qweight, scales, zeros, group_size, bias):
     return out if bias is None else out + bias
 
 
-@functools.cache
-def runs_on(device: torch.device) -> bool:
-    """Whether fbgemm's kernel loads and matches the reference on ``device``
-    (a one-off probe: Hopper or later, the library built for this torch)."""
+def probe(device: torch.device, what: str, compute, tolerance: float) -> bool:
+    """A one-off check that one of fbgemm's kernels loads and is right on
+    ``device`` (Hopper or later, the library built for this torch):
+    ``compute() -> (out, expected)`` within ``tolerance`` relative error."""
     if device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(device) < (9, 0):
         return False
     try:
+        out, expected = compute()
+    except Exception as exc:  # noqa: BLE001 -- any failure means "not here"
+        logger.info("fbgemm's %s does not run on %s: %s: %s", what, device, type(exc).__name__, exc)
+        return False
+    ok = bool((out.float() - expected.float()).norm() <= tolerance * expected.float().norm())
+    if not ok:
+        logger.warning("fbgemm's %s gives wrong results on %s; Octavo's own kernels serve", what, device)
+    return ok
+
+
+@functools.cache
+def runs_on(device: torch.device) -> bool:
+    """Whether fbgemm's int4 kernel loads and matches the reference on ``device``."""
+
+    def compute():
         weight = torch.randn(256, 512, device=device, dtype=torch.bfloat16) * 0.02
         qweight, scales, zeros = layout.quantize_int4_rtn(weight, GROUP)
         packed = repack(qweight, scales, zeros, GROUP)
         x = torch.randn(3, 512, device=device, dtype=torch.bfloat16)
         expected = x.float() @ layout.dequantize_int4(qweight, scales, zeros, GROUP, torch.float32).t()
-        out = int4_linear(x, packed["qweight"], packed["scales"], packed["zeros"], GROUP, None).float()
-    except Exception as exc:  # noqa: BLE001 -- any failure means "not here"
-        logger.info("fbgemm's int4 GEMM does not run on %s: %s: %s", device, type(exc).__name__, exc)
-        return False
-    ok = bool((out - expected).norm() <= 2e-2 * expected.norm())
-    if not ok:
-        logger.warning("fbgemm's int4 GEMM gives wrong results on %s; Octavo's int4 kernels serve", device)
-    return ok
+        return int4_linear(x, packed["qweight"], packed["scales"], packed["zeros"], GROUP, None), expected
+
+    return probe(device, "bf16 x int4 GEMM", compute, 2e-2)
