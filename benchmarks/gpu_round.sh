@@ -145,7 +145,7 @@ for step in "$@"; do
     # skinny: the 8-bit tensor-core skinny kernel (skinny_8bit.py) swept at 1 and 16 tokens beside the
     # fp8 GEMV and int4's tensor-core kernel; then fp8 batch-1 decode with the GEMV (default) and with
     # every fp8 matmul W8A8, decode on the skinny kernel with the swept tiles (same warm machine).
-    skinny) TAIL=60 run_step skinny_sweep 450 python benchmarks/quant_sweep_gpu.py --only fp8:gemv,fp8:skinny,fp8:skinny_w8a8,int4:tc_mm --tokens 1,16 --env-file /tmp/octavo-skinny.env
+    skinny) TAIL=60 run_step skinny_sweep 450 python benchmarks/quant_sweep_gpu.py --only ${SKINNY_ONLY:-fp8:gemv,fp8:skinny,fp8:skinny_w8a8,int4:tc_mm} --tokens ${SKINNY_TOKENS:-1,16} --env-file /tmp/octavo-skinny.env
             cp /tmp/octavo-skinny.env "$O/" 2>/dev/null
             TAIL=6 run_step fp8_latency_gemv 200 python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_gemv.json"
             TAIL=6 run_step fp8_latency_skinny 200 env $(grep SKINNY /tmp/octavo-skinny.env 2>/dev/null) OCTAVO_QUANT_GEMV_MAX_TOKENS=0 OCTAVO_FP8_SKINNY_MAX_TOKENS=16 \
