@@ -78,7 +78,8 @@ def test_grouped_kernels_match_reference(kernels, bits, out_features, in_feature
     expected = reference(x, qweight, scales, zeros, group_size, bias)
     args = (x, qweight, scales, zeros, group_size, bias, bits)
     gemv_configs = (int4_triton.GroupedGemvConfig(block_n=4, blocks=2), int4_triton.GroupedGemvConfig(2, 4, deferred=True),
-                    int4_triton.GroupedGemvConfig(16, 2, deferred=True, row_groups=2))  # second group partial or out
+                    int4_triton.GroupedGemvConfig(16, 2, deferred=True, row_groups=2),  # second group partial or out
+                    int4_triton.GroupedGemvConfig(4, 2, deferred=True, shared_inputs=True))
     for config in gemv_configs:
         gemv = int4_triton.grouped_gemv(*args, config=config)
         assert gemv.dtype == dtype and _close(gemv, expected, dtype), config
@@ -206,6 +207,9 @@ def test_int4_gemv_tiles_from_the_environment(kernels, monkeypatch):
         int4_triton.gemv_config_from_env.cache_clear()
         monkeypatch.setenv("OCTAVO_INT4_GEMV_TILES", "8,16,4,1,2")
         assert int4_triton.gemv_config_from_env() == int4_triton.GroupedGemvConfig(8, 16, 4, True, row_groups=2)
+        int4_triton.gemv_config_from_env.cache_clear()
+        monkeypatch.setenv("OCTAVO_INT4_GEMV_TILES", "4,8,4,1,1,1")
+        assert int4_triton.gemv_config_from_env() == int4_triton.GroupedGemvConfig(4, 8, 4, True, shared_inputs=True)
         int4_triton.gemv_config_from_env.cache_clear()
         monkeypatch.setenv("OCTAVO_INT4_GEMV_TILES", "8,16")
         with pytest.raises(ValueError, match="block_n,blocks,num_warps"):

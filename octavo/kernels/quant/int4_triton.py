@@ -56,6 +56,9 @@ class GroupedGemvConfig:
     # Row groups of ``block_n`` a program owns (1 or 2): with 2, each
     # activation it loads and widens serves twice the weight values.
     row_groups: int = 1
+    # ``_grouped_gemv_shared_kernel``: each step's activations loaded once for
+    # all the program's rows (whole groups only, one row group).
+    shared_inputs: bool = False
 
 
 # Swept on the H200 (round 26): one 8B decoder layer's four GEMVs 406 -> 125 us.
@@ -195,14 +198,63 @@ def _grouped_gemv_kernel(
                     offs_b < N, stride_om, HAS_BIAS)
 
 
+@triton.jit(do_not_specialize=["M"])
+def _grouped_gemv_shared_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
+    stride_xm, stride_wn, stride_sn, stride_zn, stride_om,
+    BITS: tl.constexpr, P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PDL: tl.constexpr,
+):
+    """The deferred GEMV (whole groups: a block's planes summed unscaled,
+    scaled once) with each plane's activations loaded once per step as
+    ``[BLOCK_M, BLOCKS, P]`` and shared by the program's ``BLOCK_N`` rows,
+    and each block's scale and zero once per row, where
+    ``_grouped_gemv_kernel`` loads both in the product's shape (per row, per
+    lane). Sharing costs layout changes through shared memory (16 barriers a
+    step in its sm_90 loop at (4, 8, 4)); it was the form of round 26 (an 8B
+    layer's four GEMVs 125 us on the H200, where the per-row form measured 204
+    in round 30)."""
+    PACK: tl.constexpr = 32 // BITS
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    lanes = tl.arange(0, P)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+    pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
+    for k0 in range(0, K, P * PACK * BLOCKS):
+        block_start = k0 + tl.arange(0, BLOCKS) * (P * PACK)
+        valid = block_start < K
+        words = tl.load(w_ptr + rows[:, None, None] * stride_wn + (block_start // PACK)[None, :, None] + lanes[None, None, :],
+                        mask=valid[None, :, None], other=0).to(tl.uint32, bitcast=True)
+        group = block_start // group_size
+        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :], mask=valid[None, :], other=0.0)
+        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :], mask=valid[None, :], other=0)
+        offset = (zero.to(tl.float32) + 8388608.0)[:, :, None]
+        block_sum = tl.zeros((BLOCK_M, BLOCK_N, BLOCKS, P), dtype=tl.float32)
+        for j in tl.static_range(PACK):
+            first = block_start + j * P
+            x = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + first[None, :, None] + lanes[None, None, :],
+                        mask=mask_m[:, None, None] & valid[None, :, None], other=0.0).to(tl.float32)
+            block_sum += x[:, None, :, :] * (_plane(words, j, BITS) - offset)[None, :, :, :]
+        acc += block_sum * scale.to(tl.float32)[None, :, :, None]
+    pdl_release(PDL)
+    _store_rows(tl.sum(tl.sum(acc, axis=3), axis=2), b_ptr, out_ptr, rows, offs_m, offs_n, mask_m, mask_n,
+                stride_om, HAS_BIAS)
+
+
 @functools.cache
 def gemv_config_from_env() -> GroupedGemvConfig | None:
-    """``OCTAVO_INT4_GEMV_TILES=block_n,blocks,num_warps[,deferred[,row_groups]]`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_GEMV_TILES", "block_n,blocks,num_warps[,deferred[,row_groups]]", (3, 4, 5))
+    """``OCTAVO_INT4_GEMV_TILES=block_n,blocks,num_warps[,deferred[,row_groups[,shared_inputs]]]``
+    (tuning runs), else None."""
+    fields = "block_n,blocks,num_warps[,deferred[,row_groups[,shared_inputs]]]"
+    parts = ints_from_env("OCTAVO_INT4_GEMV_TILES", fields, (3, 4, 5, 6))
     if parts is None:
         return None
     return GroupedGemvConfig(*parts[:3], deferred=bool(parts[3]) if len(parts) > 3 else False,
-                             row_groups=parts[4] if len(parts) > 4 else 1)
+                             row_groups=parts[4] if len(parts) > 4 else 1,
+                             shared_inputs=bool(parts[5]) if len(parts) > 5 else False)
 
 
 def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
@@ -214,6 +266,14 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
     planes = layout.plane_words(num_in, bits)
     plane_scales = not config.deferred or group_size % (planes * (32 // bits)) != 0
     pdl = pdl_enabled(x.device, num_tokens)
+    if config.shared_inputs and not plane_scales and config.row_groups == 1:
+        _grouped_gemv_shared_kernel[(triton.cdiv(num_out, config.block_n),)](
+            x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
+            x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
+            BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
+            HAS_BIAS=bias is not None, PDL=pdl, num_warps=config.num_warps, launch_pdl=pdl,
+        )
+        return out
     _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
         x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
