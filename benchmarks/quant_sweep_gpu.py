@@ -60,7 +60,10 @@ SKINNY_8BIT = [SkinnyConfig(n, k, sp, w, st) for n in (32, 64, 128) for k in (12
 # or two row groups a program; the per-plane kernel once, as its reference.
 INT4_GEMV = [
     GroupedGemvConfig(n, b, w, True, r) for n in (1, 2, 4, 8) for b in (4, 8, 16, 32) for w in (4, 8) for r in (1, 2)
-] + [GroupedGemvConfig(4, 8, 4, False)]
+] + [GroupedGemvConfig(4, 8, 4, False)] + [
+    # The shared-activation form (round 26's loop).
+    GroupedGemvConfig(n, b, w, True, 1, True) for n in (2, 4, 8) for b in (4, 8, 16) for w in (4, 8)
+]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -161,7 +164,7 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 # (``--env-file``): an end-to-end run in the same device call uses them.
 ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES",
-                       lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups}"),
+                       lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups},{int(c.shared_inputs)}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),
