@@ -76,7 +76,7 @@ def w8a8_matmul(xq, x_scale, qweight, weight_scale, bias, num_tokens: int, dtype
     """``scaled_mm.fp8_scaled_mm``'s contract (``xq`` fp8 ``[M', K]`` with
     ``M' >= num_tokens`` rows, ``x_scale [M', 1]``), on this kernel for
     batches up to ``w8a8_max_tokens()``, else on ``torch._scaled_mm``."""
-    if 0 < num_tokens <= w8a8_max_tokens() and qweight.shape[1] % 16 == 0:
+    if 0 < num_tokens <= w8a8_max_tokens() and accepts(xq[:num_tokens], qweight):
         return skinny_8bit_linear(xq[:num_tokens], qweight, weight_scale, bias,
                                   x_scale[:num_tokens].reshape(-1), dtype)
     return scaled_mm.fp8_scaled_mm(xq, x_scale, qweight, weight_scale, bias, num_tokens, dtype)
