@@ -152,12 +152,6 @@ for step in "$@"; do
               python benchmarks/quant_e2e.py latency --methods bf16,fp8 --output-json "$O/fp8_latency_skinny.json"
             TAIL=6 run_step int4_latency_tc 200 env $(grep INT4_MM /tmp/octavo-skinny.env 2>/dev/null) OCTAVO_INT4_GEMV_MAX_TOKENS=0 \
               python benchmarks/quant_e2e.py latency --methods int4 --output-json "$O/int4_latency_tc.json";;
-    # fp8 W8A8 on fbgemm-gpu-genai's row-wise GEMM (quant/fbgemm_fp8.py, wheel in .whl_libs/): its GPU
-    # test, then fp8 throughput beside bf16 with it and (next step, same machine) without it.
-    fp8_fbgemm) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
-          PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step fp8_fbgemm_parity 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k "fbgemm_gemm"
-          TAIL=6 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step fp8_fbgemm_tput 300 python benchmarks/quant_e2e.py throughput --methods bf16,fp8 --output-json "$O/fp8_fbgemm_tput.json"
-          TAIL=6 run_step fp8_scaled_mm_tput 200 python benchmarks/quant_e2e.py throughput --methods fp8 --output-json "$O/fp8_scaled_mm_tput.json";;
     kvfp8) TAIL=10 run_step kv_fp8 560 python benchmarks/quant_e2e.py kv --context 32768 --num-iters 2 --output-json "$O/kv_fp8.json";;
     # kvfp8_sweep: batch-1 split-KV decode at 8k and 32k over bf16 and fp8 caches, tiles and split
     # counts swept (benchmarks/kv_decode_sweep.py); the best tiles at 32k go to /tmp/octavo-kvfp8.env,

@@ -70,41 +70,16 @@ def _fbgemm_int4_runs(ctx: OpContext) -> str | None:
     return None if runs_on(ctx.device) else "fbgemm-gpu-genai's bf16 x int4 GEMM does not run on this device"
 
 
-def _fbgemm_fp8_runs(ctx: OpContext) -> str | None:
-    from octavo.kernels.quant.fbgemm_fp8 import runs_on
-
-    return None if runs_on(ctx.device) else "fbgemm-gpu-genai's row-wise fp8 GEMM does not run on this device"
-
-
-def _fp8_rows_accepts(min_tokens: int):
-    """``accepts`` for ``fp8_linear`` past the weight-only GEMV's batches (``_scaled_mm``'s dims)."""
-
-    def accepts(x, qweight, weight_scale, bias) -> bool:
-        return x.reshape(-1, x.shape[-1]).shape[0] > min_tokens and _w8a8_dims_ok(qweight)
-
-    return accepts
-
-
 def _fbgemm_impls() -> list[OpImpl]:
     """fbgemm-gpu-genai's kernels, where it is installed (``octavo[fbgemm]``):
-    int4 in its own weight layout (``quant/fbgemm_int4.py``); the fp8 W8A8
-    GEMM in place of ``_scaled_mm`` (``quant/fbgemm_fp8.py``; priority 1 over
-    the ``_scaled_mm`` forms, for the batches those take)."""
+    int4 in its own weight layout (``quant/fbgemm_int4.py``). Its row-wise fp8
+    GEMM is not taken: with float32 accumulation it made fp8 throughput 0.75x
+    bf16 where ``_scaled_mm`` gives 1.34x (round 31, benchmarks/RESULTS.md)."""
     if importlib.util.find_spec("fbgemm_gpu") is None:
         return []
-    int4_module, fp8_module = "octavo.kernels.quant.fbgemm_int4", "octavo.kernels.quant.fbgemm_fp8"
-    max_tokens = _env_max_tokens(quant_gemv_max_tokens)
-    fp8 = dict(device_types=CUDA, dtypes=(torch.bfloat16,), supports=_fbgemm_fp8_runs, priority=1)
-    return [
-        OpImpl("int4_linear", "fbgemm_shuffled", f"{int4_module}:int4_linear", repack=f"{int4_module}:repack",
-               device_types=CUDA, dtypes=(torch.bfloat16,), supports=_fbgemm_int4_runs),
-        OpImpl("fp8_linear", "triton_quant+fbgemm", f"{fp8_module}:fp8_linear",
-               accepts=_fp8_rows_accepts(max_tokens), **fp8),
-        OpImpl("fused_add_rms_norm_fp8_linear", "triton_quant+fbgemm", f"{fp8_module}:fused_add_rms_norm_fp8_linear",
-               accepts=_norm_fp8_accepts(max_tokens), **fp8),
-        OpImpl("silu_and_mul_fp8_linear", "triton_quant+fbgemm", f"{fp8_module}:silu_and_mul_fp8_linear",
-               accepts=_silu_fp8_accepts(max_tokens), **fp8),
-    ]
+    module = "octavo.kernels.quant.fbgemm_int4"
+    return [OpImpl("int4_linear", "fbgemm_shuffled", f"{module}:int4_linear", repack=f"{module}:repack",
+                   device_types=CUDA, dtypes=(torch.bfloat16,), supports=_fbgemm_int4_runs)]
 
 
 def _int_mm_runs(ctx: OpContext) -> str | None:

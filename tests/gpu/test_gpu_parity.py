@@ -158,34 +158,6 @@ def test_int4_in_fbgemm_layout_tracks_octavo_int4(tmp_path, tokenizer_dir, make_
             assert a_ids[first] in top5(b.outputs[0])[first] and b_ids[first] in top5(a.outputs[0])[first]
 
 
-def test_fp8_on_fbgemm_gemm_tracks_scaled_mm(tmp_path, tokenizer_dir, make_llm, monkeypatch):
-    """With fbgemm-gpu-genai installed, fp8 W8A8 batches past the GEMV (prefill
-    here) take its row-wise GEMM on the same fp8 codes and scales as
-    ``_scaled_mm``: identical greedy ids, or a near-tie where they part."""
-    pytest.importorskip("fbgemm_gpu")
-    from tests.checkpoints import build_checkpoint
-
-    shape = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
-    path = build_checkpoint(tmp_path / "llama", "llama", tokenizer_dir, **shape)
-    prompts = [{"prompt_token_ids": p} for p in make_prompts(vocab(path))]
-    llm = make_llm(path, platform="cuda", dtype="bfloat16", quantization="fp8")
-    layer = llm.engine.executor.worker.runner.model.model.layers[0]
-    assert "triton_quant+fbgemm" in layer.input_layernorm.ops.choice("fused_add_rms_norm_fp8_linear").describe()
-    ours = llm.generate(prompts, greedy(16))
-    from octavo.kernels.quant import fbgemm_fp8
-
-    monkeypatch.setattr(fbgemm_fp8, "runs_on", lambda device: False)  # its probe fails: _scaled_mm serves
-    llm = make_llm(path, platform="cuda", dtype="bfloat16", quantization="fp8")
-    layer = llm.engine.executor.worker.runner.model.model.layers[0]
-    assert "fbgemm" not in layer.input_layernorm.ops.choice("fused_add_rms_norm_fp8_linear").describe()
-    theirs = llm.generate(prompts, greedy(16))
-    for a, b in zip(ours, theirs):
-        a_ids, b_ids = a.outputs[0].token_ids, b.outputs[0].token_ids
-        if a_ids != b_ids:
-            first = next(i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y)
-            assert a_ids[first] in top5(b.outputs[0])[first] and b_ids[first] in top5(a.outputs[0])[first]
-
-
 def test_grammar_masks_on_gpu_match_cpu(llama_dir, make_llm):
     # The masks reach the device through pinned staging and the platform's
     # events (plain copies on the CPU); with and without decode overlap (masks
