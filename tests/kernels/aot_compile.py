@@ -31,7 +31,7 @@ FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "w
 FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 # Pointers whose type differs by kernel: the grouped int4 layout's packed words and zero points.
 KERNEL_POINTERS = {
-    name: {"w_ptr": "*i32", "z_ptr": "*u8"} for name in ("_grouped_gemv_kernel",)
+    name: {"w_ptr": "*i32", "z_ptr": "*u8"} for name in ("_grouped_gemv_kernel", "_grouped_gemv_shared_kernel")
 }
 
 
@@ -202,6 +202,12 @@ def cases(attention_only: bool = False):
         yield f"int4 gemv {config}", int4_triton._grouped_gemv_kernel, consts, GemvTiles(config.num_warps)
     consts = dict(consts, PDL=True)  # the last config with programmatic dependent launch
     yield f"int4 gemv pdl {config}", int4_triton._grouped_gemv_kernel, consts, GemvTiles(config.num_warps)
+    # The default: the shared-activation form (its loop keeps barriers: named apart from "int4 gemv").
+    config = int4_triton.GEMV_CONFIG
+    consts = dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=config.block_n, BLOCKS=config.blocks, HAS_BIAS=False)
+    for pdl in (False, True):
+        yield f"int4 common-x gemv{' pdl' if pdl else ''} {config}", int4_triton._grouped_gemv_shared_kernel, \
+            dict(consts, PDL=pdl), GemvTiles(config.num_warps)
 
 
 def main(target_name: str, attention_only: bool) -> None:

@@ -56,8 +56,8 @@ MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None, SWAP_AB=Fals
 QUANT_KERNELS = {
     "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False,
                   ROW_GROUPS=2, PLANE_SCALES=False, PDL=False), INT4, {}),
-    "int4 gemv shared inputs": (int4_triton._grouped_gemv_shared_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=8,
-                                HAS_BIAS=False, PDL=True), INT4, {}),
+    "int4 common-x gemv": (int4_triton._grouped_gemv_shared_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=8,
+                         HAS_BIAS=False, PDL=True), INT4, {}),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
                   ROW_GROUPS=1, PLANE_SCALES=True, PDL=False),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),

@@ -1,7 +1,7 @@
 """Grouped int4 / int8 weight-only linear layers in Triton (Octavo's packed
 layout, see ``int4``): three paths, chosen by the number of tokens.
 
-* ``_grouped_gemv_kernel`` (a few tokens, decode): each program streams
+* the GEMV (a few tokens, decode): each program streams
   one or two groups of ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout
   blocks per step (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs),
   and for each bit plane multiplies the ``P`` values it holds by the
@@ -10,8 +10,12 @@ layout, see ``int4``): three paths, chosen by the number of tokens.
   ``q`` in its mantissa, so ``bits(0x4B000000 | q) - (2**23 + zero)`` is
   exactly ``q - zero``); where a layout block lies in one group (the
   config's ``deferred``) its planes are summed unscaled and scaled once.
-  Every operand is loaded in the product's shape (no layout change through
-  shared memory in the loop) and lanes are reduced once at the end.
+  Two forms: ``_grouped_gemv_shared_kernel`` (the default, whole groups)
+  loads each step's activations once for all the program's rows and shares
+  them through shared memory; ``_grouped_gemv_kernel`` loads every operand in
+  the product's shape (no barrier in its loop, but each activation once per
+  row), for groups smaller than a block and row pairs. On the GPU the shared
+  form is 1.55x faster (round 31); lanes are reduced once at the end in both.
 * more tokens: the tensor-core kernel of ``int4_mm_triton`` (``grouped_mm``:
   natural-order dequantized tiles, one ``tl.dot`` per K step, split-K for
   skinny batches);
@@ -61,8 +65,11 @@ class GroupedGemvConfig:
     shared_inputs: bool = False
 
 
-# Swept on the H200 (round 26): one 8B decoder layer's four GEMVs 406 -> 125 us.
-GEMV_CONFIG = GroupedGemvConfig(block_n=4, blocks=8, num_warps=4, deferred=True)
+# Swept on the H200 (round 26): one 8B decoder layer's four GEMVs 406 -> 125 us
+# (then the shared-activation form). The per-row form that replaced it measured
+# 204 us there (round 30); side by side on an H100 (round 31): shared 133.7 us,
+# per-row 207.3, per-row with two row groups 242.6.
+GEMV_CONFIG = GroupedGemvConfig(block_n=4, blocks=8, num_warps=4, deferred=True, shared_inputs=True)
 GEMV_MAX_TOKENS = 2
 # H200 round 27 (benchmarks/int4_crossover.py, one 8B layer's four projections):
 # dequantize + cuBLAS ties the tensor-core kernel at 64 tokens and wins above
