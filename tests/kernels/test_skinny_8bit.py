@@ -2,9 +2,11 @@
 float32 reference under the interpreter: weight-only (fp8 and int8 weights,
 16-bit activations) and W8A8 (fp8 activations with per-token scales), with
 split-K, bias and partial tiles; ``w8a8_matmul``'s choice by the token
-count; and an fp8 Llama whose W8A8 matmuls take it, against ``_scaled_mm``."""
+count; an fp8 Llama whose W8A8 matmuls take it; and real shapes on a GPU."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
