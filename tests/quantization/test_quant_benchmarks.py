@@ -113,7 +113,7 @@ def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     assert env_file.read_text().splitlines() == [
         f"OCTAVO_GEMV_8BIT={fp8.block_n},{fp8.block_k},{fp8.num_warps},{fp8.num_stages},{int(fp8.defer_reduce)},"
         f"{int(fp8.prefetch)}",
-        f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1,2",
+        f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1,2,0",
     ]
 
 
