@@ -35,6 +35,10 @@ wait_gpu_idle() {
   done
   echo "GPU still in use by: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
 }
+# Other libraries' wheels (.whl_libs/: fbgemm-gpu-genai, gemlite) into /tmp/site_libs.
+install_libs() {
+  python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
+}
 run_step() {
   local name=$1 limit=$2; shift 2
   wait_gpu_idle; echo "=== $name"; local start=$SECONDS
@@ -134,11 +138,11 @@ for step in "$@"; do
           TAIL=10 run_step gguf_tuned_latency 500 env $(cat /tmp/octavo-tuned.env 2>/dev/null) python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_tuned_latency.json";;
     # Other libraries' quantized GEMMs beside Octavo's on the same weights, same run
     # (benchmarks/quant_libraries.py: fbgemm-gpu-genai, gemlite), their wheels carried in .whl_libs/.
-    libs) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
+    libs) install_libs
           TAIL=150 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step quant_libs 560 python benchmarks/quant_gpu.py --quick --families int4,fp8;;
     # int4 through fbgemm-gpu-genai's layout (octavo[fbgemm], wheel in .whl_libs/): its GPU test, then
     # int4 end to end (throughput, batch-1 decode) beside bf16, with and without it, same run.
-    int4_fbgemm) python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
+    int4_fbgemm) install_libs
           PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_parity 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_parity.py -k fbgemm
           TAIL=6 PYTHONPATH=/tmp/site_libs:$PYTHONPATH run_step int4_fbgemm_tput 580 python benchmarks/quant_e2e.py throughput --methods bf16,int4 --output-json "$O/int4_fbgemm_tput.json"
           TAIL=6 run_step int4_triton_tput 300 python benchmarks/quant_e2e.py throughput --methods int4 --output-json "$O/int4_triton_tput.json";;

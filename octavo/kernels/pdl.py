@@ -59,16 +59,20 @@ def _device_has_pdl(index: int) -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability(index) >= (9, 0)
 
 
+def _turned_off() -> bool:
+    return os.environ.get(PDL_ENV, "1") == "0"
+
+
 def pdl_enabled(device: torch.device, num_tokens: int) -> bool:
     """Whether a decode-chain kernel over ``num_tokens`` tokens on ``device`` launches with PDL."""
-    if device.type != "cuda" or num_tokens > PDL_MAX_TOKENS or os.environ.get(PDL_ENV, "1") == "0" or interpreting():
+    if device.type != "cuda" or num_tokens > PDL_MAX_TOKENS or _turned_off() or interpreting():
         return False
     return _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def pdl_status(device: torch.device) -> str:
     """One line for ``octavo env``: whether the decode chain launches with PDL on ``device``."""
-    if os.environ.get(PDL_ENV, "1") == "0":
+    if _turned_off():
         return f"off ({PDL_ENV}=0)"
     if pdl_enabled(device, 1):
         return f"on for decode launches of up to {PDL_MAX_TOKENS} tokens ({PDL_ENV}=0 turns it off)"

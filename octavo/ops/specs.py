@@ -79,6 +79,12 @@ class OpSpec:
         object.__setattr__(self, "params", names)
 
     @property
+    def repack_params(self) -> tuple[str, ...]:
+        """What ``OpImpl.repack`` is called with, by name: the op's arguments
+        other than the activations (the first) and the bias."""
+        return tuple(name for name in self.params[1:] if name != "bias")
+
+    @property
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.reference)
 

@@ -78,10 +78,11 @@ def take_own_layout(layer: nn.Module) -> None:
     layout = layer.ops.layout("int4_linear") if layer.weight_bits == 4 else None
     if layout is None:
         return
-    packed = layout.repack(qweight=layer.qweight, scales=layer.scales, zeros=layer.zeros, group_size=layer.group_size)
+    spec = OP_SPECS["int4_linear"]
+    packed = layout.repack(**{name: getattr(layer, name) for name in spec.repack_params})
     if packed is None:
         return
-    expected = OP_SPECS["int4_linear"].weights
+    expected = spec.weights
     if set(packed) != set(expected):
         raise QuantizationError(f"{layer.prefix}: {layout.label}'s repack returned {sorted(packed)}, "
                                 f"expected {', '.join(expected)}")

@@ -273,21 +273,16 @@ def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: Grou
     planes = layout.plane_words(num_in, bits)
     plane_scales = not config.deferred or group_size % (planes * (32 // bits)) != 0
     pdl = pdl_enabled(x.device, num_tokens)
+    args = (x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
+            x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0))
+    tiles = dict(BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
+                 HAS_BIAS=bias is not None, PDL=pdl, num_warps=config.num_warps, launch_pdl=pdl)
     if config.shared_inputs and not plane_scales and config.row_groups == 1:
-        _grouped_gemv_shared_kernel[(triton.cdiv(num_out, config.block_n),)](
-            x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
-            x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
-            BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
-            HAS_BIAS=bias is not None, PDL=pdl, num_warps=config.num_warps, launch_pdl=pdl,
+        _grouped_gemv_shared_kernel[(triton.cdiv(num_out, config.block_n),)](*args, **tiles)
+    else:
+        _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
+            *args, **tiles, ROW_GROUPS=config.row_groups, PLANE_SCALES=plane_scales,
         )
-        return out
-    _grouped_gemv_kernel[(triton.cdiv(num_out, config.block_n * config.row_groups),)](
-        x, qweight, scales, zeros, bias if bias is not None else x, out, num_tokens, num_out, num_in, group_size,
-        x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
-        BITS=bits, P=planes, BLOCK_M=next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCKS=config.blocks,
-        HAS_BIAS=bias is not None, ROW_GROUPS=config.row_groups, PLANE_SCALES=plane_scales, PDL=pdl,
-        num_warps=config.num_warps, launch_pdl=pdl,
-    )
     return out
 
 

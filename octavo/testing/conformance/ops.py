@@ -93,8 +93,7 @@ def _run_case(op: str, item: Loaded, case: OpCase, dtype: torch.dtype, device: t
 def _repacked(spec, repack, args: tuple) -> tuple | None:
     """``args`` with the op's weights in ``repack``'s layout (None: it does not take them)."""
     named = dict(zip(spec.params, args))
-    weights_in = {name: value for name, value in named.items() if name not in (spec.params[0], "bias")}
-    packed = repack(**weights_in)
+    packed = repack(**{name: named[name] for name in spec.repack_params})
     if packed is None:
         return None
     return tuple(packed.get(name, value) for name, value in named.items())
