@@ -81,9 +81,11 @@ def instrument(llm, spent: dict[str, float]) -> None:
     # The step's outputs: the scheduler's update and the output objects (a
     # pooling step goes from the scheduler to the outputs in one pass).
     _timed(engine, "_process", "outputs", spent)
-    model = engine.executor.worker.runner.model if hasattr(engine.executor, "worker") else None
-    if model is not None:
-        _timed(model, "forward", "forward", spent)
+    runner = engine.executor.worker.runner if hasattr(engine.executor, "worker") else None
+    if runner is not None:
+        _timed(runner.model, "forward", "forward", spent)
+        if getattr(runner.pooling, "graphs", None) is not None:  # a GPU's encoder graphs: upload + replay
+            _timed(runner.pooling.graphs, "run", "graph", spent)
     _timed(llm, "_queue_pooling", "queue", spent)
 
 
@@ -122,6 +124,26 @@ def measure_corpus(
     return totals, phases
 
 
+def forward_synced(llm, sentences: list[str], spent: dict[str, float]) -> float | None:
+    """The model's forward with the GPU synchronized after it, lowest over a pass
+    of batches: against ``forward`` (launches only) it says whether the step
+    waits on the kernels or on the host's launching of them."""
+    model = llm.engine.executor.worker.runner.model
+    timed = model.forward
+    original = timed.__wrapped__  # under instrument()'s timer
+
+    def synced(*args, **kwargs):
+        out = original(*args, **kwargs)
+        torch.cuda.synchronize()
+        return out
+
+    model.forward = synced
+    _timed(model, "forward", "forward", spent)
+    _, phases = measure(llm, sentences, 10, spent)
+    model.forward = timed
+    return min(phases["forward"]) * 1e3 if phases.get("forward") else None
+
+
 def main(argv: list[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=256)
@@ -132,6 +154,9 @@ def main(argv: list[str] | None = None) -> float:
                         help="with --corpus: tokenize and queue all at once (as before)")
     parser.add_argument("--corpus-calls", type=int, default=5, help="with --corpus: timed calls a round")
     parser.add_argument("--minilm-layers", action="store_true", help="MiniLM's real shapes (the forward then dominates)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: bfloat16 on the GPU (with --minilm-layers, the benchmark's model); "
+                             "adds 'forward_gpu', the forward with the device synced after it, from a second pass")
     args = parser.parse_args(argv)
     # One thread for torch and for the tokenizer: the work's own cost, not how many cores were free.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -154,8 +179,9 @@ def _run(args) -> float:
 
     with tempfile.TemporaryDirectory() as workdir:
         path = build_checkpoint(Path(workdir) / "minilm", shape, vocab_size=len(WORDS) + 5)
-        llm = LLM(str(path), dtype="float32", platform="cpu", max_num_seqs=args.batch_size,
-                  max_num_batched_tokens=args.batch_size * 64)
+        on_gpu = args.device == "cuda"
+        llm = LLM(str(path), dtype="bfloat16" if on_gpu else "float32", platform=None if on_gpu else "cpu",
+                  max_num_seqs=args.batch_size, max_num_batched_tokens=args.batch_size * 64)
         sentences = make_sentences(args.batch_size * (args.num_batches if args.corpus else 1))
         spent: dict[str, float] = collections.defaultdict(float)
         instrument(llm, spent)
@@ -176,6 +202,10 @@ def _run(args) -> float:
             print(f"round {round_index}: ms per {args.batch_size}-sentence batch: min {ms[0]:.2f} "
                   f"median {ms[len(ms) // 2]:.2f} mean {mean:.2f} max {ms[-1]:.2f} | phase mins (ms): {parts}",
                   flush=True)
+        if args.device == "cuda":
+            synced = forward_synced(llm, sentences, spent)
+            print("forward with the GPU synced after it (launches + kernels): "
+                  + (f"min {synced:.2f} ms" if synced is not None else "never run eagerly (graphs replayed)"))
         llm.engine.shutdown()
     print(f"ms per {args.batch_size}-sentence batch (best of {args.rounds} rounds): min {best:.2f}, "
           f"mean {best_mean:.2f}; less the model forward: min {best_host:.2f}; "

@@ -62,6 +62,9 @@ class StepGraphs(Protocol):
     # Optional: ``prefill_graphs(buckets, max_num_reqs)`` -> an object with
     # ``bucket_for(num_tokens, num_reqs)``, ``replay(bucket)`` and
     # ``max_num_reqs``, for steps of up to a few thousand tokens (CUDA has it).
+    # Optional: ``encoder_graphs(forward, max_tokens)`` -> an
+    # ``octavo.runtime.encoder_graphs.EncoderGraphs`` for encoder-only pooling
+    # models (made on a factory called with no batch sizes; CUDA has it).
 
 
 GraphRunnerFactory = Callable[[RunnerView, list[int]], StepGraphs]

@@ -125,3 +125,18 @@ class DecodeGraphs:
         from octavo.runtime.prefill_graphs import PrefillGraphs
 
         return PrefillGraphs(self.runner, buckets, max_num_reqs, pool=self.pool)
+
+    def encoder_graphs(self, forward, max_tokens: int):
+        """An encoder's steps captured by padded shape as they come
+        (``encoder_graphs.py``), in this object's memory pool."""
+        from octavo.runtime.encoder_graphs import EncoderGraphs
+
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        pool, stream = self.pool, torch.cuda.Stream()
+
+        def capture(run):
+            with torch.inference_mode():
+                return capture_graph(run, pool, stream)
+
+        return EncoderGraphs(forward, self.runner.device, capture, max_tokens)

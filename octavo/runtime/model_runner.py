@@ -178,7 +178,8 @@ class ModelRunner:
         if factory is None or self.config.enforce_eager or get_pp_group().world_size > 1:
             return  # pipeline stages exchange activations between steps: eager only
         if self.pooling is not None:
-            return  # pooling steps run eagerly (the captured graphs end in the LM head or paged attention)
+            self._maybe_make_encoder_graphs(factory)
+            return  # decoders' pooling steps run eagerly (the captured graphs end in the LM head or paged attention)
         backends = self.loaded.layer_backends
         if not all(getattr(b, "supports_graph_capture", False) for b in backends):
             logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
@@ -188,6 +189,15 @@ class ModelRunner:
         self.graphs = factory(self, graph_batch_sizes(self.config.max_num_seqs))
         self.graphs.capture()
         self._maybe_capture_prefill_graphs()
+
+    def _maybe_make_encoder_graphs(self, factory) -> None:
+        """Encoder-only pooling models capture their steps by shape as they come
+        (an optional member of ``StepGraphs``: ``encoder_graphs``)."""
+        if not self.pooling.pooler.is_encoder:
+            return
+        make_encoder_graphs = getattr(factory(self, []), "encoder_graphs", None)
+        if make_encoder_graphs is not None:
+            self.pooling.graphs = make_encoder_graphs(self.pooling.encoder_forward, self.config.max_num_batched_tokens)
 
     def _maybe_capture_prefill_graphs(self) -> None:
         from octavo.runtime.prefill_graphs import prefill_graph_buckets

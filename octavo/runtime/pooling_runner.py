@@ -6,7 +6,9 @@ request ``i`` is rows ``cu_seqlens[i]:cu_seqlens[i+1]`` of the hidden
 states, in the scheduler's order. Encoder-only models get a flat batch of
 their own (positions from 0 within each input, segment ids, the
 bidirectional attention's metadata) and no KV cache; decoders run through
-the runner's usual path (paged KV cache, prefill graphs), then pool. The
+the runner's usual path (paged KV cache, prefill graphs), then pool. An
+encoder's step replays a CUDA graph of its padded shape where the platform
+makes them (``encoder_graphs.py``; ``graphs`` is None otherwise). The
 model's ``pool`` gives float32 rows on the device; one copy brings them to
 the host, where each request's params finish them (``finish_pooled``).
 """
@@ -36,6 +38,7 @@ class PoolingRunner:
         self.pooler = runner.loaded.pooler
         self.device = runner.device
         self.pack_uploads = packs_uploads(runner.platform)
+        self.graphs = None  # EncoderGraphs, set by the runner when its platform captures graphs
 
     @property
     def keeps_no_state(self) -> bool:
@@ -76,6 +79,10 @@ class PoolingRunner:
             raise RuntimeError(f"a pooling step of {len(request_ids)} requests did not schedule each new and whole")
         return requests
 
+    def encoder_forward(self, input_ids, positions, token_type_ids, fctx: ForwardContext) -> torch.Tensor:
+        """The encoder's forward as ``EncoderGraphs`` captures it."""
+        return self.runner.model(input_ids, positions, fctx, token_type_ids=token_type_ids)
+
     def _run_encoder(self, requests: list[NewRequestData], seq_lens: np.ndarray) -> tuple[torch.Tensor, PoolingMetadata]:
         """The encoder's hidden states and the step's pooling metadata, every
         input of the step sent to the device together (``upload_together``)."""
@@ -88,6 +95,11 @@ class PoolingRunner:
         if any(r.token_type_ids is not None for r in requests):
             types = (r.token_type_ids if r.token_type_ids is not None else [0] * len(r.prompt_token_ids) for r in requests)
             host["token_type_ids"] = np.fromiter(chain.from_iterable(types), np.int64, num_tokens)
+        if self.graphs is not None:
+            replayed = self.graphs.run(seq_lens, host, PoolingMetadata.host_arrays(seq_lens))
+            if replayed is not None:
+                hidden, pooling = replayed
+                return hidden, PoolingMetadata.on_device(pooling)
         host.update(EncoderAttentionMetadata.host_arrays(seq_lens))
         host.update(PoolingMetadata.host_arrays(seq_lens))
         sent = upload_together(host, self.device, self.pack_uploads)

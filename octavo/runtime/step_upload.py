@@ -8,7 +8,10 @@ buffer (each array at an 8-byte boundary) they cross in one copy and are
 viewed back on the device as their dtypes and shapes: a view, no kernel.
 Elsewhere each array goes as it is: on the CPU a copy is no copy, and on a
 lazy-tensor device (XLA) views of one upload would be traced into the step.
-The runner decides from its platform (``packs_uploads``).
+The runner decides from its platform (``packs_uploads``). A captured graph
+reads its inputs at fixed addresses: ``into`` (a device byte buffer) then
+receives the packed copy, and the views are of it; arrays of the same
+shapes, in the same order, land at the same offsets every time.
 """
 
 from __future__ import annotations
@@ -25,8 +28,16 @@ def packs_uploads(platform) -> bool:
     return bool(platform.pins_host_memory and not platform.fresh_step_inputs)
 
 
-def upload_together(arrays: dict[str, np.ndarray], device: torch.device, pack: bool) -> dict[str, torch.Tensor]:
-    """``arrays`` on ``device``, by name; ``pack`` sends them in one copy."""
+def packed_size(arrays: dict[str, np.ndarray]) -> int:
+    """Bytes ``arrays`` take packed (each at an ``ALIGN``-byte boundary)."""
+    return max(sum(-(-array.nbytes // ALIGN) * ALIGN for array in arrays.values()), ALIGN)
+
+
+def upload_together(
+    arrays: dict[str, np.ndarray], device: torch.device, pack: bool, into: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """``arrays`` on ``device``, by name; ``pack`` sends them in one copy, into
+    the uint8 device buffer ``into`` when given (at least ``packed_size`` bytes)."""
     if not pack:
         return {name: torch.from_numpy(array).to(device, non_blocking=True) for name, array in arrays.items()}
     arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
@@ -38,7 +49,13 @@ def upload_together(arrays: dict[str, np.ndarray], device: torch.device, pack: b
     for name, array in arrays.items():
         host[starts[name] : starts[name] + array.nbytes] = array.reshape(-1).view(np.uint8)
     # Pageable memory: the copy has read ``host`` when it returns, so it may go.
-    packed = torch.from_numpy(host).to(device, non_blocking=True)
+    if into is None:
+        packed = torch.from_numpy(host).to(device, non_blocking=True)
+    else:
+        if into.dtype != torch.uint8 or into.numel() < host.size:
+            raise ValueError(f"the upload needs a uint8 buffer of {host.size} bytes, got {into.dtype} x {into.numel()}")
+        packed = into
+        packed[: host.size].copy_(torch.from_numpy(host), non_blocking=True)
     return {
         name: packed[starts[name] : starts[name] + array.nbytes].view(torch.from_numpy(array[:0]).dtype).view(array.shape)
         for name, array in arrays.items()

@@ -53,3 +53,24 @@ def test_platforms_that_pack_their_uploads():
     from octavo.runtime.step_upload import packs_uploads
 
     assert packs_uploads(CudaPlatform) and not packs_uploads(CpuPlatform) and not packs_uploads(TpuPlatform)
+
+
+def test_uploads_into_a_buffer_land_at_fixed_offsets():
+    # A captured graph reads its inputs at fixed addresses: the same shapes in
+    # the same order land at the same offsets, whatever follows them.
+    from octavo.runtime.step_upload import packed_size
+
+    first = {"ids": np.arange(5, dtype=np.int64), "bias": np.zeros((2, 3), dtype=np.float32)}
+    second = {"ids": np.arange(5, 10, dtype=np.int64), "bias": np.ones((2, 3), dtype=np.float32),
+              "extra": np.arange(3, dtype=np.int64)}
+    assert packed_size(first) == 40 + 24
+    for device in DEVICES:
+        buffer = torch.zeros(packed_size(second), dtype=torch.uint8, device=device)
+        one = upload_together(first, torch.device(device), pack=True, into=buffer)
+        two = upload_together(second, torch.device(device), pack=True, into=buffer)
+        for name in first:
+            assert one[name].data_ptr() == two[name].data_ptr()
+            assert np.array_equal(one[name].cpu().numpy(), second[name])  # the views see the buffer's new contents
+        assert np.array_equal(two["extra"].cpu().numpy(), second["extra"])
+        with pytest.raises(ValueError, match="needs a uint8 buffer"):
+            upload_together(second, torch.device(device), pack=True, into=buffer[:10])

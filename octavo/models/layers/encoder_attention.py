@@ -54,6 +54,35 @@ class EncoderAttentionMetadata:
             arrays["key_bias"] = np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :]
         return arrays
 
+    @staticmethod
+    def padded_host_arrays(seq_lens: np.ndarray, num_seqs: int, max_seqlen: int, num_tokens: int) -> dict[str, np.ndarray]:
+        """``host_arrays`` on a grid of ``num_seqs`` x ``max_seqlen`` for
+        ``num_tokens`` flat tokens, at least the real ones (a captured graph's
+        fixed shape), ``key_bias`` always. Padding sequences attend to the first
+        token only (a row of all ``-inf`` would be NaN); padding tokens read
+        cell 0. Neither reaches a real token's output."""
+        seq_lens = np.asarray(seq_lens, dtype=np.int64)
+        real = len(seq_lens)
+        if real > num_seqs or int(seq_lens.max()) > max_seqlen or int(seq_lens.sum()) > num_tokens:
+            raise ValueError(f"{real} sequences of up to {int(seq_lens.max())} tokens do not fit the padded grid "
+                             f"{num_seqs} x {max_seqlen} of {num_tokens} tokens")
+        lengths = np.zeros(num_seqs, dtype=np.int64)
+        lengths[:real] = seq_lens
+        starts = np.zeros(num_seqs, dtype=np.int64)
+        starts[:real] = np.cumsum(seq_lens) - seq_lens
+        offsets = np.arange(max_seqlen, dtype=np.int64)
+        valid = offsets[None, :] < lengths[:, None]
+        token_cells = np.zeros(num_tokens, dtype=np.int64)
+        real_cells = np.flatnonzero(valid)
+        token_cells[: len(real_cells)] = real_cells
+        key_bias = np.where(valid, np.float32(0), np.float32(-np.inf))
+        key_bias[real:, 0] = 0
+        return {
+            "grid_index": np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1),
+            "token_cells": token_cells,
+            "key_bias": key_bias[:, None, None, :],
+        }
+
     @classmethod
     def on_device(cls, seq_lens: np.ndarray, arrays: dict[str, torch.Tensor]) -> EncoderAttentionMetadata:
         """The metadata of ``host_arrays``' arrays once on the device (with other arrays of the step: ``upload_together``)."""
