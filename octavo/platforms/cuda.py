@@ -77,6 +77,9 @@ class CudaPlatform(TorchDevicePlatform):
         # are well formed (else InvalidArgumentError)
         gemv_max_tokens()
         quant_gemv_max_tokens()
+        from octavo.kernels.quant.scaled_mm import fp8_fast_accum
+
+        fp8_fast_accum()  # OCTAVO_FP8_FAST_ACCUM is 0 or 1
         if importlib.util.find_spec("triton") is not None:
             from octavo.kernels.quant.skinny_8bit import w8a8_max_tokens
 

@@ -123,3 +123,35 @@ def test_fp8_w8a8_with_one_launch_quantizer():
     expected = quant_reference.fp8_linear(x, qweight, scale, bias)
     out = fp8_w8a8_linear(x, qweight, scale, bias)
     assert out.shape == (5, 48) and relative_error(out, expected) < OP_SPECS["fp8_linear"].tolerance[torch.bfloat16].relative_norm
+
+
+def test_fp8_gemms_accumulate_fast_unless_told_not_to(monkeypatch):
+    # vLLM's sm90 fp8 kernels use CUTLASS's fast-accumulation schedules; so
+    # does _scaled_mm here unless OCTAVO_FP8_FAST_ACCUM=0 (read once per process).
+    from octavo.errors import InvalidArgumentError
+
+    seen = []
+
+    def fake_scaled_mm(a, b, **kwargs):
+        seen.append(kwargs["use_fast_accum"])
+        return torch.zeros(a.shape[0], b.shape[1], dtype=kwargs["out_dtype"])
+
+    monkeypatch.setattr(torch, "_scaled_mm", fake_scaled_mm)
+    xq, x_scale = scaled_mm.quantize_fp8_per_token(torch.randn(16, 32))
+    qweight, weight_scale = scaled_mm.quantize_fp8_per_channel(torch.randn(8, 32))
+    try:
+        for value in (None, "0", "1"):
+            if value is None:
+                monkeypatch.delenv(scaled_mm.FAST_ACCUM_ENV, raising=False)
+            else:
+                monkeypatch.setenv(scaled_mm.FAST_ACCUM_ENV, value)
+            scaled_mm.fp8_fast_accum.cache_clear()
+            out = scaled_mm.fp8_scaled_mm(xq, x_scale, qweight, weight_scale, None, 2, torch.bfloat16)
+            assert out.shape == (2, 8)
+        assert seen == [True, False, True]
+        monkeypatch.setenv(scaled_mm.FAST_ACCUM_ENV, "yes")
+        scaled_mm.fp8_fast_accum.cache_clear()
+        with pytest.raises(InvalidArgumentError, match="OCTAVO_FP8_FAST_ACCUM"):
+            scaled_mm.fp8_fast_accum()
+    finally:
+        scaled_mm.fp8_fast_accum.cache_clear()

@@ -10,6 +10,10 @@ activations per token, dynamically (``scale[m] = amax(|x[m]|) / QMAX``), so
   ``int8_w8a8_supported``) and the weight's dims suit them
   (``w8a8_shape_ok``). On CUDA ``_int_mm`` needs more than 16 rows and
   ``_scaled_mm`` rows in multiples of 16, so inputs are padded with zero rows.
+  fp8 GEMMs accumulate in the tensor cores' own precision, without the
+  periodic promotion to float32 (``use_fast_accum``; vLLM's sm90 fp8
+  kernels use the same "FP8FastAccum" schedules): ``OCTAVO_FP8_FAST_ACCUM=0``
+  promotes, slower (``fp8_fast_accum``).
 * Weight-only paths multiply by the 8-bit weight cast to the activation
   dtype (exact: every e4m3 and int8 value is representable in bf16/fp16)
   and apply the per-channel scale to the output, which is the same product.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +40,19 @@ INT8_MAX = 127.0
 MIN_SCALE = 1e-12
 # torch._scaled_mm on CUDA has wanted rows in multiples of 16 (torch 2.4-2.6).
 SCALED_MM_ROW_MULTIPLE = 16
+FAST_ACCUM_ENV = "OCTAVO_FP8_FAST_ACCUM"
+
+
+@functools.cache
+def fp8_fast_accum() -> bool:
+    """Whether fp8 W8A8 GEMMs skip the float32 promotion of their partial
+    sums (``OCTAVO_FP8_FAST_ACCUM``: 1, the default, or 0); read once per process."""
+    from octavo.errors import InvalidArgumentError
+
+    value = os.environ.get(FAST_ACCUM_ENV, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgumentError(f"{FAST_ACCUM_ENV}={value!r}: expected 1 (fast accumulation, the default) or 0")
+    return value == "1"
 
 
 def quantize_fp8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,7 +164,8 @@ def fp8_scaled_mm(
     ``x_scale`` float32 ``[M', 1]``, ``M' >= num_tokens``), in ``dtype``."""
     # Row-wise scaling wants a bfloat16 output; other dtypes are cast after.
     out = torch._scaled_mm(
-        xq, qweight.t(), scale_a=x_scale, scale_b=weight_scale.reshape(1, -1), out_dtype=torch.bfloat16
+        xq, qweight.t(), scale_a=x_scale, scale_b=weight_scale.reshape(1, -1), out_dtype=torch.bfloat16,
+        use_fast_accum=fp8_fast_accum(),
     )
     out = out[:num_tokens].to(dtype)
     return out if bias is None else out + bias
