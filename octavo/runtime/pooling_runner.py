@@ -95,13 +95,14 @@ class PoolingRunner:
         if any(r.token_type_ids is not None for r in requests):
             types = (r.token_type_ids if r.token_type_ids is not None else [0] * len(r.prompt_token_ids) for r in requests)
             host["token_type_ids"] = np.fromiter(chain.from_iterable(types), np.int64, num_tokens)
+        pooling = PoolingMetadata.host_arrays(seq_lens)
         if self.graphs is not None:
-            replayed = self.graphs.run(seq_lens, host, PoolingMetadata.host_arrays(seq_lens))
+            replayed = self.graphs.run(seq_lens, host, pooling)
             if replayed is not None:
-                hidden, pooling = replayed
-                return hidden, PoolingMetadata.on_device(pooling)
+                hidden, pooling_sent = replayed
+                return hidden, PoolingMetadata.on_device(pooling_sent)
         host.update(EncoderAttentionMetadata.host_arrays(seq_lens))
-        host.update(PoolingMetadata.host_arrays(seq_lens))
+        host.update(pooling)
         sent = upload_together(host, self.device, self.pack_uploads)
         fctx = ForwardContext(attn_metadata=EncoderAttentionMetadata.on_device(seq_lens, sent), kv_caches=[])
         hidden = self.runner.model(sent["input_ids"], sent["positions"], fctx, token_type_ids=sent.get("token_type_ids"))
