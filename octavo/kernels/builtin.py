@@ -19,6 +19,8 @@ import os
 import torch
 
 from octavo.errors import InvalidArgumentError
+from octavo.kernels.encoder_attention import accepts as _varlen_accepts
+from octavo.kernels.encoder_attention import supported as _varlen_supported
 from octavo.ops.impl import OpContext, OpImpl
 
 GEMV_MAX_TOKENS_ENV = "OCTAVO_GEMV_MAX_TOKENS"
@@ -212,6 +214,11 @@ def builtin_layer_ops() -> list[OpImpl]:
         OpImpl("gelu_tanh_and_mul", "triton", "octavo.kernels.activation:gelu_tanh_and_mul", device_types=CUDA),
         OpImpl("moe_topk_softmax", "triton", "octavo.kernels.moe_topk:topk_softmax", device_types=CUDA),
         OpImpl("fused_moe", "triton", "octavo.kernels.fused_moe:fused_moe", device_types=CUDA),
+        OpImpl(
+            "encoder_attention", "varlen_flash", "octavo.kernels.encoder_attention:varlen_encoder_attention",
+            device_types=CUDA, dtypes=(torch.bfloat16, torch.float16), supports=_varlen_supported,
+            accepts=_varlen_accepts,
+        ),
     ]
     max_tokens = _env_max_tokens(gemv_max_tokens)
     if max_tokens:

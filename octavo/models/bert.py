@@ -95,10 +95,12 @@ class BertAttention(nn.Module):
             quant_config=ctx.quant_config, prefix=f"{prefix}.qkv_proj", params_dtype=ctx.dtype,
         )
         self.num_heads = self.qkv_proj.num_heads
+        self.attention_op = ctx.ops.encoder_attention
         self.output = DenseAddNorm(ctx, config.hidden_size, f"{prefix}.output")
 
     def forward(self, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
-        out = encoder_attention(self.qkv_proj(hidden), self.num_heads, fctx.attn_metadata, self.head_size**-0.5)
+        qkv = self.qkv_proj(hidden)
+        out = encoder_attention(self.attention_op, qkv, self.num_heads, fctx.attn_metadata, self.head_size**-0.5)
         return self.output(out, hidden)
 
 

@@ -254,3 +254,39 @@ def fused_moe(
         expert_out = F.linear(hidden, w2[expert]) * weights[token_index, slot, None]
         out.index_add_(0, token_index, expert_out)
     return out
+
+
+def encoder_attention(
+    qkv: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    grid_index: torch.Tensor,
+    token_cells: torch.Tensor,
+    key_bias: torch.Tensor | None,
+    num_heads: int,
+    scale: float,
+) -> torch.Tensor:
+    """Bidirectional attention within each sequence of a flat batch (encoders).
+
+    ``qkv`` [tokens, 3 * num_heads * head_size]: each token's q, k and v, one
+    after another; sequence ``i`` is the tokens ``cu_seqlens[i]:cu_seqlens[i + 1]``
+    (int32, ``[num_seqs + 1]``), none longer than ``max_seqlen``. Returns
+    [tokens, num_heads * head_size]: each token attends to every token of its
+    own sequence and to no other. Tokens past ``cu_seqlens[-1]`` (padding)
+    belong to no sequence: their rows are unspecified.
+
+    The same batch laid out on a [num_seqs, max_seqlen] grid, which this
+    reference computes on (an implementation may ignore it): ``grid_index``
+    [num_seqs * max_seqlen], the token in each cell (an empty cell repeats a
+    token of its row); ``token_cells`` [tokens], each token's cell;
+    ``key_bias`` [num_seqs, 1, 1, max_seqlen] in ``qkv``'s dtype, 0 for a real
+    key and -inf for an empty cell, or None when every sequence fills its row."""
+    num_tokens, num_seqs = qkv.shape[0], cu_seqlens.shape[0] - 1
+    head_size = qkv.shape[1] // (3 * num_heads)
+    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size].
+    grid = qkv.index_select(0, grid_index).view(num_seqs, max_seqlen, 3, num_heads, head_size)
+    query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=key_bias, scale=scale)
+    # One gather takes each token's row back off the grid ([seqs, heads, len, d] -> [tokens, heads, d]).
+    cells = out.transpose(1, 2).reshape(num_seqs * max_seqlen, num_heads, head_size)
+    return cells.index_select(0, token_cells).reshape(num_tokens, num_heads * head_size)

@@ -46,6 +46,8 @@ class Tolerance:
 # the reference rounds per operation).
 ELEMENTWISE = {F32: Tolerance(1e-5, 1e-5), F16: Tolerance(2e-3, 2e-3), BF16: Tolerance(1.6e-2, 1.6e-2)}
 GEMM = {F32: Tolerance(1e-4, 1e-4), F16: Tolerance(4e-3, 4e-3), BF16: Tolerance(2e-2, 2e-2)}
+# Attention: softmax-weighted sums, accumulated in float32 by any kernel.
+ATTENTION = {F32: Tolerance(1e-4, 1e-4), F16: Tolerance(4e-3, 4e-3), BF16: Tolerance(2e-2, 2e-2)}
 # fp8 W8A8 quantizes activations to 3 mantissa bits: up to 2**-4 relative per element.
 FP8 = {dtype: Tolerance(relative_norm=0.08) for dtype in ACTIVATION_DTYPES}
 
@@ -182,6 +184,10 @@ _SPECS = (
         "silu_and_mul_fp8_linear", quant_reference.silu_and_mul_fp8_linear, FP8,
         "SiLU-and-mul feeding an fp8 down projection (the quantizer fused into the activation)",
         compose=_compose_silu_and_mul_fp8_linear, composed_of=("silu_and_mul", "fp8_linear"), since=(1, 2),
+    ),
+    OpSpec(
+        "encoder_attention", reference.encoder_attention, ATTENTION,
+        "bidirectional attention within each sequence of a flat batch (encoder-only models)", since=(1, 3),
     ),
 )
 

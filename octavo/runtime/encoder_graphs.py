@@ -43,7 +43,7 @@ EncoderForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, ForwardCont
 DEFAULT_MAX_ENCODER_GRAPHS = 16
 # Shapes seen but not yet captured are forgotten past this many (a server's inputs vary without end).
 MAX_REMEMBERED_SHAPES = 4096
-GRAPH_ARRAYS = ("input_ids", "positions", "token_type_ids", "grid_index", "token_cells", "key_bias")
+GRAPH_ARRAYS = ("input_ids", "positions", "token_type_ids", "grid_index", "token_cells", "key_bias", "attn_cu_seqlens")
 
 
 def padded(count: int) -> int:
@@ -135,7 +135,8 @@ class EncoderGraphs:
 
         def run() -> torch.Tensor:
             metadata = EncoderAttentionMetadata(
-                shape.num_seqs, shape.max_seqlen, sent["grid_index"], sent["token_cells"], sent["key_bias"]
+                shape.num_seqs, shape.max_seqlen, sent["grid_index"], sent["token_cells"], sent["key_bias"],
+                sent["attn_cu_seqlens"],
             )
             context = ForwardContext(attn_metadata=metadata, kv_caches=[])
             return self.forward(sent["input_ids"], sent["positions"], sent["token_type_ids"], context)

@@ -60,3 +60,34 @@ def test_encoder_steps_replayed_from_cuda_graphs_match_the_eager_ones(name, pool
     assert graphs.num_captures == 1 and graphs.num_replays == 4
     for p, got in runs:
         assert np.abs(got - eager[id(p)]).max() < 2e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_varlen_encoder_attention_matches_the_grid_reference(dtype):
+    # CUDA's encoder_attention (torch's varlen flash attention) against the grid
+    # SDPA reference, on real rows, with a captured step's padding: empty
+    # sequences after the real ones and tokens past the last sequence.
+    from octavo.kernels.encoder_attention import varlen_encoder_attention
+    from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
+    from octavo.ops import reference
+
+    gen = torch.Generator().manual_seed(0)
+    seq_lens = np.array([1, 7, 22, 16, 3, 9])
+    heads, head_size, num_tokens = 12, 32, 64
+    arrays = EncoderAttentionMetadata.padded_host_arrays(seq_lens, num_seqs=8, max_seqlen=24, num_tokens=num_tokens)
+    on_gpu = {name: torch.from_numpy(a).cuda() for name, a in arrays.items()}
+    args = (on_gpu["attn_cu_seqlens"], 24, on_gpu["grid_index"], on_gpu["token_cells"],
+            on_gpu["key_bias"].to(dtype), heads, head_size**-0.5)
+    qkv = (torch.randn(num_tokens, 3 * heads * head_size, generator=gen)).to("cuda", dtype)
+    real = int(seq_lens.sum())
+    expected = reference.encoder_attention(qkv, *args)[:real].float()
+    got = varlen_encoder_attention(qkv, *args)[:real].float()
+    assert (got - expected).abs().max() < 2e-2
+
+
+def test_cuda_resolves_encoder_attention_to_varlen_in_half_precision(pooling_dirs, make_llm):  # noqa: F811
+    path = pooling_dirs("bert")
+    ops = make_llm(path, platform="cuda", dtype="bfloat16", max_model_len=64).engine.executor.worker.runner.loaded.ops
+    assert ops.choice("encoder_attention").impl == "varlen_flash", ops.choice("encoder_attention").describe()
+    ops32 = make_llm(path, platform="cuda", max_model_len=64).engine.executor.worker.runner.loaded.ops
+    assert ops32.choice("encoder_attention").impl == "reference"

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata, encoder_attention
+from octavo.ops import reference
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -22,7 +23,7 @@ def test_the_additive_mask_gives_what_the_bool_mask_gives(device, dtype):
     heads, head_size = 2, 8
     meta = EncoderAttentionMetadata.build(seq_lens, torch.device(device))
     qkv = torch.randn(int(seq_lens.sum()), 3 * heads * head_size, dtype=dtype, device=device)
-    out = encoder_attention(qkv, heads, meta, head_size**-0.5)
+    out = encoder_attention(reference.encoder_attention, qkv, heads, meta, head_size**-0.5)
     assert meta.key_bias_in(dtype) is meta.key_bias_in(dtype)  # converted once per step
     key_mask = meta.key_bias == 0  # the bool mask it stands for
     grid = qkv.index_select(0, meta.grid_index).view(len(seq_lens), seq_lens.max(), 3, heads, head_size)
@@ -41,3 +42,12 @@ def test_the_additive_mask_gives_what_the_bool_mask_gives(device, dtype):
 def test_a_full_grid_has_no_mask():
     meta = EncoderAttentionMetadata.build(np.array([4, 4]), torch.device("cpu"))
     assert meta.key_bias is None and meta.key_bias_in(torch.bfloat16) is None
+
+
+def test_padded_sequences_are_empty_in_cu_seqlens():
+    # A captured step's padding sequences hold no token: a varlen kernel skips them.
+    seq_lens = np.array([3, 1, 4])
+    plain = EncoderAttentionMetadata.host_arrays(seq_lens)
+    padded = EncoderAttentionMetadata.padded_host_arrays(seq_lens, num_seqs=5, max_seqlen=6, num_tokens=11)
+    assert plain["attn_cu_seqlens"].dtype == np.int32 and list(plain["attn_cu_seqlens"]) == [0, 3, 4, 8]
+    assert list(padded["attn_cu_seqlens"]) == [0, 3, 4, 8, 8, 8]

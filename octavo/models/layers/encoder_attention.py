@@ -5,20 +5,23 @@ and each of them attends to every token of its own sequence and to no other.
 Nothing is cached: an encoder computes a whole input in one step.
 
 The step's metadata (built once, on the host, by ``EncoderAttentionMetadata.build``)
-lays the flat tokens out on a ``[num_seqs, max_seqlen]`` grid, so that one
-``scaled_dot_product_attention`` call covers the batch (torch picks the
-kernel for the device; an additive key mask hides the grid's empty cells,
-and is left out when every sequence fills its row). Only attention sees that grid:
-projections, norms and activations run on the flat tokens.
+holds the sequences' boundaries (``cu_seqlens``, what a varlen kernel
+reads) and lays the flat tokens out on a ``[num_seqs, max_seqlen]`` grid,
+so that the ``encoder_attention`` layer op's reference covers the batch with
+one ``scaled_dot_product_attention`` call (an additive key mask hides the
+grid's empty cells, and is left out when every sequence fills its row).
+Only attention sees the grid: projections, norms and activations run on
+the flat tokens. CUDA's implementation of the op (``kernels/encoder_attention.py``)
+is torch's varlen flash attention, on the flat tokens directly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 @dataclass
@@ -35,12 +38,16 @@ class EncoderAttentionMetadata:
     # converts a bool mask in every layer, a kernel each on a GPU); None when
     # the grid is full.
     key_bias: torch.Tensor | None
+    # [num_seqs + 1] int32: sequence i is the flat tokens cu_seqlens[i]:cu_seqlens[i+1]
+    # (what a varlen attention kernel reads instead of the grid).
+    cu_seqlens: torch.Tensor
     # ``key_bias`` in the other dtypes asked for (``key_bias_in``).
     _key_bias_in: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @staticmethod
     def host_arrays(seq_lens: np.ndarray) -> dict[str, np.ndarray]:
-        """The step's grid on the host: ``grid_index``, ``token_cells`` and, unless the grid is full, ``key_bias``."""
+        """The step's grid on the host: ``grid_index``, ``token_cells``,
+        ``attn_cu_seqlens`` and, unless the grid is full, ``key_bias``."""
         seq_lens = np.asarray(seq_lens, dtype=np.int64)
         max_seqlen = int(seq_lens.max())
         starts = np.cumsum(seq_lens) - seq_lens
@@ -49,6 +56,7 @@ class EncoderAttentionMetadata:
         arrays = {
             "grid_index": np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1),
             "token_cells": np.flatnonzero(valid),  # row-major: the tokens' own order
+            "attn_cu_seqlens": np.concatenate([[0], np.cumsum(seq_lens)]).astype(np.int32),
         }
         if not valid.all():
             arrays["key_bias"] = np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :]
@@ -77,16 +85,21 @@ class EncoderAttentionMetadata:
         token_cells[: len(real_cells)] = real_cells
         key_bias = np.where(valid, np.float32(0), np.float32(-np.inf))
         key_bias[real:, 0] = 0
+        cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)  # padding sequences: empty
         return {
             "grid_index": np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1),
             "token_cells": token_cells,
             "key_bias": key_bias[:, None, None, :],
+            "attn_cu_seqlens": cu_seqlens,
         }
 
     @classmethod
     def on_device(cls, seq_lens: np.ndarray, arrays: dict[str, torch.Tensor]) -> EncoderAttentionMetadata:
         """The metadata of ``host_arrays``' arrays once on the device (with other arrays of the step: ``upload_together``)."""
-        return cls(len(seq_lens), int(np.max(seq_lens)), arrays["grid_index"], arrays["token_cells"], arrays.get("key_bias"))
+        return cls(
+            len(seq_lens), int(np.max(seq_lens)), arrays["grid_index"], arrays["token_cells"], arrays.get("key_bias"),
+            arrays["attn_cu_seqlens"],
+        )
 
     @classmethod
     def build(cls, seq_lens: np.ndarray, device: torch.device) -> EncoderAttentionMetadata:
@@ -103,18 +116,14 @@ class EncoderAttentionMetadata:
         return bias
 
 
-def encoder_attention(qkv: torch.Tensor, num_heads: int, metadata: EncoderAttentionMetadata, scale: float) -> torch.Tensor:
+def encoder_attention(
+    op: Callable, qkv: torch.Tensor, num_heads: int, metadata: EncoderAttentionMetadata, scale: float
+) -> torch.Tensor:
     """``qkv``: [num_tokens, 3 * num_heads * head_size], each token's q, k and v
     one after another; returns [num_tokens, num_heads * head_size], each token
-    attending to its own sequence."""
-    num_tokens = qkv.shape[0]
-    head_size = qkv.shape[1] // (3 * num_heads)
-    # One gather puts q, k and v on the grid: [num_seqs, max_seqlen, 3, heads, head_size]
-    # (index_select over one flat index each way: the plainest gather torch has).
-    grid = qkv.index_select(0, metadata.grid_index)
-    grid = grid.view(metadata.num_seqs, metadata.max_seqlen, 3, num_heads, head_size)
-    query, key, value = (grid[:, :, i].transpose(1, 2) for i in range(3))
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=metadata.key_bias_in(qkv.dtype), scale=scale)
-    # One gather takes each token's row back off the grid ([seqs, heads, len, d] -> [tokens, heads, d]).
-    cells = out.transpose(1, 2).reshape(metadata.num_seqs * metadata.max_seqlen, num_heads, head_size)
-    return cells.index_select(0, metadata.token_cells).reshape(num_tokens, num_heads * head_size)
+    attending to its own sequence, by ``op`` (the model's ``encoder_attention``
+    layer op: the grid SDPA reference, or a varlen kernel that reads ``cu_seqlens``)."""
+    return op(
+        qkv, metadata.cu_seqlens, metadata.max_seqlen, metadata.grid_index, metadata.token_cells,
+        metadata.key_bias_in(qkv.dtype), num_heads, scale,
+    )

@@ -219,6 +219,30 @@ def _gguf_case(tokens: int, out_features: int, in_features: int, type_name: str)
     return OpCase(f"{tokens} tokens, {type_name} {in_features} -> {out_features}", tokens, make)
 
 
+def _encoder_attention_case(seq_lens: tuple[int, ...], heads: int, head_size: int) -> OpCase:
+    """A flat batch of ``seq_lens``, with the grid's arrays as a step makes them
+    (padding rows, whose values the op leaves unspecified, are not compared:
+    ``tests/gpu/test_gpu_pooling.py`` runs padded steps end to end)."""
+    import numpy as np
+
+    from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
+
+    lengths = np.array(seq_lens)
+    num_tokens = int(lengths.sum())
+
+    def make(dtype, device, gen):
+        arrays = EncoderAttentionMetadata.host_arrays(lengths)
+        qkv = _randn(gen, num_tokens, 3 * heads * head_size)
+        key_bias = arrays.get("key_bias")
+        key_bias = None if key_bias is None else torch.from_numpy(key_bias).to(device=device, dtype=dtype)
+        cu_seqlens, grid_index, token_cells = (torch.from_numpy(arrays[name]).to(device)
+                                               for name in ("attn_cu_seqlens", "grid_index", "token_cells"))
+        max_seqlen = int(lengths.max())
+        return (*_on(device, dtype, qkv), cu_seqlens, max_seqlen, grid_index, token_cells, key_bias, heads, head_size**-0.5)
+
+    return OpCase(f"seqs={list(seq_lens)} heads={heads} d={head_size}", num_tokens, make)
+
+
 def _tokens_grid(make_case, *args) -> list[OpCase]:
     return [make_case(tokens, *args) for tokens in (1, 3, 17)]
 
@@ -253,4 +277,6 @@ OP_CASES: dict[str, list[OpCase]] = {
     + [_gguf_case(17, 32, 256, "Q4_K"), _gguf_case(40, 32, 256, "Q8_0")],
     "fused_add_rms_norm_fp8_linear": [_norm_fp8_linear_case(t, 48, 128, bias) for t, bias in ((1, False), (3, True), (17, False))],
     "silu_and_mul_fp8_linear": [_silu_fp8_linear_case(t, 64, 96, bias) for t, bias in ((1, True), (3, False), (17, True))],
+    "encoder_attention": [_encoder_attention_case((1,), 2, 32), _encoder_attention_case((5, 1, 17, 3), 4, 32),
+                          _encoder_attention_case((8, 8), 2, 64), _encoder_attention_case((6, 2, 9), 3, 64)],
 }
