@@ -275,6 +275,19 @@ def test_the_conformance_kit_names_the_op_that_fails(sandbox, tmp_path, op, fn, 
     assert str(excinfo.value).startswith(problem)
 
 
+def test_the_conformance_grid_has_cases_for_every_op():
+    # An op without cases failed the kit only where an implementation of it
+    # served (fp8_block_linear on CUDA), never on the CPU.
+    from octavo.ops import OP_SPECS
+    from octavo.testing.conformance.op_cases import OP_CASES
+
+    assert set(OP_CASES) == set(OP_SPECS)
+    for op, cases in OP_CASES.items():
+        args = cases[0].make(torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+        assert len(args) == len(OP_SPECS[op].params), op
+        OP_SPECS[op].reference(*args)  # the reference takes the case
+
+
 def test_docs_state_every_ops_contract():
     from pathlib import Path
 

@@ -167,6 +167,19 @@ def _channel_quant_case(tokens: int, out_features: int, in_features: int, kind: 
     return OpCase(f"{tokens} tokens, {in_features} -> {out_features}" + (", bias" if bias else ""), tokens, make)
 
 
+def _block_fp8_case(tokens: int, out_features: int, in_features: int, block: tuple[int, int], bias: bool) -> OpCase:
+    """A block-scaled fp8 weight (ragged last blocks where the dims are not multiples)."""
+
+    def make(dtype, device, gen):
+        from octavo.kernels.quant import scaled_mm
+
+        qweight, scale = scaled_mm.quantize_fp8_block(_randn(gen, out_features, in_features, scale=0.05), *block)
+        x, b = _on(device, dtype, _randn(gen, tokens, in_features), _randn(gen, out_features))
+        return x, qweight.to(device), scale.to(device), block[0], block[1], b if bias else None
+
+    return OpCase(f"{tokens} tokens, {in_features} -> {out_features}, blocks {block}" + (", bias" if bias else ""), tokens, make)
+
+
 def _norm_fp8_linear_case(tokens: int, out_features: int, hidden: int, bias: bool) -> OpCase:
     """The residual add and norm before an fp8 projection (qkv, gate-up)."""
 
@@ -196,15 +209,16 @@ def _silu_fp8_linear_case(tokens: int, out_features: int, intermediate: int, bia
     return OpCase(f"{tokens} tokens, 2 x {intermediate} -> {out_features}" + (", bias" if bias else ""), tokens, make)
 
 
-def _int4_case(tokens: int, out_features: int, in_features: int, group_size: int, bias: bool) -> OpCase:
+def _int4_case(tokens: int, out_features: int, in_features: int, group_size: int, bias: bool, bits: int = 4) -> OpCase:
     def make(dtype, device, gen):
-        from octavo.kernels.quant.int4 import quantize_int4_rtn
+        from octavo.kernels.quant.int4 import quantize_grouped_rtn
 
-        qweight, scales, zeros = quantize_int4_rtn(_randn(gen, out_features, in_features, scale=0.05).to(dtype), group_size)
+        weight = _randn(gen, out_features, in_features, scale=0.05).to(dtype)
+        qweight, scales, zeros = quantize_grouped_rtn(weight, group_size, bits)
         x, b = _on(device, dtype, _randn(gen, tokens, in_features), _randn(gen, out_features))
         return x, qweight.to(device), scales.to(device), zeros.to(device), group_size, b if bias else None
 
-    label = f"{tokens} tokens, {in_features} -> {out_features}, groups of {group_size}" + (", bias" if bias else "")
+    label = f"{tokens} tokens, {in_features} -> {out_features}, {bits}-bit groups of {group_size}" + (", bias" if bias else "")
     return OpCase(label, tokens, make)
 
 
@@ -270,9 +284,13 @@ OP_CASES: dict[str, list[OpCase]] = {
     "fused_moe": [_moe_case(1, 8, 2, 64, 32, "silu"), _moe_case(5, 8, 2, 64, 32, "silu"),
                   _moe_case(17, 8, 7, 32, 48, "gelu_tanh"), _moe_case(3, 4, 3, 32, 16, "gelu")],
     "fp8_linear": [_channel_quant_case(t, 64, 128, "fp8", bias) for t, bias in ((1, False), (3, True), (17, False))],
+    "fp8_block_linear": [_block_fp8_case(1, 64, 256, (32, 64), False), _block_fp8_case(3, 80, 192, (32, 128), True),
+                         _block_fp8_case(17, 64, 128, (64, 64), False)],
     "int8_linear": [_channel_quant_case(t, 64, 128, "int8", bias) for t, bias in ((1, False), (3, True), (17, False))],
     "int8_weight_only_linear": [_channel_quant_case(t, 64, 128, "int8", bias) for t, bias in ((1, True), (17, False))],
     "int4_linear": [_int4_case(1, 64, 256, 128, False), _int4_case(3, 64, 128, 32, True), _int4_case(17, 48, 256, 64, False)],
+    "int8_grouped_linear": [_int4_case(1, 64, 256, 128, False, bits=8), _int4_case(3, 48, 128, 32, True, bits=8),
+                            _int4_case(17, 64, 256, 64, False, bits=8)],
     "gguf_linear": [_gguf_case(1, 32, 256, name) for name in ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K")]
     + [_gguf_case(17, 32, 256, "Q4_K"), _gguf_case(40, 32, 256, "Q8_0")],
     "fused_add_rms_norm_fp8_linear": [_norm_fp8_linear_case(t, 48, 128, bias) for t, bias in ((1, False), (3, True), (17, False))],
