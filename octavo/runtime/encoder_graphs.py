@@ -23,6 +23,7 @@ capture, so on the CPU a test hands it a capture function that runs eagerly.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ import torch
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.runtime.step_upload import packed_size, upload_together
+
+logger = logging.getLogger(__name__)
 
 # (run) -> (graph, output): the graph replays ``run``'s kernels into ``output``.
 CaptureFn = Callable[[Callable[[], torch.Tensor]], tuple[Any, torch.Tensor]]
@@ -85,6 +88,8 @@ class EncoderGraphs:
         self.max_graphs = max_graphs
         self.graphs: OrderedDict[EncoderShape, EncoderGraph] = OrderedDict()
         self.seen: set[EncoderShape] = set()
+        self.failed: set[EncoderShape] = set()  # shapes whose capture ran out of memory: eager from then on
+        self.disabled = False  # a capture failed otherwise: every step eager
         self.num_captures = 0
         self.num_replays = 0
 
@@ -95,7 +100,7 @@ class EncoderGraphs:
         device, or None: run this step eagerly. ``tokens`` holds the flat
         ``input_ids``, ``positions`` and optionally ``token_type_ids``."""
         shape = EncoderShape.of(seq_lens)
-        if shape.num_tokens > self.max_tokens:
+        if self.disabled or shape.num_tokens > self.max_tokens or shape in self.failed:
             return None
         entry = self.graphs.get(shape)
         if entry is None and shape not in self.seen:
@@ -106,6 +111,8 @@ class EncoderGraphs:
         arrays = dict(self._graph_arrays(shape, seq_lens, tokens), **extra)
         if entry is None:
             entry = self._capture(shape, arrays)
+            if entry is None:
+                return None
         else:
             self.graphs.move_to_end(shape)
         sent = upload_together(arrays, self.device, pack=True, into=entry.buffer)
@@ -143,7 +150,23 @@ class EncoderGraphs:
 
         return run
 
-    def _capture(self, shape: EncoderShape, arrays: dict[str, np.ndarray]) -> EncoderGraph:
+    def _capture(self, shape: EncoderShape, arrays: dict[str, np.ndarray]) -> EncoderGraph | None:
+        """The shape's graph, or None (the step runs eagerly): a capture that runs
+        out of memory gives up on its shape, any other failure on all graphs;
+        either way the engine keeps serving."""
+        try:
+            return self._try_capture(shape, arrays)
+        except torch.OutOfMemoryError:
+            logger.warning("no memory to capture an encoder graph of %s: steps of that shape run eagerly", shape)
+            self.failed.add(shape)
+        except Exception:
+            logger.exception("capturing an encoder graph of %s failed: encoder steps run eagerly from now on", shape)
+            self.disabled = True
+            self.graphs.clear()
+        self.seen.discard(shape)
+        return None
+
+    def _try_capture(self, shape: EncoderShape, arrays: dict[str, np.ndarray]) -> EncoderGraph:
         # Room for the largest pooling arrays a step of this shape brings
         # (two per sequence and one per token, int64), past the graph's own.
         graph_part = {name: arrays[name] for name in GRAPH_ARRAYS}

@@ -115,3 +115,35 @@ def test_graphs_past_the_cap_drop_the_least_recent(pooling_dirs, make_llm):
     graphs.max_tokens = 8  # steps past the graphs' token limit run eagerly
     np.testing.assert_allclose(vectors(llm.embed(large)), expected[len(large)], rtol=0, atol=1e-5)
     assert graphs.num_replays == 3
+
+
+def test_a_failed_capture_leaves_the_step_eager(pooling_dirs, make_llm):
+    # Out of memory: that shape stays eager, others are still captured; any
+    # other failure: every step eager from then on. The engine keeps serving.
+    llm = make_llm(pooling_dirs("bert"), max_model_len=32)
+    small, large = ["a dog"], ["the cat sits on the mat"] * 9
+    expected = {len(texts): vectors(llm.embed(texts)) for texts in (small, large)}
+    graphs = install(llm)
+
+    def out_of_memory(run):
+        raise torch.OutOfMemoryError("no room for the graph")
+
+    graphs.capture_fn = out_of_memory
+    for texts in (small, small, small):
+        np.testing.assert_allclose(vectors(llm.embed(texts)), expected[1], rtol=0, atol=1e-5)
+    assert graphs.failed == {EncoderShape.of(np.array([4]))} and graphs.num_replays == 0
+    graphs.capture_fn = eager_capture
+    for texts in (large, large, small):
+        np.testing.assert_allclose(vectors(llm.embed(texts)), expected[len(texts)], rtol=0, atol=1e-5)
+    assert graphs.num_captures == 1 and graphs.num_replays == 1  # large captured; small stays eager
+
+    def broken(run):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graphs.capture_fn, graphs.max_tokens = broken, 4096
+    other = ["x y"] * 3
+    for _ in range(2):
+        np.testing.assert_allclose(vectors(llm.embed(other)), vectors(llm.embed(other)), rtol=0, atol=1e-6)
+    assert graphs.disabled and not graphs.graphs
+    np.testing.assert_allclose(vectors(llm.embed(large)), expected[len(large)], rtol=0, atol=1e-5)
+    assert graphs.num_replays == 1
