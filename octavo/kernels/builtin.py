@@ -216,8 +216,9 @@ def builtin_layer_ops() -> list[OpImpl]:
         OpImpl("fused_moe", "triton", "octavo.kernels.fused_moe:fused_moe", device_types=CUDA),
         OpImpl(
             "encoder_attention", "varlen_flash", "octavo.kernels.encoder_attention:varlen_encoder_attention",
-            device_types=CUDA, dtypes=(torch.bfloat16, torch.float16), supports=_varlen_supported,
-            accepts=_varlen_accepts,
+            # NVIDIA's CUDA platform only: torch's varlen kernels on ROCm are not measured or tested here.
+            platforms=("cuda",), device_types=CUDA, dtypes=(torch.bfloat16, torch.float16),
+            supports=_varlen_supported, accepts=_varlen_accepts,
         ),
     ]
     max_tokens = _env_max_tokens(gemv_max_tokens)

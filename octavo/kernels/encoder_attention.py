@@ -7,8 +7,8 @@ step's GPU time there (0.49 of 1.03 ms on an H100, round 32). Flash
 attention's varlen form reads the sequences' boundaries (``cu_seqlens``)
 and attends within each directly; the grid arguments go unused.
 
-Serves bfloat16 and float16 (flash attention's dtypes) on devices of
-compute capability 8.0 or more, where ``torch.nn.attention.varlen`` exists
+Serves bfloat16 and float16 (flash attention's dtypes) on the CUDA platform
+(not ROCm: untested there), on devices of compute capability 8.0 or more, where ``torch.nn.attention.varlen`` exists
 (torch >= 2.10), for head sizes flash attention takes (a multiple of 8, at
 most 256).
 """
