@@ -32,7 +32,16 @@ ERROR_STATUSES = {
     500: "a bug (never bad input): the engine failed this request",
     503: "the server is at capacity, its engine failed, or it is shutting down",
 }
-SSE = {"text/event-stream": {"schema": {"type": "string", "description": "server-sent events"}}}
+# Before OpenAPI 3.2 (``itemSchema``) a text/event-stream ``schema`` describes one event, as
+# tools read it (schemathesis checks each event against it): an object of SSE fields whose
+# ``data`` is one JSON chunk of the route's stream, or "[DONE]".
+SSE = {"text/event-stream": {"schema": {
+    "type": "object",
+    "description": "one server-sent event: its data is a JSON chunk of the stream, or [DONE] at the end",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+                   "retry": {"type": "integer"}},
+    "required": ["data"],
+}}}
 
 
 def error_responses(anthropic: bool = False, statuses: Sequence[int] = tuple(ERROR_STATUSES)) -> dict:
