@@ -50,6 +50,8 @@ for step in "$@"; do
     info) nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)";;
     env) run_step env 60 $CLI env;;
     conformance) run_step conformance 300 $CLI plugins check cuda;;
+    # The layer ops alone: every CUDA implementation against its reference on the kit's grid.
+    conformance_ops) TAIL=6 run_step conformance_ops 200 $CLI plugins check cuda --only ops;;
     parity) run_step gpu_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu --ignore tests/gpu/test_async_scheduling_gpu.py --ignore tests/gpu/test_long_context_gpu.py;;  # those two: step async_parity
     kernels) run_step kernel_tests 400 python -m pytest -q --maxfail=10 -p no:cacheprovider tests/kernels -m gpu
              run_step gemv_tests 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_gemv.py;;
@@ -185,6 +187,10 @@ for step in "$@"; do
            # the round-wide TOKENIZERS_PARALLELISM=false kept both single-threaded on 16 cores (round 25).
            # Headline: the corpus mode (8,192 sentences in one call a side, best of 3); also a call per batch.
            TOKENIZERS_PARALLELISM=true TAIL=24 run_step embed_gpu 580 python benchmarks/embed_gpu.py --batch-size 256 --num-batches 32 --repeats 3;;
+    # MiniLM alone, twice back to back on one machine: how far the host moves the ratio (round 32: +-15% between machines).
+    embed_minilm) for pass in 1 2; do
+                    TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_$pass 300 python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
+                  done;;
     # Issue 19: octavo bench serve against octavo serve beside the offline engine, same workload, same round.
     serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
     serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \
