@@ -154,6 +154,7 @@ class EncoderGraphs:
         """The shape's graph, or None (the step runs eagerly): a capture that runs
         out of memory gives up on its shape, any other failure on all graphs;
         either way the engine keeps serving."""
+        self.seen.discard(shape)
         try:
             return self._try_capture(shape, arrays)
         except torch.OutOfMemoryError:
@@ -163,7 +164,6 @@ class EncoderGraphs:
             logger.exception("capturing an encoder graph of %s failed: encoder steps run eagerly from now on", shape)
             self.disabled = True
             self.graphs.clear()
-        self.seen.discard(shape)
         return None
 
     def _try_capture(self, shape: EncoderShape, arrays: dict[str, np.ndarray]) -> EncoderGraph:
@@ -175,7 +175,6 @@ class EncoderGraphs:
         sent = upload_together(graph_part, self.device, pack=True, into=buffer)
         graph, hidden = self.capture_fn(self._views(shape, sent))
         entry = self.graphs[shape] = EncoderGraph(graph, hidden, buffer)
-        self.seen.discard(shape)
         self.num_captures += 1
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)

@@ -28,9 +28,18 @@ def packs_uploads(platform) -> bool:
     return bool(platform.pins_host_memory and not platform.fresh_step_inputs)
 
 
+def _packed_layout(arrays: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:
+    """Each array's byte offset packed (at an ``ALIGN``-byte boundary, in order), and the bytes in all."""
+    starts, size = {}, 0
+    for name, array in arrays.items():
+        starts[name] = size
+        size += -(-array.nbytes // ALIGN) * ALIGN
+    return starts, max(size, ALIGN)
+
+
 def packed_size(arrays: dict[str, np.ndarray]) -> int:
     """Bytes ``arrays`` take packed (each at an ``ALIGN``-byte boundary)."""
-    return max(sum(-(-array.nbytes // ALIGN) * ALIGN for array in arrays.values()), ALIGN)
+    return _packed_layout(arrays)[1]
 
 
 def upload_together(
@@ -41,11 +50,8 @@ def upload_together(
     if not pack:
         return {name: torch.from_numpy(array).to(device, non_blocking=True) for name, array in arrays.items()}
     arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
-    starts, size = {}, 0
-    for name, array in arrays.items():
-        starts[name] = size
-        size += -(-array.nbytes // ALIGN) * ALIGN
-    host = np.empty(max(size, ALIGN), dtype=np.uint8)
+    starts, size = _packed_layout(arrays)
+    host = np.empty(size, dtype=np.uint8)
     for name, array in arrays.items():
         host[starts[name] : starts[name] + array.nbytes] = array.reshape(-1).view(np.uint8)
     # Pageable memory: the copy has read ``host`` when it returns, so it may go.

@@ -47,19 +47,12 @@ class EncoderAttentionMetadata:
     @staticmethod
     def host_arrays(seq_lens: np.ndarray) -> dict[str, np.ndarray]:
         """The step's grid on the host: ``grid_index``, ``token_cells``,
-        ``attn_cu_seqlens`` and, unless the grid is full, ``key_bias``."""
+        ``attn_cu_seqlens`` and, unless the grid is full, ``key_bias``
+        (``padded_host_arrays`` at the step's own shape)."""
         seq_lens = np.asarray(seq_lens, dtype=np.int64)
-        max_seqlen = int(seq_lens.max())
-        starts = np.cumsum(seq_lens) - seq_lens
-        offsets = np.arange(max_seqlen, dtype=np.int64)
-        valid = offsets[None, :] < seq_lens[:, None]
-        arrays = {
-            "grid_index": np.where(valid, starts[:, None] + offsets[None, :], starts[:, None]).reshape(-1),
-            "token_cells": np.flatnonzero(valid),  # row-major: the tokens' own order
-            "attn_cu_seqlens": np.concatenate([[0], np.cumsum(seq_lens)]).astype(np.int32),
-        }
-        if not valid.all():
-            arrays["key_bias"] = np.where(valid, np.float32(0), np.float32(-np.inf))[:, None, None, :]
+        arrays = EncoderAttentionMetadata.padded_host_arrays(seq_lens, len(seq_lens), int(seq_lens.max()), int(seq_lens.sum()))
+        if not np.isinf(arrays["key_bias"]).any():  # every sequence fills its row: no mask
+            del arrays["key_bias"]
         return arrays
 
     @staticmethod
