@@ -19,13 +19,19 @@ end (tokenization included, vectors on the host at the end), in two modes:
   natural form for embedding a corpus: Octavo's ``LLM.embed(sentences)``
   (the engine takes ``--batch-size`` inputs a step and tokenizes the next
   ones meanwhile, ``octavo/entrypoints/pooling_stream.py``) against
-  ``encode(sentences, batch_size=256)``; one warm-up call of one batch, then
-  the best of ``--repeats`` calls, the same for both sides;
+  ``encode(sentences, batch_size=256)``;
 - ``per-batch``: one call per batch (``LLM.embed(batch)``, ``encode(batch,
-  batch_size=256)``), one pass over the batches after a warm-up pass over
-  the first ``--warmup-batches`` (4), the same for both sides (Octavo
-  captures a CUDA graph of an encoder step's padded shape the second time
-  it sees it: the warm-up sees the batches' common shapes).
+  batch_size=256)``), one pass over the batches.
+
+Every side (Octavo, and the baseline in each dtype) is built first and warmed
+up on the first ``--warmup-batches`` (4) batches (Octavo captures a CUDA
+graph of an encoder step's padded shape the second time it sees it: the
+warm-up sees the batches' common shapes). Then ``--repeats`` rounds, the
+sides taking turns within each (a corpus call, then a pass of per-batch
+calls), each round starting with the next side: a host that slows down for
+a while slows every side alike. Printed per side and mode: the best round's
+sentences/s and Octavo's over it, and the median over the rounds of
+Octavo's rate over the side's in the same round.
 
 Octavo runs in ``--dtype`` (bfloat16); sentence-transformers as it loads by
 default (float32) and in float16. Without sentence-transformers (it needs
@@ -116,10 +122,8 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(count)]
 
 
-def throughput(encode, batches: list[list[str]], device: torch.device, warmup: int = 4) -> tuple[float, np.ndarray]:
-    """Sentences per second over ``batches`` (after a warm-up pass over the first ``warmup``), and the vectors."""
-    for batch in batches[: max(warmup, 1)]:
-        encode(batch)
+def throughput(encode, batches: list[list[str]], batch_size: int, device: torch.device) -> tuple[float, np.ndarray]:
+    """Sentences per second of one call per batch over ``batches``, and the vectors."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     started = time.perf_counter()
@@ -129,21 +133,14 @@ def throughput(encode, batches: list[list[str]], device: torch.device, warmup: i
     return sum(len(b) for b in batches) / elapsed, np.concatenate(vectors)
 
 
-def corpus_throughput(
-    encode, sentences: list[str], batch_size: int, repeats: int, device: torch.device
-) -> tuple[float, np.ndarray]:
-    """Sentences per second of one ``encode(sentences)`` call (the best of
-    ``repeats``, after a warm-up call of one batch), and its vectors."""
-    encode(sentences[:batch_size])
+def corpus_throughput(encode, sentences: list[str], batch_size: int, device: torch.device) -> tuple[float, np.ndarray]:
+    """Sentences per second of one ``encode(sentences)`` call (``batch_size`` a step or a batch), and its vectors."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    best, vectors = float("inf"), None
-    for _ in range(repeats):
-        sync()
-        started = time.perf_counter()
-        vectors = encode(sentences)
-        sync()
-        best = min(best, time.perf_counter() - started)
-    return len(sentences) / best, vectors
+    sync()
+    started = time.perf_counter()
+    vectors = encode(sentences)
+    sync()
+    return len(sentences) / (time.perf_counter() - started), vectors
 
 
 def octavo_encoder(path: Path, dtype: str, device: torch.device, batch_size: int):
@@ -210,34 +207,53 @@ def run_config(name: str, args, device: torch.device, workdir: Path, matmul_rate
     path = build_checkpoint(workdir / name, shape, vocab_size=30522 if not args.tiny else len(WORDS) + 5)
     sentences = make_sentences(args.batch_size * args.num_batches)
     llm, encode = octavo_encoder(path, args.dtype, device, args.batch_size)
-    ours = both_modes(encode, sentences, args, device)
-    token_counts = [len(o.prompt_token_ids) for o in llm.embed(sentences[: args.batch_size])]
-    llm.engine.shutdown()
-    del llm
-    floor = matmul_rate / (encoder_flops(shape, token_counts) / len(token_counts))
-    extra = {"mean_tokens": float(np.mean(token_counts)), "floor_sentences_per_s": floor}
-    rows = [Row(name, "octavo", args.dtype, rate, mode, extra=extra) for mode, (rate, _) in ours.items()]
+    sides = {("octavo", args.dtype): encode}
     use_st = args.baseline == "st" or (args.baseline == "auto" and _has_sentence_transformers())
     for dtype_name, dtype in baseline_dtypes(device):
         if use_st:
-            impl, encode = "sentence-transformers", st_encoder(path, dtype, device, args.batch_size)
+            sides["sentence-transformers", dtype_name] = st_encoder(path, dtype, device, args.batch_size)
         else:
-            impl, encode = "hf-automodel", hf_encoder(path, dtype, device, args.batch_size, shape["pooling"])
-        for mode, (rate, theirs) in both_modes(encode, sentences, args, device).items():
-            rows.append(Row(name, impl, dtype_name, rate, mode, min_cosine(ours[mode][1], theirs)))
-        del encode
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+            sides["hf-automodel", dtype_name] = hf_encoder(path, dtype, device, args.batch_size, shape["pooling"])
+    measured = interleaved(sides, sentences, args, device)
+    token_counts = [len(o.prompt_token_ids) for o in llm.embed(sentences[: args.batch_size])]
+    llm.engine.shutdown()
+    del llm, sides
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    floor = matmul_rate / (encoder_flops(shape, token_counts) / len(token_counts))
+    rows = []
+    for (impl, dtype_name), modes in measured.items():
+        for mode, (rates, vectors) in modes.items():
+            ours = measured["octavo", args.dtype][mode]
+            extra = {"rates": rates, "median_round_ratio": float(np.median([a / b for a, b in zip(ours[0], rates)]))}
+            if impl == "octavo":
+                extra.update(mean_tokens=float(np.mean(token_counts)), floor_sentences_per_s=floor)
+            cosine = None if impl == "octavo" else min_cosine(ours[1], vectors)
+            rows.append(Row(name, impl, dtype_name, max(rates), mode, cosine, extra))
     return rows
 
 
-def both_modes(encode, sentences: list[str], args, device: torch.device) -> dict[str, tuple[float, np.ndarray]]:
-    """``encode``'s throughput and vectors: all sentences in one call (the headline), then a call per batch."""
+def interleaved(sides: dict, sentences: list[str], args, device: torch.device) -> dict:
+    """Each side's sentences/s in both modes, ``--repeats`` rounds with the
+    sides taking turns (each round starting with the next side), so that a
+    host that slows down for a while slows every side alike (round 32: a
+    side's figure moved +-15% between machines and within a run).
+    Returns {side: {mode: (rates per round, vectors)}}; the rows report the
+    best round per side (as each side's best call) and the median over the
+    rounds of Octavo's rate over the side's in the same round."""
     batches = [sentences[i : i + args.batch_size] for i in range(0, len(sentences), args.batch_size)]
-    return {
-        "corpus": corpus_throughput(encode, sentences, args.batch_size, args.repeats, device),
-        "per-batch": throughput(encode, batches, device, args.warmup_batches),
-    }
+    for encode in sides.values():  # warm-up: the batches' shapes (Octavo captures encoder graphs at a second sight)
+        for batch in batches[: max(args.warmup_batches, 1)]:
+            encode(batch)
+    results = {side: {"corpus": ([], None), "per-batch": ([], None)} for side in sides}
+    order = list(sides)
+    for round_index in range(args.repeats):
+        turn = order[round_index % len(order):] + order[: round_index % len(order)]
+        for side in turn:
+            for mode, run in (("corpus", corpus_throughput), ("per-batch", throughput)):
+                rate, vectors = run(sides[side], sentences if mode == "corpus" else batches, args.batch_size, device)
+                results[side][mode] = (results[side][mode][0] + [rate], vectors)
+    return results
 
 
 def _has_sentence_transformers() -> bool:
@@ -250,15 +266,17 @@ def _has_sentence_transformers() -> bool:
 
 def format_table(rows: list[Row]) -> str:
     lines = [
-        "| config | mode | impl | dtype | sentences/s | octavo / it | min cosine vs octavo |",
-        "|---|---|---|---|---|---|---|",
+        "| config | mode | impl | dtype | sentences/s (best round) | octavo / it | median over rounds | min cosine vs octavo |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     octavo = {(r.config, r.mode): r.sentences_per_s for r in rows if r.impl == "octavo"}
     for row in sorted(rows, key=lambda r: r.mode != "corpus"):  # the headline first; sorted() keeps the rest in order
         ratio = octavo[row.config, row.mode] / row.sentences_per_s
         cosine = f"{row.min_cosine:.5f}" if row.min_cosine is not None else ""
+        median = row.extra.get("median_round_ratio")
         lines.append(
-            f"| {row.config} | {row.mode} | {row.impl} | {row.dtype} | {row.sentences_per_s:,.0f} | {ratio:.2f}x | {cosine} |"
+            f"| {row.config} | {row.mode} | {row.impl} | {row.dtype} | {row.sentences_per_s:,.0f} | {ratio:.2f}x | "
+            f"{f'{median:.2f}x' if median is not None else ''} | {cosine} |"
         )
     for row in rows:
         if row.impl == "octavo" and row.mode == "corpus":
@@ -274,7 +292,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--configs", default="minilm,bge-large")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-batches", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3, help="corpus mode: the best of this many calls")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds, the sides taking turns in each (both modes)")
     parser.add_argument("--warmup-batches", type=int, default=4, help="per-batch mode: batches run once before timing")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

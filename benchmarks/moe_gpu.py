@@ -249,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated token counts")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--sweep", action="store_true", help="also time every tile shape of SWEEP")
+    parser.add_argument("--tiles", default=None,
+                        help="with --sweep: these tile shapes instead of SWEEP, 'm,n,k,warps,stages;...'")
     parser.add_argument("--decode-tiles", action="store_true", help="also sweep the decode form's down tiles")
     parser.add_argument("--skip-gemv", action="store_true", help="leave out the two-GEMV path (off by default)")
     parser.add_argument("--reps", type=int, default=30)
@@ -256,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.float32 if args.smoke else torch.bfloat16
+    global SWEEP
+    if args.tiles:
+        SWEEP = [MoeTiles(*(int(v) for v in part.split(","))) for part in args.tiles.split(";") if part.strip()]
     if args.smoke:
-        global SWEEP
         SWEEP = SWEEP[:2]
     shapes = [smoke_shape()] if args.smoke else [shape_of(m) for m in args.models.split(",")]
     ceilings = measure_ceilings(device, [str(dtype).removeprefix("torch.")])

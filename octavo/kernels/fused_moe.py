@@ -61,13 +61,19 @@ class MoeTiles:
 
 # By average tokens per expert (T * k / E), smallest first. Decode (a few
 # tokens per expert, memory-bound: every program streams weight tiles) takes
-# the smallest block_m that tl.dot allows; prefill takes tiles that reuse
-# each weight tile over many tokens. Starting points, to be tuned on the GPU
-# with OCTAVO_MOE_TILES and benchmarks/moe_gpu.py.
+# the smallest block_m that tl.dot allows; from ~64 tokens an expert a tile
+# that holds all of an expert's tokens wins: each expert's weights are then
+# read once. Swept on an H100 at Qwen3-30B-A3B's shapes (round 33,
+# benchmarks/moe_gpu.py --sweep; 25-64 shapes per size, us per layer):
+# 32 an expert (512 tokens) 597 with the 32-row tile, the best of all (deeper
+# pipelines and wider K lost); 64 an expert 718 with 128 rows against 763
+# with 32; 128 an expert 895 against 970 with 64; 512 an expert 2,041-2,063
+# with 128 rows, the best three. Between 32 and 64 (not measured) the 64-row
+# tile, within 3% of the best at both ends. OCTAVO_MOE_TILES overrides.
 _TILE_TABLE = (
     (16, MoeTiles(16, 64, 128, 4, 4)),
-    (64, MoeTiles(32, 64, 128, 4, 3)),
-    (256, MoeTiles(64, 128, 64, 8, 3)),
+    (32, MoeTiles(32, 64, 128, 4, 3)),
+    (48, MoeTiles(64, 128, 64, 4, 4)),
     (None, MoeTiles(128, 128, 64, 8, 3)),
 )
 
