@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from octavo.core.template_ids import SingleTemplate
+from octavo.core.word_ids import WordIds
 
 Item = str | tuple[str, str]
 
@@ -45,6 +46,8 @@ class PlainCopy:
     # template, applied in Python (``template_ids``); None where it is not one.
     bare: Any = None
     template: SingleTemplate | None = None
+    # Single texts' ids a word at a time from a cache (``word_ids``), where its word split is the backend's.
+    words: WordIds | None = None
 
     def converts(self, text: str) -> str | None:
         """``text`` as the normalizer leaves it, or None where the copy may not encode it."""
@@ -73,8 +76,11 @@ class PlainCopy:
         """Converted texts' ids (and segment ids)."""
         if self.template is None or not all(isinstance(item, str) for item in batch):
             return _ids(_encode(self.backend, batch), with_types)
-        template, encodings = self.template, _encode(self.bare, batch)
-        text_ids = [e.ids for e in encodings]
+        template = self.template
+        if self.words is not None and self.words.takes("\n".join(batch)):
+            text_ids = self.words.ids(batch)
+        else:
+            text_ids = [e.ids for e in _encode(self.bare, batch)]
         return [template.ids(ids) for ids in text_ids], ([template.type_ids(len(ids)) for ids in text_ids] if with_types else None)
 
 
@@ -164,9 +170,10 @@ def _make_copy(backend: Any) -> PlainCopy | None:
     if lowercase and raw:
         pattern = re.compile("|".join(re.escape(t.lower()) for t in sorted(raw, key=len, reverse=True)))
     template = SingleTemplate.of(backend.post_processor)
-    bare = None
+    bare = words = None
     if template is not None:
         bare = Tokenizer.from_str(copy.to_str())
         bare.post_processor = None
         bare.encode_special_tokens = backend.encode_special_tokens
-    return PlainCopy(copy, lowercase, pattern, bare, template)
+        words = WordIds.of(backend, bare)
+    return PlainCopy(copy, lowercase, pattern, bare, template, words)
