@@ -60,7 +60,7 @@ class RequestState:
     num_sent_tokens: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class PoolingState:
     prompt: str | None
     prompt_token_ids: list[int]

@@ -22,7 +22,7 @@ SampleLogprobs = list[dict[int, Logprob]]
 PromptLogprobs = list[dict[int, Logprob] | None]
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestMetrics:
     arrival_time: float
     first_scheduled_time: float | None = None
@@ -99,7 +99,7 @@ class PoolingOutput:
         return float(self.data[0])
 
 
-@dataclass
+@dataclass(slots=True)
 class PoolingRequestOutput:
     """What a pooling request returns (vLLM's name); always final.
 

@@ -49,7 +49,7 @@ _FINISHED_VALUES = frozenset({"stop", "length", "abort", "error"})
 
 # Identity equality: a request is one object (``list.remove`` and ``in`` on
 # the queues compare it; field-by-field equality would compare ~20 fields).
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     request_id: RequestId
     prompt_token_ids: list[int]

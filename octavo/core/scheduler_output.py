@@ -15,7 +15,7 @@ from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 
 
-@dataclass
+@dataclass(slots=True)
 class NewRequestData:
     """A request the runner has not seen (or must forget and re-read: resumed)."""
 

@@ -4,13 +4,15 @@ A user embedding a corpus calls ``LLM.embed(all_sentences)``. Tokenizing
 all of it before the first step, then stepping, leaves the device idle
 while the host tokenizes, and the host idle (waiting on the device) while
 the steps run. Here the texts are cut into chunks of one step's worth
-(``max_num_seqs``), tokenized in order on a background thread (the
-``tokenizers`` library releases the GIL while it encodes, so on a host with
-a free core this runs beside the engine's own work), and queued as they are
-needed: before each step the engine holds two chunks, the one the step takes
-and the next, so the scheduler always finds a full step waiting and forms
-exactly the steps it would have formed with everything queued at once (the
-same vectors, bit for bit).
+(``max_num_seqs``), tokenized in order on a background thread, and queued
+as they are needed. The thread runs while the engine waits on the device
+(torch releases the GIL there) and, where the ``tokenizers`` library
+encodes (it releases the GIL too), beside the engine's own work; BERT texts
+mostly come from ``word_ids``' cache, in Python, at a fraction of the
+library's cost. Before each step the engine holds two chunks, the one the
+step takes and the next, so the scheduler always finds a full step waiting
+and forms exactly the steps it would have formed with everything queued at
+once (the same vectors, bit for bit).
 
 What changes is only when a bad input is found. The checks that need no
 tokens (the params, ``truncate_prompt_tokens``, a tokenizer to use, every
