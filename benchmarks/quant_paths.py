@@ -32,7 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
-from octavo.kernels.quant import fp8_block_triton, fp8_triton, gguf_triton, int4, int4_triton, scaled_mm, skinny_8bit
+from octavo.kernels.quant import (
+    fp8_block_triton, fp8_triton, gguf_triton, int4, int4_gemv_rows, int4_triton, scaled_mm, skinny_8bit,
+)
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
 
 DEVICE = torch.device("cuda")
@@ -143,6 +145,7 @@ def all_paths() -> list[Path]:
         Path("fp8_block", "torch_blockwise_scaled_mm", _torch_blockwise),
         Path("int4", "gemv", lambda w, c: lambda x: int4_triton.grouped_gemv(
             x, *w, BLOCK, None, 4, c or int4_triton.GEMV_CONFIG), 8),
+        Path("int4", "gemv_rows", lambda w, c: lambda x: int4_gemv_rows.int4_gemv_rows(x, *w, BLOCK, None, c), 1),
         Path("int4", "tc_mm", lambda w, c: lambda x: int4_triton.grouped_mm(x, *w, BLOCK, None, 4, c)),
         Path("int4", "dequant+cublas", lambda w, c: lambda x: F.linear(
             x, int4_triton.grouped_dequantize(*w, BLOCK, 4, x.dtype, c))),

@@ -43,6 +43,7 @@ from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
+from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
 from octavo.kernels.quant.skinny_8bit import SkinnyConfig  # noqa: E402
@@ -64,6 +65,11 @@ INT4_GEMV = [
     # The shared-activation form (round 26's loop).
     GroupedGemvConfig(n, b, w, True, 1, True) for n in (2, 4, 8) for b in (4, 8, 16) for w in (4, 8)
 ]
+# The one-token int4 GEMV with rows a thread (int4_gemv_rows): rows a program,
+# 128-input blocks a step (one per warp slice), warps.
+INT4_ROWS = [RowsTiles(n, s, w) for n, s, w in (
+    (8, 4, 4), (16, 4, 4), (32, 2, 4), (64, 1, 4), (16, 8, 4), (32, 4, 4), (16, 2, 2), (8, 8, 8), (16, 8, 8),
+    (32, 8, 8), (8, 2, 2), (16, 4, 2), (8, 16, 4), (4, 8, 4), (4, 16, 8))]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -90,6 +96,7 @@ PLAN = [
     ("fp8", "skinny", (1, 16), SKINNY_8BIT),
     ("fp8", "skinny_w8a8", (1, 16), SKINNY_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
+    ("int4", "gemv_rows", (1,), INT4_ROWS),
     ("int4", "tc_mm", (1, 16, 64), INT4_MM_SKINNY),
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
     ("int4", "dequant+cublas", (512,), INT4_DEQUANT),
@@ -165,6 +172,7 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES",
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups},{int(c.shared_inputs)}"),
+    ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),

@@ -34,7 +34,7 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_triton, gguf_triton, int4_mm_triton, int4_triton, skinny_8bit,
+    fp8_block_triton, fp8_fused, fp8_triton, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton, skinny_8bit,
 )
 
 
@@ -58,6 +58,8 @@ QUANT_KERNELS = {
                   ROW_GROUPS=2, PLANE_SCALES=False, PDL=False), INT4, {}),
     "int4 common-x gemv": (int4_triton._grouped_gemv_shared_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=8,
                          HAS_BIAS=False, PDL=True), INT4, {}),
+    "int4 gemv rows": (int4_gemv_rows._int4_gemv_rows_kernel, dict(BLOCK_N=16, SPLIT=4, HAS_BIAS=False, ASM=True, PDL=True), INT4,
+                       dict(num_warps=4)),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
                   ROW_GROUPS=1, PLANE_SCALES=True, PDL=False),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),

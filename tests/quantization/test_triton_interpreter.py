@@ -235,3 +235,45 @@ def test_gguf_gemv_tiles_from_the_environment(kernels, monkeypatch):
         assert _close(gguf_triton.gguf_gemv(x, raw, t), expected, torch.float32)
     finally:
         gguf_triton.gemv_config_from_env.cache_clear()
+
+
+# (out features, in features, group size, dtype): a partial 64-row tile, one
+# group per block, a group over two blocks, zero points up to 16 (legacy GPTQ).
+ROWS_CASES = [(100, 384, 128, torch.float32), (64, 512, 256, torch.bfloat16), (8, 128, 128, torch.float16)]
+
+
+@pytest.mark.parametrize("out_features,in_features,group_size,dtype", ROWS_CASES)
+@pytest.mark.parametrize("with_bias", [True, False])
+@needs_interpreter
+def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, with_bias):
+    from octavo.kernels.quant import int4_gemv_rows
+    from octavo.ops import quant_reference
+
+    int4_triton, _ = kernels
+    torch.manual_seed(1)
+    qweight, scales, zeros = int4.quantize_grouped_rtn(torch.randn(out_features, in_features).to(dtype), group_size, 4)
+    zeros[0, 0], zeros[-1, -1] = 16, 0
+    x = torch.randn(1, in_features).to(dtype)
+    bias = torch.randn(out_features).to(dtype) if with_bias else None
+    expected = quant_reference.int4_linear(x, qweight, scales, zeros, group_size, bias)
+    assert int4_gemv_rows.takes(1, in_features, group_size, 4)
+    out = int4_gemv_rows.int4_gemv_rows(x, qweight, scales, zeros, group_size, bias)
+    assert out.dtype == dtype and _close(out, expected, dtype)
+    # The one-token default goes there; two tokens, groups of 64 or 8 bits do not.
+    assert torch.equal(int4_triton.grouped_gemv(x, qweight, scales, zeros, group_size, bias, 4), out)
+    assert not int4_gemv_rows.takes(2, in_features, group_size, 4)
+    assert not int4_gemv_rows.takes(1, in_features, 64, 4) and not int4_gemv_rows.takes(1, in_features, 128, 8)
+
+
+def test_int4_gemv_rows_switch_from_the_environment(kernels, monkeypatch):
+    int4_triton, _ = kernels
+    for value, expected in (("0", False), ("1", True)):
+        monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", value)
+        int4_triton.rows_gemv_enabled.cache_clear()
+        assert int4_triton.rows_gemv_enabled() is expected
+    monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", "yes")
+    int4_triton.rows_gemv_enabled.cache_clear()
+    with pytest.raises(ValueError, match="OCTAVO_INT4_GEMV_ROWS"):
+        int4_triton.rows_gemv_enabled()
+    monkeypatch.delenv("OCTAVO_INT4_GEMV_ROWS")
+    int4_triton.rows_gemv_enabled.cache_clear()

@@ -1,7 +1,9 @@
 """Grouped int4 / int8 weight-only linear layers in Triton (Octavo's packed
 layout, see ``int4``): three paths, chosen by the number of tokens.
 
-* the GEMV (a few tokens, decode): each program streams
+* one token with whole groups (batch-1 decode of int4): ``int4_gemv_rows``,
+  several rows a thread sharing each activation in registers;
+* the GEMV (a few tokens, or groups smaller than a block): each program streams
   one or two groups of ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout
   blocks per step (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs),
   and for each bit plane multiplies the ``P`` values it holds by the
@@ -34,6 +36,7 @@ kernel is tested against the torch reference through the interpreter.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +46,7 @@ import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int4 as layout
+from octavo.kernels.quant import int4_gemv_rows as gemv_rows
 from octavo.kernels.quant.int4_mm_triton import (  # noqa: F401 -- re-exported: the launchers callers know
     DEQUANT_TILE, DequantTile, GroupedMmConfig, grouped_dequantize, grouped_mm, mm_config,
 )
@@ -264,8 +268,20 @@ def gemv_config_from_env() -> GroupedGemvConfig | None:
                              shared_inputs=bool(parts[5]) if len(parts) > 5 else False)
 
 
+@functools.cache
+def rows_gemv_enabled() -> bool:
+    """``OCTAVO_INT4_GEMV_ROWS=0`` sends one-token calls to the grouped GEMVs below instead of
+    ``int4_gemv_rows`` (A/B runs)."""
+    value = os.environ.get("OCTAVO_INT4_GEMV_ROWS", "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"OCTAVO_INT4_GEMV_ROWS={value!r}: expected 0 or 1")
+    return value == "1"
+
+
 def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
     num_tokens, num_out, num_in = layout.linear_shapes(x, qweight, bits)
+    if config is None and rows_gemv_enabled() and num_out > 0 and gemv_rows.takes(num_tokens, num_in, group_size, bits):
+        return gemv_rows.int4_gemv_rows(x, qweight, scales, zeros, group_size, bias)
     config = config or gemv_config_from_env() or GEMV_CONFIG
     out = torch.empty(num_tokens, num_out, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
