@@ -69,7 +69,9 @@ INT4_GEMV = [
 # 128-input blocks a step (one per warp slice), warps.
 INT4_ROWS = [RowsTiles(n, s, w) for n, s, w in (
     (8, 4, 4), (16, 4, 4), (32, 2, 4), (64, 1, 4), (16, 8, 4), (32, 4, 4), (16, 2, 2), (8, 8, 8), (16, 8, 8),
-    (32, 8, 8), (8, 2, 2), (16, 4, 2), (8, 16, 4), (4, 8, 4), (4, 16, 8))]
+    (32, 8, 8), (8, 2, 2), (16, 4, 2), (8, 16, 4), (4, 8, 4), (4, 16, 8),
+    # Round 33's winner was (8, 8, 8): around it.
+    (8, 16, 8), (8, 32, 8), (8, 16, 16), (8, 32, 16), (8, 8, 2), (8, 4, 8), (4, 4, 4), (4, 8, 8), (16, 16, 8))]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
