@@ -108,6 +108,16 @@ def single_types_are_zero(tokenizer: Any) -> bool:
     return plain is not None and plain.template is not None and plain.template.zero_types
 
 
+def encodes_in_python(tokenizer: Any) -> bool:
+    """Whether ``encode_batch_ids`` encodes this tokenizer's printable-ASCII
+    texts mostly in Python (``word_ids``' chunk cache), holding the GIL: a
+    background thread tokenizing them gains nothing beside the engine's own
+    Python and delays it at every hand-over of the GIL."""
+    backend = fast_backend(tokenizer)
+    plain = plain_copy(backend) if backend is not None else None
+    return plain is not None and plain.words is not None
+
+
 def _plain_call(tokenizer_class: type) -> bool:
     """Whether ``tokenizer_class(...)(texts)`` is transformers' own call straight to its backend."""
     try:

@@ -15,6 +15,7 @@ from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestOutp
 from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.tokenizer import encodes_in_python
 from octavo.engine_args import EngineArgs, build_engine
 from octavo.entrypoints.pooling_inputs import (
     PoolingColumns,
@@ -158,7 +159,7 @@ class LLM:
         # ``encode_text_columns`` looked up when called: benchmarks/embed_host.py times it.
         feed = StreamedInputs(
             prompt_list, chunk, lambda texts: encode_text_columns(tokenizer, limits.pooler, texts, truncate=truncate),
-            lambda columns: self._queue_pooling(columns, params),
+            lambda columns: self._queue_pooling(columns, params), background=not encodes_in_python(tokenizer),
         )
         return self._checked(self._run([], use_tqdm, feed, len(prompt_list)))
 

@@ -4,15 +4,16 @@ A user embedding a corpus calls ``LLM.embed(all_sentences)``. Tokenizing
 all of it before the first step, then stepping, leaves the device idle
 while the host tokenizes, and the host idle (waiting on the device) while
 the steps run. Here the texts are cut into chunks of one step's worth
-(``max_num_seqs``), tokenized in order on a background thread, and queued
-as they are needed. The thread runs while the engine waits on the device
-(torch releases the GIL there) and, where the ``tokenizers`` library
-encodes (it releases the GIL too), beside the engine's own work; BERT texts
-mostly come from ``word_ids``' cache, in Python, at a fraction of the
-library's cost. Before each step the engine holds two chunks, the one the
-step takes and the next, so the scheduler always finds a full step waiting
-and forms exactly the steps it would have formed with everything queued at
-once (the same vectors, bit for bit).
+(``max_num_seqs``), tokenized in order, and queued as they are needed:
+before each step the engine holds two chunks, the one the step takes and
+the next, so the scheduler always finds a full step waiting and forms
+exactly the steps it would have formed with everything queued at once (the
+same vectors, bit for bit). Where the ``tokenizers`` library encodes (it
+releases the GIL), the chunks are tokenized on a background thread, beside
+the engine's work; BERT texts come mostly from ``word_ids``' cache, in
+Python, at a fraction of the library's cost, and are tokenized in the
+engine's thread as each chunk is queued (a thread would hold the GIL the
+engine's Python needs).
 
 What changes is only when a bad input is found. The checks that need no
 tokens (the params, ``truncate_prompt_tokens``, a tokenizer to use, every
@@ -25,9 +26,10 @@ output is returned.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from octavo.entrypoints.pooling_inputs import PoolingColumns
@@ -48,8 +50,12 @@ def stream_chunk(engine: Any, num_texts: int) -> int | None:
 
 
 class StreamedInputs:
-    """Texts tokenized a chunk at a time on one background thread (in order)
-    and handed to ``queue`` as the engine needs them."""
+    """Texts tokenized a chunk at a time, in order, and handed to ``queue`` as
+    the engine needs them: on one background thread, or (``background``
+    False: a tokenizer that encodes in Python, ``core.tokenizer.encodes_in_python``)
+    in the caller's thread when a chunk is queued. Python tokenizing on a
+    thread holds the GIL the engine's own Python needs; the engine's thread
+    then waits for it at each hand-over instead of running."""
 
     def __init__(
         self,
@@ -57,26 +63,31 @@ class StreamedInputs:
         chunk: int,
         tokenize: Callable[[list[str]], PoolingColumns],
         queue: Callable[[PoolingColumns], list[str]],
+        background: bool = True,
     ) -> None:
         self.chunk = chunk
         self._queue = queue
+        slices = (list(texts[start : start + chunk]) for start in range(0, len(texts), chunk))
         # One worker: the chunks come back in order and the tokenizer is never
         # used by two threads at once (a truncating call reconfigures it).
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="octavo-tokenize")
-        self._pending: deque[Future] = deque(
-            self._worker.submit(tokenize, list(texts[start : start + chunk])) for start in range(0, len(texts), chunk)
-        )
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="octavo-tokenize") if background else None
+        if self._worker is not None:
+            futures = [self._worker.submit(tokenize, part) for part in slices]
+            self._pending: deque[Callable[[], PoolingColumns]] = deque(future.result for future in futures)
+        else:
+            self._pending = deque(functools.partial(tokenize, part) for part in slices)
 
     def top_up(self, request_ids: list[str], unfinished: int) -> None:
         """Queue tokenized chunks until the engine holds ``CHUNKS_QUEUED`` of
         them (``unfinished`` of this call's requests are in it), appending
         their request ids. A chunk's tokenizing or checking error raises here."""
         while self._pending and unfinished < CHUNKS_QUEUED * self.chunk:
-            queued = self._queue(self._pending.popleft().result())
+            queued = self._queue(self._pending.popleft()())
             request_ids.extend(queued)
             unfinished += len(queued)
 
     def close(self) -> None:
         """Drop the chunks not started (after an error) and let the thread go."""
-        self._worker.shutdown(wait=True, cancel_futures=True)
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
         self._pending.clear()

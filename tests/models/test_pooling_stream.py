@@ -59,8 +59,11 @@ def test_only_calls_of_more_than_one_step_stream(bert_llm):
     assert stream_chunk(object(), 1000) is None  # an engine that does not say
 
 
+@pytest.mark.parametrize("in_python", [False, True])
 @pytest.mark.parametrize("options", [{}, {"truncate_prompt_tokens": 3}, {"pooling_params": PoolingParams(dimensions=8)}])
-def test_streamed_outputs_are_those_of_one_batch_in_order(bert_llm, monkeypatch, options):
+def test_streamed_outputs_are_those_of_one_batch_in_order(bert_llm, monkeypatch, options, in_python):
+    """A chunk at a time: on a background thread where the library encodes, in
+    the caller's thread where the tokenizer encodes in Python; the same outputs."""
     tokenized_on = []
     encode = llm_module.encode_text_columns
     def encode_noting_the_thread(*args, **kwargs):
@@ -68,13 +71,26 @@ def test_streamed_outputs_are_those_of_one_batch_in_order(bert_llm, monkeypatch,
         return encode(*args, **kwargs)
 
     monkeypatch.setattr(llm_module, "encode_text_columns", encode_noting_the_thread)
+    monkeypatch.setattr(llm_module, "encodes_in_python", lambda tokenizer: in_python)
     streamed = bert_llm.embed(TEXTS, **options)
-    assert len(tokenized_on) == 4 and threading.main_thread() not in tokenized_on  # a chunk at a time, off the main thread
+    assert len(tokenized_on) == 4
+    assert [t is threading.main_thread() for t in tokenized_on] == [in_python] * 4
     together = all_at_once(monkeypatch, lambda: bert_llm.embed(TEXTS, **options))
     assert_same(streamed, together)
     assert [o.prompt for o in streamed] == TEXTS
     if "truncate_prompt_tokens" in options:
         assert max(len(o.prompt_token_ids) for o in streamed) == 3
+
+
+def test_bert_texts_are_tokenized_in_python_and_a_decoders_by_the_library(bert_llm, pooling_dirs):
+    from octavo.core.tokenizer import encodes_in_python
+
+    assert encodes_in_python(bert_llm.engine.tokenizer)  # word_ids' chunk cache
+    decoder = make(pooling_dirs, "qwen3_embed", max_model_len=64)
+    try:
+        assert not encodes_in_python(decoder.engine.tokenizer)
+    finally:
+        decoder.engine.shutdown()
 
 
 def test_classify_and_a_decoder_stream_alike(pooling_dirs, monkeypatch):
