@@ -57,25 +57,19 @@ def tiles_from_env() -> RowsTiles | None:
     """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
     parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps", (3,))
     return None if parts is None else RowsTiles(*parts)
-EXPONENT = 0x4B000000  # float32 2**23: its mantissa's low bits hold an integer
-
-
 @triton.jit
-def _low_nibble(t, ASM: tl.constexpr):
-    """float32 bits of ``2**23 + (t & 15)``."""
+def _nibble_bits(t, HIGH: tl.constexpr, ASM: tl.constexpr):
+    """float32 bits of ``2**23 + (t & 15)``, or with ``HIGH`` of ``2**23 + (t & 240)``
+    (16 times the byte's high nibble): ``lop3`` with mask and exponent."""
     if ASM:
-        return tl.inline_asm_elementwise("lop3.b32 $0, $1, 15, 1258291200, 0xEA;", "=r,r", [t], dtype=tl.uint32,
-                                         is_pure=True, pack=1)
+        if HIGH:
+            asm: tl.constexpr = "lop3.b32 $0, $1, 240, 1258291200, 0xEA;"
+        else:
+            asm: tl.constexpr = "lop3.b32 $0, $1, 15, 1258291200, 0xEA;"
+        return tl.inline_asm_elementwise(asm, "=r,r", [t], dtype=tl.uint32, is_pure=True, pack=1)
+    if HIGH:
+        return (t & 0xF0) | 0x4B000000
     return (t & 0x0F) | 0x4B000000
-
-
-@triton.jit
-def _high_nibble(t, ASM: tl.constexpr):
-    """float32 bits of ``2**23 + (t & 240)`` (16 times the nibble)."""
-    if ASM:
-        return tl.inline_asm_elementwise("lop3.b32 $0, $1, 240, 1258291200, 0xEA;", "=r,r", [t], dtype=tl.uint32,
-                                         is_pure=True, pack=1)
-    return (t & 0xF0) | 0x4B000000
 
 
 @triton.jit
@@ -111,8 +105,8 @@ def _int4_gemv_rows_kernel(
             t = words >> (8 * b)
             x_low = tl.load(x_block + (2 * b) * P, mask=valid[:, None], other=0.0).to(tl.float32)
             x_high = tl.load(x_block + (2 * b + 1) * P, mask=valid[:, None], other=0.0).to(tl.float32) * 0.0625
-            low = _low_nibble(t, ASM).to(tl.float32, bitcast=True)
-            high = _high_nibble(t, ASM).to(tl.float32, bitcast=True)
+            low = _nibble_bits(t, False, ASM).to(tl.float32, bitcast=True)
+            high = _nibble_bits(t, True, ASM).to(tl.float32, bitcast=True)
             block_sum += x_low[None, :, :] * (low - offset_low)
             block_sum += x_high[None, :, :] * (high - offset_high)
         acc += block_sum * scale[:, :, None]
