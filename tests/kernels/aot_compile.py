@@ -44,7 +44,10 @@ SUFFIX_POINTERS = {
 # Integer arguments that are multiples of 16 at the launches that matter
 # (Triton specialises them so): without it the offline build masks and loads
 # element by element where the GPU's does not (a K mask of constancy 16).
-ALIGNED_INTS = {"up_offset", "row_bytes", "K"}
+# Integer arguments a launch passes divisible by 16, which Triton then specialises
+# (its vectorised loads depend on it): without them the MoE GEMMs' weight loads
+# compile to 16-bit scalar loads that no real launch runs.
+ALIGNED_INTS = {"up_offset", "row_bytes", "K", "hidden", "inter"}
 
 
 def case_pointers(name: str) -> dict[str, str]:
