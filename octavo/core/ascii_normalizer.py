@@ -46,7 +46,7 @@ class PlainCopy:
     # template, applied in Python (``template_ids``); None where it is not one.
     bare: Any = None
     template: SingleTemplate | None = None
-    # Single texts' ids a word at a time from a cache (``word_ids``), where its word split is the backend's.
+    # Single texts' ids a space-separated chunk at a time from a cache (``word_ids``), for BERT's pre-tokenizer.
     words: WordIds | None = None
 
     def converts(self, text: str) -> str | None:
