@@ -1,16 +1,17 @@
-"""The int4 GEMV for one token with whole groups: several output rows a
-thread, each activation loaded once for them (issue 17).
+"""The int4 GEMV for one token with whole groups, its loop free of barriers
+and of bit-field extracts (issue 17).
 
 Octavo's layout (``int4``) packs a block of 128 inputs of a row into 16
-words, plane ``j`` of word ``i`` holding input ``i + 16 j``. A program here
-takes ``BLOCK_N`` rows and steps through K one block (one group's part) at a
-time: the words as ``[BLOCK_N, 16]``, each plane's 16 activations as a
-``[16]`` vector broadcast over the rows. With 4 warps and 64 rows a thread
-holds 2 rows x 4 words, and the activations it loads serve both rows in
-registers: no layout change through shared memory in the loop (the shared
-form of ``int4_triton`` had 16 barriers a step). The GPU prefers one row a
-thread and more programs (``TILES``): the loop's cheaper values and its
-missing barriers are what pays.
+words, plane ``j`` of word ``i`` holding input ``i + 16 j``. A program takes
+``BLOCK_N`` rows and steps through K ``SPLIT`` blocks at a time: the words
+as ``[BLOCK_N, SPLIT, 16]`` (Triton lays threads along the 16 lanes, then the
+blocks, then the rows), each plane's activations as a ``[SPLIT, 16]`` vector
+broadcast over the rows, so nothing changes layout through shared memory in
+the loop (the shared form of ``int4_triton`` had 16 barriers a step). With
+more rows than a warp's 8 a thread holds several rows sharing its
+activations in registers, but the GPU prefers one row a thread and more
+programs (``TILES``): what pays is the cheaper value and the missing
+barriers, not the reuse.
 
 A value becomes a float with one instruction: a byte of the word is
 shifted down once, then ``lop3`` masks one nibble and ORs in the exponent
@@ -21,8 +22,9 @@ instructions, then the OR): the ``lop3`` is inline PTX on CUDA, the plain
 expression elsewhere (the interpreter, ROCm). The zero is subtracted from
 each value (``2**23 + zero`` exactly, in float32) before its product: the
 sum must not carry the ``2**23`` offsets. sm_90 SASS of the loop
-(``tests/kernels/sass_loops.py``): 5.4 instructions a weight value, none of
-them barriers, against 9.5 with 16 barriers for the shared form.
+(``tests/kernels/sass_loops.py``): 5.4-7.7 instructions a weight value by
+tiles (7.7 at the default, one row a thread), none of them barriers,
+against 9.5 with 16 barriers for the shared form.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def tiles_from_env() -> RowsTiles | None:
     """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
     parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps", (3,))
     return None if parts is None else RowsTiles(*parts)
+
+
 @triton.jit
 def _nibble_bits(t, HIGH: tl.constexpr, ASM: tl.constexpr):
     """float32 bits of ``2**23 + (t & 15)``, or with ``HIGH`` of ``2**23 + (t & 240)``
