@@ -39,6 +39,7 @@ import triton.language as tl
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import interpreting, ints_from_env
 
+
 @dataclass(frozen=True)
 class RowsTiles:
     block_n: int  # rows a program
