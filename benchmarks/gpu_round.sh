@@ -127,6 +127,11 @@ for step in "$@"; do
     # quant_tuned_lat / gguf_tuned: batch-1 decode end to end (bf16, fp8, int4 or the Q4_K file, with
     # their floors, in the same run) with them set (OCTAVO_INT4_GEMV_TILES, OCTAVO_GEMV_8BIT,
     # OCTAVO_GGUF_GEMV_TILES_<TYPE>).
+    # The one-token int4 GEMV (int4_gemv_rows): its tiles at 1 token, then int4 batch-1 decode with it off and on.
+    int4_rows) TAIL=12 run_step int4_rows_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_rows --tokens 1
+               for rows in 0 1; do
+                 OCTAVO_INT4_GEMV_ROWS=$rows TAIL=3 run_step "int4_latency_rows$rows" 300 python benchmarks/quant_e2e.py latency --methods int4
+               done;;
     quant_tuned) TAIL=40 run_step quant_tuned_sweep 450 python benchmarks/quant_sweep_gpu.py --only int4:gemv,fp8:gemv,gguf_Q4_K:gemv,gguf_Q6_K:gemv --tokens 1 --env-file /tmp/octavo-tuned.env
                  cp /tmp/octavo-tuned.env "$O/" 2>/dev/null;;
     quant_tuned_lat) echo "tuned: $(cat /tmp/octavo-tuned.env 2>/dev/null | tr '\n' ' ')"
@@ -191,6 +196,13 @@ for step in "$@"; do
     embed_minilm) for pass in 1 2; do
                     TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_$pass 300 python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
                   done;;
+    # Corpus mode's tokenizing (round 33: BERT chunks in the engine's thread, not yet timed on a GPU):
+    # in the engine's thread (default), on the background thread, and all at once, same machine.
+    embed_corpus_ab) for mode in inline --tokenize-thread --no-stream; do
+                       TOKENIZERS_PARALLELISM=true TAIL=1 run_step "embed_corpus_${mode#--}" 120 python benchmarks/embed_host.py \
+                         --device cuda --minilm-layers --corpus --rounds 3 --num-batches 16 --corpus-calls 3 \
+                         $([ "$mode" = inline ] || echo "$mode")
+                     done;;
     # Issue 19: octavo bench serve against octavo serve beside the offline engine, same workload, same round.
     serve_bench) TAIL=40 run_step serve_bench 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_bench;;
     serve_budget) TAIL=30 run_step serve_budget_2048 600 python benchmarks/serve_bench_gpu.py --out "$O" --label serve_budget_2048 \
