@@ -81,9 +81,13 @@ class CudaPlatform(TorchDevicePlatform):
 
         fp8_fast_accum()  # OCTAVO_FP8_FAST_ACCUM is 0 or 1
         if importlib.util.find_spec("triton") is not None:
+            from octavo.kernels.quant.int4_gemv_rows import tiles_from_env
+            from octavo.kernels.quant.int4_triton import rows_gemv_enabled
             from octavo.kernels.quant.skinny_8bit import w8a8_max_tokens
 
             w8a8_max_tokens()
+            rows_gemv_enabled()  # OCTAVO_INT4_GEMV_ROWS is 0 or 1
+            tiles_from_env()  # OCTAVO_INT4_GEMV_ROWS_TILES, if set, is three numbers
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

@@ -9,6 +9,8 @@ looser tolerance.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -266,6 +268,10 @@ def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, gr
 
 
 def test_int4_gemv_rows_switch_from_the_environment(kernels, monkeypatch):
+    """Checked when the CUDA platform checks its config (at startup), as the other kernel settings."""
+    from octavo.errors import InvalidArgumentError
+    from octavo.platforms.cuda import CudaPlatform
+
     int4_triton, _ = kernels
     for value, expected in (("0", False), ("1", True)):
         monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", value)
@@ -273,7 +279,7 @@ def test_int4_gemv_rows_switch_from_the_environment(kernels, monkeypatch):
         assert int4_triton.rows_gemv_enabled() is expected
     monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", "yes")
     int4_triton.rows_gemv_enabled.cache_clear()
-    with pytest.raises(ValueError, match="OCTAVO_INT4_GEMV_ROWS"):
-        int4_triton.rows_gemv_enabled()
+    with pytest.raises(InvalidArgumentError, match="OCTAVO_INT4_GEMV_ROWS"):
+        CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
     monkeypatch.delenv("OCTAVO_INT4_GEMV_ROWS")
     int4_triton.rows_gemv_enabled.cache_clear()

@@ -272,9 +272,11 @@ def gemv_config_from_env() -> GroupedGemvConfig | None:
 def rows_gemv_enabled() -> bool:
     """``OCTAVO_INT4_GEMV_ROWS=0`` sends one-token calls to the grouped GEMVs below instead of
     ``int4_gemv_rows`` (A/B runs)."""
+    from octavo.errors import InvalidArgumentError
+
     value = os.environ.get("OCTAVO_INT4_GEMV_ROWS", "1")
     if value not in ("0", "1"):
-        raise ValueError(f"OCTAVO_INT4_GEMV_ROWS={value!r}: expected 0 or 1")
+        raise InvalidArgumentError(f"OCTAVO_INT4_GEMV_ROWS={value!r}: expected 1 (the default) or 0")
     return value == "1"
 
 
