@@ -261,8 +261,8 @@ def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, gr
     assert int4_gemv_rows.takes(1, in_features, group_size, 4)
     out = int4_gemv_rows.int4_gemv_rows(x, qweight, scales, zeros, group_size, bias)
     assert out.dtype == dtype and _close(out, expected, dtype)
-    # The one-token default goes there; two tokens, groups of 64 or 8 bits do not.
-    assert torch.equal(int4_triton.grouped_gemv(x, qweight, scales, zeros, group_size, bias, 4), out)
+    # The op's one-token dispatch goes there; two tokens, groups of 64 or 8 bits do not.
+    assert torch.equal(int4_triton.grouped_linear(x, qweight, scales, zeros, group_size, bias, 4), out)
     assert not int4_gemv_rows.takes(2, in_features, group_size, 4)
     assert not int4_gemv_rows.takes(1, in_features, 64, 4) and not int4_gemv_rows.takes(1, in_features, 128, 8)
 

@@ -132,6 +132,8 @@ def int4_gemv_rows(x, qweight, scales, zeros, group_size: int, bias, tiles: Rows
     num_in, num_out = x.shape[1], qweight.shape[0]
     tiles = tiles or tiles_from_env() or TILES
     out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
+    if num_out == 0:
+        return out
     pdl = pdl_enabled(x.device, 1)
     asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
     _int4_gemv_rows_kernel[(triton.cdiv(num_out, tiles.block_n),)](

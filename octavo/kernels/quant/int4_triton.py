@@ -1,8 +1,10 @@
 """Grouped int4 / int8 weight-only linear layers in Triton (Octavo's packed
-layout, see ``int4``): three paths, chosen by the number of tokens.
+layout, see ``int4``): four paths, chosen by the number of tokens
+(``grouped_linear``).
 
 * one token with whole groups (batch-1 decode of int4): ``int4_gemv_rows``,
-  several rows a thread sharing each activation in registers;
+  each plane's activations a vector broadcast over a program's rows, no
+  barrier in its loop;
 * the GEMV (a few tokens, or groups smaller than a block): each program streams
   one or two groups of ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout
   blocks per step (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs),
@@ -270,7 +272,7 @@ def gemv_config_from_env() -> GroupedGemvConfig | None:
 
 @functools.cache
 def rows_gemv_enabled() -> bool:
-    """``OCTAVO_INT4_GEMV_ROWS=0`` sends one-token calls to the grouped GEMVs below instead of
+    """``OCTAVO_INT4_GEMV_ROWS=0`` sends one-token calls to ``grouped_gemv`` instead of
     ``int4_gemv_rows`` (A/B runs)."""
     from octavo.errors import InvalidArgumentError
 
@@ -282,8 +284,6 @@ def rows_gemv_enabled() -> bool:
 
 def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
     num_tokens, num_out, num_in = layout.linear_shapes(x, qweight, bits)
-    if config is None and rows_gemv_enabled() and num_out > 0 and gemv_rows.takes(num_tokens, num_in, group_size, bits):
-        return gemv_rows.int4_gemv_rows(x, qweight, scales, zeros, group_size, bias)
     config = config or gemv_config_from_env() or GEMV_CONFIG
     out = torch.empty(num_tokens, num_out, dtype=x.dtype, device=x.device)
     if num_tokens == 0:
@@ -312,7 +312,10 @@ def grouped_linear(x, qweight, scales, zeros, group_size, bias, bits):
     num_tokens = x2.shape[0]
     tensor_cores = layout.plane_words(x2.shape[1], bits) == 16
     if num_tokens <= gemv_max_tokens():
-        out = grouped_gemv(x2, qweight, scales, zeros, group_size, bias, bits)
+        if rows_gemv_enabled() and gemv_rows.takes(num_tokens, x2.shape[1], group_size, bits):
+            out = gemv_rows.int4_gemv_rows(x2, qweight, scales, zeros, group_size, bias)
+        else:
+            out = grouped_gemv(x2, qweight, scales, zeros, group_size, bias, bits)
     elif tensor_cores and num_tokens < dequant_min_tokens():
         out = grouped_mm(x2, qweight, scales, zeros, group_size, bias, bits)
     else:
