@@ -122,7 +122,7 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(count)]
 
 
-def throughput(encode, batches: list[list[str]], batch_size: int, device: torch.device) -> tuple[float, np.ndarray]:
+def throughput(encode, batches: list[list[str]], device: torch.device) -> tuple[float, np.ndarray]:
     """Sentences per second of one call per batch over ``batches``, and the vectors."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
@@ -133,8 +133,8 @@ def throughput(encode, batches: list[list[str]], batch_size: int, device: torch.
     return sum(len(b) for b in batches) / elapsed, np.concatenate(vectors)
 
 
-def corpus_throughput(encode, sentences: list[str], batch_size: int, device: torch.device) -> tuple[float, np.ndarray]:
-    """Sentences per second of one ``encode(sentences)`` call (``batch_size`` a step or a batch), and its vectors."""
+def corpus_throughput(encode, sentences: list[str], device: torch.device) -> tuple[float, np.ndarray]:
+    """Sentences per second of one ``encode(sentences)`` call, and its vectors."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     started = time.perf_counter()
@@ -251,7 +251,7 @@ def interleaved(sides: dict, sentences: list[str], args, device: torch.device) -
         turn = order[round_index % len(order):] + order[: round_index % len(order)]
         for side in turn:
             for mode, run in (("corpus", corpus_throughput), ("per-batch", throughput)):
-                rate, vectors = run(sides[side], sentences if mode == "corpus" else batches, args.batch_size, device)
+                rate, vectors = run(sides[side], sentences if mode == "corpus" else batches, device)
                 results[side][mode] = (results[side][mode][0] + [rate], vectors)
     return results
 

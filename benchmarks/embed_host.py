@@ -173,15 +173,12 @@ def main(argv: list[str] | None = None) -> float:
 
 def _run(args) -> float:
     shape = dict(CONFIGS["minilm"], **({} if args.minilm_layers else TINY_LAYERS))
+    import octavo.entrypoints.llm as llm_module
     from octavo import LLM
 
     if args.tokenize_thread:
-        import octavo.entrypoints.llm as llm_module
-
         llm_module.encodes_in_python = lambda tokenizer: False
     if args.no_stream:
-        import octavo.entrypoints.llm as llm_module
-
         llm_module.stream_chunk = lambda engine, num_texts: None
 
     with tempfile.TemporaryDirectory() as workdir:
