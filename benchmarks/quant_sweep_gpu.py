@@ -68,10 +68,10 @@ INT4_GEMV = [
 # The one-token int4 GEMV with rows a thread (int4_gemv_rows): rows a program,
 # 128-input blocks a step (one per warp slice), warps.
 INT4_ROWS = [RowsTiles(n, s, w) for n, s, w in (
-    (8, 4, 4), (16, 4, 4), (32, 2, 4), (64, 1, 4), (16, 8, 4), (32, 4, 4), (16, 2, 2), (8, 8, 8), (16, 8, 8),
-    (32, 8, 8), (8, 2, 2), (16, 4, 2), (8, 16, 4), (4, 8, 4), (4, 16, 8),
-    # Round 33's winner was (8, 8, 8): around it.
-    (8, 16, 8), (8, 32, 8), (8, 16, 16), (8, 32, 16), (8, 8, 2), (8, 4, 8), (4, 4, 4), (4, 8, 8), (16, 16, 8))]
+    (8, 8, 8), (16, 8, 8), (16, 4, 4), (32, 4, 8), (8, 4, 4), (16, 16, 8), (16, 8, 16), (32, 8, 8), (16, 2, 2),
+    (8, 16, 8), (4, 8, 4), (32, 2, 4), (64, 2, 8), (16, 4, 8), (8, 2, 2), (32, 4, 4))]
+# The float32 form (one value an instruction), round 33's default, for the comparison.
+INT4_ROWS += [RowsTiles(8, 8, 8, 0), RowsTiles(16, 8, 8, 0)]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -177,7 +177,7 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES",
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups},{int(c.shared_inputs)}"),
-    ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
+    ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.packed}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),

@@ -241,14 +241,19 @@ def test_gguf_gemv_tiles_from_the_environment(kernels, monkeypatch):
 
 # (out features, in features, group size, dtype): a partial 64-row tile, one
 # group per block, a group over two blocks, zero points up to 16 (legacy GPTQ).
-ROWS_CASES = [(100, 384, 128, torch.float32), (64, 512, 256, torch.bfloat16), (8, 128, 128, torch.float16)]
+# bfloat16 runs both forms: values in bfloat16 pairs (packed) and one at a time.
+ROWS_CASES = [(100, 384, 128, torch.float32, 1), (64, 512, 256, torch.bfloat16, 1), (40, 256, 128, torch.bfloat16, 0),
+              (8, 128, 128, torch.float16, 1)]
 
 
-@pytest.mark.parametrize("out_features,in_features,group_size,dtype", ROWS_CASES)
+@pytest.mark.parametrize("out_features,in_features,group_size,dtype,packed", ROWS_CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
 @needs_interpreter
-def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, with_bias):
+def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, packed, with_bias,
+                                          monkeypatch):
     from octavo.kernels.quant import int4_gemv_rows
+
+    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(8, 2, 2, packed))
     from octavo.ops import quant_reference
 
     int4_triton, _ = kernels

@@ -13,18 +13,25 @@ activations in registers, but the GPU prefers one row a thread and more
 programs (``TILES``): what pays is the cheaper value and the missing
 barriers, not the reuse.
 
-A value becomes a float with one instruction: a byte of the word is
-shifted down once, then ``lop3`` masks one nibble and ORs in the exponent
-(``0x4B000000``: ``2**23 + q``, or ``2**23 + 16 q`` for the byte's high
-nibble, whose activation is divided by 16 instead). Written as ``&`` and
-``|`` in Triton, LLVM turns each mask into a bit-field extract (two
-instructions, then the OR): the ``lop3`` is inline PTX on CUDA, the plain
-expression elsewhere (the interpreter, ROCm). The zero is subtracted from
-each value (``2**23 + zero`` exactly, in float32) before its product: the
-sum must not carry the ``2**23`` offsets. sm_90 SASS of the loop
-(``tests/kernels/sass_loops.py``): 5.4-7.7 instructions a weight value by
-tiles (7.7 at the default, one row a thread), none of them barriers,
-against 9.5 with 16 barriers for the shared form.
+Two forms of the arithmetic. The default, for bfloat16 activations on CUDA,
+works on bfloat16 pairs (``_WORD_DOT_BF16_ASM``): one ``lop3`` makes two
+values of a word, one ``fma`` takes their zero off and one more multiplies
+them by their activations' pair and accumulates (four products a lane in
+bfloat16, then float32 per word: a product's rounding is the size of the
+rounding of a dequantized bfloat16 weight, which the reference path has).
+The float32 form (float16 activations, ROCm, and ``packed=0`` for
+comparison) makes one value at a time: a byte shifted down, ``lop3`` masks a
+nibble and ORs in the exponent (``2**23 + q``, or ``2**23 + 16 q`` for the
+byte's high nibble, whose activation is divided by 16), the offset
+subtracted before the product. LLVM would turn each mask into a bit-field
+extract (two instructions, then the OR), so ``lop3`` is inline PTX on CUDA,
+plain expressions elsewhere (the interpreter runs a plain twin of each form).
+Blocks past K read block 0 with a zero scale, so the loop has no masked
+loads; groups of 128 make the group index a shift. sm_90 SASS of the loop
+(``tests/kernels/sass_loops.py``, 8 rows, 8 blocks, 8 warps): 3.9
+instructions a weight value in pairs (3.4 with two rows a thread, sharing
+the activations' pairs), 6.5 in float32 (7.7 in round 33 with masks and a
+division), against 9.5 with 16 barriers for the shared form.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class RowsTiles:
     block_n: int  # rows a program
     split: int  # consecutive 128-input blocks a step, one per slice (warps along them)
     num_warps: int
+    packed: int = 1  # 1: two values an instruction in 16-bit pairs (CUDA); 0: one value in float32
 
 
 # Swept on an H100 (round 33, one 8B layer's four GEMVs, L2 flushed, graphs):
@@ -58,7 +66,7 @@ TILES = RowsTiles(block_n=8, split=8, num_warps=8)
 @functools.cache
 def tiles_from_env() -> RowsTiles | None:
     """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps", (3,))
+    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps[,packed]", (3, 4))
     return None if parts is None else RowsTiles(*parts)
 
 
@@ -77,10 +85,109 @@ def _nibble_bits(t, HIGH: tl.constexpr, ASM: tl.constexpr):
     return (t & 0x0F) | 0x4B000000
 
 
+# One word's eight values against their activations in bfloat16 pairs (sm_80+
+# PTX): ``lop3`` turns nibbles ``j`` and ``j + 4`` into the pair
+# ``(128 + q_j, 128 + q_j+4)`` (exponent 0x4300, the nibble in the low mantissa
+# bits), one ``fma`` subtracts ``128 + zero`` (exact: small integers), one more
+# multiplies by the activations' pair and accumulates; the two halves of the
+# sum are added in float32. Operands: $1 the word, $2-$5 the activation pairs
+# ``(x_j, x_j+4)``, $6 the pair ``-(128 + zero)``.
+_WORD_DOT_BF16_ASM = tl.constexpr("""{
+.reg .b32 q, t, acc, one, u;
+.reg .f32 lo, hi;
+mov.b32 one, 0x3F803F80;
+mov.b32 acc, 0x80008000;
+lop3.b32 t, $1, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, $6;
+fma.rn.bf16x2 acc, t, $2, acc;
+shr.u32 q, $1, 4;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, $6;
+fma.rn.bf16x2 acc, t, $3, acc;
+shr.u32 q, $1, 8;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, $6;
+fma.rn.bf16x2 acc, t, $4, acc;
+shr.u32 q, $1, 12;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, $6;
+fma.rn.bf16x2 acc, t, $5, acc;
+shl.b32 u, acc, 16;
+mov.b32 lo, u;
+and.b32 u, acc, 0xFFFF0000;
+mov.b32 hi, u;
+add.f32 $0, lo, hi;
+}""")
+
+
+@triton.jit
+def _pair_bits(lo, hi, ASM: tl.constexpr):
+    """Two bfloat16 tensors as one uint32 tensor of pairs, ``lo`` in the low half
+    (one ``prmt``; LLVM's masks and shifts take two)."""
+    lo = lo.to(tl.uint16, bitcast=True)
+    hi = hi.to(tl.uint16, bitcast=True)
+    if ASM:
+        return tl.inline_asm_elementwise("mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], dtype=tl.uint32, is_pure=True,
+                                         pack=1)
+    return lo.to(tl.uint32) | (hi.to(tl.uint32) << 16)
+
+
+@triton.jit
+def _pair_dot(t, pair, zero):
+    """Plain-arithmetic twin of one pair's step in ``_WORD_DOT_BF16_ASM`` (float32 throughout)."""
+    low = (t & 15).to(tl.float32) - zero
+    high = ((t >> 16) & 15).to(tl.float32) - zero
+    return low * (pair << 16).to(tl.float32, bitcast=True) + high * (pair & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _word_dot(words, p0, p1, p2, p3, zero, ASM: tl.constexpr):
+    """``sum_j (q_j - zero) * x_j`` over each word's eight values, float32; ``p0``-``p3``
+    the activations' bfloat16 pairs ``(x_j, x_j+4)``, ``zero`` a uint32 integer."""
+    if ASM:
+        neg_zero = zero | (zero << 16) | 0xC300C300  # the pair -(128 + zero)
+        return tl.inline_asm_elementwise(_WORD_DOT_BF16_ASM, "=f,r,r,r,r,r,r", [words, p0, p1, p2, p3, neg_zero],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    z = zero.to(tl.float32)
+    return (_pair_dot(words, p0, z) + _pair_dot(words >> 4, p1, z) + _pair_dot(words >> 8, p2, z)
+            + _pair_dot(words >> 12, p3, z))
+
+
+@triton.jit
+def _float_block(words, x_block, zero, P: tl.constexpr, ASM: tl.constexpr):
+    """One step's ``sum (q - zero) * x`` per word, a value at a time in float32: a byte
+    shifted down, ``lop3`` makes ``2**23 + q`` (``2**23 + 16 q`` for the high nibble,
+    whose activation is divided by 16), the offset subtracted before the product."""
+    offset_low = (zero + 8388608.0)[:, :, None]
+    offset_high = (zero * 16.0 + 8388608.0)[:, :, None]
+    block_sum = tl.zeros(words.shape, dtype=tl.float32)
+    for b in tl.static_range(4):
+        t = words >> (8 * b)
+        x_low = tl.load(x_block + (2 * b) * P).to(tl.float32)
+        x_high = tl.load(x_block + (2 * b + 1) * P).to(tl.float32) * 0.0625
+        low = _nibble_bits(t, False, ASM).to(tl.float32, bitcast=True)
+        high = _nibble_bits(t, True, ASM).to(tl.float32, bitcast=True)
+        block_sum += x_low[None, :, :] * (low - offset_low)
+        block_sum += x_high[None, :, :] * (high - offset_high)
+    return block_sum
+
+
+@triton.jit
+def _packed_block(words, x_block, zero, P: tl.constexpr, ASM: tl.constexpr):
+    """One step's ``sum (q - zero) * x`` per word, two values an instruction in bfloat16
+    pairs: plane ``j`` pairs with plane ``j + 4`` (bits ``4 j`` and ``4 j + 16``)."""
+    pairs0 = _pair_bits(tl.load(x_block), tl.load(x_block + 4 * P), ASM)
+    pairs1 = _pair_bits(tl.load(x_block + P), tl.load(x_block + 5 * P), ASM)
+    pairs2 = _pair_bits(tl.load(x_block + 2 * P), tl.load(x_block + 6 * P), ASM)
+    pairs3 = _pair_bits(tl.load(x_block + 3 * P), tl.load(x_block + 7 * P), ASM)
+    return _word_dot(words, pairs0[None], pairs1[None], pairs2[None], pairs3[None], zero[:, :, None], ASM)
+
+
 @triton.jit
 def _int4_gemv_rows_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, N, K, group_size, stride_wn, stride_sn, stride_zn,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr,
+    x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, N, K, blocks_per_group, stride_wn, stride_sn, stride_zn,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, PACKED: tl.constexpr, ASM: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     P: tl.constexpr = 16
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -96,25 +203,20 @@ def _int4_gemv_rows_kernel(
     pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
     for k0 in range(0, K, SPLIT * P * 8):
         block_start = k0 + splits  # [SPLIT]
+        # Blocks past K read block 0 with a zero scale: no masked loads (nor their predicates) in the loop.
         valid = block_start < K
-        words = tl.load(w_rows + (block_start // 8)[None, :, None], mask=valid[None, :, None], other=0)
-        words = words.to(tl.uint32, bitcast=True)
-        group = (block_start // group_size)[None, :]
-        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group, mask=valid[None, :], other=0.0).to(tl.float32)
-        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group, mask=valid[None, :], other=0).to(tl.float32)
-        offset_low = (zero + 8388608.0)[:, :, None]
-        offset_high = (zero * 16.0 + 8388608.0)[:, :, None]
-        block_sum = tl.zeros((BLOCK_N, SPLIT, P), dtype=tl.float32)
+        block_start = tl.multiple_of(tl.where(valid, block_start, 0), P * 8)
+        words = tl.load(w_rows + (block_start // 8)[None, :, None]).to(tl.uint32, bitcast=True)
+        # blocks_per_group is 1 for groups of 128: Triton specializes the 1 and the division goes.
+        group = (block_start // (P * 8) // blocks_per_group)[None, :]
+        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group).to(tl.float32)
+        scale = tl.where(valid[None, :], scale, 0.0)
+        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group)
         x_block = x_ptr + block_start[:, None] + lanes[None, :]
-        for b in tl.static_range(4):
-            t = words >> (8 * b)
-            x_low = tl.load(x_block + (2 * b) * P, mask=valid[:, None], other=0.0).to(tl.float32)
-            x_high = tl.load(x_block + (2 * b + 1) * P, mask=valid[:, None], other=0.0).to(tl.float32) * 0.0625
-            low = _nibble_bits(t, False, ASM).to(tl.float32, bitcast=True)
-            high = _nibble_bits(t, True, ASM).to(tl.float32, bitcast=True)
-            block_sum += x_low[None, :, :] * (low - offset_low)
-            block_sum += x_high[None, :, :] * (high - offset_high)
-        acc += block_sum * scale[:, :, None]
+        if PACKED:
+            acc += _packed_block(words, x_block, zero.to(tl.uint32), P, ASM) * scale[:, :, None]
+        else:
+            acc += _float_block(words, x_block, zero.to(tl.float32), P, ASM) * scale[:, :, None]
     pdl_release(PDL)
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     if HAS_BIAS:
@@ -136,10 +238,13 @@ def int4_gemv_rows(x, qweight, scales, zeros, group_size: int, bias, tiles: Rows
         return out
     pdl = pdl_enabled(x.device, 1)
     asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
+    # The pairs are bfloat16 (float16 sums of 16 (q - zero) x could overflow) and need the
+    # PTX; the interpreter runs their plain-arithmetic twin, for the tests.
+    packed = bool(tiles.packed) and x.dtype == torch.bfloat16 and (asm or interpreting())
     _int4_gemv_rows_kernel[(triton.cdiv(num_out, tiles.block_n),)](
-        x, qweight, scales, zeros, bias if bias is not None else x, out, num_out, num_in, group_size,
+        x, qweight, scales, zeros, bias if bias is not None else x, out, num_out, num_in, group_size // 128,
         qweight.stride(0), scales.stride(0), zeros.stride(0),
-        BLOCK_N=tiles.block_n, SPLIT=tiles.split, HAS_BIAS=bias is not None, ASM=asm, PDL=pdl,
+        BLOCK_N=tiles.block_n, SPLIT=tiles.split, HAS_BIAS=bias is not None, PACKED=packed, ASM=asm, PDL=pdl,
         num_warps=tiles.num_warps, launch_pdl=pdl,
     )
     return out
