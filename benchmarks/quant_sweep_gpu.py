@@ -43,6 +43,7 @@ from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
+from octavo.kernels.quant.gguf_q4k_pairs import Q4KPairsTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
@@ -89,6 +90,11 @@ INT4_DEQUANT = [DequantTile(r, k, w) for r in (8, 16, 32) for k in (256, 512, 10
 # thread, so fewer threads a row each take more values (sm_90 loop, Q4_K: 9.3
 # instructions a value at (8, 1, 1), 19 at (4, 1, 4)).
 GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8, 16) for s in (1, 2, 4) for w in (1, 2, 4)]
+# The Q4_K GEMV in bfloat16 pairs: rows a program (rows a thread = block_n * 32 / threads),
+# super-blocks a step, warps.
+GGUF_Q4K_PAIRS = [Q4KPairsTiles(n, s, w) for n, s, w in (
+    (32, 1, 4), (16, 1, 4), (8, 1, 4), (64, 1, 4), (16, 2, 4), (32, 2, 4), (8, 2, 4), (32, 1, 8), (64, 1, 8),
+    (16, 1, 2), (8, 1, 2), (16, 1, 1), (32, 2, 8), (64, 2, 8), (16, 4, 8), (8, 4, 4))]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, w) for n in (4, 8, 16, 32) for s in (2, 4, 8) for w in (2, 4)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
@@ -103,6 +109,7 @@ PLAN = [
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
     ("int4", "dequant+cublas", (512,), INT4_DEQUANT),
     ("gguf_Q4_K", "gemv", (1,), GGUF_GEMV),
+    ("gguf_Q4_K", "gemv_pairs", (1,), GGUF_Q4K_PAIRS),
     ("gguf_Q6_K", "gemv", (1,), GGUF_GEMV),
     ("gguf_Q4_K", "tile_mm", (16, 64), GGUF_MM),
     ("fp8_block", "gemv", (1,), BLOCK_GEMV),
@@ -183,6 +190,7 @@ ENV_OVERRIDES = {
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),
     ("fp8", "skinny_w8a8"): ("OCTAVO_SKINNY_8BIT_TILES",
                              lambda c: f"{c.block_n},{c.block_k},{c.split_k},{c.num_warps},{c.num_stages}"),
+    ("gguf_Q4_K", "gemv_pairs"): ("OCTAVO_GGUF_Q4K_PAIRS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")
        for t in ("Q4_K", "Q6_K")},
 }

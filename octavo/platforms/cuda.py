@@ -87,7 +87,11 @@ class CudaPlatform(TorchDevicePlatform):
 
             w8a8_max_tokens()
             rows_gemv_enabled()  # OCTAVO_INT4_GEMV_ROWS is 0 or 1
-            tiles_from_env()  # OCTAVO_INT4_GEMV_ROWS_TILES, if set, is three numbers
+            tiles_from_env()  # OCTAVO_INT4_GEMV_ROWS_TILES, if set, is three or four numbers
+            from octavo.kernels.quant import gguf_q4k_pairs
+
+            gguf_q4k_pairs.pairs_enabled()  # OCTAVO_GGUF_Q4K_PAIRS is 0 or 1
+            gguf_q4k_pairs.tiles_from_env()  # OCTAVO_GGUF_Q4K_PAIRS_TILES, if set, is three numbers
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

@@ -1,0 +1,267 @@
+"""The one-token GGUF Q4_K GEMV in bfloat16 pairs (issue 17).
+
+Q4_K keeps a row as 144-byte super-blocks of 256 values: float16 ``d`` and
+``dmin``, twelve bytes of 6-bit (scale, min) for eight 32-value sub-blocks,
+then 128 bytes of nibbles in four 64-value chunks (byte ``l`` of chunk ``a``:
+value ``64 a + l`` in its low nibble, ``64 a + 32 + l`` in its high one;
+sub-blocks ``2 a`` and ``2 a + 1``). A value is ``d sc q - dmin mn``.
+
+``gguf_triton``'s general GEMV makes each value a float32 on its own: 9.3
+sm_90 instructions a value in its one-token loop (``tests/kernels/
+sass_loops.py``). Here the 32-bit words of a super-block's nibbles are the
+lanes (``[BLOCK_N, SPLIT, 4 chunks, 8 words]``) and each word's eight
+values go in bfloat16 pairs (``_WORD_ASM``): ``lop3`` makes the pair of
+bytes 0 and 2 (or 1 and 3; low or high nibbles) as ``128 + q``, one ``fma``
+takes the 128 off (exact), one makes the weight ``q s - m`` (rounded once to
+bfloat16, as the dense path's dequantized weight is) and one multiplies it
+by its activations' pair and accumulates; the word's sum goes to float32.
+The activations' pairs ``(x_l, x_l+2)`` come from two 32-bit loads and a
+``prmt`` each, shared by a thread's rows; the scales are decoded per chunk
+(``[..., 4, 1]``, broadcast over its words). The interpreter runs a
+plain-arithmetic twin of the same steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.triton_utils import interpreting, ints_from_env
+
+SB_BYTES = 144  # one Q4_K super-block: 256 values
+_SB_BYTES = tl.constexpr(SB_BYTES)
+
+
+@dataclass(frozen=True)
+class Q4KPairsTiles:
+    block_n: int  # rows a program
+    split: int  # super-blocks a step
+    num_warps: int
+
+
+# A first guess (two rows a thread share the activations' pairs and sums: 5.8 sm_90
+# instructions a value, against 9.3 for the general one-token GEMV); swept on the GPU.
+TILES = Q4KPairsTiles(block_n=32, split=1, num_warps=4)
+
+
+@functools.cache
+def tiles_from_env() -> Q4KPairsTiles | None:
+    """``OCTAVO_GGUF_Q4K_PAIRS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_GGUF_Q4K_PAIRS_TILES", "block_n,split,num_warps", (3,))
+    return None if parts is None else Q4KPairsTiles(*parts)
+
+
+@functools.cache
+def pairs_enabled() -> bool:
+    """``OCTAVO_GGUF_Q4K_PAIRS=0`` sends one-token Q4_K calls to the general GEMV (A/B runs)."""
+    from octavo.errors import InvalidArgumentError
+
+    value = os.environ.get("OCTAVO_GGUF_Q4K_PAIRS", "1")
+    if value not in ("0", "1"):
+        raise InvalidArgumentError(f"OCTAVO_GGUF_Q4K_PAIRS={value!r}: expected 1 (the default) or 0")
+    return value == "1"
+
+
+# $2 the word; $3-$6 activation pairs for (bytes 0, 2 low), (1, 3 low), (0, 2 high),
+# (1, 3 high). $0 / $1: the sums of q x over the low / high nibbles (q exact in bfloat16,
+# four products a lane rounded to bfloat16, the halves added in float32).
+_WORD_ASM = tl.constexpr("""{
+.reg .b32 q, t, lo2, hi2, one, m128, u;
+.reg .f32 a, b, c, d;
+mov.b32 one, 0x3F803F80;
+mov.b32 m128, 0xC300C300;
+mov.b32 lo2, 0x80008000;
+mov.b32 hi2, 0x80008000;
+lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, m128;
+fma.rn.bf16x2 lo2, t, $3, lo2;
+shr.u32 q, $2, 8;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, m128;
+fma.rn.bf16x2 lo2, t, $4, lo2;
+shr.u32 q, $2, 4;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, m128;
+fma.rn.bf16x2 hi2, t, $5, hi2;
+shr.u32 q, $2, 12;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+fma.rn.bf16x2 t, t, one, m128;
+fma.rn.bf16x2 hi2, t, $6, hi2;
+shl.b32 u, lo2, 16;
+mov.b32 a, u;
+and.b32 u, lo2, 0xFFFF0000;
+mov.b32 b, u;
+add.f32 $0, a, b;
+shl.b32 u, hi2, 16;
+mov.b32 c, u;
+and.b32 u, hi2, 0xFFFF0000;
+mov.b32 d, u;
+add.f32 $1, c, d;
+}""")
+
+
+@triton.jit
+def _halves(a, b, SELECT: tl.constexpr, ASM: tl.constexpr):
+    """The pair of ``a``'s and ``b``'s low halves (``SELECT`` 0) or high halves (1)."""
+    if ASM:
+        if SELECT == 0:
+            return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x5410;", "=r,r,r", [a, b], dtype=tl.uint32,
+                                             is_pure=True, pack=1)
+        return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7632;", "=r,r,r", [a, b], dtype=tl.uint32,
+                                         is_pure=True, pack=1)
+    if SELECT == 0:
+        return (a & 0xFFFF) | (b << 16)
+    return (a >> 16) | (b & 0xFFFF0000)
+
+
+@triton.jit
+def _bf16_half(pair, HIGH: tl.constexpr):
+    """float32 of a pair's low or high bfloat16."""
+    if HIGH:
+        return (pair & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return (pair << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pair_dot(t, x_pair):
+    """Twin of one pair's step of ``_WORD_ASM`` in float32: nibbles at bits 0 and 16 of ``t``."""
+    return (t & 15).to(tl.float32) * _bf16_half(x_pair, False) + ((t >> 16) & 15).to(tl.float32) * _bf16_half(x_pair, True)
+
+
+@triton.jit
+def _word_sums(words, p02, p13, q02, q13, ASM: tl.constexpr):
+    """Each word's ``sum q x`` over its low nibbles and over its high nibbles, float32."""
+    if ASM:
+        return tl.inline_asm_elementwise(_WORD_ASM, "=f,=f,r,r,r,r,r", [words, p02, p13, q02, q13],
+                                         dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+    return _pair_dot(words, p02) + _pair_dot(words >> 8, p13), _pair_dot(words >> 4, q02) + _pair_dot(words >> 12, q13)
+
+
+@triton.jit
+def _pair_sum(a, b, ASM: tl.constexpr):
+    """float32 sum of the four bfloat16 values in two pairs: one bfloat16 pair add (a
+    rounding per two activations, as a dequantized bfloat16 weight has per value),
+    then the halves in float32."""
+    if ASM:
+        return tl.inline_asm_elementwise("""{
+        .reg .b32 t, u, one;
+        .reg .f32 p, q;
+        mov.b32 one, 0x3F803F80;
+        fma.rn.bf16x2 t, $1, one, $2;
+        shl.b32 u, t, 16;
+        mov.b32 p, u;
+        and.b32 u, t, 0xFFFF0000;
+        mov.b32 q, u;
+        add.f32 $0, p, q;
+        }""", "=f,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+    return (_bf16_half(a, False) + _bf16_half(a, True)) + (_bf16_half(b, False) + _bf16_half(b, True))
+
+
+@triton.jit
+def _small_float(q):
+    """float32 of a uint32 in ``[0, 2**23)``: the exponent ORed in, ``2**23`` taken off."""
+    return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _scale_min(sa, sb, sc, sub):
+    """6-bit (scale, min) of sub-block ``sub`` (0..7) from the twelve scale bytes as words
+    ``sa``, ``sb``, ``sc`` (ggml's ``get_scale_min_k4``), float32."""
+    shift = 8 * (sub & 3)
+    a = (sa >> shift) & 0xFF
+    b = (sb >> shift) & 0xFF
+    c = (sc >> shift) & 0xFF
+    scale = tl.where(sub < 4, a & 63, (c & 15) | ((a >> 6) << 4))
+    minimum = tl.where(sub < 4, b & 63, (c >> 4) | ((b >> 6) << 4))
+    return _small_float(scale), _small_float(minimum)
+
+
+@triton.jit
+def _chunk_scales(sb_words, live, chunk):
+    """Per chunk (``[BLOCK_N, SPLIT, 4, 1]``): float32 scales and mins (``d sc``, ``dmin mn``)
+    of its two sub-blocks, zero where the super-block is not ``live``. The header is
+    read as four words ``[BLOCK_N, SPLIT, 1, 1]`` and decoded at the words' shape
+    (chunk index broadcast), so that no value changes layout in the loop."""
+    dd = tl.load(sb_words)  # d, dmin: two float16
+    d = tl.where(live, (dd & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
+    dmin = tl.where(live, (dd >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
+    sa = tl.load(sb_words + 1)
+    sb = tl.load(sb_words + 2)
+    sc = tl.load(sb_words + 3)
+    sc_lo, mn_lo = _scale_min(sa, sb, sc, 2 * chunk)
+    sc_hi, mn_hi = _scale_min(sa, sb, sc, 2 * chunk + 1)
+    return d * sc_lo, dmin * mn_lo, d * sc_hi, dmin * mn_hi
+
+
+@triton.jit
+def _q4k_pairs_kernel(
+    x_ptr, w_ptr, out_ptr, N, K, row_bytes,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr,
+):
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = w_ptr + tl.where(mask_n, offs_n, 0).to(tl.int64) * row_bytes  # [BLOCK_N] byte pointers
+    chunk = tl.arange(0, 4)[None, :, None]  # [1, 4, 1]: a super-block's 64-value chunks
+    word = tl.arange(0, 8)[None, None, :]  # [1, 1, 8]: a chunk's 32 bytes as words
+    steps = tl.arange(0, SPLIT)
+    x_quads = x_ptr.to(tl.pointer_type(tl.uint64))  # the activations four at a time
+    num_sb = K // 256
+    acc = tl.zeros((BLOCK_N, SPLIT, 4, 8), dtype=tl.float32)
+    pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
+    for sb0 in range(0, num_sb, SPLIT):
+        # Super-blocks past the row's end read super-block 0 with zero scales.
+        live = sb0 + steps < num_sb
+        sb = tl.where(live, sb0 + steps, 0)
+        sb_ptr = rows[:, None] + (sb * _SB_BYTES)[None, :]  # [BLOCK_N, SPLIT]
+        # As 32-bit words (offsets in words, so that Triton sees four a thread contiguous: one vector load).
+        sb_words = sb_ptr.to(tl.pointer_type(tl.uint32))[:, :, None, None]
+        s_lo, m_lo, s_hi, m_hi = _chunk_scales(sb_words, live[None, :, None, None], chunk[None])
+        words = tl.load(sb_words + 4 + 8 * chunk[None] + word[None])
+        # Values 64 a + 4 i + {0..3} (low nibbles) and + 32 (high): pairs (x0, x2), (x1, x3).
+        # Four activations a word as one 64-bit load, low nibbles' then high nibbles'.
+        x_low = x_quads + (64 * sb)[:, None, None] + 16 * chunk + word  # [SPLIT, 4, 8]
+        x0123 = tl.load(x_low)
+        y0123 = tl.load(x_low + 8)
+        x01 = x0123.to(tl.uint32)
+        x23 = (x0123 >> 32).to(tl.uint32)
+        y01 = y0123.to(tl.uint32)
+        y23 = (y0123 >> 32).to(tl.uint32)
+        # The mins multiply each sub-block's activation sum, taken in float32 (shared by the rows).
+        x_sum_lo = _pair_sum(x01, x23, ASM)[None]
+        x_sum_hi = _pair_sum(y01, y23, ASM)[None]
+        sum_lo, sum_hi = _word_sums(words, _halves(x01, x23, 0, ASM)[None], _halves(x01, x23, 1, ASM)[None],
+                                    _halves(y01, y23, 0, ASM)[None], _halves(y01, y23, 1, ASM)[None], ASM)
+        acc += s_lo * sum_lo + s_hi * sum_hi - m_lo * x_sum_lo - m_hi * x_sum_hi
+    pdl_release(PDL)
+    out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
+    tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
+
+
+def takes(x: torch.Tensor, type_name: str) -> bool:
+    """One bfloat16 token of a Q4_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
+    asm = x.device.type == "cuda" and torch.version.hip is None
+    return (type_name == "Q4_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16 and (asm or interpreting())
+            and pairs_enabled())
+
+
+def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q4KPairsTiles | None = None) -> torch.Tensor:
+    """``x @ W.T`` for one token (``takes``) and raw Q4_K rows ``[N, row_bytes]``."""
+    tiles = tiles or tiles_from_env() or TILES
+    num_out, row_bytes = raw.shape
+    num_in = row_bytes // SB_BYTES * 256
+    out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
+    if num_out == 0:
+        return out
+    pdl = pdl_enabled(x.device, 1)
+    asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
+    _q4k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
+        x, raw, out, num_out, num_in, raw.stride(0),
+        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, num_warps=tiles.num_warps, launch_pdl=pdl,
+    )
+    return out

@@ -1,0 +1,88 @@
+"""The one-token Q4_K GEMV in bfloat16 pairs (``gguf_q4k_pairs``) under Triton's
+interpreter, which runs its plain-arithmetic twin (the PTX is compiled for sm_90
+in ``test_triton_compile.py`` and timed on the GPU): partial row tiles, a step
+past the row's last super-block, and the layer op's dispatch to it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
+from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
+
+Q4_K = GGML_TYPES_BY_NAME["Q4_K"]
+
+
+@not_interpreted
+def test_q4k_pairs_under_interpreter():
+    rerun_under_interpreter(__file__)
+
+
+def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((out.float() - expected).norm() / expected.norm()).item()
+
+
+# (rows, inputs, tiles): a partial row tile; three super-blocks in steps of two (the
+# second step reads past the row: zero scales); one row a thread and four.
+CASES = [(20, 512, (8, 2, 2)), (24, 768, (16, 2, 1)), (8, 256, (8, 1, 4)), (40, 1024, (32, 1, 1))]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("num_out,num_in,tiles", CASES)
+def test_q4k_pairs_matches_the_dequantized_matmul(num_out, num_in, tiles):
+    from octavo.kernels.quant import gguf_q4k_pairs
+
+    generator = torch.Generator().manual_seed(num_in)
+    raw = random_gguf_rows("Q4_K", num_out, num_in, generator)
+    x = torch.randn(1, num_in, generator=generator).to(torch.bfloat16)
+    expected = x.float() @ dequantize_gguf(raw, Q4_K).T
+    out = gguf_q4k_pairs.q4k_gemv_pairs(x, raw, gguf_q4k_pairs.Q4KPairsTiles(*tiles))
+    assert out.shape == (1, num_out) and out.dtype == torch.bfloat16
+    # The output's rounding to bfloat16 (2**-9) and the activations' sums in pairs of bfloat16.
+    assert _relative_error(out, expected) < 6e-3
+    # Every row is its own: a row's result does not depend on its neighbours (row 0 alone).
+    alone = gguf_q4k_pairs.q4k_gemv_pairs(x, raw[:1].contiguous(), gguf_q4k_pairs.Q4KPairsTiles(*tiles))
+    assert torch.equal(alone[0, 0], out[0, 0])
+
+
+@needs_interpreter
+def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
+    from octavo.kernels.quant import gguf_q4k_pairs, gguf_triton
+
+    raw = random_gguf_rows("Q4_K", 16, 512, torch.Generator().manual_seed(0))
+    x = torch.randn(1, 512).to(torch.bfloat16)
+    assert gguf_q4k_pairs.takes(x, "Q4_K")
+    assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_q4k_pairs.q4k_gemv_pairs(x, raw))
+    assert not gguf_q4k_pairs.takes(x.float(), "Q4_K") and not gguf_q4k_pairs.takes(x, "Q6_K")
+    assert not gguf_q4k_pairs.takes(torch.cat([x, x]), "Q4_K")
+    # Switched off, the general one-token GEMV computes it.
+    monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS", "0")
+    gguf_q4k_pairs.pairs_enabled.cache_clear()
+    try:
+        assert not gguf_q4k_pairs.takes(x, "Q4_K")
+        assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_triton.gguf_gemv(x, raw, Q4_K))
+    finally:
+        gguf_q4k_pairs.pairs_enabled.cache_clear()
+
+
+def test_q4k_pairs_settings_are_checked_at_startup(monkeypatch):
+    from octavo.errors import InvalidArgumentError
+    from octavo.kernels.quant import gguf_q4k_pairs
+    from octavo.platforms.cuda import CudaPlatform
+
+    monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS_TILES", "16,1,4")
+    gguf_q4k_pairs.tiles_from_env.cache_clear()
+    try:
+        assert gguf_q4k_pairs.tiles_from_env() == gguf_q4k_pairs.Q4KPairsTiles(16, 1, 4)
+        monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS", "yes")
+        gguf_q4k_pairs.pairs_enabled.cache_clear()
+        with pytest.raises(InvalidArgumentError, match="OCTAVO_GGUF_Q4K_PAIRS"):
+            CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
+    finally:
+        gguf_q4k_pairs.pairs_enabled.cache_clear()
+        gguf_q4k_pairs.tiles_from_env.cache_clear()
