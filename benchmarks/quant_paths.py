@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
 from octavo.kernels.quant import (
-    fp8_block_triton, fp8_triton, gguf_q4k_pairs, gguf_triton, int4, int4_gemv_rows, int4_triton, scaled_mm, skinny_8bit,
+    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_triton, int4, int4_gemv_rows, int4_triton, scaled_mm, skinny_8bit,
 )
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
 
@@ -134,6 +134,7 @@ def all_paths() -> list[Path]:
         Path("bf16", "cublas", lambda w, c: lambda x: F.linear(x, w[0])),
         Path("bf16", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c), 8),
         Path("fp8", "gemv", lambda w, c: lambda x: gv.gemv(x, w[0], None, config=c or gv.DEFAULT_8BIT_CONFIG, weight_scale=w[1]), 8),
+        Path("fp8", "gemv_rows", lambda w, c: lambda x: fp8_gemv_rows.fp8_gemv_rows(x, *w, None, c), 1),
         Path("fp8", "triton_quant+scaled_mm", lambda w, c: lambda x: fp8_triton.fp8_w8a8_linear(x, *w, None)),
         Path("fp8", "skinny", lambda w, c: lambda x: skinny_8bit.skinny_8bit_linear(x, *w, None, config=c), 16),
         Path("fp8", "skinny_w8a8", _skinny_w8a8, 16),

@@ -43,6 +43,7 @@ from kernels_gpu_sweep import compile_in_pool  # noqa: E402
 from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
+from octavo.kernels.quant.fp8_gemv_rows import Fp8RowsTiles  # noqa: E402
 from octavo.kernels.quant.gguf_q4k_pairs import Q4KPairsTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
@@ -90,6 +91,11 @@ INT4_DEQUANT = [DequantTile(r, k, w) for r in (8, 16, 32) for k in (256, 512, 10
 # thread, so fewer threads a row each take more values (sm_90 loop, Q4_K: 9.3
 # instructions a value at (8, 1, 1), 19 at (4, 1, 4)).
 GGUF_GEMV = [GGUFGemvConfig(n, s, w) for n in (2, 4, 8, 16) for s in (1, 2, 4) for w in (1, 2, 4)]
+# The one-token fp8 GEMV with activations shared by rows: rows a program, 128-value chunks
+# a step, warps (16 rows with 4 warps change layout every step: left out).
+FP8_ROWS = [Fp8RowsTiles(n, s, w) for n, s, w in (
+    (32, 2, 4), (32, 1, 4), (64, 1, 4), (64, 2, 4), (128, 2, 8), (64, 1, 8), (128, 1, 8), (32, 1, 2), (64, 2, 8),
+    (128, 1, 4), (32, 2, 8), (64, 4, 8))]
 # The Q4_K GEMV in bfloat16 pairs: rows a program (rows a thread = block_n * 32 / threads),
 # super-blocks a step, warps.
 GGUF_Q4K_PAIRS = [Q4KPairsTiles(n, s, w) for n, s, w in (
@@ -101,6 +107,7 @@ BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 
 # (family, path, tokens, configs): ~420 kernels, ~5 minutes on the H200.
 PLAN = [
     ("fp8", "gemv", (1, 2), GEMV_8BIT),
+    ("fp8", "gemv_rows", (1,), FP8_ROWS),
     ("fp8", "skinny", (1, 16), SKINNY_8BIT),
     ("fp8", "skinny_w8a8", (1, 16), SKINNY_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
@@ -190,6 +197,7 @@ ENV_OVERRIDES = {
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),
     ("fp8", "skinny_w8a8"): ("OCTAVO_SKINNY_8BIT_TILES",
                              lambda c: f"{c.block_n},{c.block_k},{c.split_k},{c.num_warps},{c.num_stages}"),
+    ("fp8", "gemv_rows"): ("OCTAVO_FP8_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
     ("gguf_Q4_K", "gemv_pairs"): ("OCTAVO_GGUF_Q4K_PAIRS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")
        for t in ("Q4_K", "Q6_K")},

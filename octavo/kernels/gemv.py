@@ -330,6 +330,10 @@ def scaled_linear_gemv(
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
+    from octavo.kernels.quant import fp8_gemv_rows
+
+    if fp8_gemv_rows.takes(x2, qweight):  # one token of e4m3: the activations shared by rows
+        return fp8_gemv_rows.fp8_gemv_rows(x2, qweight, weight_scale, bias).reshape(*x.shape[:-1], -1)
     # Half the bytes per weight: its best tiles may differ from 16-bit's (tuning runs set them).
     config = fit_to_rows(config_from_env("OCTAVO_GEMV_8BIT") or DEFAULT_8BIT_CONFIG, x2.shape[0])
     return gemv(x2, qweight, bias, config=config, weight_scale=weight_scale).reshape(*x.shape[:-1], -1)

@@ -92,6 +92,10 @@ class CudaPlatform(TorchDevicePlatform):
 
             gguf_q4k_pairs.pairs_enabled()  # OCTAVO_GGUF_Q4K_PAIRS is 0 or 1
             gguf_q4k_pairs.tiles_from_env()  # OCTAVO_GGUF_Q4K_PAIRS_TILES, if set, is three numbers
+            from octavo.kernels.quant import fp8_gemv_rows
+
+            fp8_gemv_rows.rows_enabled()  # OCTAVO_FP8_GEMV_ROWS is 0 or 1
+            fp8_gemv_rows.tiles_from_env()  # OCTAVO_FP8_GEMV_ROWS_TILES, if set, is three numbers
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

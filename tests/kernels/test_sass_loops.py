@@ -28,10 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 # (per block and per plane scales, one and two row groups; the one-token rows form), the MoE decode
 # down kernel, the block-scaled fp8 and the GGUF Q4_K 1-token GEMVs.
 BARRIER_FREE = ["gemv M1 gated=None", "gemv M4 gated=silu", "gemv 8-bit", "int4 gemv", "moe decode down top-8",
-                "quant fp8 block gemv", "quant gguf gemv 1-token Q4_K", "quant gguf q4k pairs"]
+                "quant fp8 block gemv", "quant gguf gemv 1-token Q4_K", "quant gguf q4k pairs",
+                "quant fp8 gemv rows"]
 # 1 + 1 + 1 + 8 (four configs, one with programmatic dependent launch, the quant compile case and the
-# rows form's two: bfloat16 pairs and float32) + 1 + 1 + 1 + 1 (Q4_K in pairs)
-EXPECTED_KERNELS = 15
+# rows form's two: bfloat16 pairs and float32) + 1 + 1 + 1 + 1 (Q4_K in pairs) + 1 (fp8 rows)
+EXPECTED_KERNELS = 16
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_triton, gguf_q4k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton,
+    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton,
     skinny_8bit,
 )
 
@@ -63,6 +63,8 @@ QUANT_KERNELS = {
                        ASM=True, PDL=True, blocks_per_group=1), INT4, dict(num_warps=8)),
     "int4 gemv rows float": (int4_gemv_rows._int4_gemv_rows_kernel, dict(BLOCK_N=8, SPLIT=8, HAS_BIAS=False,
                              PACKED=False, ASM=True, PDL=True, blocks_per_group=1), INT4, dict(num_warps=8)),
+    "fp8 gemv rows": (fp8_gemv_rows._fp8_gemv_rows_kernel, dict(BLOCK_N=32, SPLIT=2, HAS_BIAS=False, ASM=True, PDL=True),
+                      {"w_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=4)),
     "gguf q4k pairs gemv": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=8, SPLIT=2, ASM=True, PDL=True),
                             {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
