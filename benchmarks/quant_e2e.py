@@ -61,7 +61,7 @@ def methods_for(args: argparse.Namespace) -> list[Method]:
         return [Method("bf16 KV"), Method("fp8 KV", kv_cache_dtype="fp8")]
     known = {"bf16": Method("bf16"), "fp8": Method("fp8", "fp8"), "int4": Method("int4", "int4"),
              "int8": Method("int8", "int8")}
-    chosen = [known[name] for name in args.methods.split(",")]
+    chosen = [known[name] for name in args.methods.split(",") if name]  # "" with --gguf: the file alone
     if args.gguf:
         chosen.append(Method(f"gguf {Path(args.gguf).stem}", gguf=args.gguf))
     return chosen
