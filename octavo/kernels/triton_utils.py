@@ -17,6 +17,17 @@ import triton.language as tl
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 
+def switch_from_env(name: str) -> bool:
+    """An on/off setting for A/B runs, ``name=1`` (the default) or ``0``; anything else
+    raises ``InvalidArgumentError`` (the CUDA platform reads these at startup)."""
+    from octavo.errors import InvalidArgumentError
+
+    value = os.environ.get(name, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgumentError(f"{name}={value!r}: expected 1 (the default) or 0")
+    return value == "1"
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

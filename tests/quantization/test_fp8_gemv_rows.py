@@ -6,8 +6,6 @@ extremes, and the ``fp8_linear`` GEMV's dispatch to it."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -76,21 +74,3 @@ def test_the_fp8_gemv_takes_one_bfloat16_token_there(monkeypatch):
         assert ((out.float() - expected).norm() / expected.norm()).item() < 1e-2
     finally:
         fp8_gemv_rows.rows_enabled.cache_clear()
-
-
-def test_fp8_gemv_rows_settings_are_checked_at_startup(monkeypatch):
-    from octavo.errors import InvalidArgumentError
-    from octavo.kernels.quant import fp8_gemv_rows
-    from octavo.platforms.cuda import CudaPlatform
-
-    monkeypatch.setenv("OCTAVO_FP8_GEMV_ROWS_TILES", "64,1,4")
-    fp8_gemv_rows.tiles_from_env.cache_clear()
-    try:
-        assert fp8_gemv_rows.tiles_from_env() == fp8_gemv_rows.Fp8RowsTiles(64, 1, 4)
-        monkeypatch.setenv("OCTAVO_FP8_GEMV_ROWS", "on")
-        fp8_gemv_rows.rows_enabled.cache_clear()
-        with pytest.raises(InvalidArgumentError, match="OCTAVO_FP8_GEMV_ROWS"):
-            CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
-    finally:
-        fp8_gemv_rows.rows_enabled.cache_clear()
-        fp8_gemv_rows.tiles_from_env.cache_clear()

@@ -5,8 +5,6 @@ past the row's last super-block, and the layer op's dispatch to it."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -68,21 +66,3 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
         assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_triton.gguf_gemv(x, raw, Q4_K))
     finally:
         gguf_q4k_pairs.pairs_enabled.cache_clear()
-
-
-def test_q4k_pairs_settings_are_checked_at_startup(monkeypatch):
-    from octavo.errors import InvalidArgumentError
-    from octavo.kernels.quant import gguf_q4k_pairs
-    from octavo.platforms.cuda import CudaPlatform
-
-    monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS_TILES", "16,1,4")
-    gguf_q4k_pairs.tiles_from_env.cache_clear()
-    try:
-        assert gguf_q4k_pairs.tiles_from_env() == gguf_q4k_pairs.Q4KPairsTiles(16, 1, 4)
-        monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS", "yes")
-        gguf_q4k_pairs.pairs_enabled.cache_clear()
-        with pytest.raises(InvalidArgumentError, match="OCTAVO_GGUF_Q4K_PAIRS"):
-            CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
-    finally:
-        gguf_q4k_pairs.pairs_enabled.cache_clear()
-        gguf_q4k_pairs.tiles_from_env.cache_clear()

@@ -65,7 +65,7 @@ QUANT_KERNELS = {
                              PACKED=False, ASM=True, PDL=True, blocks_per_group=1), INT4, dict(num_warps=8)),
     "fp8 gemv rows": (fp8_gemv_rows._fp8_gemv_rows_kernel, dict(BLOCK_N=32, SPLIT=2, HAS_BIAS=False, ASM=True, PDL=True),
                       {"w_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=4)),
-    "gguf q4k pairs gemv": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=8, SPLIT=2, ASM=True, PDL=True),
+    "gguf q4k pairs gemv": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=32, SPLIT=1, ASM=True, PDL=True),
                             {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
                   ROW_GROUPS=1, PLANE_SCALES=True, PDL=False),

@@ -9,8 +9,6 @@ looser tolerance.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -270,21 +268,3 @@ def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, gr
     assert torch.equal(int4_triton.grouped_linear(x, qweight, scales, zeros, group_size, bias, 4), out)
     assert not int4_gemv_rows.takes(2, in_features, group_size, 4)
     assert not int4_gemv_rows.takes(1, in_features, 64, 4) and not int4_gemv_rows.takes(1, in_features, 128, 8)
-
-
-def test_int4_gemv_rows_switch_from_the_environment(kernels, monkeypatch):
-    """Checked when the CUDA platform checks its config (at startup), as the other kernel settings."""
-    from octavo.errors import InvalidArgumentError
-    from octavo.platforms.cuda import CudaPlatform
-
-    int4_triton, _ = kernels
-    for value, expected in (("0", False), ("1", True)):
-        monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", value)
-        int4_triton.rows_gemv_enabled.cache_clear()
-        assert int4_triton.rows_gemv_enabled() is expected
-    monkeypatch.setenv("OCTAVO_INT4_GEMV_ROWS", "yes")
-    int4_triton.rows_gemv_enabled.cache_clear()
-    with pytest.raises(InvalidArgumentError, match="OCTAVO_INT4_GEMV_ROWS"):
-        CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
-    monkeypatch.delenv("OCTAVO_INT4_GEMV_ROWS")
-    int4_triton.rows_gemv_enabled.cache_clear()

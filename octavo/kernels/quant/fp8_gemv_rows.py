@@ -20,7 +20,6 @@ moved into float32's).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +27,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import interpreting, ints_from_env
+from octavo.kernels.triton_utils import interpreting, ints_from_env, switch_from_env
 
 CHUNK = 128  # weight values a 32-word lane row covers
 
@@ -57,12 +56,7 @@ def tiles_from_env() -> Fp8RowsTiles | None:
 @functools.cache
 def rows_enabled() -> bool:
     """``OCTAVO_FP8_GEMV_ROWS=0`` sends one-token fp8 calls to ``gemv.py``'s 8-bit form (A/B runs)."""
-    from octavo.errors import InvalidArgumentError
-
-    value = os.environ.get("OCTAVO_FP8_GEMV_ROWS", "1")
-    if value not in ("0", "1"):
-        raise InvalidArgumentError(f"OCTAVO_FP8_GEMV_ROWS={value!r}: expected 1 (the default) or 0")
-    return value == "1"
+    return switch_from_env("OCTAVO_FP8_GEMV_ROWS")
 
 
 # $1 a word of four e4m3 values, $2-$5 their activations in float32; $0 the sum of products.

@@ -24,7 +24,6 @@ plain-arithmetic twin of the same steps.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +31,8 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import interpreting, ints_from_env
+from octavo.kernels.quant import bf16_pairs
+from octavo.kernels.triton_utils import interpreting, ints_from_env, switch_from_env
 
 SB_BYTES = 144  # one Q4_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
@@ -60,50 +60,21 @@ def tiles_from_env() -> Q4KPairsTiles | None:
 @functools.cache
 def pairs_enabled() -> bool:
     """``OCTAVO_GGUF_Q4K_PAIRS=0`` sends one-token Q4_K calls to the general GEMV (A/B runs)."""
-    from octavo.errors import InvalidArgumentError
-
-    value = os.environ.get("OCTAVO_GGUF_Q4K_PAIRS", "1")
-    if value not in ("0", "1"):
-        raise InvalidArgumentError(f"OCTAVO_GGUF_Q4K_PAIRS={value!r}: expected 1 (the default) or 0")
-    return value == "1"
+    return switch_from_env("OCTAVO_GGUF_Q4K_PAIRS")
 
 
 # $2 the word; $3-$6 activation pairs for (bytes 0, 2 low), (1, 3 low), (0, 2 high),
 # (1, 3 high). $0 / $1: the sums of q x over the low / high nibbles (q exact in bfloat16,
 # four products a lane rounded to bfloat16, the halves added in float32).
-_WORD_ASM = tl.constexpr("""{
-.reg .b32 q, t, lo2, hi2, one, m128, u;
-.reg .f32 a, b, c, d;
-mov.b32 one, 0x3F803F80;
-mov.b32 m128, 0xC300C300;
-mov.b32 lo2, 0x80008000;
-mov.b32 hi2, 0x80008000;
-lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, m128;
-fma.rn.bf16x2 lo2, t, $3, lo2;
-shr.u32 q, $2, 8;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, m128;
-fma.rn.bf16x2 lo2, t, $4, lo2;
-shr.u32 q, $2, 4;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, m128;
-fma.rn.bf16x2 hi2, t, $5, hi2;
-shr.u32 q, $2, 12;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, m128;
-fma.rn.bf16x2 hi2, t, $6, hi2;
-shl.b32 u, lo2, 16;
-mov.b32 a, u;
-and.b32 u, lo2, 0xFFFF0000;
-mov.b32 b, u;
-add.f32 $0, a, b;
-shl.b32 u, hi2, 16;
-mov.b32 c, u;
-and.b32 u, hi2, 0xFFFF0000;
-mov.b32 d, u;
-add.f32 $1, c, d;
-}""")
+_WORD_ASM = tl.constexpr(bf16_pairs.program(
+    ".reg .b32 m128, lo2, hi2;\nmov.b32 m128, 0xC300C300;",
+    bf16_pairs.pair_product("$2", 0, "$3", "lo2", "m128", first=True),
+    bf16_pairs.pair_product("$2", 8, "$4", "lo2", "m128"),
+    bf16_pairs.pair_product("$2", 4, "$5", "hi2", "m128", first=True),
+    bf16_pairs.pair_product("$2", 12, "$6", "hi2", "m128"),
+    bf16_pairs.halves_sum("lo2", "$0"),
+    bf16_pairs.halves_sum("hi2", "$1"),
+))
 
 
 @triton.jit
@@ -118,6 +89,10 @@ def _halves(a, b, SELECT: tl.constexpr, ASM: tl.constexpr):
     if SELECT == 0:
         return (a & 0xFFFF) | (b << 16)
     return (a >> 16) | (b & 0xFFFF0000)
+
+# $0 = the sum of the four bfloat16 values in the pairs $1 and $2.
+_PAIR_SUM_ASM = tl.constexpr(bf16_pairs.program(
+    ".reg .b32 s;", "fma.rn.bf16x2 s, $1, one, $2;", bf16_pairs.halves_sum("s", "$0")))
 
 
 @triton.jit
@@ -149,17 +124,7 @@ def _pair_sum(a, b, ASM: tl.constexpr):
     rounding per two activations, as a dequantized bfloat16 weight has per value),
     then the halves in float32."""
     if ASM:
-        return tl.inline_asm_elementwise("""{
-        .reg .b32 t, u, one;
-        .reg .f32 p, q;
-        mov.b32 one, 0x3F803F80;
-        fma.rn.bf16x2 t, $1, one, $2;
-        shl.b32 u, t, 16;
-        mov.b32 p, u;
-        and.b32 u, t, 0xFFFF0000;
-        mov.b32 q, u;
-        add.f32 $0, p, q;
-        }""", "=f,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+        return tl.inline_asm_elementwise(_PAIR_SUM_ASM, "=f,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
     return (_bf16_half(a, False) + _bf16_half(a, True)) + (_bf16_half(b, False) + _bf16_half(b, True))
 
 

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.quant import bf16_pairs
 from octavo.kernels.triton_utils import interpreting, ints_from_env
 
 
@@ -85,39 +86,15 @@ def _nibble_bits(t, HIGH: tl.constexpr, ASM: tl.constexpr):
     return (t & 0x0F) | 0x4B000000
 
 
-# One word's eight values against their activations in bfloat16 pairs (sm_80+
-# PTX): ``lop3`` turns nibbles ``j`` and ``j + 4`` into the pair
-# ``(128 + q_j, 128 + q_j+4)`` (exponent 0x4300, the nibble in the low mantissa
-# bits), one ``fma`` subtracts ``128 + zero`` (exact: small integers), one more
-# multiplies by the activations' pair and accumulates; the two halves of the
-# sum are added in float32. Operands: $1 the word, $2-$5 the activation pairs
-# ``(x_j, x_j+4)``, $6 the pair ``-(128 + zero)``.
-_WORD_DOT_BF16_ASM = tl.constexpr("""{
-.reg .b32 q, t, acc, one, u;
-.reg .f32 lo, hi;
-mov.b32 one, 0x3F803F80;
-mov.b32 acc, 0x80008000;
-lop3.b32 t, $1, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, $6;
-fma.rn.bf16x2 acc, t, $2, acc;
-shr.u32 q, $1, 4;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, $6;
-fma.rn.bf16x2 acc, t, $3, acc;
-shr.u32 q, $1, 8;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, $6;
-fma.rn.bf16x2 acc, t, $4, acc;
-shr.u32 q, $1, 12;
-lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t, t, one, $6;
-fma.rn.bf16x2 acc, t, $5, acc;
-shl.b32 u, acc, 16;
-mov.b32 lo, u;
-and.b32 u, acc, 0xFFFF0000;
-mov.b32 hi, u;
-add.f32 $0, lo, hi;
-}""")
+# One word's eight values against their activations in bfloat16 pairs
+# (``bf16_pairs``): nibbles ``j`` and ``j + 4`` (bits ``4 j`` and ``4 j + 16``) make
+# one pair. Operands: $1 the word, $2-$5 the activation pairs ``(x_j, x_j+4)``,
+# $6 the pair ``-(128 + zero)``; $0 the float32 sum.
+_WORD_DOT_BF16_ASM = tl.constexpr(bf16_pairs.program(
+    ".reg .b32 acc;",
+    *(bf16_pairs.pair_product("$1", 4 * j, f"${2 + j}", "acc", "$6", first=j == 0) for j in range(4)),
+    bf16_pairs.halves_sum("acc", "$0"),
+))
 
 
 @triton.jit

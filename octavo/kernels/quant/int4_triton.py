@@ -38,7 +38,6 @@ kernel is tested against the torch reference through the interpreter.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +51,7 @@ from octavo.kernels.quant import int4_gemv_rows as gemv_rows
 from octavo.kernels.quant.int4_mm_triton import (  # noqa: F401 -- re-exported: the launchers callers know
     DEQUANT_TILE, DequantTile, GroupedMmConfig, grouped_dequantize, grouped_mm, mm_config,
 )
-from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
+from octavo.kernels.triton_utils import ints_from_env, next_power_of_2, switch_from_env
 
 @dataclass(frozen=True)
 class GroupedGemvConfig:
@@ -274,12 +273,7 @@ def gemv_config_from_env() -> GroupedGemvConfig | None:
 def rows_gemv_enabled() -> bool:
     """``OCTAVO_INT4_GEMV_ROWS=0`` sends one-token calls to ``grouped_gemv`` instead of
     ``int4_gemv_rows`` (A/B runs)."""
-    from octavo.errors import InvalidArgumentError
-
-    value = os.environ.get("OCTAVO_INT4_GEMV_ROWS", "1")
-    if value not in ("0", "1"):
-        raise InvalidArgumentError(f"OCTAVO_INT4_GEMV_ROWS={value!r}: expected 1 (the default) or 0")
-    return value == "1"
+    return switch_from_env("OCTAVO_INT4_GEMV_ROWS")
 
 
 def grouped_gemv(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedGemvConfig | None = None):
