@@ -65,6 +65,7 @@ def test_the_fp8_gemv_takes_one_bfloat16_token_there(monkeypatch):
     assert torch.equal(gemv.scaled_linear_gemv(x, w, scale, None), fp8_gemv_rows.fp8_gemv_rows(x, w, scale, None))
     assert not fp8_gemv_rows.takes(torch.cat([x, x]), w) and not fp8_gemv_rows.takes(x.half(), w)
     assert not fp8_gemv_rows.takes(x[:, :200], w[:, :200].contiguous())  # not whole 128-value chunks
+    assert not fp8_gemv_rows.takes(torch.randn(1, 257).to(torch.bfloat16)[:, 1:], w)  # activations off alignment
     monkeypatch.setenv("OCTAVO_FP8_GEMV_ROWS", "0")
     fp8_gemv_rows.rows_enabled.cache_clear()
     try:

@@ -54,15 +54,17 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
 
     raw = random_gguf_rows("Q4_K", 16, 512, torch.Generator().manual_seed(0))
     x = torch.randn(1, 512).to(torch.bfloat16)
-    assert gguf_q4k_pairs.takes(x, "Q4_K")
+    assert gguf_q4k_pairs.takes(x, raw, "Q4_K")
     assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_q4k_pairs.q4k_gemv_pairs(x, raw))
-    assert not gguf_q4k_pairs.takes(x.float(), "Q4_K") and not gguf_q4k_pairs.takes(x, "Q6_K")
-    assert not gguf_q4k_pairs.takes(torch.cat([x, x]), "Q4_K")
+    assert not gguf_q4k_pairs.takes(x.float(), raw, "Q4_K") and not gguf_q4k_pairs.takes(x, raw, "Q6_K")
+    assert not gguf_q4k_pairs.takes(torch.cat([x, x]), raw, "Q4_K")
+    # Activations off 8-byte alignment (a view one value in) go to the general GEMV.
+    assert not gguf_q4k_pairs.takes(torch.randn(1, 513).to(torch.bfloat16)[:, 1:], raw, "Q4_K")
     # Switched off, the general one-token GEMV computes it.
     monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS", "0")
     gguf_q4k_pairs.pairs_enabled.cache_clear()
     try:
-        assert not gguf_q4k_pairs.takes(x, "Q4_K")
+        assert not gguf_q4k_pairs.takes(x, raw, "Q4_K")
         assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_triton.gguf_gemv(x, raw, Q4_K))
     finally:
         gguf_q4k_pairs.pairs_enabled.cache_clear()

@@ -146,6 +146,8 @@ def takes(x: torch.Tensor, qweight: torch.Tensor) -> bool:
     asm = x.device.type == "cuda" and torch.version.hip is None
     return (x.shape[0] == 1 and x.dtype == torch.bfloat16 and qweight.dtype == torch.float8_e4m3fn
             and qweight.shape[1] % CHUNK == 0 and qweight.stride(1) == 1 and x.stride(1) == 1
+            # 64-bit activation loads and 32-bit weight loads
+            and x.data_ptr() % 8 == 0 and qweight.data_ptr() % 4 == 0 and qweight.stride(0) % 4 == 0
             and (asm or interpreting()) and rows_enabled())
 
 

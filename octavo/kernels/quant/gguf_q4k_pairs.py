@@ -208,10 +208,12 @@ def _q4k_pairs_kernel(
     tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
-def takes(x: torch.Tensor, type_name: str) -> bool:
+def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
     """One bfloat16 token of a Q4_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
     asm = x.device.type == "cuda" and torch.version.hip is None
     return (type_name == "Q4_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16 and (asm or interpreting())
+            and x.stride(1) == 1 and x.data_ptr() % 8 == 0  # 64-bit activation loads, 32-bit weight loads
+            and raw.data_ptr() % 4 == 0 and raw.stride(0) % 4 == 0 and raw.stride(1) == 1
             and pairs_enabled())
 
 

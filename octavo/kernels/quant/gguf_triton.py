@@ -369,7 +369,7 @@ def gguf_linear(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType) -> torc
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     num_tokens = x2.shape[0]
-    if gguf_q4k_pairs.takes(x2, ggml_type.name):
+    if gguf_q4k_pairs.takes(x2, raw, ggml_type.name):
         out = gguf_q4k_pairs.q4k_gemv_pairs(x2, raw)
     elif num_tokens <= GEMV_MAX_TOKENS:
         out = gguf_gemv(x2, raw, ggml_type)
