@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.models.test_hf_parity import make_prompts
-from tests.runtime.test_async_scheduling import params_for, run
+from tests.runtime.test_async_scheduling import assert_same_outputs, params_for, run
 from tests.runtime.test_decode_overlap import vocab
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -31,7 +31,7 @@ def test_async_matches_sync_on_the_gpu(llama_dir, make_llm):
     fast = make_llm(llama_dir, async_scheduling=True, platform="cuda")
     assert fast.engine.executor.worker.runner.graphs is not None
     got = run(fast, prompts, params_for(LENGTHS))
-    assert got == expected, describe_differences(got, expected)
+    assert_same_outputs(got, expected)
 
 
 def test_async_under_preemption_matches_sync_up_to_near_ties(llama_dir, make_llm):
@@ -51,23 +51,6 @@ def test_async_under_preemption_matches_sync_up_to_near_ties(llama_dir, make_llm
             assert a.token_ids[first] in b.logprobs[first] and b.token_ids[first] in a.logprobs[first], (
                 f"request {index} diverges at step {first} beyond a near-tie: {a.token_ids} vs {b.token_ids}")
         assert (ours.prompt_logprobs is None) == (theirs.prompt_logprobs is None), index
-
-
-FIELDS = ("token_ids", "finish_reason", "text", "logprobs", "prompt_logprobs")
-
-
-def describe_differences(got: list, expected: list) -> str:
-    """Which request and which field differ, with both values (first differing position)."""
-    lines = []
-    for index, (ours, theirs) in enumerate(zip(got, expected)):
-        for name, a, b in zip(FIELDS, ours, theirs):
-            if a == b:
-                continue
-            if isinstance(a, list) and isinstance(b, list):
-                at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-                a, b = f"[{at}] {a[at:at + 2]} (len {len(a)})", f"[{at}] {b[at:at + 2]} (len {len(b)})"
-            lines.append(f"request {index} {name}: async {a} | sync {b}")
-    return "\n".join(lines)
 
 
 def test_sampling_never_waits_for_the_device():

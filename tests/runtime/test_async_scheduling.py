@@ -39,11 +39,24 @@ def summary(output):
     completion = output.outputs[0]
     logprobs = None
     if completion.logprobs is not None:
-        logprobs = [{t: round(lp.logprob, 4) for t, lp in entry.items()} for entry in completion.logprobs]
+        logprobs = [{t: lp.logprob for t, lp in entry.items()} for entry in completion.logprobs]
     prompt_logprobs = None
     if output.prompt_logprobs is not None:
         prompt_logprobs = [None if e is None else sorted(e) for e in output.prompt_logprobs]
     return completion.token_ids, completion.finish_reason, completion.text, logprobs, prompt_logprobs
+
+
+def assert_same_outputs(got: list, expected: list) -> None:
+    """Token ids, finish reasons, texts and prompt-logprob ids identical; the logprobs
+    of the same tokens within 1e-4 (float32: a step's batch shape changes the matmuls'
+    blocking, and chunked prefill and preemption change the batch shapes)."""
+    assert len(got) == len(expected)
+    for index, (mine, theirs) in enumerate(zip(got, expected)):
+        assert mine[:3] == theirs[:3] and mine[4] == theirs[4], f"request {index}"
+        assert (mine[3] is None) == (theirs[3] is None), f"request {index}"
+        for position, (a, b) in enumerate(zip(mine[3] or [], theirs[3] or [])):
+            assert a.keys() == b.keys(), f"request {index} position {position}: {a} != {b}"
+            assert all(abs(a[t] - b[t]) <= 1e-4 for t in a), f"request {index} position {position}: {a} != {b}"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +75,7 @@ def test_every_sampling_parameter_matches_the_synchronous_engine(llama_dir, make
     prompts, expected = sync_outputs
     llm = make_llm(llama_dir, async_scheduling=True)
     assert llm.engine.async_scheduling
-    assert run(llm, prompts, params_for([12, 20, 7, 16, 18, 9, 14, 5])) == expected
+    assert_same_outputs(run(llm, prompts, params_for([12, 20, 7, 16, 18, 9, 14, 5])), expected)
     # Decode steps took their input tokens from the step before, on the device
     # (every request but the 5-token one decodes at least 6 times).
     assert llm.engine.executor.worker.runner.async_steps.num_device_inputs >= 6 * 7
@@ -72,7 +85,7 @@ def test_chunked_prefill_and_preemption_match(llama_dir, make_llm, sync_outputs)
     prompts, expected = sync_outputs
     tight = make_llm(llama_dir, async_scheduling=True, num_kv_blocks=14, max_num_batched_tokens=24,
                      enable_prefix_caching=False)
-    assert run(tight, prompts, params_for([12, 20, 7, 16, 18, 9, 14, 5])) == expected
+    assert_same_outputs(run(tight, prompts, params_for([12, 20, 7, 16, 18, 9, 14, 5])), expected)
     assert tight.engine.get_stats().num_preemptions > 0
 
 
@@ -90,7 +103,7 @@ def test_stops_and_aborts(llama_dir, make_llm):
     ]
     expected = run(plain, prompts, stops)
     assert expected[0][1] == expected[1][1] == "stop"
-    assert run(fast, prompts, stops) == expected
+    assert_same_outputs(run(fast, prompts, stops), expected)
     # An abort while a step is in flight: the others go on unchanged.
     engine = fast.engine
     for i, prompt in enumerate(prompts):
