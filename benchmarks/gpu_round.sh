@@ -128,6 +128,16 @@ for step in "$@"; do
     # their floors, in the same run) with them set (OCTAVO_INT4_GEMV_TILES, OCTAVO_GEMV_8BIT,
     # OCTAVO_GGUF_GEMV_TILES_<TYPE>).
     # The one-token int4 GEMV (int4_gemv_rows): its tiles at 1 token, then int4 batch-1 decode with it off and on.
+    # Round 34's one-token GEMVs (int4 rows in bfloat16 pairs, fp8 with shared activations, Q4_K in
+    # pairs) swept against the forms they replace, then batch-1 decode with the winners beside bf16.
+    # The old forms (fp8 through gemv.py's 8-bit GEMV, int4 rows in float32) end to end after, same machine.
+    one_token) TAIL=40 run_step one_token_sweep 300 python benchmarks/quant_sweep_gpu.py --tokens 1 --env-file /tmp/octavo-one-token.env \
+                 --only int4:gemv_rows,int4:torch_int4pack_mm,fp8:gemv_rows,gguf_Q4_K:gemv_pairs
+               cp /tmp/octavo-one-token.env "$O/" 2>/dev/null
+               TAIL=6 run_step one_token_latency 400 env $(cat /tmp/octavo-one-token.env 2>/dev/null) \
+                 python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/one_token_latency.json"
+               TAIL=4 run_step one_token_latency_old 300 env OCTAVO_FP8_GEMV_ROWS=0 OCTAVO_INT4_GEMV_ROWS_TILES=8,8,8,0 \
+                 python benchmarks/quant_e2e.py latency --methods fp8,int4 --output-json "$O/one_token_latency_old.json";;
     int4_rows) TAIL=12 run_step int4_rows_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_rows --tokens 1
                for rows in 0 1; do
                  OCTAVO_INT4_GEMV_ROWS=$rows TAIL=3 run_step "int4_latency_rows$rows" 300 python benchmarks/quant_e2e.py latency --methods int4

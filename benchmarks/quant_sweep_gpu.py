@@ -112,6 +112,7 @@ PLAN = [
     ("fp8", "skinny_w8a8", (1, 16), SKINNY_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
     ("int4", "gemv_rows", (1,), INT4_ROWS),
+    ("int4", "torch_int4pack_mm", (1,), []),  # tinygemm, for comparison
     ("int4", "tc_mm", (1, 16, 64), INT4_MM_SKINNY),
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
     ("int4", "dequant+cublas", (512,), INT4_DEQUANT),
