@@ -9,16 +9,21 @@ sub-blocks ``2 a`` and ``2 a + 1``). A value is ``d sc q - dmin mn``.
 ``gguf_triton``'s general GEMV makes each value a float32 on its own: 9.3
 sm_90 instructions a value in its one-token loop (``tests/kernels/
 sass_loops.py``). Here the 32-bit words of a super-block's nibbles are the
-lanes (``[BLOCK_N, SPLIT, 4 chunks, 8 words]``) and each word's eight
-values go in bfloat16 pairs (``_WORD_ASM``): ``lop3`` makes the pair of
-bytes 0 and 2 (or 1 and 3; low or high nibbles) as ``128 + q``, one ``fma``
-takes the 128 off (exact), one makes the weight ``q s - m`` (rounded once to
-bfloat16, as the dense path's dequantized weight is) and one multiplies it
-by its activations' pair and accumulates; the word's sum goes to float32.
-The activations' pairs ``(x_l, x_l+2)`` come from two 32-bit loads and a
-``prmt`` each, shared by a thread's rows; the scales are decoded per chunk
-(``[..., 4, 1]``, broadcast over its words). The interpreter runs a
-plain-arithmetic twin of the same steps.
+lanes (``[BLOCK_N, SPLIT, 4 chunks, 8 words]``) and each word's eight values
+go in bfloat16 pairs (``_WORD_ASM``, ``bf16_pairs``): ``lop3`` makes the pair
+of bytes 0 and 2 (or 1 and 3; low or high nibbles) as ``128 + q``, one
+``fma`` takes the 128 off (exact), one multiplies by the activations' pair
+and accumulates; a word gives two float32 sums of ``q x``, over its low
+nibbles (sub-block ``2 a``) and its high ones (``2 a + 1``). The scales and
+mins are applied in float32, ``d sc * sum(q x) - dmin mn * sum(x)``: folding
+them into bfloat16 weights first (``q s - m`` in one ``fma``) rounded ``s``
+and ``m`` once per sub-block, an error shared by its 32 values, 4-7 times
+the dense path's (checked under the interpreter). A word's four activations
+are one 64-bit load; their pairs ``(x_l, x_l+2)`` a ``prmt`` each and their
+sum one bfloat16 pair add then float32, shared by a thread's rows. The 6-bit
+scales are decoded from the super-block header's words at the words' shape
+(decoded at the chunks' own shape they changed layout through shared memory
+every step). The interpreter runs a plain-arithmetic twin of the same steps.
 """
 
 from __future__ import annotations
@@ -197,7 +202,7 @@ def _q4k_pairs_kernel(
         x23 = (x0123 >> 32).to(tl.uint32)
         y01 = y0123.to(tl.uint32)
         y23 = (y0123 >> 32).to(tl.uint32)
-        # The mins multiply each sub-block's activation sum, taken in float32 (shared by the rows).
+        # The mins multiply each sub-block's activation sum (shared by the rows).
         x_sum_lo = _pair_sum(x01, x23, ASM)[None]
         x_sum_hi = _pair_sum(y01, y23, ASM)[None]
         sum_lo, sum_hi = _word_sums(words, _halves(x01, x23, 0, ASM)[None], _halves(x01, x23, 1, ASM)[None],
