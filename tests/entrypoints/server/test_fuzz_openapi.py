@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from octavo.core.sampling_params import INT64_MAX, INT64_MIN
 from tests.entrypoints.server.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -48,17 +49,25 @@ def operations(schema) -> list:
     return [result.ok() for result in schema.get_all_operations()]
 
 
+def _in_schema_range(value) -> bool:
+    """An integer inside the fields' documented range (int64). Outside it the value is a
+    negative case's violation, which the server must refuse: clamping it would turn the
+    case valid behind the fuzzer's back (``max_tokens`` of 2**63 sent as 4 once failed
+    ``negative_data_rejection``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+
+
 def keep_short(body) -> None:
     """Valid but slow values (thousands of tokens, n of 128) are the load tests' business, not a fuzzer's."""
     if not isinstance(body, dict):
         return
     for field in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(field), int) and not isinstance(body[field], bool) and body[field] > MAX_NEW_TOKENS:
+        if _in_schema_range(body.get(field)) and body[field] > MAX_NEW_TOKENS:
             body[field] = MAX_NEW_TOKENS
-    if isinstance(body.get("min_tokens"), int) and not isinstance(body["min_tokens"], bool) and body["min_tokens"] > 0:
+    if _in_schema_range(body.get("min_tokens")) and body["min_tokens"] > 0:
         body["min_tokens"] = 0
     for field in ("n", "best_of"):
-        if isinstance(body.get(field), int) and not isinstance(body[field], bool) and body[field] > 2:
+        if _in_schema_range(body.get(field)) and body[field] > 2:
             body[field] = 2
 
 
