@@ -41,6 +41,7 @@ import triton.language as tl
 
 from octavo.kernels.activation import ACT_CODES, SILU, act_then_mul
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.quant import fp8_gemv_rows
 from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 # The most token rows one launch takes (BLOCK_M covers them all).
@@ -330,8 +331,6 @@ def scaled_linear_gemv(
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    from octavo.kernels.quant import fp8_gemv_rows
-
     if fp8_gemv_rows.takes(x2, qweight):  # one token of e4m3: the activations shared by rows
         return fp8_gemv_rows.fp8_gemv_rows(x2, qweight, weight_scale, bias).reshape(*x.shape[:-1], -1)
     # Half the bytes per weight: its best tiles may differ from 16-bit's (tuning runs set them).

@@ -33,6 +33,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def runs_ptx(device: torch.device) -> bool:
+    """Whether Triton kernels on ``device`` compile to NVIDIA PTX, so that inline PTX
+    runs there (CUDA; not ROCm, not the interpreter)."""
+    return device.type == "cuda" and torch.version.hip is None and not interpreting()
+
+
 def ints_from_env(name: str, expected: str, lengths: tuple[int, ...]) -> tuple[int, ...] | None:
     """A tuning override such as ``OCTAVO_MOE_TILES=16,64,128,4,4``: the
     integers in ``name`` (one of ``lengths`` of them), or None when unset.

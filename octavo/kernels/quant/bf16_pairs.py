@@ -8,10 +8,14 @@ seven mantissa bits of weight 1, so a nibble ORed into the low ones is exact.
 One ``fma`` with 1 takes an offset pair off (``-(128 + zero)``: exact, small
 integers), one more multiplies by the activations' pair and accumulates. A
 pair accumulator becomes float32 by shifting its halves into place (a
-bfloat16 is a float32's top half) and adding them.
+bfloat16 is a float32's top half) and adding them; ``bf16_half`` does the same
+in Triton, for the kernels' plain twins and for activations read as words.
 """
 
 from __future__ import annotations
+
+import triton
+import triton.language as tl
 
 PROLOGUE = """.reg .b32 q, t, one, u;
 .reg .f32 lo_f, hi_f;
@@ -46,3 +50,11 @@ def halves_sum(acc: str, out: str) -> str:
 def program(declarations: str, *steps: str) -> str:
     """One inline-PTX block: the shared registers, ``declarations``, then ``steps``."""
     return "{\n" + "\n".join([PROLOGUE, declarations, *steps]) + "\n}"
+
+
+@triton.jit
+def bf16_half(pair, HIGH: tl.constexpr):
+    """float32 of the low or (``HIGH``) high bfloat16 in a uint32 ``pair``."""
+    if HIGH:
+        return (pair & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return (pair << 16).to(tl.float32, bitcast=True)

@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import interpreting, ints_from_env, switch_from_env
+from octavo.kernels.quant.bf16_pairs import bf16_half
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx, switch_from_env
 
 CHUNK = 128  # weight values a 32-word lane row covers
 
@@ -128,10 +129,8 @@ def _fp8_gemv_rows_kernel(
         quads = tl.load(x_quads + (start // 4)[:, None, None])  # [SPLIT, 4, 8]
         low = quads.to(tl.uint32)
         high = (quads >> 32).to(tl.uint32)
-        x0 = (low << 16).to(tl.float32, bitcast=True)[None]
-        x1 = (low & 0xFFFF0000).to(tl.float32, bitcast=True)[None]
-        x2 = (high << 16).to(tl.float32, bitcast=True)[None]
-        x3 = (high & 0xFFFF0000).to(tl.float32, bitcast=True)[None]
+        x0, x1 = bf16_half(low, False)[None], bf16_half(low, True)[None]
+        x2, x3 = bf16_half(high, False)[None], bf16_half(high, True)[None]
         acc += _word_dot(words, x0, x1, x2, x3, ASM)
     pdl_release(PDL)
     out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1) * tl.load(scale_ptr + rows)
@@ -143,12 +142,11 @@ def _fp8_gemv_rows_kernel(
 def takes(x: torch.Tensor, qweight: torch.Tensor) -> bool:
     """One bfloat16 token, an e4m3 weight with whole 128-value chunks, where the PTX runs
     (CUDA; the interpreter runs the twin)."""
-    asm = x.device.type == "cuda" and torch.version.hip is None
     return (x.shape[0] == 1 and x.dtype == torch.bfloat16 and qweight.dtype == torch.float8_e4m3fn
             and qweight.shape[1] % CHUNK == 0 and qweight.stride(1) == 1 and x.stride(1) == 1
             # 64-bit activation loads and 32-bit weight loads
             and x.data_ptr() % 8 == 0 and qweight.data_ptr() % 4 == 0 and qweight.stride(0) % 4 == 0
-            and (asm or interpreting()) and rows_enabled())
+            and (runs_ptx(x.device) or interpreting()) and rows_enabled())
 
 
 def fp8_gemv_rows(x, qweight, weight_scale, bias, tiles: Fp8RowsTiles | None = None) -> torch.Tensor:
@@ -159,7 +157,7 @@ def fp8_gemv_rows(x, qweight, weight_scale, bias, tiles: Fp8RowsTiles | None = N
     if num_out == 0:
         return out
     pdl = pdl_enabled(x.device, 1)
-    asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
+    asm = runs_ptx(x.device)
     _fp8_gemv_rows_kernel[(triton.cdiv(num_out, tiles.block_n),)](
         x, qweight, weight_scale, bias if bias is not None else x, out, num_out, num_in, qweight.stride(0),
         BLOCK_N=tiles.block_n, SPLIT=tiles.split, HAS_BIAS=bias is not None, ASM=asm, PDL=pdl,

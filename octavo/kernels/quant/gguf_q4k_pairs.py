@@ -37,7 +37,8 @@ import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
-from octavo.kernels.triton_utils import interpreting, ints_from_env, switch_from_env
+from octavo.kernels.quant.bf16_pairs import bf16_half
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx, switch_from_env
 
 SB_BYTES = 144  # one Q4_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
@@ -101,17 +102,9 @@ _PAIR_SUM_ASM = tl.constexpr(bf16_pairs.program(
 
 
 @triton.jit
-def _bf16_half(pair, HIGH: tl.constexpr):
-    """float32 of a pair's low or high bfloat16."""
-    if HIGH:
-        return (pair & 0xFFFF0000).to(tl.float32, bitcast=True)
-    return (pair << 16).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _pair_dot(t, x_pair):
     """Twin of one pair's step of ``_WORD_ASM`` in float32: nibbles at bits 0 and 16 of ``t``."""
-    return (t & 15).to(tl.float32) * _bf16_half(x_pair, False) + ((t >> 16) & 15).to(tl.float32) * _bf16_half(x_pair, True)
+    return (t & 15).to(tl.float32) * bf16_half(x_pair, False) + ((t >> 16) & 15).to(tl.float32) * bf16_half(x_pair, True)
 
 
 @triton.jit
@@ -130,7 +123,7 @@ def _pair_sum(a, b, ASM: tl.constexpr):
     then the halves in float32."""
     if ASM:
         return tl.inline_asm_elementwise(_PAIR_SUM_ASM, "=f,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
-    return (_bf16_half(a, False) + _bf16_half(a, True)) + (_bf16_half(b, False) + _bf16_half(b, True))
+    return (bf16_half(a, False) + bf16_half(a, True)) + (bf16_half(b, False) + bf16_half(b, True))
 
 
 @triton.jit
@@ -215,8 +208,8 @@ def _q4k_pairs_kernel(
 
 def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
     """One bfloat16 token of a Q4_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
-    asm = x.device.type == "cuda" and torch.version.hip is None
-    return (type_name == "Q4_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16 and (asm or interpreting())
+    return (type_name == "Q4_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16
+            and (runs_ptx(x.device) or interpreting())
             and x.stride(1) == 1 and x.data_ptr() % 8 == 0  # 64-bit activation loads, 32-bit weight loads
             and raw.data_ptr() % 4 == 0 and raw.stride(0) % 4 == 0 and raw.stride(1) == 1
             and pairs_enabled())
@@ -231,7 +224,7 @@ def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q4KPairsTiles | No
     if num_out == 0:
         return out
     pdl = pdl_enabled(x.device, 1)
-    asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
+    asm = runs_ptx(x.device)
     _q4k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
         x, raw, out, num_out, num_in, raw.stride(0),
         BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, num_warps=tiles.num_warps, launch_pdl=pdl,

@@ -14,8 +14,9 @@ shuffled back into input order. Scales are read once per sub-block
 (``[BLOCK_N, A]``) and broadcast.
 
 * ``_gguf_gemv_kernel`` (a few tokens, decode; one bfloat16 token of Q4_K
-  goes to ``gguf_q4k_pairs`` instead): float32 products on the CUDA cores, ``STEPS`` super-blocks per loop iteration so that enough
-  loads are in flight, one reduction at the end.
+  goes to ``gguf_q4k_pairs`` instead): float32 products on the CUDA cores,
+  ``STEPS`` super-blocks per loop iteration so that enough loads are in
+  flight, one reduction at the end.
 * ``_gguf_mm_kernel`` (more tokens): each plane flattened to ``[BLOCK_N,
   128]`` in the activation dtype and multiplied on the tensor cores.
 * ``_gguf_dequant_kernel`` (prefill): the dense weight, then cuBLAS.

@@ -45,7 +45,8 @@ import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
-from octavo.kernels.triton_utils import interpreting, ints_from_env
+from octavo.kernels.quant.bf16_pairs import bf16_half
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _pair_dot(t, pair, zero):
     """Plain-arithmetic twin of one pair's step in ``_WORD_DOT_BF16_ASM`` (float32 throughout)."""
     low = (t & 15).to(tl.float32) - zero
     high = ((t >> 16) & 15).to(tl.float32) - zero
-    return low * (pair << 16).to(tl.float32, bitcast=True) + high * (pair & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return low * bf16_half(pair, False) + high * bf16_half(pair, True)
 
 
 @triton.jit
@@ -214,7 +215,7 @@ def int4_gemv_rows(x, qweight, scales, zeros, group_size: int, bias, tiles: Rows
     if num_out == 0:
         return out
     pdl = pdl_enabled(x.device, 1)
-    asm = x.device.type == "cuda" and torch.version.hip is None and not interpreting()
+    asm = runs_ptx(x.device)
     # The pairs are bfloat16 (float16 sums of 16 (q - zero) x could overflow) and need the
     # PTX; the interpreter runs their plain-arithmetic twin, for the tests.
     packed = bool(tiles.packed) and x.dtype == torch.bfloat16 and (asm or interpreting())
