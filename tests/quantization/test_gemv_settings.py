@@ -1,8 +1,8 @@
 """The one-token quantized GEMVs' settings for A/B and tuning runs: an on/off
 switch each (``1`` by default, ``0`` sends calls to the general kernel) and a
 tiles override, read once per process and checked when the CUDA platform checks
-its config at startup (a malformed value is an ``InvalidArgumentError`` there,
-not a failure mid-run)."""
+its config at startup: a malformed value fails there, naming the variable (an
+``InvalidArgumentError`` for a switch, a ``ValueError`` for tiles), not mid-run."""
 
 from __future__ import annotations
 
