@@ -94,6 +94,8 @@ for step in "$@"; do
     profile512_host) TAIL=30 run_step profile_b512_overlap 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16 --overlap-decode
                      TAIL=30 run_step profile_b512_async 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16 --async-scheduling;;
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
+    # Qwen3-30B-A3B's decode step kernel by kernel (48 MoE layers): where its 2x of the floor goes (issue 16).
+    profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
     # TTFT at 8k/32k/128k and batch-1 decode at 8k/32k beside the floor (attention FLOPs
@@ -131,13 +133,18 @@ for step in "$@"; do
     # Round 34's one-token GEMVs (int4 rows in bfloat16 pairs, fp8 with shared activations, Q4_K in
     # pairs) swept against the forms they replace, then batch-1 decode with the winners beside bf16.
     # The old forms (fp8 through gemv.py's 8-bit GEMV, int4 rows in float32) end to end after, same machine.
-    one_token) TAIL=40 run_step one_token_sweep 300 python benchmarks/quant_sweep_gpu.py --tokens 1 --env-file /tmp/octavo-one-token.env \
+    one_token) bash "$0" one_token_sweep one_token_lat;;
+    one_token_sweep) TAIL=40 run_step one_token_sweep 300 python benchmarks/quant_sweep_gpu.py --tokens 1 --env-file /tmp/octavo-one-token.env \
                  --only int4:gemv_rows,int4:torch_int4pack_mm,fp8:gemv_rows,gguf_Q4_K:gemv_pairs
-               cp /tmp/octavo-one-token.env "$O/" 2>/dev/null
+               cp /tmp/octavo-one-token.env "$O/" 2>/dev/null;;
+    one_token_lat) echo "tuned: $(cat /tmp/octavo-one-token.env 2>/dev/null | tr '\n' ' ')"
                TAIL=6 run_step one_token_latency 400 env $(cat /tmp/octavo-one-token.env 2>/dev/null) \
                  python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/one_token_latency.json"
                TAIL=4 run_step one_token_latency_old 300 env OCTAVO_FP8_GEMV_ROWS=0 OCTAVO_INT4_GEMV_ROWS_TILES=8,8,8,0 \
                  python benchmarks/quant_e2e.py latency --methods fp8,int4 --output-json "$O/one_token_latency_old.json";;
+    # The checks of quant_gpu.py (every path against its dequantized reference at 1, 7, 300 tokens) and
+    # its per-layer table for the formats with round 34's kernels (inline PTX: first run on a GPU).
+    quant_new) TAIL=90 run_step quant_gpu_new 240 python benchmarks/quant_gpu.py --quick --families int4,fp8,gguf_Q4_K;;
     int4_rows) TAIL=12 run_step int4_rows_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_rows --tokens 1
                for rows in 0 1; do
                  OCTAVO_INT4_GEMV_ROWS=$rows TAIL=3 run_step "int4_latency_rows$rows" 300 python benchmarks/quant_e2e.py latency --methods int4
