@@ -47,6 +47,7 @@ from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
 
@@ -144,10 +145,11 @@ def _gate_up_kernel(
     stride_xt, stride_we, stride_wn, stride_ot,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-    ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1,
+    ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1, PDL: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pdl_wait(PDL)  # the router's choice and the hidden state come from the kernels before
     expert, slots, real = _load_block_rows(
         sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M, ROWS, E_PAD, SLOTS_PAD
     )
@@ -170,6 +172,7 @@ def _gate_up_kernel(
         a = a.to(DOT_DTYPE)
         acc_gate = tl.dot(a, gate.to(DOT_DTYPE), acc_gate, input_precision=PRECISION)
         acc_up = tl.dot(a, up.to(DOT_DTYPE), acc_up, input_precision=PRECISION)
+    pdl_release(PDL)
     dtype = out_ptr.dtype.element_ty
     out = act_then_mul(acc_gate.to(dtype).to(tl.float32), acc_up.to(dtype).to(tl.float32), ACT, dtype)
     out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_ot + cols[None, :]
@@ -216,9 +219,10 @@ def _options(tiles: MoeTiles, dtype: torch.dtype) -> dict:
 
 def _gate_up(
     hidden: torch.Tensor, w13: torch.Tensor, sorted_slots: torch.Tensor, block_experts: torch.Tensor,
-    num_blocks: int, top_k: int, act_code: int, tiles: MoeTiles, rows: int = ROWS_ALIGNED,
+    num_blocks: int, top_k: int, act_code: int, tiles: MoeTiles, rows: int = ROWS_ALIGNED, pdl: bool = False,
 ) -> torch.Tensor:
-    """``[T * k, I]``: each slot's ``act(gate) * up`` (rows of -1 slots unwritten)."""
+    """``[T * k, I]``: each slot's ``act(gate) * up`` (rows of -1 slots unwritten).
+    ``pdl``: launched as a link of the decode chain (``pdl.py``)."""
     num_slots, inter = hidden.shape[0] * top_k, w13.shape[1] // 2
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
     pads = dict(E_PAD=max(16, next_power_of_2(w13.shape[0])), SLOTS_PAD=max(16, next_power_of_2(num_slots)))
@@ -227,6 +231,7 @@ def _gate_up(
         num_slots, top_k, inter, hidden.shape[1],
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         ACT=act_code, ROWS=rows, **(pads if rows == ROWS_IN_KERNEL else {}), **_options(tiles, hidden.dtype),
+        PDL=pdl, launch_pdl=pdl,
     )
     return act
 
@@ -262,11 +267,14 @@ def _decode(
     the down kernel summing over k."""
     (num_tokens, top_k), num_slots = topk_ids.shape, topk_ids.numel()
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    # Between the router's top-k and the down kernel, both links of the
+    # decode chain: without PDL here the chain broke twice a MoE layer.
+    pdl = pdl_enabled(hidden.device, num_tokens)
     if num_tokens == 1:
-        act = _gate_up(hidden, w13, ids, ids, num_slots, top_k, act_code, tiles, ROWS_PER_SLOT)
+        act = _gate_up(hidden, w13, ids, ids, num_slots, top_k, act_code, tiles, ROWS_PER_SLOT, pdl)
     elif num_slots <= IN_KERNEL_ALIGN_MAX_SLOTS:
         num_blocks = max_padded_slots(num_slots, w13.shape[0], tiles.block_m) // tiles.block_m
-        act = _gate_up(hidden, w13, ids, ids, num_blocks, top_k, act_code, tiles, ROWS_IN_KERNEL)
+        act = _gate_up(hidden, w13, ids, ids, num_blocks, top_k, act_code, tiles, ROWS_IN_KERNEL, pdl)
     else:
         align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
         num_blocks = align.block_experts.shape[0]

@@ -173,14 +173,19 @@ def cases(attention_only: bool = False):
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
         # Defaulted constexprs named too: a launch takes their defaults as constexprs, ASTSource would not.
-        rows = dict(ACT=0, E_PAD=1, SLOTS_PAD=1)
+        rows = dict(ACT=0, E_PAD=1, SLOTS_PAD=1, PDL=False)
         yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=0, **rows), tiles
         yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
         yield f"fused_moe gate_up per slot {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=1, **rows), tiles
+    # The decode form's gate-up, a link of the PDL chain (one slot a block at one token).
+    tiles = fused_moe.moe_tiles(1, 8, 128)
+    consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, DOT_DTYPE=tl.bfloat16,
+                  PRECISION=None, ACT=0, ROWS=1, E_PAD=1, SLOTS_PAD=1, PDL=True)
+    yield f"fused_moe gate_up per slot pdl {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form at a few tokens: each program its own block of the alignment (Qwen3-MoE, 16 tokens).
     tiles = fused_moe.moe_tiles(16, 8, 128)
     consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, DOT_DTYPE=tl.bfloat16,
-                  PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128)
+                  PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128, PDL=False)
     yield f"fused_moe gate_up aligned in kernel {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
     block_n, warps = moe_decode.down_tiles()
