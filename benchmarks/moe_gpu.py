@@ -19,7 +19,8 @@ over top-k in the down kernel) and the grouped GEMMs are timed side by side
 (rows ``decode`` and ``grouped``; ``--decode-tiles`` sweeps the down
 kernel's ``OCTAVO_MOE_DOWN_TILES``), and at 1 token the whole MoE block as
 a decode step runs it (rows ``block``): router product, top-k softmax and
-experts, before (cuBLAS router, grouped path: 7 launches) and after (the
+experts, before (cuBLAS router, grouped path: 7 launches), routed (the
+GEMV router, the experts' kernels picking the experts: 3) and after (the
 GEMV router, the decode form: 4).
 
 GPU times are medians with the L2 flushed before each run; the kernel is
@@ -51,6 +52,7 @@ from octavo.kernels.fused_moe_gemv import DEFAULT_TILES as DEFAULT_GEMV_TILES  #
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
 from octavo.kernels.gemv import linear_gemv  # noqa: E402
 from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
+from octavo.kernels.moe_routed import fused_moe_routed  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
 from octavo.ops.reference import moe_topk_softmax  # noqa: E402
@@ -209,15 +211,18 @@ def run_block(shape: MoeShape, experts: tuple, args, device: torch.device, dtype
         weights, ids = topk_softmax(linear_gemv(x, router, None), shape.top_k, True)
         return fused_moe(x, *experts, weights, ids, "silu", None, True)
 
+    def routed() -> torch.Tensor:  # the fused_moe_routed op: the experts' kernels pick the experts
+        return fused_moe_routed(x, *experts, linear_gemv(x, router, None), shape.top_k, True, "silu")
+
     results = {}
-    for name, fn in (("before", before), ("after", after)):
+    for name, fn, launches in (("before", before, 7), ("after", after, 4), ("routed", routed, 3)):
         results[name] = fn()
         us = time_us(fn, device, True, args.reps)
-        launches = 7 if name == "before" else 4
         say(f"{shape.name:>14} {1:>6} {'block':>9} {us:>10.1f}  {name}: router, top-k and experts, {launches} launches")
         RECORDS.append({"model": shape.name, "tokens": 1, "block": name, "us": us})
-    difference = float((results["after"].float() - results["before"].float()).abs().max())
-    say(f"{'':>14} block max |after - before| {difference:.1e}")
+    for name in ("after", "routed"):
+        difference = float((results[name].float() - results["before"].float()).abs().max())
+        say(f"{'':>14} block max |{name} - before| {difference:.1e}")
 
 
 def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: torch.device, dtype: torch.dtype,

@@ -214,6 +214,7 @@ def builtin_layer_ops() -> list[OpImpl]:
         OpImpl("gelu_tanh_and_mul", "triton", "octavo.kernels.activation:gelu_tanh_and_mul", device_types=CUDA),
         OpImpl("moe_topk_softmax", "triton", "octavo.kernels.moe_topk:topk_softmax", device_types=CUDA),
         OpImpl("fused_moe", "triton", "octavo.kernels.fused_moe:fused_moe", device_types=CUDA),
+        OpImpl("fused_moe_routed", "triton", "octavo.kernels.moe_routed:fused_moe_routed", device_types=CUDA),
         OpImpl(
             "encoder_attention", "varlen_flash", "octavo.kernels.encoder_attention:varlen_encoder_attention",
             # NVIDIA's CUDA platform only: torch's varlen kernels on ROCm are not measured or tested here.

@@ -47,6 +47,7 @@ from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
+from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env, next_power_of_2
 
@@ -113,21 +114,30 @@ ACTIVATIONS = ACT_CODES
 
 
 # Where a block's rows come from: the aligned arrays, one slot per block
-# (``topk_ids`` read directly), or the block of the alignment computed in
-# the program from ``topk_ids`` (``moe_align.block_of_alignment``).
-ROWS_ALIGNED, ROWS_PER_SLOT, ROWS_IN_KERNEL = 0, 1, 2
+# (``topk_ids`` read directly), the block of the alignment computed in
+# the program from ``topk_ids`` (``moe_align.block_of_alignment``), or one
+# slot per block of one token whose expert the program picks from the
+# router's logits itself (``moe_topk.route_token``: ``moe_routed.py``).
+ROWS_ALIGNED, ROWS_PER_SLOT, ROWS_IN_KERNEL, ROWS_ROUTED = 0, 1, 2, 3
 
 
 @triton.jit
 def _load_block_rows(
     sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M: tl.constexpr,
     ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1,
+    num_experts=1, TOP_K: tl.constexpr = 1, K_PAD: tl.constexpr = 1,
 ):
     """(expert, the block's slots, which of them are real) of block ``pid_m``.
-    With ``ROWS`` other than ``ROWS_ALIGNED``, ``block_experts_ptr`` is the
-    flat ``topk_ids`` and nothing was aligned before the launch."""
+    With ``ROWS_PER_SLOT`` or ``ROWS_IN_KERNEL``, ``block_experts_ptr`` is the
+    flat ``topk_ids`` and nothing was aligned before the launch; with
+    ``ROWS_ROUTED`` it is the one token's router logits (``num_slots`` =
+    ``TOP_K``, ``K_PAD`` its power of two, ``E_PAD`` the experts')."""
     if ROWS == 1:  # ROWS_PER_SLOT: block pid_m is slot pid_m alone
         expert = tl.load(block_experts_ptr + pid_m)
+        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    elif ROWS == 3:  # ROWS_ROUTED: slot pid_m alone, its expert the pid_m-th pick
+        ids, _ = route_token(block_experts_ptr, num_experts, E_PAD, TOP_K, K_PAD, False)
+        expert = tl.sum(tl.where(tl.arange(0, K_PAD) == pid_m, ids, 0), axis=0)
         slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
     elif ROWS == 2:  # ROWS_IN_KERNEL
         expert, slots = block_of_alignment(block_experts_ptr, pid_m, num_slots, BLOCK_M, E_PAD, SLOTS_PAD)
@@ -141,17 +151,18 @@ def _load_block_rows(
 @triton.jit(do_not_specialize=["num_slots"])
 def _gate_up_kernel(
     x_ptr, w13_ptr, out_ptr, sorted_slots_ptr, block_experts_ptr,
-    num_slots, top_k, inter, hidden,
+    num_slots, top_k, inter, hidden, num_experts,
     stride_xt, stride_we, stride_wn, stride_ot,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     ROWS: tl.constexpr = 0, E_PAD: tl.constexpr = 1, SLOTS_PAD: tl.constexpr = 1, PDL: tl.constexpr = False,
+    TOP_K: tl.constexpr = 1, K_PAD: tl.constexpr = 1,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pdl_wait(PDL)  # the router's choice and the hidden state come from the kernels before
     expert, slots, real = _load_block_rows(
-        sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M, ROWS, E_PAD, SLOTS_PAD
+        sorted_slots_ptr, block_experts_ptr, pid_m, num_slots, BLOCK_M, ROWS, E_PAD, SLOTS_PAD, num_experts, TOP_K, K_PAD
     )
     if expert < 0:
         return
@@ -217,21 +228,26 @@ def _options(tiles: MoeTiles, dtype: torch.dtype) -> dict:
     )
 
 
-def _gate_up(
+def gate_up(
     hidden: torch.Tensor, w13: torch.Tensor, sorted_slots: torch.Tensor, block_experts: torch.Tensor,
     num_blocks: int, top_k: int, act_code: int, tiles: MoeTiles, rows: int = ROWS_ALIGNED, pdl: bool = False,
 ) -> torch.Tensor:
     """``[T * k, I]``: each slot's ``act(gate) * up`` (rows of -1 slots unwritten).
-    ``pdl``: launched as a link of the decode chain (``pdl.py``)."""
-    num_slots, inter = hidden.shape[0] * top_k, w13.shape[1] // 2
+    ``pdl``: launched as a link of the decode chain (``pdl.py``); with
+    ``ROWS_ROUTED``, ``block_experts`` is the one token's router logits."""
+    num_slots, (num_experts, two_inter) = hidden.shape[0] * top_k, w13.shape[:2]
+    inter = two_inter // 2
     act = torch.empty((num_slots, inter), dtype=hidden.dtype, device=hidden.device)
-    pads = dict(E_PAD=max(16, next_power_of_2(w13.shape[0])), SLOTS_PAD=max(16, next_power_of_2(num_slots)))
+    pads = {}
+    if rows == ROWS_IN_KERNEL:
+        pads = dict(E_PAD=experts_pad(num_experts), SLOTS_PAD=max(16, next_power_of_2(num_slots)))
+    elif rows == ROWS_ROUTED:
+        pads = dict(E_PAD=experts_pad(num_experts), TOP_K=top_k, K_PAD=next_power_of_2(top_k))
     _gate_up_kernel[(num_blocks, cdiv(inter, tiles.block_n))](
         hidden, w13, act, sorted_slots, block_experts,
-        num_slots, top_k, inter, hidden.shape[1],
+        num_slots, top_k, inter, hidden.shape[1], num_experts,
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        ACT=act_code, ROWS=rows, **(pads if rows == ROWS_IN_KERNEL else {}), **_options(tiles, hidden.dtype),
-        PDL=pdl, launch_pdl=pdl,
+        ACT=act_code, ROWS=rows, **pads, **_options(tiles, hidden.dtype), PDL=pdl, launch_pdl=pdl,
     )
     return act
 
@@ -244,7 +260,7 @@ def _grouped(
     (num_tokens, top_k), hidden_size = topk_ids.shape, hidden.shape[1]
     align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
     num_blocks = align.block_experts.shape[0]
-    act = _gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
+    act = gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
     num_slots = act.shape[0]
     # Slots of skipped experts are never written: they must add zero.
     per_slot = torch.zeros((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
@@ -271,15 +287,24 @@ def _decode(
     # decode chain: without PDL here the chain broke twice a MoE layer.
     pdl = pdl_enabled(hidden.device, num_tokens)
     if num_tokens == 1:
-        act = _gate_up(hidden, w13, ids, ids, num_slots, top_k, act_code, tiles, ROWS_PER_SLOT, pdl)
+        act = gate_up(hidden, w13, ids, ids, num_slots, top_k, act_code, tiles, ROWS_PER_SLOT, pdl)
     elif num_slots <= IN_KERNEL_ALIGN_MAX_SLOTS:
         num_blocks = max_padded_slots(num_slots, w13.shape[0], tiles.block_m) // tiles.block_m
-        act = _gate_up(hidden, w13, ids, ids, num_blocks, top_k, act_code, tiles, ROWS_IN_KERNEL, pdl)
+        act = gate_up(hidden, w13, ids, ids, num_blocks, top_k, act_code, tiles, ROWS_IN_KERNEL, pdl)
     else:
         align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
         num_blocks = align.block_experts.shape[0]
-        act = _gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
+        act = gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
     return down_topk_sum(act, w2, topk_weights, ids.view(topk_ids.shape))
+
+
+def checked_inputs(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, activation: str) -> tuple[torch.Tensor, int]:
+    """``hidden`` with a contiguous last dimension and the activation's code; ValueError for what the kernels cannot take."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"fused_moe activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
+    if w13.stride(-1) != 1 or w2.stride(-1) != 1:
+        raise ValueError("fused_moe: expert weights must be contiguous along their last dimension")
+    return (hidden if hidden.stride(-1) == 1 else hidden.contiguous()), ACTIVATIONS[activation]
 
 
 def fused_moe(
@@ -297,16 +322,10 @@ def fused_moe(
     gelu_tanh. Returns [T, H] in ``hidden``'s dtype. ``tiles`` and
     ``decode`` (the decode form or the grouped GEMMs; None: by the number
     of tokens) are for tests and tuning runs."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"fused_moe activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
+    hidden, act_code = checked_inputs(hidden, w13, w2, activation)
     num_tokens, hidden_size = hidden.shape
     if num_tokens == 0:
         return torch.zeros((0, hidden_size), dtype=hidden.dtype, device=hidden.device)
-    if w13.stride(-1) != 1 or w2.stride(-1) != 1:
-        raise ValueError("fused_moe: expert weights must be contiguous along their last dimension")
-    if hidden.stride(-1) != 1:
-        hidden = hidden.contiguous()
-    act_code = ACTIVATIONS[activation]
     if tiles is None and decode is None and num_tokens <= moe_gemv_max_tokens():
         return fused_moe_gemv(hidden, w13, w2, topk_weights, topk_ids, act_code)
     tiles = tiles or moe_tiles(num_tokens, topk_ids.shape[1], w13.shape[0])

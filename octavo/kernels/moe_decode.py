@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, ints_from_env, next_power_of_2
 
@@ -75,10 +76,11 @@ def down_tiles() -> tuple[int, int]:
 @triton.jit
 def _down_topk_sum_kernel(
     act_ptr, w2_ptr, out_ptr, weights_ptr, ids_ptr,
-    hidden, inter,
+    hidden, inter, num_experts,
     stride_at, stride_we, stride_wn, stride_ot,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, PDL: tl.constexpr,
+    ROUTED: tl.constexpr = False, E_PAD: tl.constexpr = 1, RENORMALIZE: tl.constexpr = False,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -88,7 +90,11 @@ def _down_topk_sum_kernel(
     rows = tl.where(col_ok, cols, 0).to(tl.int64)
     choice = tl.arange(0, K_PAD)
     slots = token * TOP_K + choice
-    experts = tl.load(ids_ptr + slots, mask=choice < TOP_K, other=-1)
+    if ROUTED:  # ``ids_ptr``: the token's router logits; the pick as the gate-up kernel's (moe_routed.py)
+        experts, routed_weights = route_token(ids_ptr + token * num_experts, num_experts, E_PAD, TOP_K, K_PAD, RENORMALIZE)
+    else:
+        experts = tl.load(ids_ptr + slots, mask=choice < TOP_K, other=-1)
+        routed_weights = tl.load(weights_ptr + slots, mask=experts >= 0, other=0.0)
     used = experts >= 0
     w_rows = w2_ptr + tl.where(used, experts, 0).to(tl.int64)[:, None, None] * stride_we + rows[None, :, None] * stride_wn
     # The slots' activations read per weight row (from L1): loaded in the
@@ -107,7 +113,7 @@ def _down_topk_sum_kernel(
     dtype = out_ptr.dtype.element_ty
     # Rounding as the grouped path: each slot's product, then times its weight (rounded too).
     per_slot = tl.sum(acc, axis=2).to(dtype).to(tl.float32)
-    weight = tl.load(weights_ptr + slots, mask=used, other=0.0).to(dtype).to(tl.float32)
+    weight = routed_weights.to(dtype).to(tl.float32)
     scaled = (per_slot * weight[:, None]).to(dtype).to(tl.float32)
     tl.store(out_ptr + token * stride_ot + cols, tl.sum(scaled, axis=0).to(dtype), mask=col_ok)
 
@@ -120,19 +126,34 @@ def down_topk_sum(
     act ``[T * k, I]`` (rows of -1 slots unread), w2 ``[E, H, I]``,
     topk_weights float32 ``[T, k]``, topk_ids int32 ``[T, k]``. Returns
     ``[T, H]`` in ``act``'s dtype; ``tiles`` (block_n, num_warps) for tuning."""
-    num_tokens, top_k = topk_ids.shape
+    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    return _launch_down(act, w2, weights, ids, *topk_ids.shape, tiles, dict(ROUTED=False))
+
+
+def down_routed(
+    act: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor, top_k: int, renormalize: bool,
+    tiles: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """``down_topk_sum`` with each program routing its token from
+    ``router_logits`` (``[T, E]``, contiguous) itself: the top ``top_k`` of
+    the softmax, renormalised if asked (``moe_topk.route_token``, the same
+    pick as ``topk_softmax``'s to the bit)."""
+    routed = dict(ROUTED=True, E_PAD=experts_pad(w2.shape[0]), RENORMALIZE=renormalize)
+    return _launch_down(act, w2, router_logits, router_logits, router_logits.shape[0], top_k, tiles, routed)
+
+
+def _launch_down(act, w2, weights, ids, num_tokens: int, top_k: int, tiles, routed: dict) -> torch.Tensor:
     hidden, inter = w2.shape[1], w2.shape[2]
     block_n, num_warps = tiles or down_tiles()
     k_pad = next_power_of_2(top_k)
     block_k = min(next_power_of_2(inter), max(16, DOWN_PRODUCTS // (k_pad * block_n)))
     out = torch.empty((num_tokens, hidden), dtype=act.dtype, device=act.device)
-    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
-    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     pdl = pdl_enabled(act.device, num_tokens)
     _down_topk_sum_kernel[(num_tokens, cdiv(hidden, block_n))](
-        act, w2, out, weights, ids, hidden, inter,
+        act, w2, out, weights, ids, hidden, inter, w2.shape[0],
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
         TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=inter % block_k == 0, PDL=pdl,
-        num_warps=num_warps, launch_pdl=pdl,
+        **routed, num_warps=num_warps, launch_pdl=pdl,
     )
     return out

@@ -256,6 +256,25 @@ def fused_moe(
     return out
 
 
+def fused_moe_routed(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    router_logits: torch.Tensor,
+    top_k: int,
+    renormalize: bool,
+    activation: str,
+) -> torch.Tensor:
+    """``fused_moe`` of the tokens routed by ``moe_topk_softmax(router_logits,
+    top_k, renormalize)``: the router's choice and the experts in one op, so
+    that an implementation may pick the experts inside the experts' kernels.
+    ``router_logits``: ``[T, E]``, every expert of ``w13`` (no expert
+    parallelism). Returns a new ``[T, H]`` tensor.
+    """
+    weights, ids = moe_topk_softmax(router_logits, top_k, renormalize)
+    return fused_moe(x, w13, w2, weights, ids, activation)
+
+
 def encoder_attention(
     qkv: torch.Tensor,
     cu_seqlens: torch.Tensor,

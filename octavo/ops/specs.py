@@ -127,6 +127,16 @@ def _compose_norm_fp8_linear(ops: dict[str, Callable]) -> Callable:
     return fused_add_rms_norm_then_fp8_linear
 
 
+def _compose_fused_moe_routed(ops: dict[str, Callable]) -> Callable:
+    topk_softmax, fused_moe = ops["moe_topk_softmax"], ops["fused_moe"]
+
+    def topk_softmax_then_fused_moe(x, w13, w2, router_logits, top_k, renormalize, activation):
+        weights, ids = topk_softmax(router_logits, top_k, renormalize)
+        return fused_moe(x, w13, w2, weights, ids, activation)
+
+    return topk_softmax_then_fused_moe
+
+
 def _compose_silu_and_mul_fp8_linear(ops: dict[str, Callable]) -> Callable:
     silu_and_mul, fp8_linear = ops["silu_and_mul"], ops["fp8_linear"]
 
@@ -193,6 +203,11 @@ _SPECS = (
     OpSpec(
         "encoder_attention", reference.encoder_attention, ATTENTION,
         "bidirectional attention within each sequence of a flat batch (encoder-only models)", since=(1, 3),
+    ),
+    OpSpec(
+        "fused_moe_routed", reference.fused_moe_routed, GEMM,
+        "the router's softmax top-k and the experts in one op (an implementation may route inside its kernels)",
+        compose=_compose_fused_moe_routed, composed_of=("moe_topk_softmax", "fused_moe"), since=(1, 4),
     ),
 )
 

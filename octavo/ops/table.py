@@ -108,6 +108,7 @@ class LayerOps:
     fused_add_rms_norm_fp8_linear: Callable
     silu_and_mul_fp8_linear: Callable
     encoder_attention: Callable
+    fused_moe_routed: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
     layouts: dict[str, WeightLayout] = field(default_factory=dict, compare=False)
 

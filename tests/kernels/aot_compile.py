@@ -173,25 +173,31 @@ def cases(attention_only: bool = False):
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                       DOT_DTYPE=tl.bfloat16, PRECISION=None)
         # Defaulted constexprs named too: a launch takes their defaults as constexprs, ASTSource would not.
-        rows = dict(ACT=0, E_PAD=1, SLOTS_PAD=1, PDL=False)
+        rows = dict(ACT=0, E_PAD=1, SLOTS_PAD=1, PDL=False, TOP_K=1, K_PAD=1)
         yield f"fused_moe gate_up {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=0, **rows), tiles
         yield f"fused_moe down {tiles}", fused_moe._down_kernel, consts, tiles
         yield f"fused_moe gate_up per slot {tiles}", fused_moe._gate_up_kernel, dict(consts, ROWS=1, **rows), tiles
     # The decode form's gate-up, a link of the PDL chain (one slot a block at one token).
     tiles = fused_moe.moe_tiles(1, 8, 128)
     consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, DOT_DTYPE=tl.bfloat16,
-                  PRECISION=None, ACT=0, ROWS=1, E_PAD=1, SLOTS_PAD=1, PDL=True)
+                  PRECISION=None, ACT=0, ROWS=1, E_PAD=1, SLOTS_PAD=1, PDL=True, TOP_K=1, K_PAD=1)
     yield f"fused_moe gate_up per slot pdl {tiles}", fused_moe._gate_up_kernel, consts, tiles
+    # ... and routing for itself from Qwen3-MoE's 128 logits (moe_routed.py).
+    consts = dict(consts, ROWS=3, E_PAD=128, TOP_K=8, K_PAD=8)
+    yield f"fused_moe gate_up routed pdl {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form at a few tokens: each program its own block of the alignment (Qwen3-MoE, 16 tokens).
     tiles = fused_moe.moe_tiles(16, 8, 128)
     consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, DOT_DTYPE=tl.bfloat16,
-                  PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128, PDL=False)
+                  PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128, PDL=False, TOP_K=1, K_PAD=1)
     yield f"fused_moe gate_up aligned in kernel {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
     block_n, warps = moe_decode.down_tiles()
     for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):
-        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, PDL=False)
+        consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, PDL=False,
+                      ROUTED=False, E_PAD=1, RENORMALIZE=False)
         yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
+    consts = dict(consts, TOP_K=8, K_PAD=8, BLOCK_K=256, PDL=True, ROUTED=True, E_PAD=128, RENORMALIZE=True)
+    yield "moe decode down routed pdl top-8", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
     for pdl in (False, True):  # and with programmatic dependent launch (octavo/kernels/pdl.py)
@@ -201,7 +207,7 @@ def cases(attention_only: bool = False):
         yield f"fused_moe_gemv down{suffix}", fused_moe_gemv._down_gemv_kernel, dict(
             BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=True, PDL=pdl), None
         yield f"moe topk_softmax{suffix}", moe_topk._topk_softmax_kernel, dict(
-            TOP_K=8, E_PAD=128, RENORMALIZE=True, PDL=pdl), None
+            TOP_K=8, K_PAD=8, E_PAD=128, RENORMALIZE=True, PDL=pdl), None
     wide = int4_triton.GroupedGemvConfig(4, 32, 8, deferred=True)
     paired = int4_triton.GroupedGemvConfig(4, 8, 4, deferred=True, row_groups=2)
     for config in (int4_triton.GroupedGemvConfig(4, 4, 4), int4_triton.GEMV_CONFIG, wide, paired):

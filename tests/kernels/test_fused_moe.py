@@ -182,7 +182,7 @@ def test_captured_in_a_cuda_graph(num_tokens):
 
 @pytest.mark.skipif(not INTERPRETING, reason="runs the Triton kernels on the CPU through the interpreter")
 def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
-    """The built-in plugin offers both kernels for CUDA; run through the
+    """The built-in plugin offers the three MoE ops for CUDA; run through the
     conformance kit's op check (the vendor's check) on the CPU, they match
     their references on its grid (an idle expert, several activations)."""
     from octavo.kernels.builtin import builtin_layer_ops
@@ -191,7 +191,7 @@ def test_registered_as_layer_ops_and_conformant(sandbox, tmp_path):
     from octavo.testing.conformance.ops import check_ops
     from tests.kernels.triton_on_cpu import add_triton_on_cpu
 
-    ops = ("moe_topk_softmax", "fused_moe")
+    ops = ("moe_topk_softmax", "fused_moe", "fused_moe_routed")
     impls = {impl.op: impl for impl in builtin_layer_ops() if impl.op in ops}
     assert set(impls) == set(ops) and all(impl.device_types == ("cuda",) for impl in impls.values())
     add_triton_on_cpu(sandbox, ops=ops)

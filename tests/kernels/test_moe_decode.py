@@ -115,21 +115,28 @@ def _moe_block(ops, num_experts=16, top_k=4, hidden=32, inter=24):
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="counts launches through Triton's interpreter")
-def test_one_token_moe_layer_is_four_launches(monkeypatch):
-    """Router GEMV, top-k softmax, gate-up, down with the sum over k: four
-    kernels and no torch op that computes (each would be a launch on the
-    GPU; the grouped path took seven: cuBLAS router, top-k, alignment,
-    gate-up, zero fill, down, sum)."""
+@pytest.mark.parametrize("routed", [True, False], ids=["routed-in-kernel", "topk-launch"])
+def test_one_token_moe_layer_is_three_launches(routed, monkeypatch):
+    """Router GEMV, gate-up, down with the sum over k, the experts picked in
+    both (``fused_moe_routed``): three kernels and no torch op that
+    computes (each would be a launch on the GPU; the grouped path took
+    seven: cuBLAS router, top-k, alignment, gate-up, zero fill, down, sum).
+    Without the routed op (a platform registering only ``fused_moe``), the
+    top-k softmax is a fourth."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from triton.runtime.interpreter import InterpretedFunction
 
     from octavo.kernels.gemv import linear_gemv
+    from octavo.kernels.moe_routed import fused_moe_routed
     from octavo.kernels.moe_topk import topk_softmax
     from octavo.ops import reference_layer_ops
+    from octavo.ops.specs import OP_SPECS
 
     # What the cuda platform resolves at one token (the GEMV's max_tokens aside).
     ops = dataclasses.replace(reference_layer_ops(), linear=linear_gemv, moe_topk_softmax=topk_softmax,
                               fused_moe=fused_moe)
+    composed = OP_SPECS["fused_moe_routed"].compose(dataclasses.asdict(ops))
+    ops = dataclasses.replace(ops, fused_moe_routed=fused_moe_routed if routed else composed)
     reference_block = _moe_block(reference_layer_ops())
     block = _moe_block(ops)
     launches, torch_ops, in_kernel = [], [], []
@@ -155,7 +162,8 @@ def test_one_token_moe_layer_is_four_launches(monkeypatch):
     expected = reference_block(hidden)
     with RecordOps():
         out = block(hidden)
-    assert launches == ["_gemv_kernel", "_topk_softmax_kernel", "_gate_up_kernel", "_down_topk_sum_kernel"]
+    topk = [] if routed else ["_topk_softmax_kernel"]
+    assert launches == ["_gemv_kernel", *topk, "_gate_up_kernel", "_down_topk_sum_kernel"]
     # Between the kernels: allocations and views only.
     assert set(torch_ops) <= {"empty", "view", "_unsafe_view", "detach", "alias"}, torch_ops
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
@@ -175,13 +183,14 @@ def test_qwen3_moe_greedy_tokens_match_the_reference_ops(family_dir, make_llm, s
     params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in make_llm(path).generate(prompts, params)]
 
-    add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe"))
+    add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe", "fused_moe_routed"))
     reset_plugin_manager()
     llm = make_llm(path)
     model = llm.engine.executor.worker.runner.model
     block = next(m for m in model.modules() if type(m).__name__ == "SparseMoeBlock")
     assert block.experts.experts_op.__module__ == "octavo.kernels.fused_moe"
     assert block.router_op.__module__ == "octavo.kernels.moe_topk"
+    assert block.routed_experts_op.__module__ == "octavo.kernels.moe_routed"  # decode: routed in the kernels
     assert block.gate.linear_op.__name__ == "within_max_tokens"  # the GEMV at one token, else F.linear
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected
 

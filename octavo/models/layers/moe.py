@@ -229,6 +229,11 @@ class SparseMoeBlock(nn.Module):
             )
         self.tp_size = get_tp_group().world_size
         self.router_op = ctx.ops.moe_topk_softmax  # plain routing (see moe_config)
+        # Plain routing over every expert (no expert parallelism: no ids to
+        # map to this rank's): the router's top-k and the experts as one op,
+        # which may pick the experts inside its kernels (kernels/moe_routed.py).
+        holds_all = self.experts.num_local_experts == self.experts.num_experts
+        self.routed_experts_op = ctx.ops.fused_moe_routed if moe.plain_routing and holds_all else None
 
     def route(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.gate(hidden)
@@ -236,9 +241,19 @@ class SparseMoeBlock(nn.Module):
             return self.router_op(logits, self.top_k, self.renormalize)
         return grouped_select_experts(logits, self.gate.e_score_correction_bias, self.moe)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+    def routed_experts(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The experts' weighted sum for ``hidden``, the router included."""
+        if self.routed_experts_op is not None:
+            experts = self.experts
+            return self.routed_experts_op(
+                hidden, experts.w13_weight, experts.w2_weight, self.gate(hidden), self.top_k, self.renormalize,
+                experts.activation,
+            )
         weights, ids = self.route(hidden)
-        out = self.experts(hidden, weights, ids)
+        return self.experts(hidden, weights, ids)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = self.routed_experts(hidden)
         if self.shared_expert is not None:
             shared = self.shared_expert(hidden)
             if self.shared_expert_gate is not None:

@@ -154,6 +154,19 @@ def _router_case(tokens: int, experts: int, top_k: int, renormalize: bool) -> Op
     return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}" + (", renormalised" if renormalize else ""), tokens, make)
 
 
+def _routed_moe_case(tokens: int, experts: int, top_k: int, renormalize: bool) -> OpCase:
+    # The router's distinct logits (_router_case: every implementation picks the same experts).
+    def make(dtype, device, gen):
+        hidden, inter = 32, 16
+        x, w13, w2 = _on(device, dtype, _randn(gen, tokens, hidden), _randn(gen, experts, 2 * inter, hidden, scale=0.2),
+                         _randn(gen, experts, hidden, inter, scale=0.2))
+        ranks = torch.stack([torch.randperm(experts, generator=gen) for _ in range(tokens)])
+        (logits,) = _on(device, dtype, (ranks.float() - experts / 2) / 16)
+        return x, w13, w2, logits, top_k, renormalize, "silu"
+
+    return OpCase(f"{tokens} tokens, {experts} experts top-{top_k}" + (", renormalised" if renormalize else ""), tokens, make)
+
+
 def _channel_quant_case(tokens: int, out_features: int, in_features: int, kind: str, bias: bool) -> OpCase:
     def make(dtype, device, gen):
         from octavo.kernels.quant import scaled_mm
@@ -281,6 +294,7 @@ OP_CASES: dict[str, list[OpCase]] = {
     "linear_gelu_tanh_and_mul": [_linear_case(1, 2 * 36, 80, False), _linear_case(1, 2 * 64, 256, True),
                                  _linear_case(3, 2 * 36, 80, True), _linear_case(17, 2 * 32, 64, False)],
     "moe_topk_softmax": [_router_case(1, 128, 8, True), _router_case(3, 8, 2, True), _router_case(17, 60, 4, False)],
+    "fused_moe_routed": [_routed_moe_case(1, 16, 4, True), _routed_moe_case(1, 8, 8, False), _routed_moe_case(3, 8, 2, True)],
     "fused_moe": [_moe_case(1, 8, 2, 64, 32, "silu"), _moe_case(5, 8, 2, 64, 32, "silu"),
                   _moe_case(17, 8, 7, 32, 48, "gelu_tanh"), _moe_case(3, 4, 3, 32, 16, "gelu")],
     "fp8_linear": [_channel_quant_case(t, 64, 128, "fp8", bias) for t, bias in ((1, False), (3, True), (17, False))],
