@@ -197,6 +197,7 @@ def builtin_layer_ops() -> list[OpImpl]:
         return impls + [torch_fp8]
     impls += _quant_impls() + [
         OpImpl("rms_norm", "triton", "octavo.kernels.rms_norm:rms_norm", device_types=CUDA),
+        OpImpl("qk_rms_norm", "triton", "octavo.kernels.rms_norm:qk_rms_norm", device_types=CUDA),
         OpImpl("fused_add_rms_norm", "triton", "octavo.kernels.rms_norm:fused_add_rms_norm", device_types=CUDA),
         OpImpl("rms_norm_f32_scale", "triton", "octavo.kernels.rms_norm:rms_norm_f32_scale", device_types=CUDA),
         OpImpl(

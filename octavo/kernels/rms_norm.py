@@ -9,6 +9,9 @@ step, so that results match it to the rounding of a float32 reduction:
 - normalise in float32, round to the input dtype, then multiply by the
   weight in float32 and round to the output dtype (``result_type(weight, x)``).
 
+``qk_rms_norm`` normalises every query and key head of a step (per-head
+q/k norms: Qwen3, Gemma 3) in one launch, a program per head.
+
 ``post_norm_add_rms_norm_f32_scale`` (Gemma's sandwich layers) first
 normalises ``x`` by a second weight (float32 scale, rounded to the dtype),
 then adds the residual and normalises the sum as above: the norm after one
@@ -150,3 +153,68 @@ def post_norm_add_rms_norm_f32_scale(
     if residual.shape != x.shape:
         raise ValueError(f"residual shape {tuple(residual.shape)} differs from x shape {tuple(x.shape)}")
     return _launch(x, residual, weight, eps, weight_offset, pre_weight=post_weight)
+
+
+@triton.jit
+def _qk_norm_row(out_ptr, x_ptr, weight_ptr, eps, weight_offset, HEAD: tl.constexpr, BLOCK: tl.constexpr,
+                 SCALE_F32: tl.constexpr):
+    """One head's row, normalised as ``_rms_norm_kernel`` does one row (no residual)."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < HEAD
+    x = tl.load(x_ptr + cols, mask=mask, other=0.0)
+    normed = rms_normalized(x.to(tl.float32), eps, HEAD)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
+    if SCALE_F32:
+        out = normed * (weight_offset + weight.to(tl.float32))
+    else:
+        out = weight.to(tl.float32) * normed.to(x.dtype).to(tl.float32)
+    tl.store(out_ptr + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_rms_norm_kernel(
+    q_out_ptr, k_out_ptr, q_ptr, k_ptr, q_weight_ptr, k_weight_ptr, eps, weight_offset,
+    num_heads, num_kv_heads, stride_qt, stride_qh, stride_kt, stride_kh,
+    HEAD: tl.constexpr, BLOCK: tl.constexpr, SCALE_F32: tl.constexpr, PDL: tl.constexpr,
+):
+    # Program r: token r // (H + Hkv), then its query heads, then its key heads.
+    row = tl.program_id(0)
+    token = (row // (num_heads + num_kv_heads)).to(tl.int64)
+    head = row % (num_heads + num_kv_heads)
+    pdl_wait(PDL)  # q and k come from the qkv projection
+    pdl_release(PDL)
+    if head < num_heads:
+        _qk_norm_row(q_out_ptr + (token * num_heads + head) * HEAD, q_ptr + token * stride_qt + head * stride_qh,
+                     q_weight_ptr, eps, weight_offset, HEAD, BLOCK, SCALE_F32)
+    else:
+        kv_head = head - num_heads
+        _qk_norm_row(k_out_ptr + (token * num_kv_heads + kv_head) * HEAD, k_ptr + token * stride_kt + kv_head * stride_kh,
+                     k_weight_ptr, eps, weight_offset, HEAD, BLOCK, SCALE_F32)
+
+
+def qk_rms_norm(
+    query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+    weight_offset: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``qk_rms_norm`` layer op: every query and key head normalised, one
+    launch (Qwen3's and Gemma 3's per-head q/k norms were two). ``query``
+    ``[T, H, D]`` and ``key`` ``[T, Hkv, D]`` may be strided views of the qkv
+    projection (last dimension contiguous); ``weight_offset`` None rounds as
+    ``rms_norm``, a number scales in float32 as ``rms_norm_f32_scale``."""
+    if query.stride(-1) != 1 or key.stride(-1) != 1:
+        raise ValueError("qk_rms_norm needs the head dimension of query and key to be contiguous")
+    (num_tokens, num_heads, head_size), num_kv_heads = query.shape, key.shape[1]
+    dtype = lambda x, w: torch.result_type(w, x) if weight_offset is None else x.dtype  # noqa: E731
+    q_out = torch.empty(query.shape, dtype=dtype(query, q_weight), device=query.device)
+    k_out = torch.empty(key.shape, dtype=dtype(key, k_weight), device=key.device)
+    if num_tokens == 0:
+        return q_out, k_out
+    block = next_power_of_2(head_size)
+    pdl = pdl_enabled(query.device, num_tokens)
+    _qk_rms_norm_kernel[(num_tokens * (num_heads + num_kv_heads),)](
+        q_out, k_out, query, key, q_weight, k_weight, eps, float(weight_offset or 0.0),
+        num_heads, num_kv_heads, query.stride(0), query.stride(1), key.stride(0), key.stride(1),
+        HEAD=head_size, BLOCK=block, SCALE_F32=weight_offset is not None, PDL=pdl, launch_pdl=pdl,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return q_out, k_out

@@ -92,6 +92,9 @@ class DecoderAttention(nn.Module):
         self.q_norm = self.k_norm = None
         if options.qk_norm == "head":
             self.q_norm, self.k_norm = options.norm(ctx, self.head_size), options.norm(ctx, self.head_size)
+            # Both norms in one op (one launch where the platform has it); the
+            # modules hold the weights and say how to round (Gemma's offset).
+            self.head_norms_op = ctx.ops.qk_rms_norm
         elif options.qk_norm == "full":
             eps, f32 = config.rms_norm_eps, options.norm_in_float32
             self.q_norm = ShardedRMSNorm(config.num_attention_heads * self.head_size, eps, ctx.dtype, f32)
@@ -129,7 +132,8 @@ class DecoderAttention(nn.Module):
         q = q.reshape(num_tokens, self.num_heads, self.head_size)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_size)
         if self.qk_norm == "head":
-            q, k = self.q_norm(q), self.k_norm(k)
+            offset = getattr(self.q_norm, "weight_offset", None)  # Float32ScaleRMSNorm's; None: Llama's rounding
+            q, k = self.head_norms_op(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, offset)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_size)
         out = self.attn(q, k, v, fctx, positions=positions, rotary=self.rotary_emb)
         return self.o_proj(out)

@@ -35,6 +35,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(dtype)
 
 
+def qk_rms_norm(
+    query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+    weight_offset: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head RMSNorm of a step's queries ``[T, H, D]`` and keys ``[T, Hkv,
+    D]`` (Qwen3's and Gemma 3's q/k norms), each head by ``q_weight`` /
+    ``k_weight`` ``[D]``: ``rms_norm`` when ``weight_offset`` is None,
+    ``rms_norm_f32_scale`` with that offset otherwise. Either input may be a
+    strided view of the qkv projection (last dimension contiguous). Returns
+    new tensors ``(query, key)``; the inputs are not modified.
+    """
+    if weight_offset is None:
+        return rms_norm(query, q_weight, eps), rms_norm(key, k_weight, eps)
+    return rms_norm_f32_scale(query, q_weight, eps, weight_offset), rms_norm_f32_scale(key, k_weight, eps, weight_offset)
+
+
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -137,6 +137,17 @@ def _compose_fused_moe_routed(ops: dict[str, Callable]) -> Callable:
     return topk_softmax_then_fused_moe
 
 
+def _compose_qk_rms_norm(ops: dict[str, Callable]) -> Callable:
+    rms_norm, rms_norm_f32_scale = ops["rms_norm"], ops["rms_norm_f32_scale"]
+
+    def two_rms_norms(query, key, q_weight, k_weight, eps, weight_offset):
+        if weight_offset is None:
+            return rms_norm(query, q_weight, eps), rms_norm(key, k_weight, eps)
+        return rms_norm_f32_scale(query, q_weight, eps, weight_offset), rms_norm_f32_scale(key, k_weight, eps, weight_offset)
+
+    return two_rms_norms
+
+
 def _compose_silu_and_mul_fp8_linear(ops: dict[str, Callable]) -> Callable:
     silu_and_mul, fp8_linear = ops["silu_and_mul"], ops["fp8_linear"]
 
@@ -208,6 +219,11 @@ _SPECS = (
         "fused_moe_routed", reference.fused_moe_routed, GEMM,
         "the router's softmax top-k and the experts in one op (an implementation may route inside its kernels)",
         compose=_compose_fused_moe_routed, composed_of=("moe_topk_softmax", "fused_moe"), since=(1, 4),
+    ),
+    OpSpec(
+        "qk_rms_norm", reference.qk_rms_norm, ELEMENTWISE,
+        "per-head RMSNorm of a step's queries and keys (Qwen3, Gemma 3) in one op",
+        compose=_compose_qk_rms_norm, composed_of=("rms_norm", "rms_norm_f32_scale"), since=(1, 4),
     ),
 )
 

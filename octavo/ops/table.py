@@ -109,6 +109,7 @@ class LayerOps:
     silu_and_mul_fp8_linear: Callable
     encoder_attention: Callable
     fused_moe_routed: Callable
+    qk_rms_norm: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
     layouts: dict[str, WeightLayout] = field(default_factory=dict, compare=False)
 

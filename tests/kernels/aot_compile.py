@@ -146,6 +146,9 @@ def cases(attention_only: bool = False):
     yield "merge_splits pdl", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16, PDL=True), None
     yield "rms_norm+residual pdl", rms_norm._rms_norm_kernel, dict(
         HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True, SCALE_F32=False, PRE_NORM=False, PDL=True), None
+    for pdl in (False, True):  # Qwen3's q and k head norms, one launch
+        yield f"qk_rms_norm{' pdl' if pdl else ''}", rms_norm._qk_rms_norm_kernel, dict(
+            HEAD=128, BLOCK=128, SCALE_F32=False, PDL=pdl), None
     yield "rotary+cache pdl", rotary._rotary_cache_kernel, dict(
         NUM_HEADS=32, NUM_KV_HEADS=8, HEADS_PAD=32, KV_HEADS_PAD=8, HALF=64, HALF_PAD=64, BLOCK_SIZE=16,
         PRE_ROUND=False, PDL=True), None

@@ -15,7 +15,7 @@ from octavo.kernels.reference import (  # noqa: E402
     rms_norm_reference,
     silu_and_mul_reference,
 )
-from octavo.kernels.rms_norm import fused_add_rms_norm, rms_norm  # noqa: E402
+from octavo.kernels.rms_norm import fused_add_rms_norm, qk_rms_norm, rms_norm, rms_norm_f32_scale  # noqa: E402
 from octavo.kernels.rotary import apply_rotary  # noqa: E402
 from octavo.models.layers.rotary import RotaryEmbedding  # noqa: E402
 from octavo.ops import reference  # noqa: E402
@@ -63,6 +63,30 @@ def test_rms_norm_on_strided_heads(device):
     out = rms_norm(q, weight, 1e-6)
     assert out.shape == (3, 4, 32)
     torch.testing.assert_close(out, rms_norm_reference(q, weight, 1e-6), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("weight_offset", [None, 1.0, 0.0], ids=["llama-rounding", "gemma", "float32-scale"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_qk_rms_norm_matches_the_two_norms(weight_offset, dtype, device):
+    """Qwen3's / Gemma 3's q and k head norms in one launch, on the qkv row's
+    views: the same values as the per-tensor kernel run twice (one rounding
+    path), within the op's tolerance of the reference; inputs untouched."""
+    heads, kv_heads, head_size, tokens = 6, 2, 64, 3
+    qkv = randn(tokens, (heads + 2 * kv_heads) * head_size, dtype=dtype, device=device) * 3
+    q, k, _ = qkv.split([heads * head_size, kv_heads * head_size, kv_heads * head_size], dim=-1)
+    q, k = q.view(tokens, heads, head_size), k.view(tokens, kv_heads, head_size)
+    q_weight, k_weight = randn(head_size, dtype=dtype, device=device, seed=1), randn(head_size, dtype=dtype, device=device, seed=2)
+    before = qkv.clone()
+    q_out, k_out = qk_rms_norm(q, k, q_weight, k_weight, 1e-6, weight_offset)
+    if weight_offset is None:
+        one = (rms_norm(q, q_weight, 1e-6), rms_norm(k, k_weight, 1e-6))
+    else:
+        one = (rms_norm_f32_scale(q, q_weight, 1e-6, weight_offset), rms_norm_f32_scale(k, k_weight, 1e-6, weight_offset))
+    assert torch.equal(q_out, one[0]) and torch.equal(k_out, one[1])
+    expected = reference.qk_rms_norm(q, k, q_weight, k_weight, 1e-6, weight_offset)
+    torch.testing.assert_close(q_out, expected[0], **TOLERANCES[dtype])
+    torch.testing.assert_close(k_out, expected[1], **TOLERANCES[dtype])
+    assert torch.equal(qkv, before)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
@@ -123,7 +147,7 @@ def test_conformance_kit_passes_octavo_kernels_and_the_fused_rotary_path(sandbox
     from tests.kernels.triton_on_cpu import add_triton_on_cpu
 
     elementwise = (
-        "rms_norm", "fused_add_rms_norm", "rms_norm_f32_scale", "fused_add_rms_norm_f32_scale",
+        "rms_norm", "qk_rms_norm", "fused_add_rms_norm", "rms_norm_f32_scale", "fused_add_rms_norm_f32_scale",
         "post_norm_add_rms_norm_f32_scale", "rotary_embedding", "rotary_and_cache", "gelu_tanh_and_mul", "linear",
         "linear_gelu_tanh_and_mul",
     )

@@ -47,6 +47,22 @@ def _norm_case(tokens: int, hidden: int, heads: int | None = None) -> OpCase:
     return OpCase(f"{tokens} tokens x {hidden}" + (f" ({heads} head views)" if heads else ""), tokens, make)
 
 
+def _qk_norm_case(tokens: int, heads: int, kv_heads: int, head_size: int, weight_offset: float | None) -> OpCase:
+    """Queries and keys as views of one fused qkv row (the layer's split)."""
+
+    def make(dtype, device, gen):
+        qkv, q_weight, k_weight = _on(
+            device, dtype, _randn(gen, tokens, (heads + 2 * kv_heads) * head_size, scale=3.0),
+            _randn(gen, head_size), _randn(gen, head_size),
+        )
+        q, k, _ = qkv.split([heads * head_size, kv_heads * head_size, kv_heads * head_size], dim=-1)
+        query, key = q.reshape(tokens, heads, head_size), k.reshape(tokens, kv_heads, head_size)
+        return query, key, q_weight, k_weight, 1e-6, weight_offset
+
+    offset = "" if weight_offset is None else f", float32 scale + {weight_offset:g}"
+    return OpCase(f"{tokens} tokens, {heads}/{kv_heads} heads x {head_size}{offset}", tokens, make)
+
+
 def _fused_add_case(tokens: int, hidden: int) -> OpCase:
     def make(dtype, device, gen):
         x, residual, weight = _on(device, dtype, _randn(gen, tokens, hidden), _randn(gen, tokens, hidden), _randn(gen, hidden))
@@ -275,6 +291,7 @@ def _tokens_grid(make_case, *args) -> list[OpCase]:
 
 
 OP_CASES: dict[str, list[OpCase]] = {
+    "qk_rms_norm": [_qk_norm_case(1, 8, 2, 64, None), _qk_norm_case(3, 4, 4, 32, 1.0), _qk_norm_case(17, 6, 2, 128, 0.0)],
     "rms_norm": [_norm_case(1, 64), _norm_case(3, 96), _norm_case(17, 256), _norm_case(5, 32, heads=4)],
     "fused_add_rms_norm": _tokens_grid(_fused_add_case, 96),
     "rms_norm_f32_scale": [_with_offset(_norm_case(1, 64), 1.0), _with_offset(_norm_case(17, 256), 0.0),
