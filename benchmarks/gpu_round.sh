@@ -247,7 +247,12 @@ for step in "$@"; do
     # The three MoE paths at 1 and 8 tokens (grouped, decode form, two GEMVs: the last barrier-free since round 28).
     moe_paths) TAIL=40 run_step moe_paths 400 python benchmarks/moe_gpu.py --tokens 1,8;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py \
-                   tests/kernels/test_moe_decode.py tests/kernels/test_attention_options.py;;
+                   tests/kernels/test_moe_decode.py tests/kernels/test_moe_routed.py tests/kernels/test_layer_ops.py \
+                   tests/kernels/test_attention_options.py;;
+    # Round 35: Qwen3-30B-A3B batch-1 decode with the top-k launch (OCTAVO_MOE_ROUTED=0), then routed in the
+    # experts' kernels (the default), back to back on one machine (both with the one-launch q/k head norms).
+    qwen3moe_routed_ab) for routed in 0 1; do OCTAVO_MOE_ROUTED=$routed TAIL=8 run_step qwen3moe_latency_b1_routed$routed 300 \
+                   $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_routed$routed.json"; done;;
     qwen3moe) family_step qwen3moe "$MQ3" all;;
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
     mixtral) family_step mixtral "$MMX" all;;
