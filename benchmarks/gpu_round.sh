@@ -213,6 +213,11 @@ for step in "$@"; do
     embed_minilm) for pass in 1 2; do
                     TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_$pass 300 python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
                   done;;
+    # Round 35: an encoder's pooling steps overlapped (two in flight), MiniLM off then on, same machine.
+    embed_overlap_ab) for overlap in 0 1; do
+                        OCTAVO_POOLING_OVERLAP=$overlap TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_overlap$overlap 300 \
+                          python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
+                      done;;
     # Corpus mode's tokenizing (round 33: BERT chunks in the engine's thread, not yet timed on a GPU):
     # in the engine's thread (default), on the background thread, and all at once, same machine.
     embed_corpus_ab) for mode in inline --tokenize-thread --no-stream; do

@@ -116,6 +116,7 @@ class LLMEngine(RequestValidator):
         # The scheduler must know how many batches can be in flight (it skips
         # their requests); the executor decides.
         scheduler.config.max_concurrent_batches = self.max_concurrent_batches
+        scheduler.config.even_batches_in_flight = bool(getattr(executor, "even_batches_in_flight", True))
         self.async_scheduling = bool(getattr(executor, "async_scheduling", False))
         scheduler.config.async_scheduling = self.async_scheduling
         # Batches handed to the executor and not yet collected, oldest first.
@@ -251,6 +252,21 @@ class LLMEngine(RequestValidator):
         for request_id in request_ids:
             child_ids.extend(self._parent_children.pop(request_id, []))
         self._drop_children(child_ids, RequestStatus.FINISHED_ABORTED)
+        if self._batches_in_flight and not self.has_unfinished_requests():
+            self._drain_batches_in_flight()
+
+    def _drain_batches_in_flight(self) -> None:
+        """Collect the batches still in flight when every request has ended
+        (all aborted, e.g. after an error in an ``LLM`` call): their outputs
+        belong to no one, but the engine and its scheduler must not hold
+        them past the idle point (an overlapped pooling step's pinned rows,
+        a pipeline stage's batch)."""
+        while self._batches_in_flight:
+            scheduler_output, pending = self._batches_in_flight.popleft()
+            try:
+                self._process(scheduler_output, pending.result())
+            except EngineDeadError as exc:
+                self._fail(exc)
 
     # ------------------------------------------------------------------- loop
 

@@ -6,11 +6,15 @@ An executor may run the model in this process, in worker processes or on
 remote nodes; that is invisible here.
 
 Pipelining: an executor with ``max_concurrent_batches > 1`` (pipeline
-parallelism) accepts that many batches before the first one's output is
-collected. ``execute_model(..., non_block=True)`` then returns a
-``PendingOutput`` at once; the engine calls ``result()`` on them in the order
-it submitted them. Executors that cannot pipeline keep the default of 1 and
-are only ever called blocking.
+parallelism; or one device running an encoder's pooling steps, the next
+launched while the host finishes the one before) accepts that many batches
+before the first one's output is collected. ``execute_model(...,
+non_block=True)`` then returns a ``PendingOutput`` at once; the engine calls
+``result()`` on them in the order it submitted them. Executors that cannot
+pipeline keep the default of 1 and are only ever called blocking. Optional
+``even_batches_in_flight`` (default True): whether the scheduler shares the
+requests evenly between the batches in flight (pipeline stages) or fills
+each as it would a lone one.
 
 Optional: ``attention_backend_names() -> list[str]``, the backends the
 workers' layers use; the engine reports it (the server's configuration

@@ -216,7 +216,7 @@ class Scheduler(PoolingSteps):
 
     def _batch_request_cap(self) -> int:
         """At most this many requests in the next batch (its share when pipelining)."""
-        if self.config.max_concurrent_batches <= 1:
+        if self.config.max_concurrent_batches <= 1 or not self.config.even_batches_in_flight:
             return self.config.max_num_seqs
         num_free_slots = max(1, self.config.max_concurrent_batches - len(self._in_flight))
         num_schedulable = len(self.waiting) + sum(1 for r in self.running if not self._held_by_batch(r))
@@ -294,6 +294,8 @@ class Scheduler(PoolingSteps):
         # request, and a batch of short pooling requests is hundreds of them.
         waiting, running, scheduled = self.waiting, self.running, output.num_scheduled_tokens
         max_num_seqs, uses_kv_cache = self.config.max_num_seqs, self.config.uses_kv_cache
+        if not self.config.even_batches_in_flight:  # each batch in flight as large as a lone one
+            max_num_seqs *= self.config.max_concurrent_batches
         while waiting and token_budget > 0 and len(running) < max_num_seqs and len(scheduled) < max_requests:
             request = waiting.peek()
             is_pooling = request.pooling_params is not None

@@ -19,6 +19,11 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     # How many batches the executor runs at once (pipeline stages); 1 = none.
     max_concurrent_batches: int = 1
+    # With several in flight, share the schedulable requests evenly between
+    # them (pipeline stages balance); False: each batch as large as a lone
+    # one would be, ``max_num_seqs`` a batch (overlapped pooling steps,
+    # which keep no KV cache: the same batches as without).
+    even_batches_in_flight: bool = True
     # KV slots reserved past each step's tokens, so that a runner may compute
     # the next decode step before this one returns (decode overlap).
     num_lookahead_tokens: int = 0

@@ -29,6 +29,10 @@ class UniProcExecutor:
         self.async_scheduling = config.async_scheduling
         self.worker = Worker(config, local_rank=config.device_index_offset)
         self.worker.load_model()
+        # An encoder's pooling steps: two in flight, the next launched while
+        # the host finishes the one before (runtime/pooling_runner.py).
+        self.max_concurrent_batches = 2 if self.worker.overlaps_pooling_steps() else 1
+        self.even_batches_in_flight = False  # each step as without the overlap
 
     def determine_num_kv_blocks(self) -> int:
         return self.worker.determine_num_kv_blocks()
@@ -43,6 +47,8 @@ class UniProcExecutor:
         if self.async_scheduling:
             pending = self.worker.execute_model_async(scheduler_output)
             return pending if non_block else pending.result()
+        if non_block:  # only with max_concurrent_batches 2: pooling steps
+            return self.worker.launch_pooling_step(scheduler_output)
         return self.worker.execute_model(scheduler_output)
 
     def check_health(self) -> None:

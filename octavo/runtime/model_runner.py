@@ -223,6 +223,22 @@ class ModelRunner:
         with self.platform.grad_mode():
             return PendingStep(self.async_steps, self.async_steps.execute(scheduler_output))
 
+    def launch_pooling_step(self, scheduler_output: SchedulerOutput):
+        """An encoder's pooling step queued without waiting (``PoolingRunner.overlaps_steps``):
+        a ``PendingOutput`` whose ``result()`` collects it."""
+        from octavo.runtime.pooling_runner import PendingPooling
+
+        if scheduler_output.is_empty:
+            return PendingPooling(self.pooling, None)
+        with self.platform.grad_mode():
+            self._step_open = True
+            self.platform.begin_step()
+            try:
+                launched = self.pooling.launch(scheduler_output)
+            finally:
+                self._end_step()
+        return PendingPooling(self.pooling, launched)
+
     def execute_model(
         self, scheduler_output: SchedulerOutput, intermediate: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> ModelRunnerOutput | tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,8 @@ the host, where each request's params finish them (``finish_pooled``).
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from octavo.errors import InvalidArgumentError
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.models.pooling import PoolingMetadata, finish_pooled
@@ -30,6 +33,56 @@ from octavo.runtime.step_upload import packs_uploads, upload_together
 
 if TYPE_CHECKING:
     from octavo.runtime.model_runner import ModelRunner
+
+
+POOLING_OVERLAP_ENV = "OCTAVO_POOLING_OVERLAP"
+
+
+def overlap_setting() -> bool | None:
+    """``OCTAVO_POOLING_OVERLAP``: unset (None) overlaps where the platform
+    can; 0 never (A/B runs); 1 always (tests: the CPU has no device events,
+    so each launch there completes before it returns)."""
+    value = os.environ.get(POOLING_OVERLAP_ENV, "")
+    if value not in ("", "0", "1"):
+        raise InvalidArgumentError(f"{POOLING_OVERLAP_ENV}={value!r}: expected 0 or 1 (unset: where the platform can)")
+    return None if value == "" else value == "1"
+
+
+@dataclass
+class LaunchedPooling:
+    """A pooling step queued on the device: its requests, in the step's order,
+    and the host tensor its rows arrive in once ``done`` (an event; None:
+    already there)."""
+
+    request_ids: list[str]
+    params: list
+    rows: torch.Tensor
+    done: object | None
+
+
+def _copy_to_host(rows: torch.Tensor, platform) -> tuple[torch.Tensor, object | None]:
+    """``rows`` copied to pinned host memory behind an event, where the
+    platform has both; otherwise a blocking copy."""
+    if rows.device.type == "cpu":
+        return rows, None
+    done = platform.create_event()
+    if done is None or not platform.pins_host_memory:
+        return rows.cpu(), None
+    host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)  # torch's caching host allocator
+    host.copy_(rows, non_blocking=True)
+    done.record()
+    return host, done
+
+
+class PendingPooling:
+    """What the executor hands the engine for a pooling step launched
+    without waiting (``core/executor.py``'s ``PendingOutput``)."""
+
+    def __init__(self, pooling: PoolingRunner, launched: LaunchedPooling | None) -> None:
+        self._pooling, self._launched = pooling, launched
+
+    def result(self) -> ModelRunnerOutput:
+        return ModelRunnerOutput() if self._launched is None else self._pooling.collect(self._launched)
 
 
 class PoolingRunner:
@@ -40,6 +93,18 @@ class PoolingRunner:
         self.pack_uploads = packs_uploads(runner.platform)
         self.graphs = None  # EncoderGraphs, set by the runner when its platform captures graphs
 
+    def overlaps_steps(self) -> bool:
+        """Whether a step may be launched before the one before is collected
+        (the engine then keeps two in flight, ``core/engine.py``): an
+        encoder, whose steps share no state, on a platform that records
+        events into pinned host memory, unless ``OCTAVO_POOLING_OVERLAP``
+        says otherwise."""
+        setting = overlap_setting()
+        if not self.pooler.is_encoder or setting is False:
+            return False
+        platform = self.runner.platform
+        return bool(setting) or (platform.pins_host_memory and platform.create_event() is not None)
+
     @property
     def keeps_no_state(self) -> bool:
         """An encoder's step reads whole prompts off the scheduler output's new
@@ -48,6 +113,12 @@ class PoolingRunner:
         return self.pooler.is_encoder
 
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        return self.collect(self.launch(scheduler_output, overlap=False))
+
+    def launch(self, scheduler_output: SchedulerOutput, overlap: bool = True) -> LaunchedPooling:
+        """Queue the step's forward and pooling on the device, and the copy of
+        its rows to the host; with ``overlap`` (where the platform records
+        events into pinned memory) without waiting for any of it."""
         request_ids = list(scheduler_output.num_scheduled_tokens)
         seq_lens = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, len(request_ids))
         if self.pooler.is_encoder:
@@ -60,9 +131,16 @@ class PoolingRunner:
                     raise RuntimeError(f"pooling request {state.request_id} was not scheduled whole")
             _, hidden = self.runner.forward_hidden(scheduler_output)
             meta = PoolingMetadata.build(seq_lens, self.device)
-        rows = self.runner.model.pool(hidden, meta).cpu().numpy()
-        pooled = finish_pooled(rows, [request.pooling_params for request in requests], self.pooler)
-        return ModelRunnerOutput(pooled=dict(zip(request_ids, pooled)))
+        rows = self.runner.model.pool(hidden, meta)
+        host, done = _copy_to_host(rows, self.runner.platform) if overlap else (rows.cpu(), None)
+        return LaunchedPooling(request_ids, [request.pooling_params for request in requests], host, done)
+
+    def collect(self, launched: LaunchedPooling) -> ModelRunnerOutput:
+        """Wait for a launched step's rows and finish each request's vector."""
+        if launched.done is not None:
+            launched.done.synchronize()
+        pooled = finish_pooled(launched.rows.numpy(), launched.params, self.pooler)
+        return ModelRunnerOutput(pooled=dict(zip(launched.request_ids, pooled)))
 
     @staticmethod
     def _whole_new_requests(

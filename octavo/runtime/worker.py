@@ -95,6 +95,15 @@ class Worker:
             send_intermediate(*result)
         return None
 
+    def overlaps_pooling_steps(self) -> bool:
+        """Whether this worker's pooling steps may be launched two at a time (one device only)."""
+        pooling = self.runner.pooling
+        return pooling is not None and get_pp_group().world_size == 1 and pooling.overlaps_steps()
+
+    def launch_pooling_step(self, scheduler_output: SchedulerOutput):
+        """A pooling step launched without waiting: a ``PendingOutput``."""
+        return self.runner.launch_pooling_step(scheduler_output)
+
     def execute_model_async(self, scheduler_output: SchedulerOutput):
         """Async scheduling (one device): launch the step, return a ``PendingOutput``."""
         return self.runner.execute_model_async(scheduler_output)
