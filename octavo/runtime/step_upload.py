@@ -4,7 +4,7 @@ On a GPU each host-to-device copy from pageable memory costs the host about
 the same few microseconds whatever its size (staging, a driver call, the
 dispatcher), and an encoder's pooling step has eight small ones (its ids,
 positions, attention grid and pooling segments). Packed into one host
-buffer (each array at an 8-byte boundary) they cross in one copy and are
+buffer (pinned on a GPU; each array at an 8-byte boundary) they cross in one copy and are
 viewed back on the device as their dtypes and shapes: a view, no kernel.
 Elsewhere each array goes as it is: on the CPU a copy is no copy, and on a
 lazy-tensor device (XLA) views of one upload would be traced into the step.
@@ -51,17 +51,22 @@ def upload_together(
         return {name: torch.from_numpy(array).to(device, non_blocking=True) for name, array in arrays.items()}
     arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
     starts, size = _packed_layout(arrays)
-    host = np.empty(size, dtype=np.uint8)
+    # Pinned staging on a GPU: a copy from pageable memory may wait for the
+    # stream to drain before it stages (CUDA's API synchronization notes),
+    # which would stall the host behind a step still in flight (overlapped
+    # pooling steps). torch's caching host allocator hands the block out
+    # again only once the copy that reads it has run.
+    staging = torch.empty(size, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    host = staging.numpy()
     for name, array in arrays.items():
         host[starts[name] : starts[name] + array.nbytes] = array.reshape(-1).view(np.uint8)
-    # Pageable memory: the copy has read ``host`` when it returns, so it may go.
     if into is None:
-        packed = torch.from_numpy(host).to(device, non_blocking=True)
+        packed = staging.to(device, non_blocking=True)
     else:
         if into.dtype != torch.uint8 or into.numel() < host.size:
             raise ValueError(f"the upload needs a uint8 buffer of {host.size} bytes, got {into.dtype} x {into.numel()}")
         packed = into
-        packed[: host.size].copy_(torch.from_numpy(host), non_blocking=True)
+        packed[: host.size].copy_(staging, non_blocking=True)
     return {
         name: packed[starts[name] : starts[name] + array.nbytes].view(torch.from_numpy(array[:0]).dtype).view(array.shape)
         for name, array in arrays.items()
