@@ -132,7 +132,8 @@ for step in "$@"; do
     # The one-token int4 GEMV (int4_gemv_rows): its tiles at 1 token, then int4 batch-1 decode with it off and on.
     # Round 34's one-token GEMVs (int4 rows in bfloat16 pairs, fp8 with shared activations, Q4_K in
     # pairs) swept against the forms they replace, then batch-1 decode with the winners beside bf16.
-    # The old forms (fp8 through gemv.py's 8-bit GEMV, int4 rows in float32) end to end after, same machine.
+    # The alternatives end to end after, same machine (round 35 made fp8's rows form opt-in: fp8 rows on,
+    # int4 rows in float32).
     one_token) bash "$0" one_token_sweep one_token_lat;;
     one_token_sweep) TAIL=40 run_step one_token_sweep 300 python benchmarks/quant_sweep_gpu.py --tokens 1 --env-file /tmp/octavo-one-token.env \
                  --only int4:gemv_rows,int4:torch_int4pack_mm,fp8:gemv_rows,gguf_Q4_K:gemv_pairs
@@ -140,7 +141,7 @@ for step in "$@"; do
     one_token_lat) echo "tuned: $(cat /tmp/octavo-one-token.env 2>/dev/null | tr '\n' ' ')"
                TAIL=6 run_step one_token_latency 400 env $(cat /tmp/octavo-one-token.env 2>/dev/null) \
                  python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/one_token_latency.json"
-               TAIL=4 run_step one_token_latency_old 300 env OCTAVO_FP8_GEMV_ROWS=0 OCTAVO_INT4_GEMV_ROWS_TILES=8,8,8,0 \
+               TAIL=4 run_step one_token_latency_alt 300 env OCTAVO_FP8_GEMV_ROWS=1 OCTAVO_INT4_GEMV_ROWS_TILES=8,8,8,0 \
                  python benchmarks/quant_e2e.py latency --methods fp8,int4 --output-json "$O/one_token_latency_old.json";;
     # The checks of quant_gpu.py (every path against its dequantized reference at 1, 7, 300 tokens) and
     # its per-layer table for the formats with round 34's kernels (inline PTX: first run on a GPU).

@@ -137,9 +137,14 @@ class PoolingRunner:
 
     def collect(self, launched: LaunchedPooling) -> ModelRunnerOutput:
         """Wait for a launched step's rows and finish each request's vector."""
+        rows = launched.rows.numpy()
         if launched.done is not None:
             launched.done.synchronize()
-        pooled = finish_pooled(launched.rows.numpy(), launched.params, self.pooler)
+            # Out of the pinned block: the outputs are views of ``rows``, and a
+            # block they kept alive could not go back to torch's cache (the
+            # next step would pin new memory, a slow call).
+            rows = rows.copy()
+        pooled = finish_pooled(rows, launched.params, self.pooler)
         return ModelRunnerOutput(pooled=dict(zip(launched.request_ids, pooled)))
 
     @staticmethod

@@ -117,6 +117,11 @@ def _moe_block(ops, num_experts=16, top_k=4, hidden=32, inter=24):
 @pytest.mark.skipif(not INTERPRETING, reason="counts launches through Triton's interpreter")
 @pytest.mark.parametrize("routed", [True, False], ids=["routed-in-kernel", "topk-launch"])
 def test_one_token_moe_layer_is_three_launches(routed, monkeypatch):
+    from octavo.kernels import moe_routed
+
+    monkeypatch.setenv("OCTAVO_MOE_ROUTED", "1")  # off by default (round 35: slower on the H200)
+    moe_routed.routes_in_kernel.cache_clear()
+    monkeypatch.setattr(moe_routed, "routes_in_kernel", lambda: True)
     """Router GEMV, gate-up, down with the sum over k, the experts picked in
     both (``fused_moe_routed``): three kernels and no torch op that
     computes (each would be a launch on the GPU; the grouped path took

@@ -61,7 +61,7 @@ def test_kernels_pick_the_experts_of_the_topk_kernel(num_experts, top_k, renorma
 
 @pytest.mark.parametrize("num_experts,top_k,renormalize,ties", CASES[:3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_routed_op_matches_its_reference(num_experts, top_k, renormalize, ties, dtype, device):
+def test_routed_op_matches_its_reference(num_experts, top_k, renormalize, ties, dtype, device, routed):
     x, w13, w2, logits = make_layer(num_experts, 48, 32, dtype, device, seed=num_experts)
     out = fused_moe_routed(x, w13, w2, logits, top_k, renormalize, "silu")
     expected = routed_reference(x, w13, w2, logits, top_k, renormalize, "silu")
@@ -77,11 +77,24 @@ def _launches(monkeypatch) -> list[str]:
     return calls
 
 
+ROUTED = {"OCTAVO_MOE_ROUTED": "1"}
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """Routing in the experts' kernels turned on (off by default: slower on the H200, round 35)."""
+    monkeypatch.setenv("OCTAVO_MOE_ROUTED", "1")
+    moe_routed.routes_in_kernel.cache_clear()
+    yield
+    moe_routed.routes_in_kernel.cache_clear()
+
+
 @pytest.mark.parametrize("num_tokens,env,expected", [
-    (1, {}, ["gate_up", "down_routed"]),
-    (3, {}, ["topk_softmax", "fused_moe"]),
+    (1, ROUTED, ["gate_up", "down_routed"]),
+    (3, ROUTED, ["topk_softmax", "fused_moe"]),
+    (1, {}, ["topk_softmax", "fused_moe"]),  # the default
     (1, {"OCTAVO_MOE_ROUTED": "0"}, ["topk_softmax", "fused_moe"]),
-    (1, {"OCTAVO_MOE_DECODE_MAX_TOKENS": "0"}, ["topk_softmax", "fused_moe"]),
+    (1, {**ROUTED, "OCTAVO_MOE_DECODE_MAX_TOKENS": "0"}, ["topk_softmax", "fused_moe"]),
 ])
 def test_one_token_routes_in_the_kernels_else_the_topk_launch(num_tokens, env, expected, monkeypatch, device):
     from octavo.kernels import moe_decode
@@ -101,7 +114,7 @@ def test_one_token_routes_in_the_kernels_else_the_topk_launch(num_tokens, env, e
         moe_routed.routes_in_kernel.cache_clear()
 
 
-def test_bad_routing_arguments_are_refused(monkeypatch, device):
+def test_bad_routing_arguments_are_refused(monkeypatch, device, routed):
     from types import SimpleNamespace
 
     from octavo.platforms.cuda import CudaPlatform
@@ -125,7 +138,7 @@ def test_bad_routing_arguments_are_refused(monkeypatch, device):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="real shapes and CUDA graphs need a GPU")
 @pytest.mark.parametrize("num_experts,top_k,hidden,inter", [(8, 2, 4096, 14336), (128, 8, 2048, 768)],
                          ids=["mixtral-8x7b", "qwen3-30b-a3b"])
-def test_real_shapes_routed_in_a_cuda_graph(num_experts, top_k, hidden, inter):
+def test_real_shapes_routed_in_a_cuda_graph(num_experts, top_k, hidden, inter, routed):
     """At real shapes (PDL on a Hopper GPU), captured and replayed with new
     logits: the top-k kernel's picks (the gate-up rows exactly) and the
     output of ``fused_moe`` fed by it (the weights may differ in the order

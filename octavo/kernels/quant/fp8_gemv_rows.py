@@ -40,10 +40,11 @@ class Fp8RowsTiles:
     num_warps: int
 
 
-# A first guess, swept on the GPU: a thread's rows share the activations (3.6 sm_90
-# instructions a value, against 4.7 for gemv.py's 8-bit form). With fewer rows than
-# threads along them (16 rows, 4 chunks, 4 warps) the activations changed layout through
-# shared memory every step (8 barriers; tests/kernels/sass_loops.py).
+# Swept on the H200 (round 35, one 8B layer's four GEMVs): 145.3 us at the best
+# tiles (32, 2, 8), 212.5 at these; gemv.py's 8-bit form 98.9 in the same run.
+# Fewer instructions a value did not make it faster: off by default (rows_enabled).
+# With fewer rows than threads along them (16 rows, 4 chunks, 4 warps) the
+# activations changed layout through shared memory every step (8 barriers).
 TILES = Fp8RowsTiles(block_n=32, split=2, num_warps=4)
 
 
@@ -56,8 +57,10 @@ def tiles_from_env() -> Fp8RowsTiles | None:
 
 @functools.cache
 def rows_enabled() -> bool:
-    """``OCTAVO_FP8_GEMV_ROWS=0`` sends one-token fp8 calls to ``gemv.py``'s 8-bit form (A/B runs)."""
-    return switch_from_env("OCTAVO_FP8_GEMV_ROWS")
+    """``OCTAVO_FP8_GEMV_ROWS=1`` sends one-token fp8 calls here; by default (0)
+    they take ``gemv.py``'s 8-bit form, which the H200 ran faster (round 35:
+    98.9 against 145-213 us a layer, batch-1 decode 2.88 against 6.31 ms)."""
+    return switch_from_env("OCTAVO_FP8_GEMV_ROWS", default=False)
 
 
 # $1 a word of four e4m3 values, $2-$5 their activations in float32; $0 the sum of products.

@@ -51,9 +51,10 @@ class Q4KPairsTiles:
     num_warps: int
 
 
-# A first guess (two rows a thread share the activations' pairs and sums: 5.8 sm_90
-# instructions a value, against 9.3 for the general one-token GEMV); swept on the GPU.
-TILES = Q4KPairsTiles(block_n=32, split=1, num_warps=4)
+# Swept on the H200 (round 35, one 8B layer's four GEMVs of Q4_K, L2 flushed,
+# graphs): 96.9 us at (8, 4, 4), 110.4 at (8, 2, 4), 149.9 at the first guess
+# (32, 1, 4), whose two rows a thread made fewer loads in flight.
+TILES = Q4KPairsTiles(block_n=8, split=4, num_warps=4)
 
 
 @functools.cache

@@ -57,12 +57,11 @@ class RowsTiles:
     packed: int = 1  # 1: two values an instruction in 16-bit pairs (CUDA); 0: one value in float32
 
 
-# Swept on an H100 (round 33, one 8B layer's four GEMVs, L2 flushed, graphs):
-# 103.6 us at (8, 8, 8) against 112.3 at (8, 4, 4), 131.5 at (16, 4, 4) (two
-# rows a thread: fewer programs, fewer loads in flight) and 130.6 for the
-# shared form; torch's tinygemm 95.9. One row a thread wins: parallelism over
-# activation reuse.
-TILES = RowsTiles(block_n=8, split=8, num_warps=8)
+# Swept on the H200 (round 35, bfloat16 pairs, one 8B layer's four GEMVs, L2
+# flushed, graphs): 76.8 us at (8, 16, 8) against 81.3 at (8, 8, 8), 78.6 at
+# (8, 4, 4); torch's tinygemm 83.1 in the same run. Round 33 (H100, float32
+# form): one row a thread wins, parallelism over activation reuse.
+TILES = RowsTiles(block_n=8, split=16, num_warps=8)
 
 
 @functools.cache
