@@ -239,7 +239,8 @@ def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
 def test_gpu_benchmark_times_the_decode_form(tmp_path, monkeypatch, capsys):
     """At 1 token: the decode form beside the grouped path, two down tiles,
-    and the MoE block before (cuBLAS router, grouped) and after."""
+    and the MoE block before (cuBLAS router, grouped), after (the decode
+    form) and routed in the experts' kernels."""
     import json
 
     module = load_benchmark(monkeypatch)
@@ -249,6 +250,6 @@ def test_gpu_benchmark_times_the_decode_form(tmp_path, monkeypatch, capsys):
     forms = {r["form"]: r for r in records if "form" in r}
     assert set(forms) == {"decode", "grouped"} and all(r["max_error"] < 1e-5 for r in forms.values())
     assert len([r for r in records if "down_tiles" in r]) == 2
-    assert [r["block"] for r in records if "block" in r] == ["before", "after"]
+    assert [r["block"] for r in records if "block" in r] == ["before", "after", "routed"]
     assert not any("gemv_us" in r for r in records)
     assert "block max |after - before|" in capsys.readouterr().out
