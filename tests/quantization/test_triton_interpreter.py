@@ -246,12 +246,13 @@ ROWS_CASES = [(100, 384, 128, torch.float32, 1), (64, 512, 256, torch.bfloat16, 
 
 @pytest.mark.parametrize("out_features,in_features,group_size,dtype,packed", ROWS_CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("tiles", [(8, 2, 2), (8, 16, 8)], ids=["8-2-2", "default"])  # the default: one step, most past K
 @needs_interpreter
 def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, packed, with_bias,
-                                          monkeypatch):
+                                          tiles, monkeypatch):
     from octavo.kernels.quant import int4_gemv_rows
 
-    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(8, 2, 2, packed))
+    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(*tiles, packed))
     from octavo.ops import quant_reference
 
     int4_triton, _ = kernels
