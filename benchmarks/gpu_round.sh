@@ -260,7 +260,7 @@ for step in "$@"; do
     # Qwen3-30B-A3B's decode attention (4 KV heads, ~130-256 tokens of context): split-KV with its merge, as
     # the captured graphs take it (they plan for max_model_len), against one program per KV head walking it all.
     qwen3moe_split_ab) for split in default direct; do
-                   env $([ $split = direct ] && echo OCTAVO_SPLIT_MIN_SEQ_LEN=1000000) TAIL=8 run_step qwen3moe_latency_b1_$split 300 \
+                   OCTAVO_SPLIT_MIN_SEQ_LEN=$([ $split = direct ] && echo 1000000) TAIL=8 run_step qwen3moe_latency_b1_$split 300 \
                    $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_$split.json"; done;;
     qwen3moe_routed_ab) for routed in 0 1; do OCTAVO_MOE_ROUTED=$routed TAIL=8 run_step qwen3moe_latency_b1_routed$routed 300 \
                    $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_routed$routed.json"; done;;
