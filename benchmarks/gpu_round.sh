@@ -250,6 +250,10 @@ for step in "$@"; do
     qwen3moe_ab) for form in 0 1; do OCTAVO_MOE_DECODE_MAX_TOKENS=$form TAIL=8 run_step qwen3moe_latency_b1_decode$form 300 \
                    $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_decode$form.json"; done;;
     moe_decode) TAIL=40 run_step moe_decode 400 python benchmarks/moe_gpu.py --tokens 1,8 --decode-tiles --skip-gemv;;
+    # The decode form's gate-up tiles at one token (SWEEP's block_n starts at 64: 96 programs at Qwen3-MoE's
+    # widths, fewer than the H200's 132 SMs): narrower column tiles, more programs.
+    moe_decode_tiles) TAIL=40 run_step moe_decode_tiles 400 python benchmarks/moe_gpu.py --tokens 1 --sweep --skip-gemv \
+                        --tiles "16,64,128,4,4;16,32,128,4,4;16,32,256,4,4;16,16,128,4,4;16,16,256,2,4;16,32,128,2,6;16,64,256,4,3;16,32,64,4,6;16,16,512,4,3";;
     # The three MoE paths at 1 and 8 tokens (grouped, decode form, two GEMVs: the last barrier-free since round 28).
     moe_paths) TAIL=40 run_step moe_paths 400 python benchmarks/moe_gpu.py --tokens 1,8;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py \
