@@ -137,8 +137,8 @@ def down_routed(
 ) -> torch.Tensor:
     """``down_topk_sum`` with each program routing its token from
     ``router_logits`` (``[T, E]``, contiguous) itself: the top ``top_k`` of
-    the softmax, renormalised if asked (``moe_topk.route_token``, the same
-    pick as ``topk_softmax``'s to the bit)."""
+    the softmax, renormalised if asked (``moe_topk.route_token``: the same
+    experts as ``topk_softmax`` picks, the weights up to a float32 sum's order)."""
     routed = dict(ROUTED=True, E_PAD=experts_pad(w2.shape[0]), RENORMALIZE=renormalize)
     return _launch_down(act, w2, router_logits, router_logits, router_logits.shape[0], top_k, tiles, routed)
 

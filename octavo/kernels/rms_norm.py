@@ -43,6 +43,16 @@ def rms_normalized(x32, eps, HIDDEN: tl.constexpr):
 
 
 @triton.jit
+def scaled_norm(x, weight, eps, weight_offset, HIDDEN: tl.constexpr, SCALE_F32: tl.constexpr):
+    """``x``'s row normalised and scaled, float32, rounded as the reference
+    rounds (masked columns of ``x`` hold 0)."""
+    normed = rms_normalized(x.to(tl.float32), eps, HIDDEN)
+    if SCALE_F32:  # Gemma / OLMo 2: scale before rounding, by offset + weight
+        return normed * (weight_offset + weight.to(tl.float32))
+    return weight.to(tl.float32) * normed.to(x.dtype).to(tl.float32)  # Llama: round, then scale
+
+
+@triton.jit
 def _rms_norm_kernel(
     out_ptr, sum_ptr, x_ptr, residual_ptr, weight_ptr, pre_weight_ptr, eps, weight_offset,
     inner, stride_x0, stride_x1, stride_r0, stride_r1,
@@ -68,12 +78,7 @@ def _rms_norm_kernel(
         )
         x = (x.to(tl.float32) + residual.to(tl.float32)).to(in_dtype)
         tl.store(sum_ptr + row * HIDDEN + cols, x, mask=mask)
-    normed = rms_normalized(x.to(tl.float32), eps, HIDDEN)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
-    if SCALE_F32:  # Gemma / OLMo 2: scale before rounding, by offset + weight
-        out = normed * (weight_offset + weight.to(tl.float32))
-    else:  # Llama: round, then scale
-        out = weight.to(tl.float32) * normed.to(in_dtype).to(tl.float32)
+    out = scaled_norm(x, tl.load(weight_ptr + cols, mask=mask, other=0.0), eps, weight_offset, HIDDEN, SCALE_F32)
     tl.store(out_ptr + row * HIDDEN + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -162,12 +167,7 @@ def _qk_norm_row(out_ptr, x_ptr, weight_ptr, eps, weight_offset, HEAD: tl.conste
     cols = tl.arange(0, BLOCK)
     mask = cols < HEAD
     x = tl.load(x_ptr + cols, mask=mask, other=0.0)
-    normed = rms_normalized(x.to(tl.float32), eps, HEAD)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
-    if SCALE_F32:
-        out = normed * (weight_offset + weight.to(tl.float32))
-    else:
-        out = weight.to(tl.float32) * normed.to(x.dtype).to(tl.float32)
+    out = scaled_norm(x, tl.load(weight_ptr + cols, mask=mask, other=0.0), eps, weight_offset, HEAD, SCALE_F32)
     tl.store(out_ptr + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 

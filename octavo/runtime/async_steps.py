@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.runtime.host_copy import copy_to_host
 from octavo.runtime.input_batch import PreparedBatch
 from octavo.runtime.request_state import RunnerRequestState
 from octavo.runtime.sampler import SampledBatch
@@ -155,23 +156,8 @@ class AsyncStepper:
             state = runner.states[request_id]
             placeholders.append((state, len(state.token_ids)))
             state.token_ids.append(PLACEHOLDER_TOKEN_ID)
-        host, done = self._copy_to_host(sampled)
+        host, done = copy_to_host(sampled.tensors(), runner.platform)
         return LaunchedSamples(request_ids, placeholders, sampled, host, done)
-
-    def _copy_to_host(self, sampled: SampledBatch) -> tuple[list[torch.Tensor], object | None]:
-        tensors = sampled.tensors()
-        if tensors[0].device.type == "cpu":
-            return tensors, None
-        platform = self.runner.platform
-        done = platform.create_event()
-        asynchronous = done is not None and platform.pins_host_memory
-        host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=asynchronous) for t in tensors]
-        for target, source in zip(host, tensors):
-            target.copy_(source, non_blocking=asynchronous)
-        if not asynchronous:
-            return host, None
-        done.record()
-        return host, done
 
 
 class PendingStep:

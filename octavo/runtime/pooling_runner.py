@@ -29,6 +29,7 @@ from octavo.errors import InvalidArgumentError
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.layers.encoder_attention import EncoderAttentionMetadata
 from octavo.models.pooling import PoolingMetadata, finish_pooled
+from octavo.runtime.host_copy import copy_to_host
 from octavo.runtime.step_upload import packs_uploads, upload_together
 
 if TYPE_CHECKING:
@@ -58,20 +59,6 @@ class LaunchedPooling:
     params: list
     rows: torch.Tensor
     done: object | None
-
-
-def _copy_to_host(rows: torch.Tensor, platform) -> tuple[torch.Tensor, object | None]:
-    """``rows`` copied to pinned host memory behind an event, where the
-    platform has both; otherwise a blocking copy."""
-    if rows.device.type == "cpu":
-        return rows, None
-    done = platform.create_event()
-    if done is None or not platform.pins_host_memory:
-        return rows.cpu(), None
-    host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)  # torch's caching host allocator
-    host.copy_(rows, non_blocking=True)
-    done.record()
-    return host, done
 
 
 class PendingPooling:
@@ -132,7 +119,7 @@ class PoolingRunner:
             _, hidden = self.runner.forward_hidden(scheduler_output)
             meta = PoolingMetadata.build(seq_lens, self.device)
         rows = self.runner.model.pool(hidden, meta)
-        host, done = _copy_to_host(rows, self.runner.platform) if overlap else (rows.cpu(), None)
+        (host,), done = copy_to_host([rows], self.runner.platform) if overlap else ((rows.cpu(),), None)
         return LaunchedPooling(request_ids, [request.pooling_params for request in requests], host, done)
 
     def collect(self, launched: LaunchedPooling) -> ModelRunnerOutput:
