@@ -100,12 +100,13 @@ for step in "$@"; do
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
     # TTFT at 8k/32k/128k and batch-1 decode at 8k/32k beside the floor (attention FLOPs
     # included) and torch SDPA flash on the same attention shapes (benchmarks/long_context.py).
-    longctx) TAIL=24 run_step long_context 600 python benchmarks/long_context.py $M8B --output-json "$O/long_context.json";;
+    longctx) TAIL=24 run_step long_context 600 python benchmarks/long_context.py $M8B --ttft-lens ${LONG_TTFT:-8192,32768,131072} --output-json "$O/long_context.json";;
     # Attention tiles at long context (8k prompt, the last 16k chunk of 32k, decode at 32k), then
     # the long-context table with the winners (issue 26); the env file carries them between the two.
+    # LONG_TTFT=8192,32768 leaves out the 128k prompt (two minutes of a ten-minute call).
     sweep_long) TAIL=30 run_step kernels_sweep_long 450 python benchmarks/kernels_gpu.py --only sweep_long --env-file /tmp/octavo-long.env;;
     longctx_tuned) echo "tuned: $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null | tr '\n' ' ')"
-                   TAIL=24 run_step long_context_tuned 600 env $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null) python benchmarks/long_context.py $M8B --output-json "$O/long_context_tuned.json";;
+                   TAIL=24 run_step long_context_tuned 600 env $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null) python benchmarks/long_context.py $M8B --ttft-lens ${LONG_TTFT:-8192,32768,131072} --output-json "$O/long_context_tuned.json";;
     longctx_async) TAIL=24 run_step long_context_async 600 python benchmarks/long_context.py $M8B --async-scheduling --output-json "$O/long_context_async.json";;
     # Async scheduling on the throughput workload (the issue's 512 x 256/256) and a long-context GPU parity test.
     tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;

@@ -241,7 +241,7 @@ def triton_path(case: AttnCase, inputs: AttnInputs, key: str, tiles: TileConfig 
 
     "one_launch": the paged-attention kernel (any batch); "direct": the decode
     kernel, one program per (token, KV head); "split": split-KV decode with the
-    policy's split count (4 where the policy would not split).
+    policy's split count (4 where the policy would not split); "split<N>": with N.
     """
     query, kv_cache, paged, params = inputs.query, inputs.kv_cache, inputs.paged, AttentionParams(SCALE)
     if key == "one_launch":
@@ -252,6 +252,8 @@ def triton_path(case: AttnCase, inputs: AttnInputs, key: str, tiles: TileConfig 
         return (lambda: split_kv_decode(query, kv_cache, paged, params, None, tiles)), {}
     policy_splits = policy_num_splits(case)
     splits = policy_splits if policy_splits > 1 else 4
+    if key != "split":  # "split<N>": N splits, whatever the policy says
+        splits = int(key.removeprefix("split"))
     workspace = SplitWorkspace.allocate(query.shape[0], NUM_HEADS, HEAD_SIZE, splits, DEVICE)
     tiles = tiles or SPLIT_TILES
     return (lambda: split_kv_decode(query, kv_cache, paged, params, workspace, tiles)), {"splits": splits}

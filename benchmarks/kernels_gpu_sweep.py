@@ -63,12 +63,15 @@ def sweep_plan(bench, long_context: bool = False) -> list[tuple[object, list[Til
 # one sequence's decode at 32k. The env lines name each case's best tiles.
 LONG_PREFILL = ((8192, 8192), (32768, 16384))  # (context, query tokens)
 LONG_SPLIT = ((1, 32768),)
+LONG_EXTRA_SPLITS = (64, 128)
 LONG_ENV = {"one_launch": "OCTAVO_TILES_PREFILL", "split": "OCTAVO_TILES_SPLIT"}
 
 
 def long_context_plan(bench, decode) -> list[tuple[object, list[TileConfig], str]]:
     plan = [(bench.AttnCase(f"prefill {q} @ {ctx}", [ctx], [q]), PREFILL_SWEEP, "one_launch") for ctx, q in LONG_PREFILL]
     plan += [(decode(b, ctx), SPLIT_SWEEP, "split") for b, ctx in LONG_SPLIT]
+    # More splits than the policy's 32 (two programs an SM): more loads in flight at 32k.
+    plan += [(decode(b, ctx), SPLIT_SWEEP, f"split{n}") for b, ctx in LONG_SPLIT for n in LONG_EXTRA_SPLITS]
     return plan
 
 

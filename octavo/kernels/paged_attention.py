@@ -10,7 +10,10 @@ gets at most ``n // BLOCK_Q + 1`` tiles, so ``num_tokens // BLOCK_Q +
 num_reqs + 1`` programs cover any batch of ``num_tokens`` tokens. The grid
 therefore depends only on the number of tokens and requests (never on
 context lengths), which CUDA-graph replay needs; each program finds its
-request by binary search over ``query_start_loc``.
+request by binary search over ``query_start_loc``. Programs take the tiles
+in reverse (the last request's last tile first): under causal masking the
+later tiles of a prompt carry the most keys, and starting them first leaves
+short ones for the tail of the launch.
 
 The cache may be fp8 (keys and values widened in registers, to float16
 products: ``cache_dot_dtype``; scaled back by
@@ -136,7 +139,9 @@ def _paged_attention_kernel(
     USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
     FRESH_KV: tl.constexpr, CACHE_DOT_DTYPE: tl.constexpr,
 ):
-    tile = tl.program_id(0)
+    # Heaviest first: a causal prompt's last tiles see the most keys, and
+    # blocks start in program order, so the light tiles fill the last wave.
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
     req = find_request(query_start_loc_ptr, num_reqs, tile, BLOCK_Q, True)
     is_real = req < num_reqs
