@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 from octavo.core.attention import AttentionSpec  # noqa: E402
+from octavo.errors import InvalidArgumentError  # noqa: E402
 from octavo.kernels.paged_attention import PREFILL_TILES  # noqa: E402
 from octavo.runtime.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from octavo.runtime.attention.triton_paged import TritonPagedAttention  # noqa: E402
@@ -232,3 +233,36 @@ def test_fp8_cache_prefill_attends_over_fresh_kv(device):
     decode_meta = backend.build_metadata(decode.attn_batch)
     assert not backend._attends_fresh(decode_meta)
     assert decode_meta.tiles == default_decode_tiles(decode_meta.num_splits > 1, fp8_cache=True)
+
+
+def test_fresh_kv_over_a_16_bit_cache_matches_the_cache_path(device, monkeypatch):
+    """``OCTAVO_PREFILL_FRESH_KV=1``: a mixed step over a full-precision cache
+    attends over its own rotated K/V instead of reading them back; the cache
+    it leaves and the output are those of the default path."""
+    from octavo.kernels.rotary import rotary_and_cache
+    from octavo.models.layers.rotary import RotaryEmbedding
+
+    batch_spec = BatchSpec(mixed_requests(), num_padding_tokens=2)
+    batch = make_batch(batch_spec, device)
+    spec = attention_spec(batch_spec)
+    b = batch.attn_batch
+    lengths = zip(b.seq_lens_cpu.tolist(), b.query_start_loc_cpu.diff().tolist())
+    positions = torch.cat([torch.arange(s - q, s) for s, q in lengths] + [torch.zeros(2, dtype=torch.int64)])
+    cos_sin = RotaryEmbedding(batch_spec.head_size, 128, 10000.0, None).cos_sin_cache.to(device)
+    results = []
+    for fresh in ("0", "1"):
+        monkeypatch.setenv("OCTAVO_PREFILL_FRESH_KV", fresh)
+        backend = TritonPagedAttention(spec)
+        meta = backend.build_metadata(b)
+        assert backend._attends_fresh(meta) == (fresh == "1")
+        cache = batch.kv_cache.clone()
+        out = backend.forward_with_rotary(
+            batch.query.clone(), batch.key.clone(), batch.value, cache, meta, positions.to(device), cos_sin,
+            rotary_and_cache,
+        )
+        results.append((out[: batch.num_actual_tokens], cache))
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
+    monkeypatch.setenv("OCTAVO_PREFILL_FRESH_KV", "yes")
+    with pytest.raises(InvalidArgumentError, match="OCTAVO_PREFILL_FRESH_KV"):
+        TritonPagedAttention(spec)

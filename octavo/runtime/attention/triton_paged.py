@@ -69,6 +69,11 @@ class TritonPagedAttention(AttentionBackend):
         super().__init__(spec)
         self.split_policy = split_policy or SplitKvPolicy.from_env()
         from octavo.kernels.paged_attention import AttentionParams
+        from octavo.kernels.triton_utils import switch_from_env
+
+        # A/B runs: prefill over a 16/32-bit cache reads the step's own K/V too
+        # (contiguous rows, no block-table gather) at the cost of a separate rotary launch.
+        self.fresh_for_every_cache = switch_from_env("OCTAVO_PREFILL_FRESH_KV", default=False)
 
         self.params = AttentionParams(scale=spec.scale, sliding_window=spec.sliding_window, soft_cap=spec.logits_soft_cap)
 
@@ -147,10 +152,10 @@ class TritonPagedAttention(AttentionBackend):
         activations' dtype (``paged_attention``'s ``fresh_kv``): widening
         fp8 tiles in registers made a 32k-token prefill 25% slower (H200).
         Decode keeps reading the cache. Not with KV scales (the fresh
-        values are unscaled)."""
+        values are unscaled). ``OCTAVO_PREFILL_FRESH_KV=1``: with any cache."""
         return (
             metadata.max_query_len > 1
-            and self.spec.kv_cache_dtype in FP8_KV_DTYPES
+            and (self.spec.kv_cache_dtype in FP8_KV_DTYPES or self.fresh_for_every_cache)
             and (self.k_scale, self.v_scale) == (1.0, 1.0)
         )
 
