@@ -241,12 +241,18 @@ def triton_path(case: AttnCase, inputs: AttnInputs, key: str, tiles: TileConfig 
 
     "one_launch": the paged-attention kernel (any batch); "direct": the decode
     kernel, one program per (token, KV head); "split": split-KV decode with the
-    policy's split count (4 where the policy would not split); "split<N>": with N.
+    policy's split count (4 where the policy would not split); "split<N>": with N;
+    "fresh": the paged-attention kernel reading each request's new tokens from
+    contiguous K/V (``fresh_kv``) rather than through the block table.
     """
     query, kv_cache, paged, params = inputs.query, inputs.kv_cache, inputs.paged, AttentionParams(SCALE)
     if key == "one_launch":
         tiles = tiles or tiles_for(max(case.query_lens), HEAD_SIZE)
         return (lambda: paged_attention(query, kv_cache, paged, params, tiles)), {}
+    if key == "fresh":
+        tiles = tiles or tiles_for(max(case.query_lens), HEAD_SIZE)
+        fresh = fresh_kv_of(case, inputs)
+        return (lambda: paged_attention(query, kv_cache, paged, params, tiles, fresh_kv=fresh)), {}
     if key == "direct":
         tiles = tiles or DIRECT_DECODE_TILES
         return (lambda: split_kv_decode(query, kv_cache, paged, params, None, tiles)), {}
@@ -257,6 +263,18 @@ def triton_path(case: AttnCase, inputs: AttnInputs, key: str, tiles: TileConfig 
     workspace = SplitWorkspace.allocate(query.shape[0], NUM_HEADS, HEAD_SIZE, splits, DEVICE)
     tiles = tiles or SPLIT_TILES
     return (lambda: split_kv_decode(query, kv_cache, paged, params, workspace, tiles)), {"splits": splits}
+
+
+def fresh_kv_of(case: AttnCase, inputs: AttnInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each request's new tokens' keys and values as contiguous [T, Hkv, D] tensors
+    (a prefill step's own K/V, ``paged_attention``'s ``fresh_kv``), gathered from the cache."""
+    keys, values = [], []
+    for i, (seq_len, query_len) in enumerate(zip(case.seq_lens, case.query_lens)):
+        positions = torch.arange(seq_len - query_len, seq_len, device=DEVICE)
+        blocks = inputs.attn_batch.block_table[i, positions // BLOCK_SIZE].long()
+        keys.append(inputs.kv_cache[0][blocks, positions % BLOCK_SIZE])
+        values.append(inputs.kv_cache[1][blocks, positions % BLOCK_SIZE])
+    return torch.cat(keys), torch.cat(values)
 
 
 def policy_num_splits(case: AttnCase) -> int:
@@ -271,7 +289,7 @@ def time_triton_paths(
     """Time the one-launch kernel (and, for decode, the direct and split kernels); return their outputs."""
     outputs = {}
     for key in paths:
-        if key != "one_launch" and not case.is_decode:
+        if key not in ("one_launch", "fresh") and not case.is_decode:
             continue
         call, extra = triton_path(case, inputs, key, overrides.get(key))
         case.results[f"{key}_us"] = time_us(call, reps=reps)

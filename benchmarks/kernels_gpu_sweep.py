@@ -8,7 +8,10 @@ each Triton path, at Llama-3.1-8B shapes (``kernels_gpu.py`` builds the cases):
   256/384/512 and 64 x 1024, over block_n 32/64/128, warps 2/4/8, stages 2/3/4;
 - "one_launch" at prefill 512 and 2048 tokens (one request), over block_m
   64/128, block_n 32/64/128, warps 4/8, stages 2/3/4;
-- "split": split-KV decode for a few requests at long contexts.
+- "split": split-KV decode for a few requests at long contexts;
+- with ``--only sweep_long``: one 8k prompt and the last 16k chunk of a 32k one, each
+  through the block table ("one_launch") and from contiguous K/V ("fresh"), and
+  one sequence's decode at 32k with the policy's splits and with 64 and 128.
 
 Each case prints the default tiles' time and the best three (with their max
 difference from the default's output); decode cases also print the KV
@@ -43,6 +46,7 @@ PREFILL_TOKENS = (512, 2048)
 SPLIT_SHAPES = ((1, 8192), (8, 8192))
 SWEEP_REPS = 20
 SWEEP_BUDGET_S = 200.0
+LONG_SWEEP_BUDGET_S = 360.0  # sweep_long's step has 450 s
 
 
 def sweep_plan(bench, long_context: bool = False) -> list[tuple[object, list[TileConfig], str]]:
@@ -68,7 +72,9 @@ LONG_ENV = {"one_launch": "OCTAVO_TILES_PREFILL", "split": "OCTAVO_TILES_SPLIT"}
 
 
 def long_context_plan(bench, decode) -> list[tuple[object, list[TileConfig], str]]:
-    plan = [(bench.AttnCase(f"prefill {q} @ {ctx}", [ctx], [q]), PREFILL_SWEEP, "one_launch") for ctx, q in LONG_PREFILL]
+    prefill = [bench.AttnCase(f"prefill {q} @ {ctx}", [ctx], [q]) for ctx, q in LONG_PREFILL]
+    # "fresh": the prompt's own keys from contiguous K/V (OCTAVO_PREFILL_FRESH_KV) against the block-table gather.
+    plan = [(case, PREFILL_SWEEP, key) for case in prefill for key in ("one_launch", "fresh")]
     plan += [(decode(b, ctx), SPLIT_SWEEP, "split") for b, ctx in LONG_SPLIT]
     # More splits than the policy's 32 (two programs an SM): more loads in flight at 32k.
     plan += [(decode(b, ctx), SPLIT_SWEEP, f"split{n}") for b, ctx in LONG_SPLIT for n in LONG_EXTRA_SPLITS]
@@ -128,7 +134,7 @@ def sweep(bench, case, configs: list[TileConfig], key: str, copy_bw: float, reps
 def default_tiles(bench, case, key: str) -> TileConfig:
     from octavo.kernels.split_kv_decode import DIRECT_DECODE_TILES, SPLIT_TILES
 
-    if key == "one_launch":
+    if key in ("one_launch", "fresh"):
         return bench.tiles_for(max(case.query_lens), bench.HEAD_SIZE)
     return DIRECT_DECODE_TILES if key == "direct" else SPLIT_TILES
 
@@ -138,6 +144,8 @@ def run_sweep(bench, copy_bw: float, budget_s: float = SWEEP_BUDGET_S, long_cont
     """The sweep; with ``env_file``, each path's winner on the plan's last case
     of that path (the longest) as ``OCTAVO_TILES_*`` lines, for an end-to-end run."""
     started = time.perf_counter()
+    if long_context:
+        budget_s = LONG_SWEEP_BUDGET_S
     plan = sweep_plan(bench, long_context)
     precompile(bench, plan)
     bench.say(f"tile sweep: default and best 3 per case (x: speed-up over the default; {SWEEP_REPS} reps)")
