@@ -107,6 +107,15 @@ for step in "$@"; do
     sweep_long) TAIL=30 run_step kernels_sweep_long 450 python benchmarks/kernels_gpu.py --only sweep_long --env-file /tmp/octavo-long.env;;
     longctx_tuned) echo "tuned: $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null | tr '\n' ' ')"
                    TAIL=24 run_step long_context_tuned 600 env $(cat /tmp/octavo-long.env /tmp/octavo-gemv.env 2>/dev/null) python benchmarks/long_context.py $M8B --ttft-lens ${LONG_TTFT:-8192,32768,131072} --output-json "$O/long_context_tuned.json";;
+    # The long-context table with sweep_long's winners, the prompt's own K/V read through the
+    # block table (0) and contiguously (1: OCTAVO_PREFILL_FRESH_KV), 8k and 32k only.
+    longctx_fresh_ab) for fresh in 0 1; do
+                        TAIL=10 run_step "long_context_fresh$fresh" 300 env $(cat /tmp/octavo-long.env 2>/dev/null) OCTAVO_PREFILL_FRESH_KV=$fresh \
+                          python benchmarks/long_context.py $M8B --ttft-lens 8192,32768 --output-json "$O/long_context_fresh$fresh.json"
+                      done;;
+    # Long-prompt attention: the paged kernel (block table, contiguous) beside torch SDPA's flash, cuDNN
+    # and memory-efficient backends on the same causal shapes (measure what exists first).
+    prefill_backends) TAIL=30 run_step prefill_backends 300 python benchmarks/prefill_backends.py;;
     longctx_async) TAIL=24 run_step long_context_async 600 python benchmarks/long_context.py $M8B --async-scheduling --output-json "$O/long_context_async.json";;
     # Async scheduling on the throughput workload (the 512 x 256/256) and a long-context GPU parity test.
     tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;
