@@ -116,6 +116,13 @@ for step in "$@"; do
     # Long-prompt attention: the paged kernel (block table, contiguous) beside torch SDPA's flash, cuDNN
     # and memory-efficient backends on the same causal shapes (measure what exists first).
     prefill_backends) TAIL=30 run_step prefill_backends 300 python benchmarks/prefill_backends.py;;
+    # One long prompt's attention through torch's fused kernels (cuDNN first): the backend's GPU test,
+    # then the long-context table with triton_paged and with triton_sdpa_prefill (same run, same floors).
+    sdpa_prefill) run_step sdpa_prefill_test 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_sdpa_prefill_gpu.py
+                  for backend in triton_paged triton_sdpa_prefill; do
+                    TAIL=10 run_step "long_context_$backend" 300 env OCTAVO_ATTENTION_BACKEND=cuda:$backend \
+                      python benchmarks/long_context.py $M8B --ttft-lens ${LONG_TTFT:-8192,32768} --output-json "$O/long_context_$backend.json"
+                  done;;
     longctx_async) TAIL=24 run_step long_context_async 600 python benchmarks/long_context.py $M8B --async-scheduling --output-json "$O/long_context_async.json";;
     # Async scheduling on the throughput workload (the 512 x 256/256) and a long-context GPU parity test.
     tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;

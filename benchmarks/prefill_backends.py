@@ -4,7 +4,8 @@ Before tuning or writing a prefill kernel for long prompts, measure the ones
 that exist: torch SDPA's FlashAttention-2, cuDNN and memory-efficient
 backends on the same causal shapes (Llama-3.1-8B: 32 query heads, 8 KV
 heads, head size 128, bf16), beside Octavo's paged kernel reading K/V
-through the block table and from contiguous K/V (``fresh_kv``). One layer,
+through the block table and from contiguous K/V (``fresh_kv``), and what the
+``triton_sdpa_prefill`` backend runs (``sdpa_parts``: its gather left out). One layer,
 L2 flushed, CUDA graphs where they capture; printed: microseconds, TFLOP/s
 (causal pairs only) and each against the fastest.
 
@@ -73,6 +74,23 @@ def sdpa_call(case: bench.AttnCase, inputs: bench.AttnInputs, backend):
     return expanded, "heads repeated"
 
 
+def sdpa_parts_call(case: bench.AttnCase, inputs: bench.AttnInputs):
+    """What the ``triton_sdpa_prefill`` backend runs: the square causal SDPA, or
+    for a chunk after context the two parts merged (``sdpa_parts``)."""
+    from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
+
+    (context_len,), (query_len,) = case.seq_lens, case.query_lens
+    table = inputs.attn_batch.block_table.long()
+    k, v = (inputs.kv_cache[i][table].reshape(1, -1, bench.NUM_KV_HEADS, bench.HEAD_SIZE)[:, :context_len]
+            .transpose(1, 2) for i in (0, 1))
+    q = inputs.query.view(1, query_len, bench.NUM_HEADS, bench.HEAD_SIZE).transpose(1, 2)
+    cached = context_len - query_len
+    if cached == 0:
+        return lambda: causal_sdpa(q, k, v, bench.SCALE)
+    context, own = (k[:, :, :cached], v[:, :, :cached]), (k[:, :, cached:], v[:, :, cached:])
+    return lambda: chunk_attention(q, context, own, bench.SCALE)
+
+
 def time_case(case: bench.AttnCase) -> list[tuple[str, float, str]]:
     """(name, microseconds, note) of every path that runs the case."""
     from torch.nn.attention import SDPBackend
@@ -83,6 +101,10 @@ def time_case(case: bench.AttnCase) -> list[tuple[str, float, str]]:
         call, _ = bench.triton_path(case, inputs, key)
         rows.append((f"octavo {key}", bench.time_us(call, reps=10), ""))
     reference = bench.triton_path(case, inputs, "one_launch")[0]()
+    call = sdpa_parts_call(case, inputs)
+    out = call()[0].transpose(0, 1)
+    rows.append(("octavo sdpa_parts", bench.time_us(call, use_graph=False, reps=10),
+                 f"max diff {bench.max_error(out, reference):.3f}"))
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
         name = f"sdpa {backend.name.lower()}"
         try:

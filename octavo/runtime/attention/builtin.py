@@ -6,5 +6,7 @@ from __future__ import annotations
 def builtin_attention_backends() -> dict[str, type]:
     from octavo.runtime.attention.torch_paged import TorchPagedAttention
     from octavo.runtime.attention.triton_paged import TritonPagedAttention
+    from octavo.runtime.attention.triton_sdpa_prefill import TritonSdpaPrefillAttention
 
-    return {TorchPagedAttention.name: TorchPagedAttention, TritonPagedAttention.name: TritonPagedAttention}
+    backends = (TorchPagedAttention, TritonPagedAttention, TritonSdpaPrefillAttention)
+    return {backend.name: backend for backend in backends}

@@ -1,0 +1,111 @@
+"""The Triton paged backend, with one long prompt's attention through torch SDPA.
+
+A step whose only request has at least ``LONG_PREFILL_MIN_TOKENS`` query
+tokens (time to first token of a long prompt, or a chunk of one) spends
+most of its attention time in one big causal product. There the fused
+kernels that ship with torch can beat a portable Triton kernel: on Hopper,
+cuDNN's attention is a FlashAttention-3-class kernel, about twice
+FlashAttention-2 (``benchmarks/prefill_backends.py`` times them on the same
+shapes). This backend writes the step's keys and values into the paged cache
+as ``triton_paged`` does, gathers the request's whole context (cached and
+new) into contiguous K/V, and attends through torch's fused kernels, cuDNN
+first (``sdpa_parts``: a chunk after cached context in two parts merged by
+their log-sum-exps). Every other step (decode, several
+requests, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
+scales, float32 on a GPU) is ``triton_paged``'s.
+
+Graph capture: captured prefill steps (``runtime/prefill_graphs.py``, up to
+2,048 tokens) are below the threshold, and a replayed graph runs what it
+captured (the Triton kernel), so the choice never changes a graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from octavo.core.attention import AttentionBatch
+from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
+from octavo.runtime.attention.triton_paged import FP8_KV_DTYPES, TritonPagedAttention, TritonPagedMetadata
+
+# Steps this long are never captured in graphs (prefill graphs stop at 2,048 tokens).
+# Where cuDNN starts to beat the Triton kernel is measured by benchmarks/prefill_backends.py.
+LONG_PREFILL_MIN_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    """The step's one request: its new tokens are the last ``query_len`` of ``seq_len``."""
+
+    query_len: int
+    seq_len: int
+
+
+@dataclass
+class SdpaPrefillMetadata(TritonPagedMetadata):
+    long_prompt: LongPrompt | None = None  # None: the Triton kernels take the step
+
+
+class TritonSdpaPrefillAttention(TritonPagedAttention):
+    name = "triton_sdpa_prefill"
+
+    def build_metadata(self, batch: AttentionBatch) -> SdpaPrefillMetadata:
+        base = super().build_metadata(batch)
+        values = {f.name: getattr(base, f.name) for f in fields(TritonPagedMetadata)}
+        return SdpaPrefillMetadata(**values, long_prompt=self._long_prompt(batch))
+
+    def _long_prompt(self, batch: AttentionBatch) -> LongPrompt | None:
+        spec = self.spec
+        if batch.num_reqs != 1 or batch.max_query_len < LONG_PREFILL_MIN_TOKENS or batch.seq_lens_cpu is None:
+            return None
+        if spec.sliding_window is not None or spec.logits_soft_cap is not None or spec.kv_cache_dtype in FP8_KV_DTYPES:
+            return None
+        if spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
+            return None  # the GPU's fused kernels take 16-bit inputs only
+        return LongPrompt(query_len=batch.max_query_len, seq_len=int(batch.seq_lens_cpu[0]))
+
+    def _takes(self, metadata) -> bool:
+        long_prompt = getattr(metadata, "long_prompt", None)
+        return long_prompt is not None and (self.k_scale, self.v_scale) == (1.0, 1.0)
+
+    def forward(self, query, key, value, kv_cache, metadata) -> torch.Tensor:
+        if not self._takes(metadata):
+            return super().forward(query, key, value, kv_cache, metadata)
+        from octavo.kernels.kv_cache_write import reshape_and_cache
+
+        self._check_slots(key, metadata)
+        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        return self._attend_long_prompt(query, kv_cache, metadata)
+
+    def forward_with_rotary(
+        self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
+    ) -> torch.Tensor:
+        if not self._takes(metadata):
+            return super().forward_with_rotary(
+                query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
+            )
+        self._check_slots(key, metadata)
+        query = rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
+        return self._attend_long_prompt(query, kv_cache, metadata)
+
+    def _attend_long_prompt(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata) -> torch.Tensor:
+        """The request's attention over its gathered context by torch's fused
+        kernels (``sdpa_parts``); padding rows come out as zeros."""
+        prompt = metadata.long_prompt
+        block_size = kv_cache.shape[2]
+        blocks = metadata.batch.block_table[0, : -(-prompt.seq_len // block_size)].long()
+        # [1, heads, tokens, head_size] views of the query and of the gathered K/V.
+        key, value = (kv_cache[i].index_select(0, blocks).flatten(0, 1)[: prompt.seq_len] for i in (0, 1))
+        q = query[: prompt.query_len].unsqueeze(0).transpose(1, 2)
+        k, v = key.unsqueeze(0).transpose(1, 2), value.unsqueeze(0).transpose(1, 2)
+        context_len = prompt.seq_len - prompt.query_len
+        if context_len == 0:
+            attended = causal_sdpa(q, k, v, self.spec.scale)
+        else:
+            context = (k[:, :, :context_len], v[:, :, :context_len])
+            own = (k[:, :, context_len:], v[:, :, context_len:])
+            attended = chunk_attention(q, context, own, self.spec.scale)
+        out = torch.zeros_like(query)
+        out[: prompt.query_len] = attended[0].transpose(0, 1)
+        return out

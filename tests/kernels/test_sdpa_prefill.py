@@ -1,0 +1,105 @@
+"""``triton_sdpa_prefill``: one long prompt's attention through torch's fused
+kernels (``sdpa_parts``), against the plain reference, and every other step
+left to ``triton_paged``. The threshold is lowered so that small shapes
+take the long-prompt path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from octavo.kernels.reference import paged_attention_reference  # noqa: E402
+from octavo.runtime.attention import triton_sdpa_prefill  # noqa: E402
+from octavo.runtime.attention.sdpa_parts import attention_with_lse, merge_parts  # noqa: E402
+from octavo.runtime.attention.triton_sdpa_prefill import TritonSdpaPrefillAttention  # noqa: E402
+from tests.kernels.batches import BatchSpec, RequestShape, make_batch  # noqa: E402
+from tests.kernels.test_triton_backend import attention_spec  # noqa: E402
+
+
+@pytest.fixture
+def short_threshold(monkeypatch):
+    monkeypatch.setattr(triton_sdpa_prefill, "LONG_PREFILL_MIN_TOKENS", 40)
+
+
+def _run(spec: BatchSpec, device, **spec_changes):
+    """(the backend's output for the real tokens, the reference's, the cache after, its metadata)."""
+    import dataclasses
+
+    batch = make_batch(spec, device)
+    backend = TritonSdpaPrefillAttention(dataclasses.replace(attention_spec(spec), **spec_changes))
+    metadata = backend.build_metadata(batch.attn_batch)
+    cache = batch.kv_cache.clone()
+    out = backend.forward(batch.query, batch.key, batch.value, cache, metadata)
+    b = batch.attn_batch
+    expected = paged_attention_reference(batch.query, cache, b.query_start_loc, b.seq_lens, b.block_table, backend.spec.scale)
+    n = batch.num_actual_tokens
+    if out.shape[0] > n:
+        assert out[n:].abs().max() == 0  # padding rows
+    return out[:n], expected[:n], metadata
+
+
+@pytest.mark.parametrize("seq_len,query_len", [(70, 70), (130, 50), (96, 41)])
+def test_long_prompt_matches_the_reference(short_threshold, device, seq_len, query_len):
+    """A whole prompt (square causal) and chunks after cached context (two parts
+    merged by their log-sum-exps), GQA heads, a partial last block, padding tokens."""
+    spec = BatchSpec([RequestShape(seq_len, query_len)], num_padding_tokens=3)
+    out, expected, metadata = _run(spec, device)
+    assert metadata.long_prompt == triton_sdpa_prefill.LongPrompt(query_len, seq_len)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "requests,changes",
+    [
+        ([RequestShape(30, 30)], {}),  # shorter than the threshold
+        ([RequestShape(60, 60), RequestShape(50, 45)], {}),  # two requests
+        ([RequestShape(60, 60)], {"sliding_window": 16}),
+        ([RequestShape(60, 60)], {"logits_soft_cap": 30.0}),
+    ],
+)
+def test_other_steps_take_the_triton_kernels(short_threshold, device, requests, changes):
+    out, expected, metadata = _run(BatchSpec(requests), device, **changes)
+    assert metadata.long_prompt is None
+    if not changes:  # the reference has no window or cap: the choice is what is checked there
+        torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_merge_of_two_parts_is_the_softmax_over_their_union():
+    """Keys split anywhere: the merged parts equal attention over all of them;
+    a part where a row has no allowed key (causal part, first rows) weighs 0."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 9, 16, generator=generator)
+    k = torch.randn(1, 2, 21, 16, generator=generator)
+    v = torch.randn(1, 2, 21, 16, generator=generator)
+    full_k, full_v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    mask = torch.ones(9, 21, dtype=torch.bool).tril(diagonal=12)  # the last 9 of 21 positions
+    expected = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=mask, scale=0.25)
+    whole = attention_with_lse(q, k[:, :, :12], v[:, :, :12], 0.25, causal=False)
+    causal = attention_with_lse(q, k[:, :, 12:], v[:, :, 12:], 0.25, causal=True)
+    torch.testing.assert_close(merge_parts(whole, causal), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_fused_step_matches_triton_paged(short_threshold, device):
+    """Through ``forward_with_rotary`` (as the model calls it): the same cache and,
+    within float32 rounding, the same output as the Triton kernels."""
+    from octavo.kernels.rotary import rotary_and_cache
+    from octavo.models.layers.rotary import RotaryEmbedding
+    from octavo.runtime.attention.triton_paged import TritonPagedAttention
+
+    spec = BatchSpec([RequestShape(100, 60)], num_padding_tokens=2)
+    batch = make_batch(spec, device)
+    positions = torch.cat([torch.arange(40, 100), torch.zeros(2, dtype=torch.int64)]).to(device)
+    cos_sin = RotaryEmbedding(spec.head_size, 128, 10000.0, None).cos_sin_cache.to(device)
+    results = []
+    for backend_class in (TritonPagedAttention, TritonSdpaPrefillAttention):
+        backend = backend_class(attention_spec(spec))
+        cache = batch.kv_cache.clone()
+        out = backend.forward_with_rotary(
+            batch.query.clone(), batch.key.clone(), batch.value, cache, backend.build_metadata(batch.attn_batch),
+            positions, cos_sin, rotary_and_cache,
+        )
+        results.append((out, cache))
+    assert torch.equal(results[0][1], results[1][1])
+    torch.testing.assert_close(results[1][0], results[0][0], atol=2e-5, rtol=2e-5)
