@@ -1,7 +1,7 @@
 """On a CUDA GPU: ``triton_sdpa_prefill``'s long-prompt path (cuDNN or
 FlashAttention through torch, ``sdpa_parts``) in bfloat16 against the
-float32 reference, for a whole 8k prompt and a 4k chunk after 8k of cached
-context; the default threshold, Llama's head size. Skipped without a GPU."""
+float32 reference, for a whole 8k prompt and an 8k chunk after 8k of cached
+context; the default thresholds, Llama's head size. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from octavo.kernels.reference import paged_attention_reference
-from octavo.runtime.attention.triton_sdpa_prefill import LONG_PREFILL_MIN_TOKENS, LongPrompt, TritonSdpaPrefillAttention
+from octavo.runtime.attention.triton_sdpa_prefill import CHUNK_MIN_TOKENS, LongPrompt, TritonSdpaPrefillAttention
 from tests.kernels.batches import BatchSpec, RequestShape, make_batch
 from tests.kernels.test_triton_backend import attention_spec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@pytest.mark.parametrize("seq_len,query_len", [(8192, 8192), (12288, 4096)])
+@pytest.mark.parametrize("seq_len,query_len", [(8192, 8192), (16384, 8192)])
 def test_long_prompt_in_bfloat16(seq_len, query_len):
-    assert query_len >= LONG_PREFILL_MIN_TOKENS
+    assert query_len >= CHUNK_MIN_TOKENS
     spec = BatchSpec([RequestShape(seq_len, query_len)], num_heads=8, num_kv_heads=2, head_size=128,
                      dtype=torch.bfloat16, num_padding_tokens=5)
     batch = make_batch(spec, torch.device("cuda"))

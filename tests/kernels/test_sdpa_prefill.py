@@ -20,7 +20,8 @@ from tests.kernels.test_triton_backend import attention_spec  # noqa: E402
 
 @pytest.fixture
 def short_threshold(monkeypatch):
-    monkeypatch.setattr(triton_sdpa_prefill, "LONG_PREFILL_MIN_TOKENS", 40)
+    monkeypatch.setattr(triton_sdpa_prefill, "WHOLE_PROMPT_MIN_TOKENS", 40)
+    monkeypatch.setattr(triton_sdpa_prefill, "CHUNK_MIN_TOKENS", 40)
 
 
 def _run(spec: BatchSpec, device, **spec_changes):
@@ -54,6 +55,7 @@ def test_long_prompt_matches_the_reference(short_threshold, device, seq_len, que
     "requests,changes",
     [
         ([RequestShape(30, 30)], {}),  # shorter than the threshold
+        ([RequestShape(90, 39)], {}),  # a chunk shorter than its threshold
         ([RequestShape(60, 60), RequestShape(50, 45)], {}),  # two requests
         ([RequestShape(60, 60)], {"sliding_window": 16}),
         ([RequestShape(60, 60)], {"logits_soft_cap": 30.0}),

@@ -40,9 +40,9 @@ def octavo_attention_backends():
 
 def test_builtin_platforms_resolve_their_backends(fresh_plugins):
     assert type(CpuPlatform().attention_backend(SPEC)) is TorchPagedAttention
-    from octavo.runtime.attention.triton_paged import TritonPagedAttention
+    from octavo.runtime.attention.triton_sdpa_prefill import TritonSdpaPrefillAttention
 
-    assert type(CudaPlatform().attention_backend(SPEC)) is TritonPagedAttention
+    assert type(CudaPlatform().attention_backend(SPEC)) is TritonSdpaPrefillAttention
     assert type(TpuPlatform().attention_backend(SPEC)) is StaticPagedAttention
 
 
@@ -96,7 +96,8 @@ def test_override_with_an_unknown_backend_fails(fresh_plugins, monkeypatch):
     with pytest.raises(PlatformError) as excinfo:
         CpuPlatform().attention_backend(SPEC)
     assert excinfo.value.message == (
-        "OCTAVO_ATTENTION_BACKEND='flash': no such attention backend (installed: static_paged, torch_paged, triton_paged)"
+        "OCTAVO_ATTENTION_BACKEND='flash': no such attention backend (installed: static_paged, torch_paged, triton_paged, "
+        "triton_sdpa_prefill)"
     )
 
 

@@ -1,12 +1,13 @@
 """The Triton paged backend, with one long prompt's attention through torch SDPA.
 
-A step whose only request has at least ``LONG_PREFILL_MIN_TOKENS`` query
-tokens (time to first token of a long prompt, or a chunk of one) spends
+A step whose only request is a whole prompt of at least
+``WHOLE_PROMPT_MIN_TOKENS`` tokens, or a chunk of ``CHUNK_MIN_TOKENS`` after
+cached context (time to first token of a long prompt), spends
 most of its attention time in one big causal product. There the fused
 kernels that ship with torch can beat a portable Triton kernel: on Hopper,
-cuDNN's attention is a FlashAttention-3-class kernel, about twice
-FlashAttention-2 (``benchmarks/prefill_backends.py`` times them on the same
-shapes). This backend writes the step's keys and values into the paged cache
+cuDNN's attention is a FlashAttention-3-class kernel (590-620 TFLOP/s on an
+H100 at 8k-32k tokens, against 340-360 for the Triton kernel and 330-350
+for FlashAttention-2; ``benchmarks/prefill_backends.py``). This backend writes the step's keys and values into the paged cache
 as ``triton_paged`` does, gathers the request's whole context (cached and
 new) into contiguous K/V, and attends through torch's fused kernels, cuDNN
 first (``sdpa_parts``: a chunk after cached context in two parts merged by
@@ -14,9 +15,9 @@ their log-sum-exps). Every other step (decode, several
 requests, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
 scales, float32 on a GPU) is ``triton_paged``'s.
 
-Graph capture: captured prefill steps (``runtime/prefill_graphs.py``, up to
-2,048 tokens) are below the threshold, and a replayed graph runs what it
-captured (the Triton kernel), so the choice never changes a graph.
+Graph capture: a captured prefill step (``runtime/prefill_graphs.py``, up to
+2,048 tokens) replays what it captured (the Triton kernel), so the choice
+never changes a graph; longer steps run eagerly.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ from octavo.core.attention import AttentionBatch
 from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
 from octavo.runtime.attention.triton_paged import FP8_KV_DTYPES, TritonPagedAttention, TritonPagedMetadata
 
-# Steps this long are never captured in graphs (prefill graphs stop at 2,048 tokens).
-# Where cuDNN starts to beat the Triton kernel is measured by benchmarks/prefill_backends.py.
-LONG_PREFILL_MIN_TOKENS = 4096
+# Measured on an H100 (round 36, benchmarks/prefill_backends.py, one layer at
+# Llama-3.1-8B's heads): a whole prompt through cuDNN took 0.63x the Triton
+# kernel's time at 2,048 tokens and 0.55x at 8,192; a chunk after as many
+# tokens of cached context 1.16x at 4,096 tokens, 0.82x at 8,192, 0.71x at
+# 16,384 (the two parts and their merge cost more than one causal pass).
+# Prefill graphs stop at 2,048 tokens: a captured step replays the Triton kernel.
+WHOLE_PROMPT_MIN_TOKENS = 2048
+CHUNK_MIN_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -57,13 +63,16 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
 
     def _long_prompt(self, batch: AttentionBatch) -> LongPrompt | None:
         spec = self.spec
-        if batch.num_reqs != 1 or batch.max_query_len < LONG_PREFILL_MIN_TOKENS or batch.seq_lens_cpu is None:
+        if batch.num_reqs != 1 or batch.seq_lens_cpu is None:
+            return None
+        query_len, seq_len = batch.max_query_len, int(batch.seq_lens_cpu[0])
+        if query_len < (WHOLE_PROMPT_MIN_TOKENS if query_len == seq_len else CHUNK_MIN_TOKENS):
             return None
         if spec.sliding_window is not None or spec.logits_soft_cap is not None or spec.kv_cache_dtype in FP8_KV_DTYPES:
             return None
         if spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
             return None  # the GPU's fused kernels take 16-bit inputs only
-        return LongPrompt(query_len=batch.max_query_len, seq_len=int(batch.seq_lens_cpu[0]))
+        return LongPrompt(query_len=query_len, seq_len=seq_len)
 
     def _takes(self, metadata) -> bool:
         long_prompt = getattr(metadata, "long_prompt", None)
