@@ -75,8 +75,8 @@ def sdpa_call(case: bench.AttnCase, inputs: bench.AttnInputs, backend):
 
 
 def sdpa_parts_call(case: bench.AttnCase, inputs: bench.AttnInputs):
-    """What the ``triton_sdpa_prefill`` backend runs: the square causal SDPA, or
-    for a chunk after context the two parts merged (``sdpa_parts``)."""
+    """What the ``triton_sdpa_prefill`` backend runs ([Q, H, D] out): the square
+    causal SDPA, or for a chunk after context the two parts merged (``sdpa_parts``)."""
     from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
 
     (context_len,), (query_len,) = case.seq_lens, case.query_lens
@@ -86,9 +86,10 @@ def sdpa_parts_call(case: bench.AttnCase, inputs: bench.AttnInputs):
     q = inputs.query.view(1, query_len, bench.NUM_HEADS, bench.HEAD_SIZE).transpose(1, 2)
     cached = context_len - query_len
     if cached == 0:
-        return lambda: causal_sdpa(q, k, v, bench.SCALE)
+        return lambda: causal_sdpa(q, k, v, bench.SCALE)[0].transpose(0, 1)
     context, own = (k[:, :, :cached], v[:, :, :cached]), (k[:, :, cached:], v[:, :, cached:])
-    return lambda: chunk_attention(q, context, own, bench.SCALE)
+    out = torch.empty_like(inputs.query)
+    return lambda: chunk_attention(q, context, own, bench.SCALE, out)
 
 
 def time_case(case: bench.AttnCase) -> list[tuple[str, float, str]]:
@@ -102,7 +103,7 @@ def time_case(case: bench.AttnCase) -> list[tuple[str, float, str]]:
         rows.append((f"octavo {key}", bench.time_us(call, reps=10), ""))
     reference = bench.triton_path(case, inputs, "one_launch")[0]()
     call = sdpa_parts_call(case, inputs)
-    out = call()[0].transpose(0, 1)
+    out = call()
     rows.append(("octavo sdpa_parts", bench.time_us(call, use_graph=False, reps=10),
                  f"max diff {bench.max_error(out, reference):.3f}"))
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):

@@ -20,6 +20,7 @@ from octavo.ops.reference import silu_and_mul as silu_and_mul_reference
 __all__ = [
     "apply_rotary_reference",
     "fused_add_rms_norm_reference",
+    "merge_attention_parts_reference",
     "paged_attention_reference",
     "reshape_and_cache_reference",
     "rms_norm_reference",
@@ -70,3 +71,18 @@ def paged_attention_reference(
         probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         out[q_start:q_end] = torch.einsum("hqk,khd->qhd", probs, values).to(query.dtype)
     return out
+
+
+def merge_attention_parts_reference(
+    first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """Softmax over two disjoint key sets from each part's output ``[H, Q, D]``
+    and natural log-sum-exp ``[H, Q]``: float32 ``[Q, H, D]``."""
+    (out_a, lse_a), (out_b, lse_b) = first, second
+    top = torch.maximum(lse_a, lse_b).float()
+    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)
+    weight_a, weight_b = torch.exp(lse_a.float() - top), torch.exp(lse_b.float() - top)
+    total = weight_a + weight_b
+    total = torch.where(total == 0, torch.ones_like(total), total)
+    merged = (out_a.float() * weight_a[..., None] + out_b.float() * weight_b[..., None]) / total[..., None]
+    return merged.transpose(0, 1)

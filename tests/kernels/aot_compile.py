@@ -19,15 +19,15 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from octavo.kernels import (
-    activation, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_align, moe_decode, moe_topk, paged_attention,
-    rms_norm, rotary, split_kv_decode,
+    activation, attention_merge, fused_moe, fused_moe_gemv, gemv, kv_cache_write, moe_align, moe_decode, moe_topk,
+    paged_attention, rms_norm, rotary, split_kv_decode,
 )
 from octavo.kernels.quant import int4_triton
 
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64", "sorted_slots_ptr": "*i32",
                 "block_experts_ptr": "*i32", "ids_ptr": "*i32"}
-FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr"}
+FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr", "lse_a_ptr", "lse_b_ptr"}
 FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 # Pointers whose type differs by kernel: the grouped int4 layout's packed words and zero points.
 KERNEL_POINTERS = {
@@ -125,6 +125,8 @@ def cases(attention_only: bool = False):
     if attention_only:
         return
     yield "merge_splits", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16, PDL=False), None
+    yield "attention_merge", attention_merge._merge_parts_kernel, dict(
+        HEAD_SIZE=128, HEAD_PAD=128, BLOCK_Q=attention_merge.BLOCK_Q), None
     yield "reshape_and_cache", kv_cache_write._reshape_and_cache_kernel, dict(
         NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, PRE_ROUND=False), None
     yield "rms_norm+residual", rms_norm._rms_norm_kernel, dict(

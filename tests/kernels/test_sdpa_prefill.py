@@ -12,7 +12,9 @@ pytest.importorskip("triton")
 
 from octavo.kernels.reference import paged_attention_reference  # noqa: E402
 from octavo.runtime.attention import triton_sdpa_prefill  # noqa: E402
-from octavo.runtime.attention.sdpa_parts import attention_with_lse, merge_parts  # noqa: E402
+from octavo.kernels.attention_merge import merge_attention_parts  # noqa: E402
+from octavo.kernels.reference import merge_attention_parts_reference  # noqa: E402
+from octavo.runtime.attention.sdpa_parts import attention_with_lse  # noqa: E402
 from octavo.runtime.attention.triton_sdpa_prefill import TritonSdpaPrefillAttention  # noqa: E402
 from tests.kernels.batches import BatchSpec, RequestShape, make_batch  # noqa: E402
 from tests.kernels.test_triton_backend import attention_spec  # noqa: E402
@@ -34,7 +36,9 @@ def _run(spec: BatchSpec, device, **spec_changes):
     cache = batch.kv_cache.clone()
     out = backend.forward(batch.query, batch.key, batch.value, cache, metadata)
     b = batch.attn_batch
-    expected = paged_attention_reference(batch.query, cache, b.query_start_loc, b.seq_lens, b.block_table, backend.spec.scale)
+    expected = paged_attention_reference(
+        batch.query, cache, b.query_start_loc, b.seq_lens, b.block_table, backend.spec.scale
+    )
     n = batch.num_actual_tokens
     if out.shape[0] > n:
         assert out[n:].abs().max() == 0  # padding rows
@@ -68,19 +72,38 @@ def test_other_steps_take_the_triton_kernels(short_threshold, device, requests, 
         torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
-def test_merge_of_two_parts_is_the_softmax_over_their_union():
-    """Keys split anywhere: the merged parts equal attention over all of them;
-    a part where a row has no allowed key (causal part, first rows) weighs 0."""
+def test_merge_of_two_parts_is_the_softmax_over_their_union(device):
+    """Keys split anywhere: the merged parts (the kernel and its reference)
+    equal attention over all of them, written token-major."""
     generator = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 4, 9, 16, generator=generator)
-    k = torch.randn(1, 2, 21, 16, generator=generator)
-    v = torch.randn(1, 2, 21, 16, generator=generator)
+    q, k, v = (torch.randn(1, h, n, 16, generator=generator).to(device) for h, n in ((4, 9), (2, 21), (2, 21)))
     full_k, full_v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
-    mask = torch.ones(9, 21, dtype=torch.bool).tril(diagonal=12)  # the last 9 of 21 positions
+    mask = torch.ones(9, 21, dtype=torch.bool, device=device).tril(diagonal=12)  # the last 9 of 21 positions
     expected = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=mask, scale=0.25)
-    whole = attention_with_lse(q, k[:, :, :12], v[:, :, :12], 0.25, causal=False)
-    causal = attention_with_lse(q, k[:, :, 12:], v[:, :, 12:], 0.25, causal=True)
-    torch.testing.assert_close(merge_parts(whole, causal), expected, atol=1e-5, rtol=1e-5)
+    expected = expected[0].transpose(0, 1)
+    parts = [attention_with_lse(q.cpu(), k[:, :, s].cpu(), v[:, :, s].cpu(), 0.25, causal=c)
+             for s, c in ((slice(0, 12), False), (slice(12, 21), True))]
+    parts = [(out[0].to(device), lse[0].to(device)) for out, lse in parts]
+    torch.testing.assert_close(merge_attention_parts_reference(*parts), expected, atol=1e-5, rtol=1e-5)
+    out = torch.full((9, 4, 16), float("nan"), device=device)
+    torch.testing.assert_close(merge_attention_parts(*parts, out), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_merge_kernel_weighs_empty_parts_zero(device):
+    """Rows with no key in one part (log-sum-exp -inf) take the other's output;
+    rows with none in either are zeros; bf16 parts into a bf16 output, partial tiles."""
+    generator = torch.Generator().manual_seed(1)
+    out_a, out_b = (torch.randn(3, 37, 24, generator=generator).to(device, torch.bfloat16) for _ in range(2))
+    lse_a, lse_b = (torch.randn(3, 37, generator=generator).to(device) for _ in range(2))
+    lse_a[:, :5] = float("-inf")
+    lse_b[:, 3:8] = float("-inf")
+    out = torch.empty(37, 3, 24, dtype=torch.bfloat16, device=device)
+    out = merge_attention_parts((out_a, lse_a), (out_b, lse_b), out)
+    expected = merge_attention_parts_reference((out_a, lse_a), (out_b, lse_b))
+    torch.testing.assert_close(out.float(), expected, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(out[:3].float(), out_b[:, :3].transpose(0, 1).float())
+    assert out[3:5].abs().max() == 0
+    torch.testing.assert_close(out[5:8].float(), out_a[:, 5:8].transpose(0, 1).float())
 
 
 def test_rotary_fused_step_matches_triton_paged(short_threshold, device):

@@ -10,11 +10,13 @@ cuDNN (torch dispatches it to FlashAttention-2 or slower), so the chunk is
 attended in two parts, each through one fused kernel that also returns its
 log-sum-exp: the cached context, which every query sees whole (no mask), and
 the chunk's own keys under the square causal mask. The parts merge by their
-log-sum-exps (``merge_parts``), as split-KV decode merges its splits.
+log-sum-exps in one kernel (``kernels/attention_merge.py``), as split-KV
+decode merges its splits.
 
 The fused kernels that return a log-sum-exp are ATen's own ops, not public
 API: cuDNN's (then FlashAttention-2's) on CUDA, the CPU flash kernel on the
-CPU; KV heads are repeated for them (grouped heads are SDPA's, not theirs).
+CPU. cuDNN's is first given the grouped KV heads as they are; where it
+refuses them (and for the others) the KV heads are repeated.
 Shapes: ``q`` [1, H, Q, D]; keys and values [1, Hkv, S, D]; outputs [1, H, Q, D].
 """
 
@@ -36,39 +38,64 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float)
 
 
 def chunk_attention(
-    q: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], own: tuple[torch.Tensor, torch.Tensor], scale: float
+    q: torch.Tensor,
+    context: tuple[torch.Tensor, torch.Tensor],
+    own: tuple[torch.Tensor, torch.Tensor],
+    scale: float,
+    out: torch.Tensor,
 ) -> torch.Tensor:
-    """Queries that follow ``context`` (keys, values) and attend causally over ``own``."""
+    """Queries that follow ``context`` (keys, values) and attend causally over
+    ``own``, merged into ``out`` [Q, H, D] (``kernels/attention_merge.py``)."""
+    from octavo.kernels.attention_merge import merge_attention_parts
+
     whole = attention_with_lse(q, *context, scale, causal=False)
     causal = attention_with_lse(q, *own, scale, causal=True)
-    return merge_parts(whole, causal).to(q.dtype)
+    return merge_attention_parts((whole[0][0], whole[1][0]), (causal[0][0], causal[1][0]), out)
+
+
+# Whether cuDNN's op took grouped KV heads (fewer than the query's) as they are,
+# per device type; None until the first call tells.
+_CUDNN_TAKES_GROUPED_HEADS: dict[str, bool] = {}
 
 
 def attention_with_lse(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output [1, H, Q, D], natural log-sum-exp of each row's scores [1, H, Q] float32)."""
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     aten = torch.ops.aten
-    if q.device.type == "cpu":
+    device = q.device.type
+    if device == "cpu":
+        k, v = _repeat_heads(q, k, v)
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
-    else:
+        return out, _rows(lse, q)
+    if k.shape[1] != q.shape[1] and _CUDNN_TAKES_GROUPED_HEADS.get(device, True):
         try:
-            out, lse = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
-        except RuntimeError:  # cuDNN without attention, or not for these shapes
-            out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
-    return out, lse.reshape(q.shape[0], q.shape[1], -1)[..., : q.shape[2]].float()
+            result = _cudnn_with_lse(q, k, v, scale, causal)
+            _CUDNN_TAKES_GROUPED_HEADS[device] = True
+            return result
+        except RuntimeError:
+            _CUDNN_TAKES_GROUPED_HEADS[device] = False
+    k, v = _repeat_heads(q, k, v)
+    try:
+        return _cudnn_with_lse(q, k, v, scale, causal)
+    except RuntimeError:  # cuDNN without attention, or not for these shapes
+        out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+        return out, _rows(lse, q)
 
 
-def merge_parts(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Softmax over the union of two parts' keys from each part's output and
-    log-sum-exp, float32. A row with no keys in a part has a log-sum-exp of
-    -inf there (weight 0)."""
-    (out_a, lse_a), (out_b, lse_b) = first, second
-    top = torch.maximum(lse_a, lse_b)
-    weight_a = torch.exp(lse_a - top).unsqueeze(-1)
-    weight_b = torch.exp(lse_b - top).unsqueeze(-1)
-    merged = out_a.float().mul_(weight_a).add_(out_b.float().mul_(weight_b))
-    return merged.div_(weight_a + weight_b)
+def _cudnn_with_lse(q, k, v, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
+    out, lse = cudnn(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+    return out, _rows(lse, q)
+
+
+def _repeat_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    groups = q.shape[1] // k.shape[1]
+    if groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+
+
+def _rows(lse: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """A kernel's log-sum-exp as [1, H, Q] float32 (some pad Q, or add a trailing 1)."""
+    return lse.reshape(q.shape[0], q.shape[1], -1)[..., : q.shape[2]].float()

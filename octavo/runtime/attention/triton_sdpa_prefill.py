@@ -7,7 +7,8 @@ most of its attention time in one big causal product. There the fused
 kernels that ship with torch can beat a portable Triton kernel: on Hopper,
 cuDNN's attention is a FlashAttention-3-class kernel (590-620 TFLOP/s on an
 H100 at 8k-32k tokens, against 340-360 for the Triton kernel and 330-350
-for FlashAttention-2; ``benchmarks/prefill_backends.py``). This backend writes the step's keys and values into the paged cache
+for FlashAttention-2; ``benchmarks/prefill_backends.py``). This backend
+writes the step's keys and values into the paged cache
 as ``triton_paged`` does, gathers the request's whole context (cached and
 new) into contiguous K/V, and attends through torch's fused kernels, cuDNN
 first (``sdpa_parts``: a chunk after cached context in two parts merged by
@@ -109,12 +110,11 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
         q = query[: prompt.query_len].unsqueeze(0).transpose(1, 2)
         k, v = key.unsqueeze(0).transpose(1, 2), value.unsqueeze(0).transpose(1, 2)
         context_len = prompt.seq_len - prompt.query_len
+        out = torch.zeros_like(query)
         if context_len == 0:
-            attended = causal_sdpa(q, k, v, self.spec.scale)
+            out[: prompt.query_len] = causal_sdpa(q, k, v, self.spec.scale)[0].transpose(0, 1)
         else:
             context = (k[:, :, :context_len], v[:, :, :context_len])
             own = (k[:, :, context_len:], v[:, :, context_len:])
-            attended = chunk_attention(q, context, own, self.spec.scale)
-        out = torch.zeros_like(query)
-        out[: prompt.query_len] = attended[0].transpose(0, 1)
+            chunk_attention(q, context, own, self.spec.scale, out[: prompt.query_len])
         return out
