@@ -127,11 +127,11 @@ def _attend_span(
 # Values that change from step to step are not specialised on (divisibility
 # by 16, equality to 1): each new combination would compile another variant
 # in the middle of serving (measured: 0.5 s stalls on the H200).
-@triton.jit(do_not_specialize=["num_reqs", "num_tokens", "stride_table"])
+@triton.jit(do_not_specialize=["num_reqs", "num_tokens", "stride_table", "skip_req"])
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, k_new_ptr, v_new_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
-    num_reqs, num_tokens, qk_scale, v_scale, sliding_window, soft_cap,
+    num_reqs, num_tokens, skip_req, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_block, stride_slot, stride_head, stride_table, stride_new_t, stride_new_h,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -144,6 +144,8 @@ def _paged_attention_kernel(
     tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
     req = find_request(query_start_loc_ptr, num_reqs, tile, BLOCK_Q, True)
+    if req == skip_req:  # another kernel computes this request's rows
+        return
     is_real = req < num_reqs
     q_start = tl.load(query_start_loc_ptr + req)
     q_end = tl.load(query_start_loc_ptr + req + 1, mask=is_real, other=num_tokens)
@@ -230,6 +232,7 @@ def paged_attention(
     tiles: TileConfig = PREFILL_TILES,
     out: torch.Tensor | None = None,
     fresh_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    skip_request: int = -1,
 ) -> torch.Tensor:
     """Attention of ``query`` [T, H, D] over the paged ``kv_cache``; returns [T, H, D].
 
@@ -238,6 +241,8 @@ def paged_attention(
     ``fresh_kv``: the step's own keys and values ([T, Hkv, D], unscaled: only
     with ``k_scale == v_scale == 1``), read for each request's new tokens
     instead of the cache (which must hold them too, for later steps).
+    ``skip_request``: that request's rows are left unwritten (another kernel
+    computes them).
     """
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -255,7 +260,7 @@ def paged_attention(
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache, new_key, new_value,
         batch.query_start_loc, batch.seq_lens, batch.block_table,
-        batch.num_reqs, num_tokens, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
+        batch.num_reqs, num_tokens, skip_request, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
         new_key.stride(0), new_key.stride(1),

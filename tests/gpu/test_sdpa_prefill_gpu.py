@@ -24,7 +24,7 @@ def test_long_prompt_in_bfloat16(seq_len, query_len):
     batch = make_batch(spec, torch.device("cuda"))
     backend = TritonSdpaPrefillAttention(attention_spec(spec))
     metadata = backend.build_metadata(batch.attn_batch)
-    assert metadata.long_prompt == LongPrompt(query_len, seq_len)
+    assert metadata.long_prompt == LongPrompt(0, 0, query_len, seq_len)
     cache = batch.kv_cache.clone()
     out = backend.forward(batch.query, batch.key, batch.value, cache, metadata)
     b = batch.attn_batch

@@ -51,7 +51,22 @@ def test_long_prompt_matches_the_reference(short_threshold, device, seq_len, que
     merged by their log-sum-exps), GQA heads, a partial last block, padding tokens."""
     spec = BatchSpec([RequestShape(seq_len, query_len)], num_padding_tokens=3)
     out, expected, metadata = _run(spec, device)
-    assert metadata.long_prompt == triton_sdpa_prefill.LongPrompt(query_len, seq_len)
+    assert metadata.long_prompt == triton_sdpa_prefill.LongPrompt(0, 0, query_len, seq_len)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("long_request", [RequestShape(70, 70), RequestShape(130, 50)])
+@pytest.mark.parametrize("position", [0, 2, 4])
+def test_a_long_prompt_beside_other_requests(short_threshold, device, long_request, position):
+    """Decodes and a short prefill around the long prompt: they take the Triton
+    kernel (which skips the long one's rows), the long one the fused kernels;
+    all match the reference."""
+    others = [RequestShape(33, 1), RequestShape(90, 1), RequestShape(20, 12), RequestShape(64, 1)]
+    requests = others[:position] + [long_request] + others[position:]
+    out, expected, metadata = _run(BatchSpec(requests, num_padding_tokens=2), device)
+    token_start = sum(r.query_len for r in requests[:position])
+    expected_prompt = triton_sdpa_prefill.LongPrompt(position, token_start, long_request.query_len, long_request.seq_len)
+    assert metadata.long_prompt == expected_prompt
     torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
@@ -60,7 +75,7 @@ def test_long_prompt_matches_the_reference(short_threshold, device, seq_len, que
     [
         ([RequestShape(30, 30)], {}),  # shorter than the threshold
         ([RequestShape(90, 39)], {}),  # a chunk shorter than its threshold
-        ([RequestShape(60, 60), RequestShape(50, 45)], {}),  # two requests
+        ([RequestShape(60, 39), RequestShape(50, 39)], {}),  # several, none long enough
         ([RequestShape(60, 60)], {"sliding_window": 16}),
         ([RequestShape(60, 60)], {"logits_soft_cap": 30.0}),
     ],

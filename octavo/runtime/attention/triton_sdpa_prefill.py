@@ -1,9 +1,10 @@
 """The Triton paged backend, with one long prompt's attention through torch SDPA.
 
-A step whose only request is a whole prompt of at least
+A step with a request that is a whole prompt of at least
 ``WHOLE_PROMPT_MIN_TOKENS`` tokens, or a chunk of ``CHUNK_MIN_TOKENS`` after
-cached context (time to first token of a long prompt), spends
-most of its attention time in one big causal product. There the fused
+cached context (time to first token of a long prompt, alone or beside other
+requests' decodes), spends most of its attention time in that request's one
+big causal product. There the fused
 kernels that ship with torch can beat a portable Triton kernel: on Hopper,
 cuDNN's attention is a FlashAttention-3-class kernel (590-620 TFLOP/s on an
 H100 at 8k-32k tokens, against 340-360 for the Triton kernel and 330-350
@@ -12,8 +13,9 @@ writes the step's keys and values into the paged cache
 as ``triton_paged`` does, gathers the request's whole context (cached and
 new) into contiguous K/V, and attends through torch's fused kernels, cuDNN
 first (``sdpa_parts``: a chunk after cached context in two parts merged by
-their log-sum-exps). Every other step (decode, several
-requests, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
+their log-sum-exps); the step's other requests go through the Triton
+kernel, which skips the long one's rows. Every other step
+(decode, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
 scales, float32 on a GPU) is ``triton_paged``'s.
 
 Graph capture: a captured prefill step (``runtime/prefill_graphs.py``, up to
@@ -43,15 +45,18 @@ CHUNK_MIN_TOKENS = 8192
 
 @dataclass(frozen=True)
 class LongPrompt:
-    """The step's one request: its new tokens are the last ``query_len`` of ``seq_len``."""
+    """The step's request ``index``: its new tokens, flat tokens from
+    ``token_start``, are the last ``query_len`` of its ``seq_len``."""
 
+    index: int
+    token_start: int
     query_len: int
     seq_len: int
 
 
 @dataclass
 class SdpaPrefillMetadata(TritonPagedMetadata):
-    long_prompt: LongPrompt | None = None  # None: the Triton kernels take the step
+    long_prompt: LongPrompt | None = None  # None: the Triton kernels take the whole step
 
 
 class TritonSdpaPrefillAttention(TritonPagedAttention):
@@ -63,17 +68,21 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
         return SdpaPrefillMetadata(**values, long_prompt=self._long_prompt(batch))
 
     def _long_prompt(self, batch: AttentionBatch) -> LongPrompt | None:
+        """The request with the most new tokens, where it is long enough."""
         spec = self.spec
-        if batch.num_reqs != 1 or batch.seq_lens_cpu is None:
-            return None
-        query_len, seq_len = batch.max_query_len, int(batch.seq_lens_cpu[0])
-        if query_len < (WHOLE_PROMPT_MIN_TOKENS if query_len == seq_len else CHUNK_MIN_TOKENS):
+        if batch.num_reqs == 0 or batch.seq_lens_cpu is None or batch.query_start_loc_cpu is None:
             return None
         if spec.sliding_window is not None or spec.logits_soft_cap is not None or spec.kv_cache_dtype in FP8_KV_DTYPES:
             return None
         if spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
             return None  # the GPU's fused kernels take 16-bit inputs only
-        return LongPrompt(query_len=query_len, seq_len=seq_len)
+        starts = batch.query_start_loc_cpu[: batch.num_reqs + 1]
+        longest = int(starts.diff().argmax())
+        token_start, token_end = int(starts[longest]), int(starts[longest + 1])
+        query_len, seq_len = token_end - token_start, int(batch.seq_lens_cpu[longest])
+        if query_len < (WHOLE_PROMPT_MIN_TOKENS if query_len == seq_len else CHUNK_MIN_TOKENS):
+            return None
+        return LongPrompt(index=longest, token_start=token_start, query_len=query_len, seq_len=seq_len)
 
     def _takes(self, metadata) -> bool:
         long_prompt = getattr(metadata, "long_prompt", None)
@@ -100,21 +109,29 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
         return self._attend_long_prompt(query, kv_cache, metadata)
 
     def _attend_long_prompt(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata) -> torch.Tensor:
-        """The request's attention over its gathered context by torch's fused
-        kernels (``sdpa_parts``); padding rows come out as zeros."""
-        prompt = metadata.long_prompt
+        """The other requests by the Triton kernel (which skips the long one's
+        rows; padding rows come out as zeros), then the long one's rows by
+        torch's fused kernels over its gathered context (``sdpa_parts``)."""
+        from octavo.kernels.paged_attention import paged_attention
+
+        prompt, batch = metadata.long_prompt, metadata.batch
+        if batch.num_reqs > 1:
+            out = paged_attention(query, kv_cache, batch, self.params, metadata.tiles, skip_request=prompt.index)
+        else:
+            out = torch.empty_like(query)
+            out[prompt.query_len :].zero_()  # padding tokens
         block_size = kv_cache.shape[2]
-        blocks = metadata.batch.block_table[0, : -(-prompt.seq_len // block_size)].long()
+        blocks = batch.block_table[prompt.index, : -(-prompt.seq_len // block_size)].long()
         # [1, heads, tokens, head_size] views of the query and of the gathered K/V.
         key, value = (kv_cache[i].index_select(0, blocks).flatten(0, 1)[: prompt.seq_len] for i in (0, 1))
-        q = query[: prompt.query_len].unsqueeze(0).transpose(1, 2)
+        rows = slice(prompt.token_start, prompt.token_start + prompt.query_len)
+        q = query[rows].unsqueeze(0).transpose(1, 2)
         k, v = key.unsqueeze(0).transpose(1, 2), value.unsqueeze(0).transpose(1, 2)
         context_len = prompt.seq_len - prompt.query_len
-        out = torch.zeros_like(query)
         if context_len == 0:
-            out[: prompt.query_len] = causal_sdpa(q, k, v, self.spec.scale)[0].transpose(0, 1)
+            out[rows] = causal_sdpa(q, k, v, self.spec.scale)[0].transpose(0, 1)
         else:
             context = (k[:, :, :context_len], v[:, :, :context_len])
             own = (k[:, :, context_len:], v[:, :, context_len:])
-            chunk_attention(q, context, own, self.spec.scale, out[: prompt.query_len])
+            chunk_attention(q, context, own, self.spec.scale, out[rows])
         return out
