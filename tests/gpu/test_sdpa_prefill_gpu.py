@@ -8,11 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from octavo.core.attention import AttentionSpec
 from octavo.kernels.reference import paged_attention_reference
 from octavo.runtime.attention.triton_sdpa_prefill import CHUNK_MIN_TOKENS, LongPrompt, TritonSdpaPrefillAttention
 from tests.kernels.batches import BatchSpec, RequestShape, make_batch
-from tests.kernels.test_triton_backend import attention_spec
 
+# Nothing here imports a Triton kernel module at collection: tests/kernels/conftest.py
+# sets TRITON_INTERPRET on a machine without a GPU before any is imported.
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -22,7 +24,10 @@ def test_long_prompt_in_bfloat16(seq_len, query_len):
     spec = BatchSpec([RequestShape(seq_len, query_len)], num_heads=8, num_kv_heads=2, head_size=128,
                      dtype=torch.bfloat16, num_padding_tokens=5)
     batch = make_batch(spec, torch.device("cuda"))
-    backend = TritonSdpaPrefillAttention(attention_spec(spec))
+    backend = TritonSdpaPrefillAttention(
+        AttentionSpec(spec.num_heads, spec.num_kv_heads, spec.head_size, spec.head_size**-0.5, spec.dtype, spec.dtype,
+                      spec.block_size)
+    )
     metadata = backend.build_metadata(batch.attn_batch)
     assert metadata.long_prompt == LongPrompt(0, 0, query_len, seq_len)
     cache = batch.kv_cache.clone()
