@@ -108,17 +108,21 @@ def test_sweep_runs_its_plan_on_tiny_shapes(bench, sweep_module, monkeypatch):
 def test_long_context_sweep_writes_its_winners(bench, sweep_module, monkeypatch, tmp_path):
     monkeypatch.setattr(sweep_module, "LONG_PREFILL", ((40, 24),))
     monkeypatch.setattr(sweep_module, "LONG_SPLIT", ((1, 70),))
+    monkeypatch.setattr(sweep_module, "LONG_EXTRA_SPLITS", (8,))
     # The second config of each list is the default itself: the first can only win by being faster.
     monkeypatch.setattr(sweep_module, "PREFILL_SWEEP", [bench.TileConfig(32, 16, 4, 2), bench.tiles_for(24, bench.HEAD_SIZE)])
     monkeypatch.setattr(sweep_module, "SPLIT_SWEEP", [bench.TileConfig(16, 16, 2, 2)])
     monkeypatch.setattr(sweep_module, "precompile", lambda bench, plan: None)
     plan = sweep_module.sweep_plan(bench, long_context=True)
-    assert [(case.name, key) for case, _, key in plan] == [("prefill 24 @ 40", "one_launch"), ("decode b=1 ctx=70", "split")]
+    assert [(case.name, key) for case, _, key in plan] == [
+        ("prefill 24 @ 40", "one_launch"), ("prefill 24 @ 40", "fresh"), ("decode b=1 ctx=70", "split"),
+        ("decode b=1 ctx=70", "split8")]
     env_file = tmp_path / "long.env"
     sweep_module.run_sweep(bench, copy_bw=1e12, long_context=True, env_file=str(env_file))
     records = [r for r in bench.RECORDS if "sweep" in r]
-    assert [(r["sweep"], r["case"]) for r in records][-3:] == [
-        ("one_launch", "prefill 24 @ 40"), ("one_launch", "prefill 24 @ 40"), ("split", "decode b=1 ctx=70")]
+    assert [(r["sweep"], r["case"]) for r in records][-6:] == [
+        ("one_launch", "prefill 24 @ 40"), ("one_launch", "prefill 24 @ 40"), ("fresh", "prefill 24 @ 40"),
+        ("fresh", "prefill 24 @ 40"), ("split", "decode b=1 ctx=70"), ("split8", "decode b=1 ctx=70")]
     for line in env_file.read_text().splitlines():  # only winners, in the OCTAVO_TILES_* form the runtime reads
         name, value = line.split("=")
         assert name in ("OCTAVO_TILES_PREFILL", "OCTAVO_TILES_SPLIT") and len(value.split(",")) == 4
