@@ -150,3 +150,30 @@ def test_rotary_fused_step_matches_triton_paged(short_threshold, device):
         results.append((out, cache))
     assert torch.equal(results[0][1], results[1][1])
     torch.testing.assert_close(results[1][0], results[0][0], atol=2e-5, rtol=2e-5)
+
+
+def test_the_first_fused_kernel_that_runs_is_kept(monkeypatch):
+    """Off the CPU: cuDNN with grouped KV heads first, then repeated heads, then
+    FlashAttention-2; the route that ran is kept for the shape's kind, and when
+    every route fails the last error propagates (meta tensors: no kernel runs)."""
+    from octavo.runtime.attention import sdpa_parts
+
+    calls = []
+
+    def run_route(route, q, k, v, scale, causal):
+        calls.append(route)
+        if route == "cudnn" or failing:
+            raise RuntimeError(f"{route} refused")
+        return q, q[..., 0]
+
+    monkeypatch.setattr(sdpa_parts, "_run_route", run_route)
+    monkeypatch.setattr(sdpa_parts, "_ROUTE_TAKEN", {})
+    failing = False
+    q, k = torch.empty(1, 4, 8, 16, device="meta"), torch.empty(1, 2, 8, 16, device="meta")
+    attention_with_lse(q, k, k, 1.0, causal=True)
+    attention_with_lse(q, k, k, 1.0, causal=False)
+    assert calls == ["cudnn", "cudnn_repeated", "cudnn_repeated"]
+    failing = True
+    with pytest.raises(RuntimeError, match="flash_repeated refused"):
+        attention_with_lse(q, q, q, 1.0, causal=True)  # a new kind (no grouped heads): cudnn, then flash
+    assert calls[3:] == ["cudnn", "flash_repeated"]

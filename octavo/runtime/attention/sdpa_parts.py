@@ -53,39 +53,49 @@ def chunk_attention(
     return merge_attention_parts((whole[0][0], whole[1][0]), (causal[0][0], causal[1][0]), out)
 
 
-# Whether cuDNN's op took grouped KV heads (fewer than the query's) as they are,
-# per device type; None until the first call tells.
-_CUDNN_TAKES_GROUPED_HEADS: dict[str, bool] = {}
+# The fused kernel that took a call, by (device type, dtype, head size, grouped KV
+# heads): the first of ``_routes`` that ran without an error, found on the first call.
+_ROUTE_TAKEN: dict[tuple, str] = {}
 
 
 def attention_with_lse(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output [1, H, Q, D], natural log-sum-exp of each row's scores [1, H, Q] float32)."""
-    aten = torch.ops.aten
-    device = q.device.type
-    if device == "cpu":
+    if q.device.type == "cpu":
         k, v = _repeat_heads(q, k, v)
-        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
         return out, _rows(lse, q)
-    if k.shape[1] != q.shape[1] and _CUDNN_TAKES_GROUPED_HEADS.get(device, True):
+    grouped = k.shape[1] != q.shape[1]
+    key = (q.device.type, q.dtype, q.shape[-1], grouped)
+    taken = _ROUTE_TAKEN.get(key)
+    candidates = [taken] if taken else _routes(grouped)
+    for route in candidates:
         try:
-            result = _cudnn_with_lse(q, k, v, scale, causal)
-            _CUDNN_TAKES_GROUPED_HEADS[device] = True
-            return result
-        except RuntimeError:
-            _CUDNN_TAKES_GROUPED_HEADS[device] = False
-    k, v = _repeat_heads(q, k, v)
-    try:
-        return _cudnn_with_lse(q, k, v, scale, causal)
-    except RuntimeError:  # cuDNN without attention, or not for these shapes
-        out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
-        return out, _rows(lse, q)
+            result = _run_route(route, q, k, v, scale, causal)
+        except RuntimeError:  # cuDNN without attention, or not for these shapes or grouped heads
+            if route == candidates[-1]:
+                raise
+            continue
+        _ROUTE_TAKEN[key] = route
+        return result
+    raise AssertionError("unreachable")
 
 
-def _cudnn_with_lse(q, k, v, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
-    out, lse = cudnn(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+def _routes(grouped: bool) -> list[str]:
+    """cuDNN's op given grouped KV heads as they are, then repeated; FlashAttention-2's last."""
+    return ["cudnn", "cudnn_repeated", "flash_repeated"] if grouped else ["cudnn", "flash_repeated"]
+
+
+def _run_route(route: str, q, k, v, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if route.endswith("_repeated"):
+        k, v = _repeat_heads(q, k, v)
+    if route.startswith("cudnn"):
+        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, 0.0, causal, False, scale=scale
+        )[:2]
+    else:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
     return out, _rows(lse, q)
 
 
