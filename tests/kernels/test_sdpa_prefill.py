@@ -94,6 +94,12 @@ def test_other_steps_take_the_triton_kernels(short_threshold, device, requests, 
         torch.testing.assert_close(out, expected, **_tolerance(out))
 
 
+def test_head_sizes_the_fused_kernels_lack_take_the_triton_kernels(short_threshold, device):
+    out, expected, metadata = _run(BatchSpec([RequestShape(60, 60)], head_size=36), device)
+    assert metadata.long_prompt is None
+    torch.testing.assert_close(out, expected, **_tolerance(out))
+
+
 def test_merge_of_two_parts_is_the_softmax_over_their_union(device):
     """Keys split anywhere: the merged parts (the kernel and its reference)
     equal attention over all of them, written token-major."""
@@ -174,6 +180,6 @@ def test_the_first_fused_kernel_that_runs_is_kept(monkeypatch):
     attention_with_lse(q, k, k, 1.0, causal=False)
     assert calls == ["cudnn", "cudnn_repeated", "cudnn_repeated"]
     failing = True
-    with pytest.raises(RuntimeError, match="flash_repeated refused"):
-        attention_with_lse(q, q, q, 1.0, causal=True)  # a new kind (no grouped heads): cudnn, then flash
-    assert calls[3:] == ["cudnn", "flash_repeated"]
+    with pytest.raises(RuntimeError, match="efficient_repeated refused"):
+        attention_with_lse(q, q, q, 1.0, causal=True)  # a new kind (no grouped heads): cudnn, flash, efficient
+    assert calls[3:] == ["cudnn", "flash_repeated", "efficient_repeated"]

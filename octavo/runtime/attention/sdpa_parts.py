@@ -14,8 +14,8 @@ log-sum-exps in one kernel (``kernels/attention_merge.py``), as split-KV
 decode merges its splits.
 
 The fused kernels that return a log-sum-exp are ATen's own ops, not public
-API: cuDNN's (then FlashAttention-2's) on CUDA, the CPU flash kernel on the
-CPU. cuDNN's is first given the grouped KV heads as they are; where it
+API: cuDNN's (then FlashAttention-2's, then the memory-efficient one's) on a
+GPU, the CPU flash kernel on the CPU. cuDNN's is first given the grouped KV heads as they are; where it
 refuses them (and for the others) the KV heads are repeated.
 Shapes: ``q`` [1, H, Q, D]; keys and values [1, Hkv, S, D]; outputs [1, H, Q, D].
 """
@@ -83,19 +83,22 @@ def attention_with_lse(
 
 
 def _routes(grouped: bool) -> list[str]:
-    """cuDNN's op given grouped KV heads as they are, then repeated; FlashAttention-2's last."""
-    return ["cudnn", "cudnn_repeated", "flash_repeated"] if grouped else ["cudnn", "flash_repeated"]
+    """cuDNN's op given grouped KV heads as they are, then repeated; FlashAttention-2's,
+    then the memory-efficient kernel's (any GPU torch supports) last."""
+    fallbacks = ["flash_repeated", "efficient_repeated"]
+    return ["cudnn", "cudnn_repeated", *fallbacks] if grouped else ["cudnn", *fallbacks]
 
 
 def _run_route(route: str, q, k, v, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if route.endswith("_repeated"):
         k, v = _repeat_heads(q, k, v)
+    aten = torch.ops.aten
     if route.startswith("cudnn"):
-        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            q, k, v, None, True, 0.0, causal, False, scale=scale
-        )[:2]
+        out, lse = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+    elif route.startswith("flash"):
+        out, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
     else:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+        out, lse = aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)[:2]
     return out, _rows(lse, q)
 
 

@@ -76,6 +76,8 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
             return None
         if spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
             return None  # the GPU's fused kernels take 16-bit inputs only
+        if spec.head_size % 8 or spec.head_size > 256:
+            return None  # beyond what the fused kernels take (MLA's latent heads, odd sizes)
         starts = batch.query_start_loc_cpu[: batch.num_reqs + 1]
         longest = int(starts.diff().argmax())
         token_start, token_end = int(starts[longest]), int(starts[longest + 1])
