@@ -44,7 +44,7 @@ class CudaPlatform(TorchDevicePlatform):
     supports_graphs = True
     pins_host_memory = True
     # triton_sdpa_prefill: triton_paged with a long prompt's attention through cuDNN
-    # (round 36, H100: TTFT at 32k 1,492 -> 1,273 ms, at 128k 15.8 -> 11.1 s).
+    # (round 36, H100: TTFT at 32k 1,498 -> 1,209 ms, at 128k 15.6 -> 10.4 s).
     attention_backends = ("triton_sdpa_prefill", "triton_paged", "torch_paged")
 
     @classmethod
