@@ -60,6 +60,7 @@ class TritonPagedMetadata:
 
 class TritonPagedAttention(AttentionBackend):
     name = "triton_paged"
+    metadata_class: type[TritonPagedMetadata] = TritonPagedMetadata  # a subclass's may carry more
     supports_graph_capture = True
     fuses_rotary = True
     supports_kv_scales = True
@@ -110,7 +111,7 @@ class TritonPagedAttention(AttentionBackend):
         num_splits = policy.num_splits(batch.num_reqs, num_kv_heads, batch.max_query_len, batch.max_seq_len, num_sms)
         gpu_is_full = policy.fills_gpu(batch.num_reqs, num_kv_heads, num_sms)
         fp8_cache = self.spec.kv_cache_dtype in FP8_KV_DTYPES
-        metadata = TritonPagedMetadata(
+        metadata = self.metadata_class(
             batch=PagedBatch(batch.query_start_loc, batch.seq_lens, batch.block_table, batch.num_reqs),
             slot_mapping=batch.slot_mapping,
             num_actual_tokens=batch.num_actual_tokens,

@@ -6,8 +6,8 @@ cached context (time to first token of a long prompt, alone or beside other
 requests' decodes), spends most of its attention time in that request's one
 big causal product. There the fused
 kernels that ship with torch can beat a portable Triton kernel: on Hopper,
-cuDNN's attention is a FlashAttention-3-class kernel (590-620 TFLOP/s on an
-H100 at 8k-32k tokens, against 340-360 for the Triton kernel and 330-350
+cuDNN's attention is a FlashAttention-3-class kernel (590-621 TFLOP/s on an
+H100 at 8k-32k tokens, against 336-360 for the Triton kernel and 322-335
 for FlashAttention-2; ``benchmarks/prefill_backends.py``). This backend
 writes the step's keys and values into the paged cache
 as ``triton_paged`` does, gathers the request's whole context (cached and
@@ -25,19 +25,21 @@ never changes a graph; longer steps run eagerly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
-from octavo.core.attention import AttentionBatch
+from octavo.core.attention import AttentionBatch, AttentionSpec
 from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
 from octavo.runtime.attention.triton_paged import FP8_KV_DTYPES, TritonPagedAttention, TritonPagedMetadata
+from octavo.runtime.attention.triton_plan import SplitKvPolicy
 
 # Measured on an H100 (round 36, benchmarks/prefill_backends.py, one layer at
 # Llama-3.1-8B's heads): a whole prompt through cuDNN took 0.63x the Triton
 # kernel's time at 2,048 tokens and 0.55x at 8,192; a chunk after as many
-# tokens of cached context 1.16x at 4,096 tokens, 0.82x at 8,192, 0.71x at
-# 16,384 (the two parts and their merge cost more than one causal pass).
+# tokens of cached context 1.16x at 4,096 tokens (with the first, plain-torch
+# merge of its two parts: not measured since), 0.58x at 8,192 and 0.61x at
+# 16,384 with the merge kernel.
 # Prefill graphs stop at 2,048 tokens: a captured step replays the Triton kernel.
 WHOLE_PROMPT_MIN_TOKENS = 2048
 CHUNK_MIN_TOKENS = 8192
@@ -56,28 +58,38 @@ class LongPrompt:
 
 @dataclass
 class SdpaPrefillMetadata(TritonPagedMetadata):
-    long_prompt: LongPrompt | None = None  # None: the Triton kernels take the whole step
+    long_prompt: LongPrompt | None = None  # None: the Triton kernels take the whole step (set per step)
 
 
 class TritonSdpaPrefillAttention(TritonPagedAttention):
     name = "triton_sdpa_prefill"
+    metadata_class = SdpaPrefillMetadata
+
+    def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
+        super().__init__(spec, split_policy)
+        # What the fused kernels take, fixed by the layer (the dtype also depends on the device).
+        self._fused_kernels_fit = (
+            spec.sliding_window is None and spec.logits_soft_cap is None
+            and spec.kv_cache_dtype not in FP8_KV_DTYPES
+            and spec.head_size % 8 == 0 and spec.head_size <= 256  # not MLA's latent heads, odd sizes
+        )
 
     def build_metadata(self, batch: AttentionBatch) -> SdpaPrefillMetadata:
-        base = super().build_metadata(batch)
-        values = {f.name: getattr(base, f.name) for f in fields(TritonPagedMetadata)}
-        return SdpaPrefillMetadata(**values, long_prompt=self._long_prompt(batch))
+        metadata = super().build_metadata(batch)
+        metadata.long_prompt = self._long_prompt(batch)
+        return metadata
 
     def _long_prompt(self, batch: AttentionBatch) -> LongPrompt | None:
-        """The request with the most new tokens, where it is long enough."""
-        spec = self.spec
-        if batch.num_reqs == 0 or batch.seq_lens_cpu is None or batch.query_start_loc_cpu is None:
+        """The request with the most new tokens, where it is long enough (decode
+        steps stop at the first test: this runs every step)."""
+        if batch.max_query_len < min(WHOLE_PROMPT_MIN_TOKENS, CHUNK_MIN_TOKENS) or not self._fused_kernels_fit:
             return None
-        if spec.sliding_window is not None or spec.logits_soft_cap is not None or spec.kv_cache_dtype in FP8_KV_DTYPES:
+        if batch.seq_lens_cpu is None or batch.query_start_loc_cpu is None:
             return None
-        if spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
+        if (self.k_scale, self.v_scale) != (1.0, 1.0):
+            return None  # the cache holds scaled values, which the fused kernels would read as they are
+        if self.spec.dtype == torch.float32 and batch.block_table.device.type != "cpu":
             return None  # the GPU's fused kernels take 16-bit inputs only
-        if spec.head_size % 8 or spec.head_size > 256:
-            return None  # beyond what the fused kernels take (MLA's latent heads, odd sizes)
         starts = batch.query_start_loc_cpu[: batch.num_reqs + 1]
         longest = int(starts.diff().argmax())
         token_start, token_end = int(starts[longest]), int(starts[longest + 1])
@@ -86,28 +98,11 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
             return None
         return LongPrompt(index=longest, token_start=token_start, query_len=query_len, seq_len=seq_len)
 
-    def _takes(self, metadata) -> bool:
-        long_prompt = getattr(metadata, "long_prompt", None)
-        return long_prompt is not None and (self.k_scale, self.v_scale) == (1.0, 1.0)
-
-    def forward(self, query, key, value, kv_cache, metadata) -> torch.Tensor:
-        if not self._takes(metadata):
-            return super().forward(query, key, value, kv_cache, metadata)
-        from octavo.kernels.kv_cache_write import reshape_and_cache
-
-        self._check_slots(key, metadata)
-        reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
-        return self._attend_long_prompt(query, kv_cache, metadata)
-
-    def forward_with_rotary(
-        self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
-    ) -> torch.Tensor:
-        if not self._takes(metadata):
-            return super().forward_with_rotary(
-                query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
-            )
-        self._check_slots(key, metadata)
-        query = rotary_and_cache(positions, query, key, value, cos_sin_cache, kv_cache, metadata.slot_mapping)
+    def _attend(self, query, kv_cache, metadata, fresh_kv=None) -> torch.Tensor:
+        """After ``triton_paged``'s forward paths wrote the step's K/V (the cache
+        then holds the long request's own keys too: ``fresh_kv`` is not needed)."""
+        if metadata.long_prompt is None:
+            return super()._attend(query, kv_cache, metadata, fresh_kv)
         return self._attend_long_prompt(query, kv_cache, metadata)
 
     def _attend_long_prompt(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata) -> torch.Tensor:
