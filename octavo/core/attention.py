@@ -55,7 +55,8 @@ class AttentionBatch:
     num_actual_tokens: int
     max_query_len: int
     max_seq_len: int
-    # Host copies, for backends that plan on the CPU.
+    # Host copies, for backends that plan on the CPU; None in a batch built for
+    # graph capture, whose plan must hold for any step of its shape.
     query_start_loc_cpu: torch.Tensor | None = None
     seq_lens_cpu: torch.Tensor | None = None
 

@@ -40,7 +40,11 @@ def graph_inputs(runner, num_reqs: int, num_tokens: int, max_query_len: int):
     """(input_ids, positions, AttentionBatch) a graph reads: views of the
     runner's persistent buffers at the padded shape. The batch claims the
     longest context (``max_model_len``), so that host-side choices frozen at
-    capture hold for every replay."""
+    capture hold for every replay, and carries no per-request host copies
+    (``query_start_loc_cpu``, ``seq_lens_cpu``): the capture's own lengths
+    say nothing of the steps that will replay it, so no backend may plan on
+    them (a single request holding the whole bucket at capture once made a
+    long-prompt path replay over every later step of that size)."""
     buffers = runner.inputs.buffers
     batch = AttentionBatch(
         query_start_loc=buffers.query_start_loc.upload(num_reqs + 1),
@@ -51,8 +55,6 @@ def graph_inputs(runner, num_reqs: int, num_tokens: int, max_query_len: int):
         num_actual_tokens=num_tokens,
         max_query_len=max_query_len,
         max_seq_len=runner.config.max_model_len,
-        query_start_loc_cpu=buffers.query_start_loc.host[: num_reqs + 1],
-        seq_lens_cpu=buffers.seq_lens.host[:num_reqs],
     )
     return buffers.input_ids.upload(num_tokens), buffers.positions.upload(num_tokens), batch
 

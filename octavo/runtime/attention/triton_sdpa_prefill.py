@@ -18,9 +18,11 @@ kernel, which skips the long one's rows. Every other step
 (decode, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
 scales, float32 on a GPU) is ``triton_paged``'s.
 
-Graph capture: a captured prefill step (``runtime/prefill_graphs.py``, up to
-2,048 tokens) replays what it captured (the Triton kernel), so the choice
-never changes a graph; longer steps run eagerly.
+Graph capture: a batch built for capture (``runtime/cuda_graphs.py``'s
+``graph_inputs``) carries no per-request host lengths, so a captured prefill
+step (``runtime/prefill_graphs.py``, up to 2,048 tokens by default) always
+plans the Triton kernel and its replays hold for any requests; longer steps
+run eagerly.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from octavo.runtime.attention.triton_plan import SplitKvPolicy
 # tokens of cached context 1.16x at 4,096 tokens (with the first, plain-torch
 # merge of its two parts: not measured since), 0.58x at 8,192 and 0.61x at
 # 16,384 with the merge kernel.
-# Prefill graphs stop at 2,048 tokens: a captured step replays the Triton kernel.
 WHOLE_PROMPT_MIN_TOKENS = 2048
 CHUNK_MIN_TOKENS = 8192
 
