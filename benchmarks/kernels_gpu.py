@@ -191,15 +191,19 @@ def build_batch(case: AttnCase, generator: torch.Generator):
     return query, kv_cache, attn_batch
 
 
+def gathered_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each request's first ``seq_len`` keys and values out of the paged cache: [B, seq_len, Hkv, D]."""
+    table = block_table.long()
+    return tuple(kv_cache[i][table].reshape(table.shape[0], -1, NUM_KV_HEADS, HEAD_SIZE)[:, :seq_len] for i in (0, 1))
+
+
 def sdpa_fn(case: AttnCase, query, kv_cache, attn_batch):
     """SDPA over contiguous K/V, or None when it cannot express the batch."""
     uniform = len(set(case.seq_lens)) == 1 and len(set(case.query_lens)) == 1
     if not uniform or case.query_lens[0] not in (1, case.seq_lens[0]):
         return None, None
     batch, seq_len, q_len = len(case.seq_lens), case.seq_lens[0], case.query_lens[0]
-    table = attn_batch.block_table.long()
-    k = kv_cache[0][table].reshape(batch, -1, NUM_KV_HEADS, HEAD_SIZE)[:, :seq_len].transpose(1, 2).contiguous()
-    v = kv_cache[1][table].reshape(batch, -1, NUM_KV_HEADS, HEAD_SIZE)[:, :seq_len].transpose(1, 2).contiguous()
+    k, v = (t.transpose(1, 2).contiguous() for t in gathered_kv(kv_cache, attn_batch.block_table, seq_len))
     q = query.view(batch, q_len, NUM_HEADS, HEAD_SIZE).transpose(1, 2)
     causal = q_len > 1
     try:

@@ -139,13 +139,13 @@ def default_tiles(bench, case, key: str) -> TileConfig:
     return DIRECT_DECODE_TILES if key == "direct" else SPLIT_TILES
 
 
-def run_sweep(bench, copy_bw: float, budget_s: float = SWEEP_BUDGET_S, long_context: bool = False,
+def run_sweep(bench, copy_bw: float, budget_s: float | None = None, long_context: bool = False,
               env_file: str | None = None) -> None:
     """The sweep; with ``env_file``, each path's winner on the plan's last case
     of that path (the longest) as ``OCTAVO_TILES_*`` lines, for an end-to-end run."""
     started = time.perf_counter()
-    if long_context:
-        budget_s = LONG_SWEEP_BUDGET_S
+    if budget_s is None:
+        budget_s = LONG_SWEEP_BUDGET_S if long_context else SWEEP_BUDGET_S
     plan = sweep_plan(bench, long_context)
     precompile(bench, plan)
     bench.say(f"tile sweep: default and best 3 per case (x: speed-up over the default; {SWEEP_REPS} reps)")

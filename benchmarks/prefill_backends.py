@@ -37,41 +37,38 @@ def parse_case(text: str) -> bench.AttnCase:
     return bench.AttnCase(f"prefill {query_len} @ {context_len}", [context_len], [query_len])
 
 
+def one_request(case: bench.AttnCase, inputs: bench.AttnInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The case's query [1, H, Q, D] and its K/V gathered from the cache, [1, Hkv, S, D] views."""
+    (context_len,), (query_len,) = case.seq_lens, case.query_lens
+    key, value = bench.gathered_kv(inputs.kv_cache, inputs.attn_batch.block_table, context_len)
+    q = inputs.query.view(1, query_len, bench.NUM_HEADS, bench.HEAD_SIZE).transpose(1, 2)
+    return q, key.transpose(1, 2), value.transpose(1, 2)
+
+
 def sdpa_call(case: bench.AttnCase, inputs: bench.AttnInputs, backend):
-    """SDPA over the case's K/V made contiguous ([1, H, L, D]), with ``backend`` only."""
+    """SDPA over the case's K/V made contiguous, with ``backend`` only: grouped KV
+    heads as they are where it takes them, else repeated."""
     from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
-    (context_len,), (query_len,) = case.seq_lens, case.query_lens
-    table = inputs.attn_batch.block_table.long()
-    k, v = (inputs.kv_cache[i][table].reshape(1, -1, bench.NUM_KV_HEADS, bench.HEAD_SIZE)[:, :context_len]
-            .transpose(1, 2).contiguous() for i in (0, 1))
-    q = inputs.query.view(1, query_len, bench.NUM_HEADS, bench.HEAD_SIZE).transpose(1, 2)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    mask = None if query_len == context_len else causal_lower_right(query_len, context_len)
-    groups = bench.NUM_HEADS // bench.NUM_KV_HEADS
+    q, k, v = one_request(case, inputs)
+    k, v = k.contiguous(), v.contiguous()
+    query_len, context_len = q.shape[2], k.shape[2]
+    mask = {"is_causal": True} if query_len == context_len else {"attn_mask": causal_lower_right(query_len, context_len)}
 
-    def gqa():
+    def attend(k, v, **gqa):
         with sdpa_kernel(backend):
-            if mask is None:
-                return sdpa(q, k, v, is_causal=True, scale=bench.SCALE, enable_gqa=True)
-            return sdpa(q, k, v, attn_mask=mask, scale=bench.SCALE, enable_gqa=True)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=bench.SCALE, **mask, **gqa)
 
     try:
-        gqa()
-        return gqa, "gqa"
+        attend(k, v, enable_gqa=True)
+        return (lambda: attend(k, v, enable_gqa=True)), "gqa"
     except (RuntimeError, TypeError):
         pass
+    groups = bench.NUM_HEADS // bench.NUM_KV_HEADS
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-
-    def expanded():
-        with sdpa_kernel(backend):
-            if mask is None:
-                return sdpa(q, k, v, is_causal=True, scale=bench.SCALE)
-            return sdpa(q, k, v, attn_mask=mask, scale=bench.SCALE)
-
-    expanded()
-    return expanded, "heads repeated"
+    attend(k, v)
+    return (lambda: attend(k, v)), "heads repeated"
 
 
 def sdpa_parts_call(case: bench.AttnCase, inputs: bench.AttnInputs):
@@ -79,12 +76,8 @@ def sdpa_parts_call(case: bench.AttnCase, inputs: bench.AttnInputs):
     causal SDPA, or for a chunk after context the two parts merged (``sdpa_parts``)."""
     from octavo.runtime.attention.sdpa_parts import causal_sdpa, chunk_attention
 
-    (context_len,), (query_len,) = case.seq_lens, case.query_lens
-    table = inputs.attn_batch.block_table.long()
-    k, v = (inputs.kv_cache[i][table].reshape(1, -1, bench.NUM_KV_HEADS, bench.HEAD_SIZE)[:, :context_len]
-            .transpose(1, 2) for i in (0, 1))
-    q = inputs.query.view(1, query_len, bench.NUM_HEADS, bench.HEAD_SIZE).transpose(1, 2)
-    cached = context_len - query_len
+    q, k, v = one_request(case, inputs)
+    cached = k.shape[2] - q.shape[2]
     if cached == 0:
         return lambda: causal_sdpa(q, k, v, bench.SCALE)[0].transpose(0, 1)
     context, own = (k[:, :, :cached], v[:, :, :cached]), (k[:, :, cached:], v[:, :, cached:])
