@@ -21,7 +21,10 @@ steadier than wall time on a busy machine), and each phase's lowest over the bat
 tokenizer call), ``queue`` (validating and queueing the requests),
 ``schedule``, ``runner`` (input building, the forward, pooling,
 normalising), of which ``forward`` (the model alone), and ``outputs``
-(scheduler update and the output objects). The machine is shared, so take
+(scheduler update and the output objects). An idle engine steps an
+encoder's call itself (``core/pooling_lane.py``; ``OCTAVO_POOLING_LANE=0``
+for the scheduler's path): ``queue`` is then its checks, ``schedule`` is
+not run, and ``outputs`` includes collecting an overlapped step. The machine is shared, so take
 the lowest of the rounds.
 
 With ``--corpus`` each timed call embeds ``--num-batches`` batches'
@@ -88,6 +91,14 @@ def instrument(llm, spent: dict[str, float]) -> None:
         if getattr(runner.pooling, "graphs", None) is not None:  # a GPU's encoder graphs: upload + replay
             _timed(runner.pooling.graphs, "run", "graph", spent)
     _timed(llm, "_queue_pooling", "queue", spent)
+    try:  # an idle engine's pooling lane (core/pooling_lane.py): its checks, its outputs (and collecting an overlapped step)
+        from octavo.core.pooling_lane import PoolingLane
+    except ImportError:
+        return
+    if not getattr(PoolingLane, "_timed_by_embed_host", False):
+        _timed(PoolingLane, "_check", "queue", spent)
+        _timed(PoolingLane, "_finish", "outputs", spent)
+        PoolingLane._timed_by_embed_host = True
 
 
 def measure(

@@ -39,6 +39,11 @@ wait_gpu_idle() {
 install_libs() {
   python -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_libs .whl_libs/*.whl > /dev/null 2>&1
 }
+# sentence-transformers and what it imports, from .whl_st/ (or .whl/): the embeddings' baseline.
+install_sentence_transformers() {
+  pip install -q --no-deps --no-index --find-links .whl --find-links .whl_st sentence-transformers scikit-learn scipy \
+    joblib threadpoolctl narwhals >/dev/null 2>&1 || echo "no sentence-transformers wheels: the baseline is hf-automodel"
+}
 run_step() {
   local name=$1 limit=$2; shift 2
   wait_gpu_idle; echo "=== $name"; local start=$SECONDS
@@ -221,8 +226,7 @@ for step in "$@"; do
     dist) run_step dist_smoke 400 python benchmarks/dist_gpu_smoke.py --batch 32 --prompt-len 128 --new-tokens 128;;
     # sentence-transformers is the baseline when its wheels are carried in .whl/ (it needs scipy and
     # scikit-learn); without them the script times the same pipeline in transformers (hf-automodel).
-    embed) pip install -q --no-deps --no-index --find-links .whl sentence-transformers scikit-learn scipy joblib threadpoolctl narwhals >/dev/null 2>&1 \
-             || echo "no sentence-transformers wheels in .whl/: the baseline is hf-automodel"
+    embed) install_sentence_transformers
            # The tokenizers library's threads on (its default, for Octavo and sentence-transformers alike):
            # the round-wide TOKENIZERS_PARALLELISM=false kept both single-threaded on 16 cores (round 25).
            # Headline: the corpus mode (8,192 sentences in one call a side, best of 3); also a call per batch.
@@ -231,6 +235,17 @@ for step in "$@"; do
     embed_minilm) for pass in 1 2; do
                     TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_$pass 300 python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
                   done;;
+    # Round 37: an idle engine's pooling lane (core/pooling_lane.py), MiniLM with it on and off in turns,
+    # then the host's phases per batch (embed_host.py) each way, same machine.
+    embed_lane_ab) install_sentence_transformers
+                   for lane in 1 0 1 0; do
+                     OCTAVO_POOLING_LANE=$lane TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_lane$lane 300 \
+                       python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
+                   done
+                   for lane in 1 0; do
+                     OCTAVO_POOLING_LANE=$lane TAIL=6 run_step embed_host_lane$lane 200 \
+                       python benchmarks/embed_host.py --device cuda --minilm-layers --rounds 3 --num-batches 20
+                   done;;
     # Round 35: an encoder's pooling steps overlapped (two in flight), MiniLM off then on, same machine.
     embed_overlap_ab) for overlap in 0 1; do
                         OCTAVO_POOLING_OVERLAP=$overlap TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_overlap$overlap 300 \

@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from octavo.core.engine_limits import EngineLimits, ModelInfo
@@ -52,6 +52,7 @@ from octavo.core.pooling_batch import (
     check_pooling_batch,
     pooling_requests,
 )
+from octavo.core.pooling_lane import PoolingLane, lane_setting
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request, RequestStatus
 from octavo.core.request_validation import RequestValidator, check_priority, check_token_ids
@@ -244,6 +245,23 @@ class LLMEngine(RequestValidator):
         self.scheduler.add_pooling_requests(pooling_requests(batch, params, self.limits.block_size))
         self.output_processor.add_pooling_requests(batch.request_ids, batch.texts, batch.token_ids)
         self._parent_children.update((request_id, [request_id]) for request_id in batch.request_ids)
+
+    def pools_directly(self) -> bool:
+        """Whether a pooling call may step through ``PoolingLane`` now: an
+        encoder's (no KV cache), the engine otherwise idle, no async scheduling."""
+        return (
+            self._dead is None and not self.scheduler.config.uses_kv_cache and not self.async_scheduling
+            and not self._batches_in_flight and not self.has_unfinished_requests() and lane_setting()
+        )
+
+    def pool_batches(
+        self, batches: Iterable[PoolingBatch], params: PoolingParams, on_outputs: Callable[[int], None] | None = None
+    ) -> list[PoolingRequestOutput]:
+        """The outputs of pooling ``batches`` (checked as ``add_pooling_requests``
+        checks them) through ``PoolingLane``; only when ``pools_directly()``."""
+        if self._dead is not None:
+            raise self._dead
+        return PoolingLane(self).run(batches, params, on_outputs)
 
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):

@@ -49,12 +49,8 @@ class SchedulerStats:
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:
     """Raise ``RequestTooLargeError`` for a request that could never be scheduled."""
-    if request.is_pooling and request.num_prompt_tokens > config.max_num_batched_tokens:
-        raise RequestTooLargeError(
-            f"the input has {request.num_prompt_tokens} tokens but one step computes at most "
-            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
-            param="input",
-        )
+    if request.is_pooling:
+        check_pooling_length(request.num_prompt_tokens, config)
     max_total_tokens = min(request.num_prompt_tokens + request.max_tokens, config.max_model_len)
     num_blocks_needed = -(-max_total_tokens // block_size)
     if config.uses_kv_cache and num_blocks_needed > num_blocks:
@@ -68,4 +64,15 @@ def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int,
             f"prompt of {request.num_prompt_tokens} tokens exceeds max_num_batched_tokens "
             f"({config.max_num_batched_tokens}) and chunked prefill is disabled",
             param="prompt",
+        )
+
+
+def check_pooling_length(num_tokens: int, config: SchedulerConfig) -> None:
+    """Raise ``RequestTooLargeError`` for an input to pool that no step could hold
+    (one is never split across steps)."""
+    if num_tokens > config.max_num_batched_tokens:
+        raise RequestTooLargeError(
+            f"the input has {num_tokens} tokens but one step computes at most "
+            f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
+            param="input",
         )

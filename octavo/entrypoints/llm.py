@@ -7,7 +7,7 @@ batch raises without leaving the others half-done.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from octavo.core.gc_heap import freeze_startup_heap
@@ -161,6 +161,11 @@ class LLM:
             prompt_list, chunk, lambda texts: encode_text_columns(tokenizer, limits.pooler, texts, truncate=truncate),
             lambda columns: self._queue_pooling(columns, params), background=not encodes_in_python(tokenizer),
         )
+        if self._pools_directly():
+            try:
+                return self._pool_directly(feed.chunks(), params, use_tqdm, len(prompt_list))
+            finally:
+                feed.close()
         return self._checked(self._run([], use_tqdm, feed, len(prompt_list)))
 
     def _pooling_inputs(self, prompts, params: PoolingParams, truncate_prompt_tokens: int | None) -> PoolingColumns:
@@ -189,7 +194,37 @@ class LLM:
         self, inputs: PoolingColumns | list[PoolingInput], params: PoolingParams, use_tqdm: bool
     ) -> list[PoolingRequestOutput]:
         columns = inputs if isinstance(inputs, PoolingColumns) else PoolingColumns.of(inputs)
+        if self._pools_directly():
+            return self._pool_directly([columns], params, use_tqdm, len(columns))
         return self._checked(self._run(self._queue_pooling(columns, params), use_tqdm))
+
+    def _pools_directly(self) -> bool:
+        """Whether the engine steps a pooling call itself now (``core/pooling_lane.py``)."""
+        pools_directly = getattr(self.engine, "pools_directly", None)
+        return pools_directly is not None and pools_directly()
+
+    def _pool_directly(
+        self, chunks: Iterable[PoolingColumns], params: PoolingParams, use_tqdm: bool, total: int
+    ) -> list[PoolingRequestOutput]:
+        """The outputs of ``chunks`` in order, through the engine's pooling lane."""
+        progress = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=total, desc="Processed prompts", unit="prompt")
+        try:
+            batches = (self._pooling_batch(columns) for columns in chunks)
+            return self._checked(self.engine.pool_batches(batches, params, progress.update if progress else None))
+        finally:
+            if progress is not None:
+                progress.close()
+
+    def _pooling_batch(self, columns: PoolingColumns) -> PoolingBatch:
+        """The engine's batch of ``columns``, under new request ids. The columns
+        were made for this call: their lists go to the engine as they are. An
+        input with its text was tokenized here, by the engine's tokenizer."""
+        return PoolingBatch(self._new_ids(len(columns)), columns.texts, columns.token_ids, columns.token_type_ids,
+                            from_tokenizer=None not in columns.texts)
 
     @staticmethod
     def _checked(outputs: list) -> list[PoolingRequestOutput]:
@@ -203,13 +238,9 @@ class LLM:
         """Queue the inputs as one batch where the engine can (``pooling_batch``), else one by one."""
         add_batch = getattr(self.engine, "add_pooling_requests", None)
         if add_batch is not None:
-            request_ids = self._new_ids(len(columns))
-            # The columns were made for this call: their lists go to the engine as they are.
-            # An input with its text was tokenized here, by the engine's tokenizer (``_pooling_inputs``).
-            batch = PoolingBatch(request_ids, columns.texts, columns.token_ids, columns.token_type_ids,
-                                 from_tokenizer=None not in columns.texts)
+            batch = self._pooling_batch(columns)
             add_batch(batch, params)
-            return request_ids
+            return batch.request_ids
         request_ids = []
         try:
             for item in columns.inputs():

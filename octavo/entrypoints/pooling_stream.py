@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -85,6 +85,12 @@ class StreamedInputs:
             queued = self._queue(self._pending.popleft()())
             request_ids.extend(queued)
             unfinished += len(queued)
+
+    def chunks(self) -> Iterator[PoolingColumns]:
+        """Each chunk's columns in order, as they are needed (``LLMEngine.pool_batches``
+        pulls them itself: an idle encoder's call never queues in the scheduler)."""
+        while self._pending:
+            yield self._pending.popleft()()
 
     def close(self) -> None:
         """Drop the chunks not started (after an error) and let the thread go."""

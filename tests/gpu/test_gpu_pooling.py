@@ -91,3 +91,19 @@ def test_cuda_resolves_encoder_attention_to_varlen_in_half_precision(pooling_dir
     assert ops.choice("encoder_attention").impl == "varlen_flash", ops.choice("encoder_attention").describe()
     ops32 = make_llm(path, platform="cuda", max_model_len=64).engine.executor.worker.runner.loaded.ops
     assert ops32.choice("encoder_attention").impl == "reference"
+
+
+def test_the_pooling_lane_gives_the_schedulers_steps_and_vectors(pooling_dirs, make_llm, monkeypatch):  # noqa: F811
+    """An idle engine's pooling lane (``core/pooling_lane.py``) with two steps in
+    flight on the GPU: the scheduler's vectors bit for bit, each shape warmed
+    first (a graph is captured at its second sight)."""
+    path = pooling_dirs("bert")
+    prompts = [{"prompt_token_ids": p} for p in random_inputs(vocab_size(path)) * 3]
+    llm = make_llm(path, platform="cuda", dtype="bfloat16", max_num_seqs=4)
+    assert llm.engine.max_concurrent_batches == 2  # overlapped steps on CUDA
+    vectors = {}
+    for lane in ("1", "0", "1", "0"):
+        monkeypatch.setenv("OCTAVO_POOLING_LANE", lane)
+        vectors[lane] = [o.outputs.raw for o in llm.embed(prompts)]
+    assert vectors["1"] == vectors["0"]
+    assert not llm.engine.has_unfinished_requests()

@@ -33,13 +33,22 @@ def overlapped_and_plain(pooling_dirs, monkeypatch):
     plain.engine.shutdown()
 
 
+@pytest.fixture(autouse=True, params=["lane", "scheduler"])
+def pooling_path(request, monkeypatch):
+    """Each test through the idle engine's pooling lane and through the scheduler."""
+    monkeypatch.setenv("OCTAVO_POOLING_LANE", "1" if request.param == "lane" else "0")
+    return request.param
+
+
 def record_steps(llm) -> tuple[list[int], list[int]]:
-    """Each step's request count, and how many batches were in flight at each launch."""
-    steps, in_flight = [], []
+    """Each step's request count, and how many batches were in flight at each
+    launch (launched, less those whose outputs were processed: the observer)."""
+    steps, in_flight, launched = [], [], []
     engine, execute = llm.engine, llm.engine.executor.execute_model
 
     def counting(scheduler_output, non_block=False):
-        in_flight.append(len(engine._batches_in_flight) + 1)
+        launched.append(1)
+        in_flight.append(len(launched) - len(steps))
         return execute(scheduler_output, non_block)
 
     engine.executor.execute_model = counting
@@ -103,7 +112,7 @@ def test_a_failing_launch_leaves_nothing_in_flight(overlapped_and_plain, monkeyp
     monkeypatch.setattr(executor, "execute_model", failing)
     with pytest.raises(RuntimeError, match="went away"):
         overlapped.embed(TEXTS)
-    monkeypatch.undo()
+    monkeypatch.setattr(executor, "execute_model", execute)
     assert not overlapped.engine.has_unfinished_requests()
     assert len(overlapped.embed(TEXTS)) == len(TEXTS)
 

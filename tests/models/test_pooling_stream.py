@@ -27,6 +27,14 @@ def make(pooling_dirs, name="bert", max_model_len=MAX_MODEL_LEN):
     return LLM(str(pooling_dirs(name)), dtype="float32", max_model_len=max_model_len, max_num_seqs=STEP)
 
 
+@pytest.fixture(autouse=True, params=["lane", "scheduler"])
+def pooling_path(request, monkeypatch):
+    """Each test through the idle engine's pooling lane and through the scheduler
+    (``OCTAVO_POOLING_LANE``; the server's engine always takes the scheduler)."""
+    monkeypatch.setenv("OCTAVO_POOLING_LANE", "1" if request.param == "lane" else "0")
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def bert_llm(pooling_dirs):
     llm = make(pooling_dirs)
@@ -109,11 +117,11 @@ def test_classify_and_a_decoder_stream_alike(pooling_dirs, monkeypatch):
      ({"pooling_params": PoolingParams(task="classify")}, Exception)],
 )
 def test_errors_that_need_no_tokens_come_before_any_work(bert_llm, monkeypatch, bad, error):
-    monkeypatch.setattr(llm_module, "encode_text_columns", lambda *a, **k: pytest.fail("tokenized"))
-    monkeypatch.setattr(bert_llm.engine, "step", lambda: pytest.fail("stepped"))
-    with pytest.raises(error) as streamed:
-        bert_llm.embed(TEXTS, **bad)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(llm_module, "encode_text_columns", lambda *a, **k: pytest.fail("tokenized"))
+        patch.setattr(bert_llm.engine.executor, "execute_model", lambda *a, **k: pytest.fail("stepped"))
+        with pytest.raises(error) as streamed:
+            bert_llm.embed(TEXTS, **bad)
     with pytest.raises(error) as together:
         all_at_once(monkeypatch, lambda: bert_llm.embed(TEXTS, **bad))
     assert (type(streamed.value), str(streamed.value)) == (type(together.value), str(together.value))
@@ -134,19 +142,20 @@ def test_a_bad_text_in_a_later_chunk_raises_as_before_and_leaves_nothing(bert_ll
     assert_same(bert_llm.embed(TEXTS), all_at_once(monkeypatch, lambda: bert_llm.embed(TEXTS)))  # still serving
 
 
-def test_a_failing_step_aborts_what_was_queued(bert_llm, monkeypatch):
-    step, calls = bert_llm.engine.step, []
+def test_a_failing_step_aborts_what_was_queued(bert_llm, monkeypatch, pooling_path):
+    executor, calls = bert_llm.engine.executor, []
+    execute = executor.execute_model
 
-    def failing_step():
+    def failing_step(scheduler_output, non_block=False):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("the device went away")
-        return step()
+        return execute(scheduler_output, non_block)
 
-    monkeypatch.setattr(bert_llm.engine, "step", failing_step)
+    monkeypatch.setattr(executor, "execute_model", failing_step)
     with pytest.raises(RuntimeError, match="went away"):
         bert_llm.embed(TEXTS)
-    monkeypatch.undo()
+    monkeypatch.setattr(executor, "execute_model", execute)
     assert not bert_llm.engine.has_unfinished_requests()
     assert not tokenizer_threads()
     assert len(bert_llm.embed(TEXTS)) == len(TEXTS)
