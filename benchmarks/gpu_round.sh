@@ -41,6 +41,7 @@ install_libs() {
 }
 # sentence-transformers and what it imports, from .whl_st/ (or .whl/): the embeddings' baseline.
 install_sentence_transformers() {
+  python -c "import sentence_transformers" 2>/dev/null && return 0  # already on the path (PYTHONPATH=/tmp/site)
   pip install -q --no-deps --no-index --find-links .whl --find-links .whl_st sentence-transformers scikit-learn scipy \
     joblib threadpoolctl narwhals >/dev/null 2>&1 || echo "no sentence-transformers wheels: the baseline is hf-automodel"
 }
