@@ -99,7 +99,7 @@ def test_the_pooling_lane_gives_the_schedulers_steps_and_vectors(pooling_dirs, m
     first (a graph is captured at its second sight)."""
     path = pooling_dirs("bert")
     prompts = [{"prompt_token_ids": p} for p in random_inputs(vocab_size(path)) * 3]
-    llm = make_llm(path, platform="cuda", dtype="bfloat16", max_num_seqs=4)
+    llm = make_llm(path, platform="cuda", dtype="bfloat16", max_num_seqs=4, max_model_len=MAX_MODEL_LEN.get("bert", 256))
     assert llm.engine.max_concurrent_batches == 2  # overlapped steps on CUDA
     vectors = {}
     for lane in ("1", "0", "1", "0"):
