@@ -176,11 +176,14 @@ class PoolingLane:
         if engine.step_observer is not None:
             engine.step_observer(step.scheduler_output)
         pooled, now, inputs = runner_output.pooled, time.monotonic(), step.inputs
+        # Inputs that arrived together share one metrics object: their timings are the same.
+        metrics_by_arrival = {arrival: RequestMetrics(arrival, step.launched_at, None, None, now)
+                              for arrival in set(inputs.arrival_times)}
         outputs = []
         for request_id, text, token_ids, arrival in zip(inputs.request_ids, inputs.texts, inputs.token_ids,
                                                         inputs.arrival_times):
             vector = pooled.get(request_id)
-            metrics = RequestMetrics(arrival, step.launched_at, None, None, now)  # positional: this runs per input
+            metrics = metrics_by_arrival[arrival]
             if vector is None:
                 outputs.append(PoolingRequestOutput(request_id, text, token_ids, None, True, "error", metrics))
             else:
