@@ -145,3 +145,24 @@ def test_queued_inputs_make_a_step_once_it_is_full():
     assert queued.step_size(max_tokens=20, max_inputs=4, full_only=False) == 3  # the inputs have ended
     assert queued.step_size(max_tokens=20, max_inputs=3, full_only=True) == 3  # as many inputs as a step takes
     assert QueuedInputs().step_size(max_tokens=20, max_inputs=3, full_only=False) == 0
+
+
+def test_a_progress_bar_counts_every_input(bert_llm, monkeypatch):
+    counted = []
+
+    class Bar:  # tqdm's part the lane uses
+        def __init__(self, total, **_):
+            counted.append(total)
+
+        def update(self, n):
+            counted.append(n)
+
+        def close(self):
+            counted.append("closed")
+
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    outputs = bert_llm.embed(many, use_tqdm=True)
+    assert counted[0] == len(many) and counted[-1] == "closed"
+    assert sum(counted[1:-1]) == len(outputs) == len(many)
