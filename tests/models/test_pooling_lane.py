@@ -166,3 +166,21 @@ def test_a_progress_bar_counts_every_input(bert_llm, monkeypatch):
     outputs = bert_llm.embed(many, use_tqdm=True)
     assert counted[0] == len(many) and counted[-1] == "closed"
     assert sum(counted[1:-1]) == len(outputs) == len(many)
+
+
+@pytest.mark.parametrize("prompts,options", [
+    ([[]], {}),
+    ([TEXTS[0], [10**9]], {}),
+    (TEXTS[:2], {"pooling_params": PoolingParams(task="classify")}),
+    (TEXTS[:2], {"pooling_params": PoolingParams(dimensions=10**6)}),
+], ids=["empty", "out-of-vocabulary", "other-task", "dimensions"])
+def test_bad_inputs_raise_the_schedulers_errors(bert_llm, monkeypatch, prompts, options):
+    errors = []
+    for lane in ("1", "0"):
+        monkeypatch.setenv("OCTAVO_POOLING_LANE", lane)
+        with pytest.raises(Exception) as raised:
+            bert_llm.embed(prompts, **options)
+        errors.append((type(raised.value), str(raised.value)))
+        assert not bert_llm.engine.has_unfinished_requests() and not bert_llm.engine._parent_children
+    assert errors[0] == errors[1] and issubclass(errors[0][0], InvalidArgumentError)
+    assert bert_llm.embed([]) == []
