@@ -19,6 +19,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from octavo.core.engine import EngineLimits, LLMEngine, ModelInfo
 from octavo.core.kv_cache_manager import KVCacheManager
@@ -261,23 +262,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     worker_config = _worker_config(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
     check_layer_op_overrides(platform.name)
-    from octavo.runtime.executor import create_executor
-
-    tokenizer_future = _load_tokenizer_in_background(args, model_path, load_format)
-    executor = None
-    try:
-        with timed_phase("start workers and load the model"):
-            executor = create_executor(worker_config, args.distributed_executor_backend)
-        num_blocks = executor.determine_num_kv_blocks()
-        if num_blocks < 1 and uses_kv_cache:
-            raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
-        executor.initialize_kv_cache(num_blocks)
-        with timed_phase("wait for the tokenizer"):
-            tokenizer = tokenizer_future.result() if tokenizer_future is not None else None
-    except BaseException:
-        if executor is not None:
-            executor.shutdown()
-        raise
+    executor, num_blocks, tokenizer = _start_workers(args, worker_config, model_path, load_format, uses_kv_cache)
     scheduler = Scheduler(
         SchedulerConfig(
             max_num_batched_tokens=worker_config.max_num_batched_tokens,
@@ -317,6 +302,32 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
         sampling_defaults=defaults,
     )
     return engine_cls(executor, scheduler, tokenizer, limits, info)
+
+
+def _start_workers(
+    args: EngineArgs, worker_config: WorkerConfig, model_path: Path, load_format: str, uses_kv_cache: bool
+) -> tuple[Any, int, Any | None]:
+    """The executor with its model loaded and KV cache allocated, the number of
+    KV blocks, and the tokenizer (loaded meanwhile on a thread); a failure
+    releases the workers already started."""
+    from octavo.runtime.executor import create_executor
+
+    tokenizer_future = _load_tokenizer_in_background(args, model_path, load_format)
+    executor = None
+    try:
+        with timed_phase("start workers and load the model"):
+            executor = create_executor(worker_config, args.distributed_executor_backend)
+        num_blocks = executor.determine_num_kv_blocks()
+        if num_blocks < 1 and uses_kv_cache:
+            raise InvalidArgumentError("no memory is left for the KV cache", param="gpu_memory_utilization")
+        executor.initialize_kv_cache(num_blocks)
+        with timed_phase("wait for the tokenizer"):
+            tokenizer = tokenizer_future.result() if tokenizer_future is not None else None
+    except BaseException:
+        if executor is not None:
+            executor.shutdown()
+        raise
+    return executor, num_blocks, tokenizer
 
 
 def _attention_backend_names(executor) -> tuple[str, ...]:
