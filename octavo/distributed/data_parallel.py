@@ -41,12 +41,14 @@ from multiprocessing.connection import Connection, wait
 from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, check_priority, failed_output
 from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.outputs import RequestOutput
+from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats, check_admissible
 from octavo.core.scheduler_output import CompilationCounts
 from octavo.core.types import RequestId
+from octavo.distributed.dp_pooling import add_pooling_batch
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
 from octavo.distributed.front_outputs import FrontOutputs
@@ -185,6 +187,12 @@ class DataParallelEngine(RequestValidator):
         self.router.add(request_id, decision, probe.block_hashes, cost)
         self._front.add(request_id, prompt_text, prompt_token_ids, params)
         return request_id
+
+    def add_pooling_requests(self, batch: PoolingBatch, params: PoolingParams) -> None:
+        """``add_request`` for many pooling inputs at once, all checked before
+        any is sent, all to one replica (``dp_pooling``)."""
+        self._raise_if_dead()
+        add_pooling_batch(self, batch, params)
 
     def abort_request(self, request_ids: str | list[str]) -> None:
         if isinstance(request_ids, str):

@@ -6,6 +6,8 @@ its fronts (a ``DataParallelEngine`` in each API process; one unless
 ``octavo serve --api-server-count N``) over pipes of msgpack messages:
 
 front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
+``["add_pooling", ids, texts, token ids, segment ids, params]`` (many
+pooling inputs, ``dp_pooling``),
 ``["abort", ids]``, ``["finish", child ids]`` (stop strings the front
 found), ``["stats"]``, ``["health"]``, ``["shutdown"]``.
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 import logging
 import signal
 
+from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.request import RequestStatus
 from octavo.distributed.inbox import MergedInbox
 from octavo.distributed.outbox import Outbox
@@ -116,6 +119,18 @@ class ReplicaServer:
         if owned:
             self.engine.finish_children(owned, status)
 
+    def _add_pooling(self, front: int, request_ids, texts, token_ids, token_type_ids, params) -> None:
+        """Many pooling inputs (``dp_pooling``): all added or, on an error, each reported failed."""
+        try:
+            self.engine.add_pooling_requests(PoolingBatch(request_ids, texts, token_ids, token_type_ids), params)
+            self.owner.update((request_id, front) for request_id in request_ids)
+        except Exception as exc:  # the front checked them: a safety net, as for one request
+            if not isinstance(exc, OctavoError):
+                logger.exception("replica could not add pooling requests %s..", request_ids[0])
+            text = exc.message if isinstance(exc, OctavoError) else str(exc)
+            for request_id in request_ids:
+                self.outboxes[front].send(encode(["add_failed", request_id, type(exc).__name__, text]))
+
     def handle(self, front: int, message: list) -> bool:
         """Run one command of ``front``; False once that front leaves."""
         kind, reply = message[0], self.outboxes[front].send
@@ -129,6 +144,8 @@ class ReplicaServer:
             except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on
                 logger.exception("replica could not add request %s", request_id)
                 reply(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
+        elif kind == "add_pooling":
+            self._add_pooling(front, *message[1:])
         elif kind == "abort":
             child_ids = [c for r in message[1] for c in self.engine.children_of(r)]
             self._finish(front, child_ids, RequestStatus.FINISHED_ABORTED)

@@ -43,6 +43,16 @@ class FrontOutputs:
             self.processor.add_request(child_id, index, parent, child_params)
         self._children[request_id] = [child_id for child_id, _ in children]
 
+    @property
+    def live_requests(self) -> dict[str, list[str]]:
+        """The requests added and not yet finished or dropped, with their children."""
+        return self._children
+
+    def add_pooling_batch(self, request_ids: list[str], prompts: list[str | None], prompt_token_ids: list[list[int]]) -> None:
+        """``add`` for many pooling inputs at once (``dp_pooling``)."""
+        self.processor.add_pooling_requests(request_ids, prompts, prompt_token_ids)
+        self._children.update((request_id, [request_id]) for request_id in request_ids)
+
     def drop(self, request_id: str) -> None:
         self.processor.abort(self._children.pop(request_id, []))
 

@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from octavo.core.engine import LLMEngine
 from octavo.core.outputs import RequestOutput
-from octavo.core.sampling_params import RequestOutputKind, SamplingParams
+from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats
 from octavo.entrypoints.engine_commands import (
     STOP,
     AbortCommand,
     AddCommand,
+    AddPoolingBatchCommand,
     EngineObserver,
     RequestFailedError,
     RequestOptions,
@@ -59,10 +60,10 @@ from octavo.entrypoints.engine_commands import (
     deliver,
     resolve,
 )
+from octavo.entrypoints.engine_admission import EngineAdmission
 from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import EngineSnapshot, take_snapshot
-from octavo.entrypoints.output_queue import OutputQueue
-from octavo.errors import EngineDeadError, OctavoError, QueueFullError
+from octavo.errors import EngineDeadError, OctavoError
 
 if TYPE_CHECKING:
     from octavo.distributed.data_parallel import DataParallelEngine
@@ -78,7 +79,7 @@ class AsyncEngineConfig:
     max_inflight_seqs: int | None = None
 
 
-class AsyncEngine:
+class AsyncEngine(EngineAdmission):
     def __init__(
         self,
         engine: LLMEngine | DataParallelEngine,
@@ -158,38 +159,6 @@ class AsyncEngine:
         finally:
             # An abandoned inner generator is finalized only by the garbage collector.
             self.close(stream)
-
-    async def add_request(
-        self, request_id: str, prompt: Any, params: SamplingParams, options: RequestOptions = RequestOptions()
-    ) -> RequestStream:
-        """Admit a request: raises (validation, queue full, dead engine) before it is scheduled.
-
-        The caller owns the returned stream: iterate ``outputs(stream)`` or ``close(stream)`` it.
-        """
-        if self._error is not None:
-            raise self._error
-        cap = self.config.max_inflight_seqs
-        if cap is not None and self.num_inflight_seqs + params.n > cap:
-            raise QueueFullError(
-                f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
-            )
-        # PoolingParams have no output kind: their one output is final.
-        delta = getattr(params, "output_kind", None) == RequestOutputKind.DELTA
-        stream = RequestStream(request_id, params.n, OutputQueue(delta=delta))
-        added = asyncio.get_running_loop().create_future()
-        self.num_inflight_seqs += params.n
-        self._streams[request_id] = stream
-        self._adding.add(added)
-        try:
-            self._submit(AddCommand(request_id, prompt, params, stream, added, options))
-            await added
-        except BaseException:
-            # Validation failed, the engine died, or the client left while waiting.
-            self.close(stream)
-            raise
-        finally:
-            self._adding.discard(added)
-        return stream
 
     async def outputs(self, stream: RequestStream) -> AsyncIterator[RequestOutput]:
         """The stream's outputs up to the finished one; an engine failure raises here."""
@@ -308,6 +277,8 @@ class AsyncEngine:
     def _apply(self, command: Any) -> None:
         if isinstance(command, AddCommand):
             self._apply_add(command)
+        elif isinstance(command, AddPoolingBatchCommand):
+            self._apply_add_batch(command)
         elif isinstance(command, AbortCommand):
             live = [r for r in command.request_ids if self._engine_streams.pop(r, None) is not None]
             if live:
@@ -319,40 +290,6 @@ class AsyncEngine:
                 self.last_snapshot = take_snapshot(self.engine)
             finally:  # a replica that died while answering still leaves the scrape an answer
                 self._call_in_loop(resolve, command.result, self.last_snapshot, None)
-
-    def _apply_add(self, command: AddCommand) -> None:
-        if command.added.done():  # cancelled while queued: the client is gone
-            return
-        try:
-            options = command.options
-            self.engine.add_request(command.request_id, command.prompt, command.params, options.cache_salt, options.priority)
-        except EngineDeadError as exc:
-            self._call_in_loop(resolve, command.added, None, exc)
-            raise
-        except OctavoError as exc:
-            self._call_in_loop(resolve, command.added, None, exc)
-            return
-        except Exception as exc:  # a bug while adding this request: it fails, the engine goes on
-            logger.exception("could not add request %s; the engine goes on without it", command.request_id)
-            error = RequestFailedError(f"the engine could not add this request ({type(exc).__name__}; see the server log)")
-            self._call_in_loop(resolve, command.added, None, error)
-            return
-        self._engine_streams[command.request_id] = command.stream
-        self._observe("on_request_added", command.request_id, self._num_prompt_tokens(command.prompt), command.params)
-        self._call_in_loop(resolve, command.added, None, None)
-
-    def _observe(self, method: str, *args) -> None:
-        if self.observer is None:
-            return
-        try:
-            getattr(self.observer, method)(*args)
-        except Exception:  # noqa: BLE001 - metrics must never stop the engine
-            logger.exception("the engine observer failed in %s", method)
-
-    def _num_prompt_tokens(self, prompt: Any) -> int:
-        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return len(prompt["prompt_token_ids"])
-        return len(self.engine.tokenize_prompt(prompt)[1])
 
     def _publish(self, outputs: list[RequestOutput]) -> None:
         if not outputs:

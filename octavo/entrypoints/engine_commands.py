@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from octavo.core.outputs import RequestOutput
+from octavo.core.pooling_batch import PoolingBatch
+from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 from octavo.entrypoints.output_queue import OutputQueue
 from octavo.errors import OctavoError
@@ -65,6 +67,17 @@ class AddCommand:
     stream: RequestStream
     added: asyncio.Future
     options: RequestOptions = field(default_factory=RequestOptions)
+
+
+@dataclass
+class AddPoolingBatchCommand:
+    """Many pooling inputs admitted together (``LLMEngine.add_pooling_requests``):
+    all or none; ``streams[i]`` is ``batch.request_ids[i]``'s."""
+
+    batch: PoolingBatch
+    params: PoolingParams
+    streams: list[RequestStream]
+    added: asyncio.Future
 
 
 @dataclass

@@ -140,6 +140,30 @@ def test_embeddings_float_base64_and_token_ids(embedder):
     assert len(short) == 4 and abs(np.linalg.norm(short) - 1) < 1e-5
 
 
+@pytest.mark.parametrize("batches", [True, False], ids=["one-batch-command", "one-command-each"])
+def test_many_inputs_are_admitted_together_or_one_by_one(embedder, monkeypatch, batches):
+    """The engine takes the request's inputs in one batch command where it can
+    (``AsyncEngine.add_pooling_batch``), else one command each (data parallel):
+    the same vectors either way."""
+    from octavo.entrypoints.async_engine import AsyncEngine
+
+    llm, client = embedder
+    texts = [f"the cat number {i} sits on the mat" for i in range(12)]
+    expected = np.array([o.outputs.embedding for o in llm.embed(texts)])
+    monkeypatch.setattr(AsyncEngine, "takes_pooling_batches", property(lambda self: batches))
+    batched = []
+    add_batch = AsyncEngine.add_pooling_batch
+
+    async def counting(self, batch, params):
+        batched.append(len(batch.request_ids))
+        return await add_batch(self, batch, params)
+
+    monkeypatch.setattr(AsyncEngine, "add_pooling_batch", counting)
+    data = client.post("/v1/embeddings", json={"model": "m", "input": texts}).json()["data"]
+    assert np.allclose([d["embedding"] for d in data], expected, atol=1e-6)
+    assert batched == ([len(texts)] if batches else [])
+
+
 def test_bad_embeddings_requests_are_4xx(embedder):
     _, client = embedder
     assert_error(client.post("/v1/embeddings", json={"input": []}), 400, "invalid_argument", "input")

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import Request
 
 from octavo.core.outputs import PoolingRequestOutput
+from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.openai.prompts import check_chars
@@ -100,9 +101,18 @@ async def run_pooling(
 async def _admit(
     ctx: ServingContext, request_id: str, inputs: list[PoolingInput], params: PoolingParams
 ) -> list[RequestStream]:
-    """All inputs handed to the engine thread at once (one command batch, not
-    one round trip each); if any is refused, the others are aborted."""
+    """All inputs handed to the engine thread at once: one batch command where
+    the engine takes batches (checked together, all queued or none), else one
+    command each in one batch; if any is refused, the others are aborted."""
     ids = [request_id if len(inputs) == 1 else f"{request_id}-{i}" for i in range(len(inputs))]
+    if ctx.engine.takes_pooling_batches:
+        batch = PoolingBatch(ids, [item.text for item in inputs], [item.token_ids for item in inputs],
+                             [item.token_type_ids for item in inputs])
+        try:
+            return await ctx.engine.add_pooling_batch(batch, params)
+        except QueueFullError:
+            ctx.metrics.requests_rejected.labels(reason="queue_full").inc()
+            raise
     results = await asyncio.gather(
         *(ctx.engine.add_request(engine_id, item.as_engine_prompt(), params) for engine_id, item in zip(ids, inputs)),
         return_exceptions=True,
