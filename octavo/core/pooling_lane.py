@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestMetrics
 from octavo.core.pooling_batch import POOLING_SAMPLING_PARAMS, PoolingBatch, check_pooling_batch
 from octavo.core.pooling_params import PoolingParams
-from octavo.core.scheduler_config import check_pooling_length
+from octavo.core.scheduler_config import check_pooling_lengths
 from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from octavo.errors import EngineDeadError, InvalidArgumentError
 
@@ -137,11 +137,7 @@ class PoolingLane:
         """``add_pooling_requests``' checks: the inputs, then whether a step can hold each."""
         engine = self.engine
         check_pooling_batch(engine, batch, params, engine._parent_children)
-        if batch.token_ids:
-            config = engine.scheduler.config
-            if max(map(len, batch.token_ids)) > config.max_num_batched_tokens:
-                for ids in batch.token_ids:
-                    check_pooling_length(len(ids), config)
+        check_pooling_lengths(batch.token_ids, engine.scheduler.config)
 
     def _launch(self, inputs: QueuedInputs, params: PoolingParams, in_flight: deque, outputs: list,
                 on_outputs: Callable[[int], None] | None) -> None:

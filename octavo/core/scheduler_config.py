@@ -76,3 +76,12 @@ def check_pooling_length(num_tokens: int, config: SchedulerConfig) -> None:
             f"{config.max_num_batched_tokens} (max_num_batched_tokens), and inputs to pool are never split",
             param="input",
         )
+
+
+def check_pooling_lengths(token_ids: list[list[int]], config: SchedulerConfig) -> None:
+    """``check_pooling_length`` for a batch of inputs: the longest decides for
+    all unless it fails; then the first that fails raises, as one by one."""
+    if token_ids and max(map(len, token_ids)) > config.max_num_batched_tokens:
+        for ids in token_ids:
+            check_pooling_length(len(ids), config)
+

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from octavo.core.pooling_batch import PoolingBatch, check_pooling_batch
 from octavo.core.pooling_params import PoolingParams
-from octavo.core.scheduler_config import check_pooling_length
+from octavo.core.scheduler_config import check_pooling_lengths
 
 if TYPE_CHECKING:
     from octavo.distributed.data_parallel import DataParallelEngine
@@ -25,12 +25,9 @@ def add_pooling_batch(engine: DataParallelEngine, batch: PoolingBatch, params: P
     """Check ``batch`` (all or none), send it to one replica, record it at the front."""
     front = engine._front
     check_pooling_batch(engine, batch, params, front.live_requests)
+    check_pooling_lengths(batch.token_ids, engine.scheduler_config)
     if not batch.request_ids:
         return
-    longest = max(map(len, batch.token_ids))
-    if longest > engine.scheduler_config.max_num_batched_tokens:
-        for token_ids in batch.token_ids:
-            check_pooling_length(len(token_ids), engine.scheduler_config)
     router = engine.router
     decision = router.choose([])  # the least-loaded replica
     message = ["add_pooling", batch.request_ids, batch.texts, batch.token_ids, batch.token_type_ids, params]
