@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from octavo.core.pooling_batch import PoolingBatch
@@ -40,49 +41,50 @@ class EngineAdmission:
 
         The caller owns the returned stream: iterate ``outputs(stream)`` or ``close(stream)`` it.
         """
-        if self._error is not None:
-            raise self._error
-        cap = self.config.max_inflight_seqs
-        if cap is not None and self.num_inflight_seqs + params.n > cap:
-            raise QueueFullError(
-                f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
-            )
+        self._check_capacity(params.n)
         # PoolingParams have no output kind: their one output is final.
         delta = getattr(params, "output_kind", None) == RequestOutputKind.DELTA
         stream = RequestStream(request_id, params.n, OutputQueue(delta=delta))
-        added = asyncio.get_running_loop().create_future()
-        self.num_inflight_seqs += params.n
-        self._streams[request_id] = stream
-        self._adding.add(added)
-        try:
-            self._submit(AddCommand(request_id, prompt, params, stream, added, options))
-            await added
-        except BaseException:
-            # Validation failed, the engine died, or the client left while waiting.
-            self.close(stream)
-            raise
-        finally:
-            self._adding.discard(added)
+        await self._admit([stream], lambda added: AddCommand(request_id, prompt, params, stream, added, options))
         return stream
 
     async def add_pooling_batch(self, batch: PoolingBatch, params: PoolingParams) -> list[RequestStream]:
-        """Admit many pooling inputs in one command (``LLMEngine.add_pooling_requests``:
+        """Admit many pooling inputs in one command (``add_pooling_requests``:
         checked together, all queued or none); a stream per input, as ``add_request``
         gives. Only for an engine that takes batches (``takes_pooling_batches``)."""
+        self._check_capacity(len(batch.request_ids))
+        if not batch.request_ids:
+            return []
+        streams = [RequestStream(request_id, 1, OutputQueue()) for request_id in batch.request_ids]
+        await self._admit(streams, lambda added: AddPoolingBatchCommand(batch, params, streams, added))
+        return streams
+
+    @property
+    def takes_pooling_batches(self) -> bool:
+        """Whether ``add_pooling_batch`` may be used: the engine has
+        ``add_pooling_requests`` (``LLMEngine``, ``DataParallelEngine``)."""
+        return getattr(self.engine, "add_pooling_requests", None) is not None
+
+    def _check_capacity(self, num_seqs: int) -> None:
+        """Raise the engine's error, or ``QueueFullError`` past ``max_inflight_seqs``."""
         if self._error is not None:
             raise self._error
-        cap, count = self.config.max_inflight_seqs, len(batch.request_ids)
-        if cap is not None and self.num_inflight_seqs + count > cap:
+        cap = self.config.max_inflight_seqs
+        if cap is not None and self.num_inflight_seqs + num_seqs > cap:
             raise QueueFullError(
                 f"the server is at capacity ({self.num_inflight_seqs} of {cap} sequences in flight); retry later"
             )
-        streams = [RequestStream(request_id, 1, OutputQueue()) for request_id in batch.request_ids]
+
+    async def _admit(self, streams: list[RequestStream], command: Callable[[asyncio.Future], Any]) -> None:
+        """Count ``streams`` in, hand the engine thread ``command(added)`` and wait
+        for its answer; on any failure (validation, a dead engine, the client
+        gone while waiting) close them all."""
         added = asyncio.get_running_loop().create_future()
-        self.num_inflight_seqs += count
-        self._streams.update(zip(batch.request_ids, streams))
+        self.num_inflight_seqs += sum(stream.num_seqs for stream in streams)
+        self._streams.update((stream.request_id, stream) for stream in streams)
         self._adding.add(added)
         try:
-            self._submit(AddPoolingBatchCommand(batch, params, streams, added))
+            self._submit(command(added))
             await added
         except BaseException:
             for stream in streams:
@@ -90,12 +92,6 @@ class EngineAdmission:
             raise
         finally:
             self._adding.discard(added)
-        return streams
-
-    @property
-    def takes_pooling_batches(self) -> bool:
-        """Whether ``add_pooling_batch`` may be used (a data-parallel engine takes inputs one by one)."""
-        return getattr(self.engine, "add_pooling_requests", None) is not None
 
     # ---------------------------------------------------------- engine thread
 

@@ -143,7 +143,7 @@ def test_embeddings_float_base64_and_token_ids(embedder):
 @pytest.mark.parametrize("batches", [True, False], ids=["one-batch-command", "one-command-each"])
 def test_many_inputs_are_admitted_together_or_one_by_one(embedder, monkeypatch, batches):
     """The engine takes the request's inputs in one batch command where it can
-    (``AsyncEngine.add_pooling_batch``), else one command each (data parallel):
+    (``AsyncEngine.add_pooling_batch``), else one command each:
     the same vectors either way."""
     from octavo.entrypoints.async_engine import AsyncEngine
 

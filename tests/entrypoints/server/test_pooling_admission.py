@@ -2,7 +2,7 @@
 what ``/v1/embeddings`` and the other pooling routes use): a stream per input
 with the vectors ``LLM`` gives, all admitted or none (a bad input, the
 capacity), nothing left in the engine after a refusal; an engine that takes
-no batches (data parallel) gets the inputs one by one."""
+no batches (no ``add_pooling_requests``) gets the inputs one by one."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def test_a_batch_gives_the_vectors_of_llm(llm):
         engine = AsyncEngine(llm.engine, AsyncEngineConfig(max_inflight_seqs=8))
         engine.start()
         assert engine.takes_pooling_batches
+        assert await engine.add_pooling_batch(batch([]), PoolingParams(task="embed")) == []  # nothing to send
         streams = await engine.add_pooling_batch(batch(IDS), PoolingParams(task="embed"))
         assert engine.num_inflight_seqs == len(IDS)
         outputs = await finals(engine, streams)
@@ -87,7 +88,7 @@ def test_a_batch_is_admitted_whole_or_not_at_all(llm, bad, error):
 
 
 def test_an_engine_without_batches_takes_the_inputs_one_by_one(llm):
-    class OneByOne:  # a data-parallel engine's surface: no add_pooling_requests
+    class OneByOne:  # an engine (a plugin's, say) without add_pooling_requests
         def __init__(self, engine):
             self._engine = engine
 
