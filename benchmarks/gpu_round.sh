@@ -45,6 +45,10 @@ install_sentence_transformers() {
   pip install -q --no-deps --no-index --find-links .whl --find-links .whl_st sentence-transformers scikit-learn scipy \
     joblib threadpoolctl narwhals >/dev/null 2>&1 || echo "no sentence-transformers wheels: the baseline is hf-automodel"
 }
+# The environment that turns the norm-in-GEMV ops off ($1 = 0): their composition instead.
+norm_gemv_off() {
+  [ "$1" = 0 ] && echo OCTAVO_LAYER_OPS=fused_add_rms_norm_linear=reference,fused_add_rms_norm_route=reference
+}
 run_step() {
   local name=$1 limit=$2; shift 2
   wait_gpu_idle; echo "=== $name"; local start=$SECONDS
@@ -101,6 +105,18 @@ for step in "$@"; do
                      TAIL=30 run_step profile_b512_async 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 16 --async-scheduling;;
     profile512_eager) TAIL=70 run_step profile_b512_eager 300 python benchmarks/profile_step.py $M8B --batch-size 512 --input-len 256 --decode-steps 4 --enforce-eager --kernels;;
     # Qwen3-30B-A3B's decode step kernel by kernel (48 MoE layers): where its 2x of the floor goes (issue 16).
+    # The norms inside the decode GEMVs (kernels/norm_gemv.py): the kernel tests on the GPU, then
+    # batch-1 decode with the fused ops on and forced to their composition, in turns, same machine.
+    norm_gemv_check) TAIL=4 run_step norm_gemv_tests 300 python -m pytest -q -p no:cacheprovider \
+                       tests/kernels/test_norm_gemv.py tests/kernels/test_norm_gemv_path.py;;
+    norm_gemv_ab) for on in 1 0 1 0; do
+                    TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $MQ3 \
+                      --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm$on.json"
+                  done;;
+    norm_gemv_ab_8b) for on in 1 0 1 0; do
+                       TAIL=6 run_step "llama8b_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $M8B \
+                         --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm$on.json"
+                     done;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;

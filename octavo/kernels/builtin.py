@@ -175,6 +175,25 @@ def _quant_impls() -> list[OpImpl]:
     ] + fused_fp8 + _fbgemm_impls()
 
 
+def _norm_gemv_takes(x, residual, norm_weight, weight) -> bool:
+    """The norm-in-GEMV kernels' conditions (``norm_gemv.py``) beyond the
+    token count: contiguous rows, the norm's and the projection's weights
+    in the activations' dtype."""
+    return (
+        x.dim() == 2 and x.shape[0] > 0 and x.is_contiguous() and residual.is_contiguous()
+        and residual.shape == x.shape and norm_weight.dtype == x.dtype == weight.dtype
+        and weight.stride(1) == 1 and norm_weight.is_contiguous()
+    )
+
+
+def _norm_linear_accepts(x, residual, norm_weight, eps, weight, bias) -> bool:
+    return _norm_gemv_takes(x, residual, norm_weight, weight)
+
+
+def _norm_route_accepts(x, residual, norm_weight, eps, router_weight, top_k, renormalize) -> bool:
+    return _norm_gemv_takes(x, residual, norm_weight, router_weight) and 0 < top_k <= router_weight.shape[0]
+
+
 def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:
     if getattr(ctx.platform, "decode_compile_backend", None) == "inductor":
         return None
@@ -225,8 +244,13 @@ def builtin_layer_ops() -> list[OpImpl]:
     ]
     max_tokens = _env_max_tokens(gemv_max_tokens)
     if max_tokens:
+        norm_gemv = "octavo.kernels.norm_gemv"
         impls += [
             OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),
+            OpImpl("fused_add_rms_norm_linear", "norm_gemv", f"{norm_gemv}:fused_add_rms_norm_linear", device_types=CUDA,
+                   max_tokens=max_tokens, accepts=_norm_linear_accepts),
+            OpImpl("fused_add_rms_norm_route", "norm_gemv", f"{norm_gemv}:fused_add_rms_norm_route", device_types=CUDA,
+                   max_tokens=max_tokens, accepts=_norm_route_accepts),
             OpImpl(
                 "linear_silu_and_mul", "gemv", "octavo.kernels.gemv:gemv_silu_mul", device_types=CUDA,
                 max_tokens=max_tokens,

@@ -30,16 +30,16 @@ from torch import nn
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.base import ModelInitContext
-from octavo.models.layers.activation import GeluAndMul, SiluAndMul, gated_activation
 from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from octavo.models.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from octavo.models.layers.norm import Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, fuses_with, post_norm_add_norm
+from octavo.models.layers.linear import QKVParallelLinear, RowParallelLinear
+from octavo.models.layers.mlp import DecoderMLP
+from octavo.models.layers.norm import (
+    Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, feeds_linear, fuses_with, post_norm_add_norm,
+)
 from octavo.models.layers.qk_norm import ShardedRMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
 from octavo.models.weights import load_decoder_weights
-from octavo.quantization.base import UnquantizedLinearMethod
-from octavo.quantization.fp8 import Fp8LinearMethod
 
 
 @dataclass(frozen=True)
@@ -139,54 +139,6 @@ class DecoderAttention(nn.Module):
         return self.o_proj(out)
 
 
-class DecoderMLP(nn.Module):
-    """``down(act(gate(x)) * up(x))``; ``reduce_results=False`` leaves TP partial sums."""
-
-    def __init__(self, ctx: ModelInitContext, prefix: str, intermediate_size: int | None = None, reduce_results: bool = True):
-        super().__init__()
-        config = ctx.config
-        size = intermediate_size or config.intermediate_size
-        self.act_fn = gated_activation(config.hidden_act, ctx.ops)
-        self.gate_up_proj = MergedColumnParallelLinear(
-            config.hidden_size, [size] * 2, bias=config.mlp_bias,
-            quant_config=ctx.quant_config, prefix=f"{prefix}.gate_up_proj", params_dtype=ctx.dtype,
-        )
-        self.down_proj = RowParallelLinear(
-            size, config.hidden_size, bias=config.mlp_bias, quant_config=ctx.quant_config,
-            prefix=f"{prefix}.down_proj", params_dtype=ctx.dtype, reduce_results=reduce_results,
-        )
-        # An unquantized gate-up projection and its SiLU (or Gemma's tanh
-        # GELU) are one op, ``linear_silu_and_mul`` / ``linear_gelu_tanh_and_mul``
-        # (one launch at decode where the platform has it; otherwise the
-        # resolved linear, then the activation op). Exact-GELU MLPs and
-        # quantized projections take the projection, then their activation op.
-        self.linear_act_and_mul = None
-        if type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod:
-            if isinstance(self.act_fn, SiluAndMul):
-                self.linear_act_and_mul = ctx.ops.linear_silu_and_mul
-            elif isinstance(self.act_fn, GeluAndMul) and self.act_fn.approximate == "tanh":
-                self.linear_act_and_mul = ctx.ops.linear_gelu_tanh_and_mul
-        # SiLU-and-mul and an fp8 down projection are one op,
-        # ``silu_and_mul_fp8_linear`` (the activation quantized in its own pass).
-        self.silu_fp8_down = isinstance(self.act_fn, SiluAndMul) and isinstance(
-            self.down_proj.quant_method, Fp8LinearMethod
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.linear_act_and_mul is not None:
-            up = self.gate_up_proj
-            return self.down_proj(self.linear_act_and_mul(x, up.weight, up.bias))
-        return self.after_gate_up(self.gate_up_proj(x))
-
-    def after_gate_up(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """The MLP after its gate-up projection (``gate_up``: its output)."""
-        if not self.silu_fp8_down:
-            return self.down_proj(self.act_fn(gate_up))
-        down = self.down_proj
-        fused = down.ops.silu_and_mul_fp8_linear
-        return down.reduced(lambda: fused(gate_up, down.weight, down.weight_scale, down.bias))
-
-
 class DecoderLayer(nn.Module):
     """Pre-norm (Llama): norm -> attention -> add; norm -> MLP -> add."""
 
@@ -198,14 +150,18 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = options.norm(ctx, hidden)
         self.post_attention_layernorm = options.norm(ctx, hidden)
         self.residual_scale = options.residual_scale
-        # Each norm and the fp8 projection it feeds are one op (the quantizer
-        # in the norm's pass): ``RMSNorm.add_then_fp8_linear``.
-        self.fp8_qkv = isinstance(self.self_attn, DecoderAttention) and feeds_fp8_linear(
-            self.input_layernorm, self.self_attn.qkv_proj
-        )
+        # Each norm and the projection it feeds are one op where they can be:
+        # an fp8 projection's quantizer in the norm's pass
+        # (``RMSNorm.add_then_fp8_linear``), the norm inside an unquantized
+        # qkv projection's decode GEMV (``add_then_linear``), a MoE layer's
+        # norm, router and top-k (``add_then_route``).
+        qkv_proj = self.self_attn.qkv_proj if isinstance(self.self_attn, DecoderAttention) else None
+        self.fp8_qkv = qkv_proj is not None and feeds_fp8_linear(self.input_layernorm, qkv_proj)
+        self.norm_qkv = qkv_proj is not None and feeds_linear(self.input_layernorm, qkv_proj)
         self.fp8_gate_up = isinstance(mlp, DecoderMLP) and feeds_fp8_linear(
             self.post_attention_layernorm, mlp.gate_up_proj
         )
+        self.norm_route = type(self.post_attention_layernorm) is RMSNorm and getattr(mlp, "routes_after_norm", False)
 
     def input_norm(self, hidden, residual):
         """The first norm, with the previous layer's residual add fused in."""
@@ -214,8 +170,10 @@ class DecoderLayer(nn.Module):
         return self.input_layernorm(hidden, residual)
 
     def forward(self, positions, hidden, residual, fctx: ForwardContext):
-        if self.fp8_qkv and residual is not None:
-            qkv, residual = self.input_layernorm.add_then_fp8_linear(hidden, residual, self.self_attn.qkv_proj)
+        if (self.fp8_qkv or self.norm_qkv) and residual is not None:
+            norm = self.input_layernorm
+            fused = norm.add_then_fp8_linear if self.fp8_qkv else norm.add_then_linear
+            qkv, residual = fused(hidden, residual, self.self_attn.qkv_proj)
             hidden = self.self_attn.attend(positions, qkv, fctx)
         else:
             hidden, residual = self.input_norm(hidden, residual)
@@ -225,6 +183,12 @@ class DecoderLayer(nn.Module):
         if self.fp8_gate_up:
             gate_up, residual = self.post_attention_layernorm.add_then_fp8_linear(hidden, residual, self.mlp.gate_up_proj)
             hidden = self.mlp.after_gate_up(gate_up)
+        elif self.norm_route:
+            mlp = self.mlp
+            weights, ids, hidden, residual = self.post_attention_layernorm.add_then_route(
+                hidden, residual, mlp.gate.weight, mlp.top_k, mlp.renormalize
+            )
+            hidden = mlp.after_route(hidden, weights, ids)
         else:
             hidden, residual = self.post_attention_layernorm(hidden, residual)
             hidden = self.mlp(hidden)

@@ -219,6 +219,32 @@ def linear_gelu_tanh_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.
     return gelu_tanh_and_mul(linear(x, weight, bias))
 
 
+def fused_add_rms_norm_linear(
+    x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(linear(normed, weight, bias), normed, summed)`` where ``(normed,
+    summed) = fused_add_rms_norm(x, residual, norm_weight, eps)``: the
+    residual add and norm before an unquantized projection (a layer's qkv),
+    with the normed rows too for other readers. New tensors; the inputs are
+    not modified."""
+    normed, summed = fused_add_rms_norm(x, residual, norm_weight, eps)
+    return linear(normed, weight, bias), normed, summed
+
+
+def fused_add_rms_norm_route(
+    x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, router_weight: torch.Tensor,
+    top_k: int, renormalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(topk_weights, topk_ids, normed, summed)``: the residual add and
+    norm before a MoE layer, its router's logits ``linear(normed,
+    router_weight, None)`` (in the activations' dtype) and
+    ``moe_topk_softmax`` of them. New tensors; the inputs are not modified."""
+    normed, summed = fused_add_rms_norm(x, residual, norm_weight, eps)
+    weights, ids = moe_topk_softmax(linear(normed, router_weight, None), top_k, renormalize)
+    return weights, ids, normed, summed
+
+
 def moe_topk_softmax(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """A mixture-of-experts router's choice from its logits ``[T, E]``.
 

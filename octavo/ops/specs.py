@@ -157,6 +157,27 @@ def _compose_silu_and_mul_fp8_linear(ops: dict[str, Callable]) -> Callable:
     return silu_and_mul_then_fp8_linear
 
 
+def _compose_norm_linear(ops: dict[str, Callable]) -> Callable:
+    norm, linear = ops["fused_add_rms_norm"], ops["linear"]
+
+    def fused_add_rms_norm_then_linear(x, residual, norm_weight, eps, weight, bias):
+        normed, summed = norm(x, residual, norm_weight, eps)
+        return linear(normed, weight, bias), normed, summed
+
+    return fused_add_rms_norm_then_linear
+
+
+def _compose_norm_route(ops: dict[str, Callable]) -> Callable:
+    norm_linear, topk_softmax = ops["fused_add_rms_norm_linear"], ops["moe_topk_softmax"]
+
+    def norm_router_then_topk(x, residual, norm_weight, eps, router_weight, top_k, renormalize):
+        logits, normed, summed = norm_linear(x, residual, norm_weight, eps, router_weight, None)
+        weights, ids = topk_softmax(logits, top_k, renormalize)
+        return weights, ids, normed, summed
+
+    return norm_router_then_topk
+
+
 _SPECS = (
     OpSpec("rms_norm", reference.rms_norm, ELEMENTWISE, "RMSNorm"),
     OpSpec("fused_add_rms_norm", reference.fused_add_rms_norm, ELEMENTWISE, "residual add, then RMSNorm"),
@@ -224,6 +245,16 @@ _SPECS = (
         "qk_rms_norm", reference.qk_rms_norm, ELEMENTWISE,
         "per-head RMSNorm of a step's queries and keys (Qwen3, Gemma 3) in one op",
         compose=_compose_qk_rms_norm, composed_of=("rms_norm", "rms_norm_f32_scale"), since=(1, 4),
+    ),
+    OpSpec(
+        "fused_add_rms_norm_linear", reference.fused_add_rms_norm_linear, GEMM,
+        "residual add and RMSNorm feeding an unquantized projection (the norm inside the decode GEMV)",
+        compose=_compose_norm_linear, composed_of=("fused_add_rms_norm", "linear"), since=(1, 5),
+    ),
+    OpSpec(
+        "fused_add_rms_norm_route", reference.fused_add_rms_norm_route, GEMM,
+        "residual add and RMSNorm before a MoE layer, its router and top-k (one launch at decode)",
+        compose=_compose_norm_route, composed_of=("fused_add_rms_norm_linear", "moe_topk_softmax"), since=(1, 5),
     ),
 )
 

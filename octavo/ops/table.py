@@ -110,6 +110,8 @@ class LayerOps:
     encoder_attention: Callable
     fused_moe_routed: Callable
     qk_rms_norm: Callable
+    fused_add_rms_norm_linear: Callable
+    fused_add_rms_norm_route: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
     layouts: dict[str, WeightLayout] = field(default_factory=dict, compare=False)
 

@@ -11,7 +11,7 @@ fp8 W8A8 implementations can serve there (their probes ask for CUDA).
 from __future__ import annotations
 
 SOURCE = '''
-OCTAVO_PLUGIN_API_VERSION = "1.4"
+OCTAVO_PLUGIN_API_VERSION = "1.5"
 import dataclasses
 from octavo.kernels.builtin import CUDA, builtin_layer_ops
 

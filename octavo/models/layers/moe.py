@@ -234,6 +234,10 @@ class SparseMoeBlock(nn.Module):
         # which may pick the experts inside its kernels (kernels/moe_routed.py).
         holds_all = self.experts.num_local_experts == self.experts.num_experts
         self.routed_experts_op = ctx.ops.fused_moe_routed if moe.plain_routing and holds_all else None
+        # Plain routing by a router in the model's dtype: the layer's norm,
+        # the router and the top-k may be one op (``RMSNorm.add_then_route``,
+        # then ``after_route``).
+        self.routes_after_norm = moe.plain_routing and router_dtype == ctx.dtype
 
     def route(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.gate(hidden)
@@ -253,7 +257,17 @@ class SparseMoeBlock(nn.Module):
         return self.experts(hidden, weights, ids)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = self.routed_experts(hidden)
+        return self.after_route(hidden)
+
+    def after_route(
+        self, hidden: torch.Tensor, topk_weights: torch.Tensor | None = None, topk_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The block for ``hidden`` (normed) whose routing is done when
+        ``topk_weights`` / ``topk_ids`` are given (global expert ids)."""
+        if topk_ids is None:
+            out = self.routed_experts(hidden)
+        else:
+            out = self.experts(hidden, topk_weights, topk_ids)
         if self.shared_expert is not None:
             shared = self.shared_expert(hidden)
             if self.shared_expert_gate is not None:

@@ -8,7 +8,9 @@ casting, by ``weight`` or, for Gemma, by ``1 + weight`` (the
 ``rms_norm_f32_scale`` ops). ``post_norm_add_norm`` is Gemma's sandwich
 step, a block's norm, the residual add and the next norm, one op where
 both norms are float32-scaled alike. ``RMSNorm.add_then_fp8_linear`` is the
-norm and the fp8 projection after it, one op (the quantizer in the norm).
+norm and the fp8 projection after it, one op (the quantizer in the norm);
+``add_then_linear`` the norm and an unquantized projection (the norm inside
+the decode GEMV), ``add_then_route`` a MoE layer's norm, router and top-k.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from octavo.ops.reference import rms_norm as rms_norm_reference
 from octavo.ops.reference import rms_norm_f32_scale as rms_norm_f32_scale_reference
 
 __all__ = [
-    "Float32ScaleRMSNorm", "RMSNorm", "feeds_fp8_linear", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
+    "Float32ScaleRMSNorm", "RMSNorm", "feeds_fp8_linear", "feeds_linear", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
     "rms_norm_reference",
 ]
 
@@ -49,6 +51,32 @@ class RMSNorm(nn.Module):
         return self.ops.fused_add_rms_norm_fp8_linear(
             x, residual, self.weight, self.eps, linear.weight, linear.weight_scale, linear.bias
         )
+
+
+    def add_then_linear(self, x: torch.Tensor, residual: torch.Tensor, linear: nn.Module):
+        """``(linear(norm(x + residual)), x + residual)`` for an unquantized
+        column-parallel ``linear`` (``feeds_linear``): the
+        ``fused_add_rms_norm_linear`` op, the norm inside the decode GEMV."""
+        out, _, summed = self.ops.fused_add_rms_norm_linear(x, residual, self.weight, self.eps, linear.weight, linear.bias)
+        return out, summed
+
+    def add_then_route(self, x: torch.Tensor, residual: torch.Tensor, router_weight: torch.Tensor, top_k: int,
+                       renormalize: bool):
+        """``(topk_weights, topk_ids, norm(x + residual), x + residual)``: a
+        MoE layer's norm, router and top-k, the ``fused_add_rms_norm_route`` op."""
+        return self.ops.fused_add_rms_norm_route(x, residual, self.weight, self.eps, router_weight, top_k, renormalize)
+
+
+def feeds_linear(norm: nn.Module, linear: nn.Module | None) -> bool:
+    """Whether ``norm`` and the projection it feeds are one op
+    (``RMSNorm.add_then_linear``): a Llama-rounded RMSNorm before an
+    unquantized linear layer in the norm's dtype."""
+    from octavo.quantization.base import UnquantizedLinearMethod
+
+    return (
+        type(norm) is RMSNorm and type(getattr(linear, "quant_method", None)) is UnquantizedLinearMethod
+        and linear.weight.dtype == norm.weight.dtype
+    )
 
 
 def feeds_fp8_linear(norm: nn.Module, linear: nn.Module | None) -> bool:

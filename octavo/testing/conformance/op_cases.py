@@ -209,6 +209,42 @@ def _block_fp8_case(tokens: int, out_features: int, in_features: int, block: tup
     return OpCase(f"{tokens} tokens, {in_features} -> {out_features}, blocks {block}" + (", bias" if bias else ""), tokens, make)
 
 
+def _norm_linear_case(tokens: int, out_features: int, hidden: int, bias: bool) -> OpCase:
+    """The residual add and norm before an unquantized projection (a layer's qkv)."""
+
+    def make(dtype, device, gen):
+        x, residual, norm_weight, weight, b = _on(
+            device, dtype, _randn(gen, tokens, hidden), _randn(gen, tokens, hidden), _randn(gen, hidden),
+            _randn(gen, out_features, hidden, scale=0.1), _randn(gen, out_features),
+        )
+        return x, residual, norm_weight, 1e-6, weight, b if bias else None
+
+    return OpCase(f"{tokens} tokens, {hidden} -> {out_features}" + (", bias" if bias else ""), tokens, make)
+
+
+def _norm_route_case(tokens: int, experts: int, top_k: int, renormalize: bool, hidden: int) -> OpCase:
+    """The norm before a MoE layer, its router and top-k. Every router row
+    is a distinct multiple of one direction that all tokens' normed rows
+    lean along (their sum), so the logits are well apart in every dtype
+    and every implementation must pick the same experts."""
+
+    def make(dtype, device, gen):
+        from octavo.ops import reference
+
+        shared = _randn(gen, hidden)
+        x = shared + 0.3 * _randn(gen, tokens, hidden)
+        residual, norm_weight = 0.5 * _randn(gen, tokens, hidden), 1.0 + 0.1 * _randn(gen, hidden)
+        normed, _ = reference.fused_add_rms_norm(x, residual, norm_weight, 1e-6)
+        direction = normed.sum(dim=0) / (tokens * hidden)
+        multiples = (torch.randperm(experts, generator=gen).float() - experts / 2) / 16
+        router = multiples[:, None] * direction[None, :]
+        x, residual, norm_weight, router = _on(device, dtype, x, residual, norm_weight, router)
+        return x, residual, norm_weight, 1e-6, router, top_k, renormalize
+
+    label = f"{tokens} tokens, {hidden} -> {experts} experts top-{top_k}" + (", renormalised" if renormalize else "")
+    return OpCase(label, tokens, make)
+
+
 def _norm_fp8_linear_case(tokens: int, out_features: int, hidden: int, bias: bool) -> OpCase:
     """The residual add and norm before an fp8 projection (qkv, gate-up)."""
 
@@ -326,6 +362,10 @@ OP_CASES: dict[str, list[OpCase]] = {
     + [_gguf_case(17, 32, 256, "Q4_K"), _gguf_case(40, 32, 256, "Q8_0")],
     "fused_add_rms_norm_fp8_linear": [_norm_fp8_linear_case(t, 48, 128, bias) for t, bias in ((1, False), (3, True), (17, False))],
     "silu_and_mul_fp8_linear": [_silu_fp8_linear_case(t, 64, 96, bias) for t, bias in ((1, True), (3, False), (17, True))],
+    "fused_add_rms_norm_linear": [_norm_linear_case(1, 44, 96, True), _norm_linear_case(1, 64, 256, False),
+                                  _norm_linear_case(3, 40, 64, True), _norm_linear_case(17, 64, 96, False)],
+    "fused_add_rms_norm_route": [_norm_route_case(1, 128, 8, True, 64), _norm_route_case(3, 8, 2, False, 96),
+                                 _norm_route_case(8, 60, 4, True, 32), _norm_route_case(17, 16, 16, False, 32)],
     "encoder_attention": [_encoder_attention_case((1,), 2, 32), _encoder_attention_case((5, 1, 17, 3), 4, 32),
                           _encoder_attention_case((8, 8), 2, 64), _encoder_attention_case((6, 2, 9), 3, 64)],
 }
