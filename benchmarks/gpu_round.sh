@@ -113,6 +113,10 @@ for step in "$@"; do
                     TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $MQ3 \
                       --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm$on.json"
                   done;;
+    norm_gemv_profile) for on in 1 0; do
+                         TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env $(norm_gemv_off "$on") python benchmarks/profile_step.py \
+                           $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels
+                       done;;
     norm_gemv_ab_8b) for on in 1 0 1 0; do
                        TAIL=6 run_step "llama8b_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $M8B \
                          --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm$on.json"

@@ -60,6 +60,33 @@ def _inverse_rms(x_rows, r_rows, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
+def _weight_tile(w_rows, k0, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step's weight rows ``[1, BLOCK_N, BLOCK_K]``."""
+    offs_k = (k0 + tl.arange(0, BLOCK_K))[None, None, :]
+    if EVEN_K:
+        return tl.load(w_rows + offs_k)
+    return tl.load(w_rows + offs_k, mask=offs_k < K, other=0.0)
+
+
+@triton.jit
+def _normed_products(acc, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, pid, k0, K,
+                     BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``acc += normed * w`` for one K step; program 0 stores that step's sum and normed row."""
+    summed, offs_k, mask = _summed_tile(x_rows, r_rows, mask_m, k0, K, BLOCK_K, EVEN_K)
+    dtype = summed.dtype
+    if EVEN_K:
+        g = tl.load(g_ptr + offs_k)
+    else:
+        g = tl.load(g_ptr + offs_k, mask=offs_k < K, other=0.0)
+    normed = (g.to(tl.float32) * (summed.to(tl.float32) * inv_rms).to(dtype).to(tl.float32)).to(dtype)
+    row_offsets = offs_m[:, None, None] * K + offs_k
+    written = mask & (pid + 0 * offs_k == 0)  # program 0 writes the rows
+    tl.store(sum_ptr + row_offsets, summed, mask=written)
+    tl.store(normed_ptr + row_offsets, normed, mask=written)
+    return acc + normed.to(tl.float32) * w.to(tl.float32)
+
+
+@triton.jit
 def _norm_gemv_kernel(
     x_ptr, r_ptr, g_ptr, w_ptr, b_ptr, out_ptr, normed_ptr, sum_ptr,
     weights_ptr, ids_ptr, counter_ptr, eps,
@@ -76,24 +103,19 @@ def _norm_gemv_kernel(
     w_rows = (w_ptr + rows[:, None] * stride_wn)[None, :, :]
     x_rows = x_ptr + offs_m[:, None, None] * stride_xm
     r_rows = r_ptr + offs_m[:, None, None] * stride_rm
+    # The first weight tile goes before the wait for the kernel before (no
+    # kernel writes weights): it streams in while the norm is formed.
+    w = _weight_tile(w_rows, 0, K, BLOCK_K, EVEN_K)
     pdl_wait(PDL)
     inv_rms = _inverse_rms(x_rows, r_rows, mask_m, K, eps, BLOCK_M, BLOCK_K, EVEN_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        summed, offs_k, mask = _summed_tile(x_rows, r_rows, mask_m, k0, K, BLOCK_K, EVEN_K)
-        dtype = summed.dtype
-        if EVEN_K:
-            w = tl.load(w_rows + offs_k)
-            g = tl.load(g_ptr + offs_k)
-        else:
-            w = tl.load(w_rows + offs_k, mask=offs_k < K, other=0.0)
-            g = tl.load(g_ptr + offs_k, mask=offs_k < K, other=0.0)
-        normed = (g.to(tl.float32) * (summed.to(tl.float32) * inv_rms).to(dtype).to(tl.float32)).to(dtype)
-        row_offsets = offs_m[:, None, None] * K + offs_k
-        written = mask & (pid + 0 * offs_k == 0)  # program 0 writes the rows
-        tl.store(sum_ptr + row_offsets, summed, mask=written)
-        tl.store(normed_ptr + row_offsets, normed, mask=written)
-        acc += normed.to(tl.float32) * w.to(tl.float32)
+    for k0 in range(BLOCK_K, K, BLOCK_K):  # the next tile's loads before this one's products
+        w_next = _weight_tile(w_rows, k0, K, BLOCK_K, EVEN_K)
+        acc = _normed_products(acc, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, pid,
+                               k0 - BLOCK_K, K, BLOCK_K, EVEN_K)
+        w = w_next
+    acc = _normed_products(acc, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, pid,
+                           (K - 1) // BLOCK_K * BLOCK_K, K, BLOCK_K, EVEN_K)
     pdl_release(PDL)
     out = tl.sum(acc, axis=2)
     if HAS_BIAS:
