@@ -48,6 +48,7 @@ install_sentence_transformers() {
 # The environment that turns the norm-in-GEMV ops off ($1 = 0): their composition instead.
 norm_gemv_off() {
   [ "$1" = 0 ] && echo OCTAVO_LAYER_OPS=fused_add_rms_norm_linear=reference,fused_add_rms_norm_route=reference
+  [ "$1" = 2 ] && echo OCTAVO_NORM_GEMV_ONE_PASS=0
 }
 run_step() {
   local name=$1 limit=$2; shift 2
@@ -109,7 +110,8 @@ for step in "$@"; do
     # batch-1 decode with the fused ops on and forced to their composition, in turns, same machine.
     norm_gemv_check) TAIL=4 run_step norm_gemv_tests 300 python -m pytest -q -p no:cacheprovider \
                        tests/kernels/test_norm_gemv.py tests/kernels/test_norm_gemv_path.py;;
-    norm_gemv_ab) for on in 1 0 1 0; do
+    # Arms: 1 one pass (the default), 2 two passes, 0 off.
+    norm_gemv_ab) for on in 1 2 0 1 2 0; do
                     TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $MQ3 \
                       --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm$on.json"
                   done;;
