@@ -7,8 +7,6 @@ the tokens and logprobs of the same model on the unfused W8A8 path."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 pytest.importorskip("triton")
@@ -44,18 +42,9 @@ def _fp8_llm(make_llm, path, sandbox, ops):
 
 def test_fused_fp8_quantizers_match_the_unfused_path(llama_dir, make_llm, sandbox, monkeypatch):
     from octavo.kernels.quant import fp8_fused
+    from tests.kernels.triton_on_cpu import count_calls
 
-    calls = {name: 0 for name in FUSED_OPS}
-    for name in FUSED_OPS:  # counted where the resolver imports them from
-        original = getattr(fp8_fused, name)
-
-        @functools.wraps(original)
-        def counted(*args, _name=name, _original=original):
-            calls[_name] += 1
-            return _original(*args)
-
-        monkeypatch.setattr(fp8_fused, name, counted)
-
+    calls = count_calls(monkeypatch, fp8_fused, FUSED_OPS)
     path = llama_dir
     expected = greedy(_fp8_llm(make_llm, path, sandbox, UNFUSED_OPS))
     assert calls == {name: 0 for name in FUSED_OPS}

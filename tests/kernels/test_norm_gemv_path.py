@@ -7,7 +7,6 @@ one-token MoE layer after attention in three launches."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import pytest
 import torch
@@ -28,31 +27,16 @@ def _greedy(llm) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)]
 
 
-def _counting(monkeypatch) -> dict[str, int]:
-    from octavo.kernels import norm_gemv
-
-    calls = dict.fromkeys(FUSED_OPS, 0)
-    for name in FUSED_OPS:  # counted where the resolver imports them from
-        original = getattr(norm_gemv, name)
-
-        @functools.wraps(original)
-        def counted(*args, _name=name, _original=original):
-            calls[_name] += 1
-            return _original(*args)
-
-        monkeypatch.setattr(norm_gemv, name, counted)
-    return calls
-
-
 @pytest.mark.skipif(not INTERPRETING, reason="the Triton path on the CPU platform, through the interpreter")
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
 def test_norms_in_the_decode_gemvs_give_the_reference_tokens(family, request, make_llm, sandbox, monkeypatch):
+    from octavo.kernels import norm_gemv
     from octavo.plugins.manager import reset_plugin_manager
-    from tests.kernels.triton_on_cpu import add_triton_on_cpu
+    from tests.kernels.triton_on_cpu import add_triton_on_cpu, count_calls
 
     path = request.getfixturevalue("llama_dir") if family == "llama" else request.getfixturevalue("family_dir")(family)
     expected = _greedy(make_llm(path))
-    calls = _counting(monkeypatch)
+    calls = count_calls(monkeypatch, norm_gemv, FUSED_OPS)
     add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe") + FUSED_OPS)
     reset_plugin_manager()
     llm = make_llm(path)

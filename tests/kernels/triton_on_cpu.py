@@ -39,3 +39,22 @@ def add_triton_on_cpu(
 ) -> None:
     """Register the plugin (for ``ops`` only, if given) in a ``tests.plugins.fake_plugins`` sandbox."""
     sandbox.add("triton_on_cpu", SOURCE.format(gemv_max_tokens=gemv_max_tokens, ops=ops, unprobed=unprobed))
+
+
+def count_calls(monkeypatch, module, names: tuple[str, ...]) -> dict[str, int]:
+    """Count calls of ``module``'s functions ``names``, patched where the
+    layer-op resolver imports them from (so that the resolved table calls
+    the counting wrappers); returns the live counts."""
+    import functools
+
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def counted(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
