@@ -45,10 +45,9 @@ install_sentence_transformers() {
   pip install -q --no-deps --no-index --find-links .whl --find-links .whl_st sentence-transformers scikit-learn scipy \
     joblib threadpoolctl narwhals >/dev/null 2>&1 || echo "no sentence-transformers wheels: the baseline is hf-automodel"
 }
-# The environment that turns the norm-in-GEMV ops off ($1 = 0): their composition instead.
-norm_gemv_off() {
-  [ "$1" = 0 ] && echo OCTAVO_LAYER_OPS=fused_add_rms_norm_linear=reference,fused_add_rms_norm_route=reference
-  [ "$1" = 2 ] && echo OCTAVO_NORM_GEMV_ONE_PASS=0
+# The environment of the norm-in-GEMV arm $1: 1 the kernels (OCTAVO_NORM_GEMV=1), 0 the default (their composition).
+norm_gemv_env() {
+  echo "OCTAVO_NORM_GEMV=$1"
 }
 run_step() {
   local name=$1 limit=$2; shift 2
@@ -110,17 +109,16 @@ for step in "$@"; do
     # batch-1 decode with the fused ops on and forced to their composition, in turns, same machine.
     norm_gemv_check) TAIL=4 run_step norm_gemv_tests 300 python -m pytest -q -p no:cacheprovider \
                        tests/kernels/test_norm_gemv.py tests/kernels/test_norm_gemv_path.py;;
-    # Arms: 1 one pass (the default), 2 two passes, 0 off.
-    norm_gemv_ab) for on in 1 2 0 1 2 0; do
-                    TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $MQ3 \
+    norm_gemv_ab) for on in 1 0 1 0; do
+                    TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_env "$on") $CLI bench latency $MQ3 \
                       --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm$on.json"
                   done;;
     norm_gemv_profile) for on in 1 0; do
-                         TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env $(norm_gemv_off "$on") python benchmarks/profile_step.py \
+                         TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env $(norm_gemv_env "$on") python benchmarks/profile_step.py \
                            $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels
                        done;;
     norm_gemv_ab_8b) for on in 1 0 1 0; do
-                       TAIL=6 run_step "llama8b_b1_norm$on" 300 env $(norm_gemv_off "$on") $CLI bench latency $M8B \
+                       TAIL=6 run_step "llama8b_b1_norm$on" 300 env $(norm_gemv_env "$on") $CLI bench latency $M8B \
                          --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm$on.json"
                      done;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;

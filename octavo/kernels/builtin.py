@@ -194,6 +194,25 @@ def _norm_route_accepts(x, residual, norm_weight, eps, router_weight, top_k, ren
     return _norm_gemv_takes(x, residual, norm_weight, router_weight) and 0 < top_k <= router_weight.shape[0]
 
 
+def _norm_gemv_impls(max_tokens: int) -> list[OpImpl]:
+    """The norm inside the decode GEMV (``norm_gemv.py``), with ``OCTAVO_NORM_GEMV=1``
+    only: on an H100 it was no faster than the launches it replaces."""
+    from octavo.kernels.triton_utils import switch_from_env
+
+    try:
+        if not switch_from_env("OCTAVO_NORM_GEMV", default=False):
+            return []
+    except InvalidArgumentError:
+        return []  # the CUDA platform refuses the value at startup
+    module = "octavo.kernels.norm_gemv"
+    return [
+        OpImpl("fused_add_rms_norm_linear", "norm_gemv", f"{module}:fused_add_rms_norm_linear", device_types=CUDA,
+               max_tokens=max_tokens, accepts=_norm_linear_accepts),
+        OpImpl("fused_add_rms_norm_route", "norm_gemv", f"{module}:fused_add_rms_norm_route", device_types=CUDA,
+               max_tokens=max_tokens, accepts=_norm_route_accepts),
+    ]
+
+
 def _cpu_decode_compiled_by_inductor(ctx: OpContext) -> str | None:
     if getattr(ctx.platform, "decode_compile_backend", None) == "inductor":
         return None
@@ -244,13 +263,8 @@ def builtin_layer_ops() -> list[OpImpl]:
     ]
     max_tokens = _env_max_tokens(gemv_max_tokens)
     if max_tokens:
-        norm_gemv = "octavo.kernels.norm_gemv"
-        impls += [
+        impls += _norm_gemv_impls(max_tokens) + [
             OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),
-            OpImpl("fused_add_rms_norm_linear", "norm_gemv", f"{norm_gemv}:fused_add_rms_norm_linear", device_types=CUDA,
-                   max_tokens=max_tokens, accepts=_norm_linear_accepts),
-            OpImpl("fused_add_rms_norm_route", "norm_gemv", f"{norm_gemv}:fused_add_rms_norm_route", device_types=CUDA,
-                   max_tokens=max_tokens, accepts=_norm_route_accepts),
             OpImpl(
                 "linear_silu_and_mul", "gemv", "octavo.kernels.gemv:gemv_silu_mul", device_types=CUDA,
                 max_tokens=max_tokens,

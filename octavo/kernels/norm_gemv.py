@@ -10,15 +10,14 @@ its first weight tile already streaming (loaded before the wait for the
 kernel before), and program 0 also writes the sum and the normed row for
 whoever reads them next (the residual stream; a MoE layer's experts).
 
-Two forms (``OCTAVO_NORM_GEMV_ONE_PASS``). One pass (the default): each
-step multiplies ``sum * norm_weight`` by the weights and accumulates the
-sum's squares; the RMS scales the reduced products at the end, so the row
-is read once. The normed row is then not rounded to the dtype before the
-products, as the composition rounds it: the outputs differ from it within
-the GEMM's bounds (they agree in float32). Two passes: the RMS first (a
-pass over the row), then the reference's rounding step by step (sum,
-normalised row, scaled row, each rounded to the dtype). The normed row
-program 0 writes is the reference's in both.
+Each step multiplies ``sum * norm_weight`` by the weights and accumulates
+the sum's squares; the RMS scales the reduced products at the end, so the
+row is read once. The normed row is then not rounded to the dtype before
+the products, as the composition rounds it: the outputs differ from it
+within the GEMM's bounds (they agree in float32). The normed row program 0
+writes afterwards is the reference's. (A form that found the RMS in a
+first pass and rounded as the reference does was slower still: 3.33 ms
+against 3.25 a Qwen3-30B-A3B token on an H100.)
 
 ``route`` (``fused_add_rms_norm_route``, a MoE layer's router): the
 projection is the router's logits, and the last program to finish (an
@@ -28,13 +27,17 @@ program's logits back and picks each token's experts with
 norm, the router and the top-k.
 
 The ``fused_add_rms_norm_linear`` and ``fused_add_rms_norm_route`` layer
-ops on CUDA for at most ``gemv.MAX_ROWS`` tokens; references in
-``octavo.ops.reference``. Tested against them through the interpreter.
+ops on CUDA for at most ``gemv.MAX_ROWS`` tokens, registered only with
+``OCTAVO_NORM_GEMV=1``: on an H100 (round 38 of ``benchmarks/RESULTS.md``)
+the fused kernels took as long as the norm, GEMV and top-k launches they
+replace (853 against 841 us of kernels a Qwen3-30B-A3B step) and decode was
+no faster (3.25 against 3.22 ms a token): with PDL those launches already
+overlapped, and the work they did moved into the projections' programs.
+References in ``octavo.ops.reference``; tested against them through the
+interpreter.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -45,7 +48,7 @@ from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import switch_from_env
 
-ONE_PASS_ENV = "OCTAVO_NORM_GEMV_ONE_PASS"
+ENABLE_ENV = "OCTAVO_NORM_GEMV"
 
 
 @triton.jit
@@ -56,17 +59,6 @@ def _summed_tile(x_rows, r_rows, mask_m, k0, K, BLOCK_K: tl.constexpr, EVEN_K: t
     x = tl.load(x_rows + offs_k, mask=mask, other=0.0)
     r = tl.load(r_rows + offs_k, mask=mask, other=0.0)
     return (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype), offs_k, mask
-
-
-@triton.jit
-def _inverse_rms(x_rows, r_rows, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """``1 / sqrt(mean(sum**2) + eps)`` per token row, ``[BLOCK_M, 1, 1]`` float32."""
-    squares = tl.zeros((BLOCK_M, 1, 1), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        summed, _, _ = _summed_tile(x_rows, r_rows, mask_m, k0, K, BLOCK_K, EVEN_K)
-        s32 = summed.to(tl.float32)
-        squares += tl.sum(s32 * s32, axis=2, keep_dims=True)
-    return tl.rsqrt(squares / K + eps)
 
 
 @triton.jit
@@ -108,22 +100,13 @@ def _write_rows(x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mas
 
 
 @triton.jit
-def _products(acc, squares, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, pid, k0, K,
-              BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, ONE_PASS: tl.constexpr):
-    """One K step: ``acc += normed * w`` (two passes: the RMS known, program 0
-    stores the step's rows), or ``acc += sum * g * w`` and the sum's squares
-    (one pass: the RMS scales the products at the end)."""
-    summed, g32, offs_k, mask = _norm_tile(g_ptr, x_rows, r_rows, mask_m, k0, K, BLOCK_K, EVEN_K)
-    if ONE_PASS:
-        s32 = summed.to(tl.float32)
-        squares += tl.sum(s32 * s32, axis=2, keep_dims=True)
-        return acc + (s32 * g32) * w.to(tl.float32), squares
-    normed = _normed(summed, g32, inv_rms)
-    row_offsets = offs_m[:, None, None] * K + offs_k
-    written = mask & (pid + 0 * offs_k == 0)  # program 0 writes the rows
-    tl.store(sum_ptr + row_offsets, summed, mask=written)
-    tl.store(normed_ptr + row_offsets, normed, mask=written)
-    return acc + normed.to(tl.float32) * w.to(tl.float32), squares
+def _products(acc, squares, w, x_rows, r_rows, g_ptr, mask_m, k0, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step: ``acc += sum * g * w`` and the sum's squares (the RMS
+    scales the reduced products at the end)."""
+    summed, g32, _, _ = _norm_tile(g_ptr, x_rows, r_rows, mask_m, k0, K, BLOCK_K, EVEN_K)
+    s32 = summed.to(tl.float32)
+    squares += tl.sum(s32 * s32, axis=2, keep_dims=True)
+    return acc + (s32 * g32) * w.to(tl.float32), squares
 
 
 @triton.jit
@@ -132,7 +115,7 @@ def _norm_gemv_kernel(
     weights_ptr, ids_ptr, counter_ptr, eps,
     M, N, K, stride_xm, stride_rm, stride_wn, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, ONE_PASS: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr,
+    EVEN_K: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr,
     RENORMALIZE: tl.constexpr, PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -148,24 +131,18 @@ def _norm_gemv_kernel(
     w = _weight_tile(w_rows, 0, K, BLOCK_K, EVEN_K)
     pdl_wait(PDL)
     squares = tl.zeros((BLOCK_M, 1, 1), dtype=tl.float32)
-    inv_rms = squares
-    if not ONE_PASS:
-        inv_rms = _inverse_rms(x_rows, r_rows, mask_m, K, eps, BLOCK_M, BLOCK_K, EVEN_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(BLOCK_K, K, BLOCK_K):  # the next tile's loads before this one's products
         w_next = _weight_tile(w_rows, k0, K, BLOCK_K, EVEN_K)
-        acc, squares = _products(acc, squares, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m,
-                                 pid, k0 - BLOCK_K, K, BLOCK_K, EVEN_K, ONE_PASS)
+        acc, squares = _products(acc, squares, w, x_rows, r_rows, g_ptr, mask_m, k0 - BLOCK_K, K, BLOCK_K, EVEN_K)
         w = w_next
-    acc, squares = _products(acc, squares, w, x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m,
-                             pid, (K - 1) // BLOCK_K * BLOCK_K, K, BLOCK_K, EVEN_K, ONE_PASS)
+    acc, squares = _products(acc, squares, w, x_rows, r_rows, g_ptr, mask_m, (K - 1) // BLOCK_K * BLOCK_K, K,
+                             BLOCK_K, EVEN_K)
     pdl_release(PDL)
-    out = tl.sum(acc, axis=2)
-    if ONE_PASS:
-        inv_rms = tl.rsqrt(squares / K + eps)
-        out = out * tl.sum(inv_rms, axis=2)
-        if pid == 0:
-            _write_rows(x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, K, BLOCK_K, EVEN_K)
+    inv_rms = tl.rsqrt(squares / K + eps)
+    out = tl.sum(acc, axis=2) * tl.sum(inv_rms, axis=2)
+    if pid == 0:
+        _write_rows(x_rows, r_rows, g_ptr, normed_ptr, sum_ptr, inv_rms, offs_m, mask_m, K, BLOCK_K, EVEN_K)
     if HAS_BIAS:
         out += tl.load(b_ptr + rows).to(tl.float32)[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
@@ -195,14 +172,11 @@ def _counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
-@functools.cache
-def one_pass() -> bool:
-    """``OCTAVO_NORM_GEMV_ONE_PASS`` (default 1): each program reads the
-    row once, scaling its products by the RMS at the end (the normed row is
-    not rounded before the products: the result differs from the
-    composition by the GEMM's rounding bound); 0: a pass for the RMS first,
-    then the reference's rounding step by step (A/B runs)."""
-    return switch_from_env(ONE_PASS_ENV, default=True)
+def enabled() -> bool:
+    """``OCTAVO_NORM_GEMV=1`` registers these kernels for their ops (off by
+    default: on an H100 they took as long as the launches they replace,
+    ``benchmarks/RESULTS.md`` round 38)."""
+    return switch_from_env(ENABLE_ENV, default=False)
 
 
 def _config(num_tokens: int) -> GemvConfig:
@@ -222,7 +196,7 @@ def _launch(x, residual, norm_weight, eps, weight, bias, out, route=None):
         route[0] if route else out, route[1] if route else out, _counter(x.device) if route else out, eps,
         num_tokens, weight.shape[0], hidden, x.stride(0), residual.stride(0), weight.stride(0), out.stride(0),
         BLOCK_M=triton.next_power_of_2(num_tokens), BLOCK_N=config.block_n, BLOCK_K=block_k,
-        HAS_BIAS=bias is not None, EVEN_K=hidden % block_k == 0, ONE_PASS=one_pass(), TOP_K=top_k,
+        HAS_BIAS=bias is not None, EVEN_K=hidden % block_k == 0, TOP_K=top_k,
         K_PAD=triton.next_power_of_2(max(top_k, 1)), E_PAD=experts_pad(weight.shape[0]),
         RENORMALIZE=bool(route and route[3]), PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,

@@ -101,9 +101,9 @@ class CudaPlatform(TorchDevicePlatform):
             from octavo.kernels.moe_routed import routes_in_kernel
 
             routes_in_kernel()  # OCTAVO_MOE_ROUTED is 0 or 1 (and OCTAVO_MOE_DECODE_MAX_TOKENS well formed)
-            from octavo.kernels.norm_gemv import one_pass
+            from octavo.kernels.norm_gemv import enabled
 
-            one_pass()  # OCTAVO_NORM_GEMV_ONE_PASS is 0 or 1
+            enabled()  # OCTAVO_NORM_GEMV is 0 or 1
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

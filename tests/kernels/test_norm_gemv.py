@@ -23,20 +23,13 @@ def randn(*shape, seed, dtype=torch.float32, device="cpu", scale=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(device)
 
 
-@pytest.fixture(params=[True, False], ids=["one-pass", "two-pass"])
-def one_pass(request, monkeypatch):
-    """Both forms of the kernel: the RMS applied to the products at the end, or found first."""
-    monkeypatch.setattr(norm_gemv, "one_pass", lambda: request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize(
     "tokens, out_features, hidden, bias",
     [(1, 44, 96, True), (1, 12, 2048 + 96, False), (3, 40, 64, True), (8, 20, 256, False)],
     ids=["one-token-partial-tile", "two-k-steps-ragged", "three-tokens", "eight-tokens"],
 )
-def test_norm_linear_matches_the_norm_then_the_projection(dtype, tokens, out_features, hidden, bias, device, one_pass):
+def test_norm_linear_matches_the_norm_then_the_projection(dtype, tokens, out_features, hidden, bias, device):
     x, residual = randn(tokens, hidden, seed=1, dtype=dtype, device=device), randn(tokens, hidden, seed=2, dtype=dtype, device=device)
     norm_weight = randn(hidden, seed=3, dtype=dtype, device=device)
     weight = randn(out_features, hidden, seed=4, dtype=dtype, device=device, scale=0.1)
@@ -61,7 +54,7 @@ def _route_args(case_index: int, dtype, device):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("case_index", range(4), ids=["128-experts-top8", "3-tokens-top2", "8-tokens-top4", "top-k-all"])
-def test_norm_route_picks_the_references_experts(case_index, dtype, device, one_pass):
+def test_norm_route_picks_the_references_experts(case_index, dtype, device):
     case, args = _route_args(case_index, dtype, device)
     weights, ids, normed, summed = norm_gemv.fused_add_rms_norm_route(*args)
 

@@ -37,6 +37,7 @@ def test_norms_in_the_decode_gemvs_give_the_reference_tokens(family, request, ma
     path = request.getfixturevalue("llama_dir") if family == "llama" else request.getfixturevalue("family_dir")(family)
     expected = _greedy(make_llm(path))
     calls = count_calls(monkeypatch, norm_gemv, FUSED_OPS)
+    monkeypatch.setenv("OCTAVO_NORM_GEMV", "1")  # off by default (no faster on an H100)
     add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe") + FUSED_OPS)
     reset_plugin_manager()
     llm = make_llm(path)
@@ -92,3 +93,15 @@ def test_one_token_moe_layer_after_attention_is_three_launches(monkeypatch):
     expected_normed, expected_summed = norm_reference(hidden, residual)
     torch.testing.assert_close(summed, expected_summed)
     torch.testing.assert_close(out, reference_block(expected_normed), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("setting, registered", [(None, False), ("0", False), ("1", True), ("yes", False)])
+def test_the_kernels_serve_their_ops_only_when_turned_on(setting, registered, monkeypatch):
+    from octavo.kernels.builtin import builtin_layer_ops
+
+    if setting is None:
+        monkeypatch.delenv("OCTAVO_NORM_GEMV", raising=False)
+    else:
+        monkeypatch.setenv("OCTAVO_NORM_GEMV", setting)
+    served = {impl.op for impl in builtin_layer_ops() if impl.name == "norm_gemv"}
+    assert served == (set(FUSED_OPS) if registered else set())
