@@ -305,6 +305,18 @@ for step in "$@"; do
     moe_decode) TAIL=40 run_step moe_decode 400 python benchmarks/moe_gpu.py --tokens 1,8 --decode-tiles --skip-gemv;;
     # The decode form's gate-up tiles at one token (SWEEP's block_n starts at 64: 96 programs at Qwen3-MoE's
     # widths, fewer than the H200's 132 SMs): narrower column tiles, more programs.
+    # The decode form's down kernel (never swept before round 38): its tiles at one token, then
+    # Qwen3-30B-A3B batch-1 decode with the fastest against the default, in turns, same machine.
+    moe_down_ab) TAIL=12 run_step moe_down_sweep 300 python benchmarks/moe_gpu.py --tokens 1 --models qwen3-30b-a3b \
+                   --decode-tiles --skip-gemv
+                 best=$(python -c "import json; rows=[json.loads(l) for l in open('$O/moe_gpu.jsonl') if 'down_us' in l]; \
+                   b=min(rows, key=lambda r: r['down_us']); print(*b['down_tiles'], sep=',')")
+                 echo "fastest down tiles: $best"
+                 for tiles in "$best" default "$best" default; do
+                   TAIL=3 run_step "qwen3moe_b1_down_${tiles/,/x}" 300 env $([ "$tiles" = default ] || echo OCTAVO_MOE_DOWN_TILES=$tiles) \
+                     $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 \
+                     --output-json "$O/qwen3moe_b1_down_${tiles/,/x}.json"
+                 done;;
     moe_decode_tiles) TAIL=40 run_step moe_decode_tiles 400 python benchmarks/moe_gpu.py --tokens 1 --sweep --skip-gemv \
                         --tiles "16,64,128,4,4;16,32,128,4,4;16,32,256,4,4;16,16,128,4,4;16,16,256,2,4;16,32,128,2,6;16,64,256,4,3;16,32,64,4,6;16,16,512,4,3";;
     # The three MoE paths at 1 and 8 tokens (grouped, decode form, two GEMVs: the last barrier-free since round 28).
