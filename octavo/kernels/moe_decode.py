@@ -44,10 +44,10 @@ MOE_DECODE_MAX_TOKENS_ENV = "OCTAVO_MOE_DECODE_MAX_TOKENS"
 MOE_DOWN_TILES_ENV = "OCTAVO_MOE_DOWN_TILES"
 # Output features per program and warps of the down kernel: at Qwen3-30B-A3B's
 # width (2,048) 512 programs, each with 8 experts' 4 rows (16 KB) in flight a
-# step. 8 warps: ptxas (sm_90a) gives 116 registers a thread, no spills, 4
-# programs an SM (4 warps: 200 registers, 2). A starting point for the GPU
-# sweep, not a measured optimum.
-DEFAULT_DOWN_TILES = (4, 8)
+# step. Swept on an H100 (round 38 of benchmarks/RESULTS.md, one token, L2
+# flushed): 4 warps 18.1 us, 8 warps 19.0, 2 warps 19.1; 1, 2, 8 or 16
+# features a program 20.6-35.2. Batch-1 decode 3.212 -> 3.178 ms a token.
+DEFAULT_DOWN_TILES = (4, 4)
 # Products a program holds (top-k x block_n x block_k, float32, reduced
 # along K once at the end), as the dense GEMV's deferred reduction; the K
 # tile is what gives way to more experts or rows.
