@@ -11,6 +11,8 @@ M8B="--model benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat1
 MQ3="--model benchmarks/configs/qwen3-30b-a3b --load-format dummy --dtype bfloat16"
 MMX="--model benchmarks/configs/mixtral-8x7b --load-format dummy --dtype bfloat16"
 MG2="--model benchmarks/configs/gemma-2-9b --load-format dummy --dtype bfloat16"
+# The gate-up tiles tried at one token (narrower column tiles: more programs).
+MOE_DECODE_SWEEP="16,64,128,4,4;16,32,128,4,4;16,32,256,4,4;16,16,128,4,4;16,16,256,2,4;16,32,128,2,6;16,64,256,4,3;16,32,64,4,6;16,16,512,4,3"
 # HF_MODE=eager (or static) if HF's compiled mode fails on a MoE model's expert loop.
 # One figure of a family: lat1 (batch-1 decode), ttft512, ttft2048, tput (512 x (256 in, 256 out)).
 # Each fits one 10-minute device command; "$1" alone runs all four.
@@ -317,8 +319,19 @@ for step in "$@"; do
                      $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 \
                      --output-json "$O/qwen3moe_b1_down_${tiles/,/x}.json"
                  done;;
+    # The decode form's gate-up tiles at one token (96 programs at Qwen3-30B-A3B's widths with the
+    # default 64 columns), then batch-1 decode with the fastest against the default, in turns.
+    moe_gate_up_ab) TAIL=14 run_step moe_gate_up_sweep 300 python benchmarks/moe_gpu.py --tokens 1 --models qwen3-30b-a3b \
+                      --sweep --skip-gemv --tiles "$MOE_DECODE_SWEEP"
+                    best=$(python -c "import json; rows=[json.loads(l) for l in open('$O/moe_gpu.jsonl') if 'sweep_tiles' in l]; \
+                      t=min(rows, key=lambda r: r['us'])['sweep_tiles']; print(*t.values(), sep=',')")
+                    echo "fastest gate-up tiles: $best"
+                    for tiles in "$best" default "$best" default; do
+                      echo "$tiles $(env $([ "$tiles" = default ] || echo OCTAVO_MOE_TILES=$tiles) $CLI bench latency $MQ3 \
+                        --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 2>&1 | grep 'decode per token')"
+                    done;;
     moe_decode_tiles) TAIL=40 run_step moe_decode_tiles 400 python benchmarks/moe_gpu.py --tokens 1 --sweep --skip-gemv \
-                        --tiles "16,64,128,4,4;16,32,128,4,4;16,32,256,4,4;16,16,128,4,4;16,16,256,2,4;16,32,128,2,6;16,64,256,4,3;16,32,64,4,6;16,16,512,4,3";;
+                        --tiles "$MOE_DECODE_SWEEP";;
     # The three MoE paths at 1 and 8 tokens (grouped, decode form, two GEMVs: the last barrier-free since round 28).
     moe_paths) TAIL=40 run_step moe_paths 400 python benchmarks/moe_gpu.py --tokens 1,8;;
     moe_kernels) run_step moe_kernel_tests 400 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py \
