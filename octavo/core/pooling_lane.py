@@ -24,7 +24,6 @@ have ended, so chunk boundaries never change the steps.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -36,7 +35,8 @@ from octavo.core.pooling_batch import POOLING_SAMPLING_PARAMS, PoolingBatch, che
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.scheduler_config import check_pooling_lengths
 from octavo.core.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
-from octavo.errors import EngineDeadError, InvalidArgumentError
+from octavo.env_switches import switch_from_env
+from octavo.errors import EngineDeadError
 
 if TYPE_CHECKING:
     from octavo.core.engine import LLMEngine
@@ -46,10 +46,7 @@ POOLING_LANE_ENV = "OCTAVO_POOLING_LANE"
 
 def lane_setting() -> bool:
     """``OCTAVO_POOLING_LANE=0`` sends every pooling call through the scheduler (A/B runs, tests)."""
-    value = os.environ.get(POOLING_LANE_ENV, "")
-    if value not in ("", "0", "1"):
-        raise InvalidArgumentError(f"{POOLING_LANE_ENV}={value!r}: expected 0 or 1 (unset: 1)")
-    return value != "0"
+    return switch_from_env(POOLING_LANE_ENV, default=True)
 
 
 @dataclass

@@ -197,7 +197,7 @@ def _norm_route_accepts(x, residual, norm_weight, eps, router_weight, top_k, ren
 def _norm_gemv_impls(max_tokens: int) -> list[OpImpl]:
     """The norm inside the decode GEMV (``norm_gemv.py``), with ``OCTAVO_NORM_GEMV=1``
     only: on an H100 it was no faster than the launches it replaces."""
-    from octavo.kernels.triton_utils import switch_from_env
+    from octavo.env_switches import switch_from_env
 
     try:
         if not switch_from_env("OCTAVO_NORM_GEMV", default=False):

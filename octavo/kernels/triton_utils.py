@@ -14,18 +14,9 @@ import os
 import torch
 import triton.language as tl
 
+from octavo.env_switches import switch_from_env  # noqa: F401 (the kernels' launchers import it from here)
+
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
-
-
-def switch_from_env(name: str, default: bool = True) -> bool:
-    """An on/off setting for A/B runs, ``name=1`` or ``0`` (unset: ``default``);
-    anything else raises ``InvalidArgumentError`` (the CUDA platform reads these at startup)."""
-    from octavo.errors import InvalidArgumentError
-
-    value = os.environ.get(name, "1" if default else "0")
-    if value not in ("0", "1"):
-        raise InvalidArgumentError(f"{name}={value!r}: expected 0 or 1 (the default: {int(default)})")
-    return value == "1"
 
 
 def interpreting() -> bool:

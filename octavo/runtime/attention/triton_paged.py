@@ -70,7 +70,7 @@ class TritonPagedAttention(AttentionBackend):
         super().__init__(spec)
         self.split_policy = split_policy or SplitKvPolicy.from_env()
         from octavo.kernels.paged_attention import AttentionParams
-        from octavo.kernels.triton_utils import switch_from_env
+        from octavo.env_switches import switch_from_env
 
         # A/B runs: prefill over a 16/32-bit cache reads the step's own K/V too
         # (contiguous rows, no block-table gather) at the cost of a separate rotary launch.
