@@ -32,8 +32,8 @@ ops on CUDA for at most ``gemv.MAX_ROWS`` tokens, registered only with
 the fused kernels took as long as the norm, GEMV and top-k launches they
 replace (853 against 841 us of kernels a Qwen3-30B-A3B step) and decode was
 no faster (3.25 against 3.22 ms a token; Llama-3.1-8B 5.41 against 5.37):
-with PDL those launches already
-overlapped, and the work they did moved into the projections' programs.
+with PDL those launches already overlapped, and the work they did moved
+into the projections' programs.
 References in ``octavo.ops.reference``; tested against them through the
 interpreter.
 """
