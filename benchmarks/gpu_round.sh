@@ -51,6 +51,11 @@ install_sentence_transformers() {
 norm_gemv_env() {
   echo "OCTAVO_NORM_GEMV=$1"
 }
+# A number per run of a step's A/B loop (1, 2, ...), so that each run keeps its own log and JSON.
+TURN_FILE=$(mktemp)
+turn() {
+  local n=$(( $(cat "$TURN_FILE" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$TURN_FILE"; echo "$n"
+}
 run_step() {
   local name=$1 limit=$2; shift 2
   wait_gpu_idle; echo "=== $name"; local start=$SECONDS
@@ -112,16 +117,16 @@ for step in "$@"; do
     norm_gemv_check) TAIL=4 run_step norm_gemv_tests 300 python -m pytest -q -p no:cacheprovider \
                        tests/kernels/test_norm_gemv.py tests/kernels/test_norm_gemv_path.py;;
     norm_gemv_ab) for on in 1 0 1 0; do
-                    TAIL=6 run_step "qwen3moe_b1_norm$on" 300 env $(norm_gemv_env "$on") $CLI bench latency $MQ3 \
-                      --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm$on.json"
+                    n=$(turn); TAIL=6 run_step "qwen3moe_b1_norm${on}_$n" 300 env $(norm_gemv_env "$on") $CLI bench latency $MQ3 \
+                      --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm${on}_$n.json"
                   done;;
     norm_gemv_profile) for on in 1 0; do
                          TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env $(norm_gemv_env "$on") python benchmarks/profile_step.py \
                            $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels
                        done;;
     norm_gemv_ab_8b) for on in 1 0 1 0; do
-                       TAIL=6 run_step "llama8b_b1_norm$on" 300 env $(norm_gemv_env "$on") $CLI bench latency $M8B \
-                         --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm$on.json"
+                       n=$(turn); TAIL=6 run_step "llama8b_b1_norm${on}_$n" 300 env $(norm_gemv_env "$on") $CLI bench latency $M8B \
+                         --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm${on}_$n.json"
                      done;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
@@ -262,7 +267,7 @@ for step in "$@"; do
     # then the host's phases per batch (embed_host.py) each way, same machine.
     embed_lane_ab) install_sentence_transformers
                    for lane in 1 0 1 0; do
-                     OCTAVO_POOLING_LANE=$lane TOKENIZERS_PARALLELISM=true TAIL=10 run_step embed_minilm_lane$lane 300 \
+                     OCTAVO_POOLING_LANE=$lane TOKENIZERS_PARALLELISM=true TAIL=10 run_step "embed_minilm_lane${lane}_$(turn)" 300 \
                        python benchmarks/embed_gpu.py --configs minilm --batch-size 256 --num-batches 32 --repeats 3
                    done
                    for lane in 1 0; do
@@ -315,9 +320,9 @@ for step in "$@"; do
                    b=min(rows, key=lambda r: r['down_us']); print(*b['down_tiles'], sep=',')")
                  echo "fastest down tiles: $best"
                  for tiles in "$best" default "$best" default; do
-                   TAIL=3 run_step "qwen3moe_b1_down_${tiles/,/x}" 300 env $([ "$tiles" = default ] || echo OCTAVO_MOE_DOWN_TILES=$tiles) \
+                   n=$(turn); TAIL=6 run_step "qwen3moe_b1_down_${tiles/,/x}_$n" 300 env $([ "$tiles" = default ] || echo OCTAVO_MOE_DOWN_TILES=$tiles) \
                      $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 \
-                     --output-json "$O/qwen3moe_b1_down_${tiles/,/x}.json"
+                     --output-json "$O/qwen3moe_b1_down_${tiles/,/x}_$n.json"
                  done;;
     # The decode form's gate-up tiles at one token (96 programs at Qwen3-30B-A3B's widths with the
     # default 64 columns), then batch-1 decode with the fastest against the default, in turns.
