@@ -35,7 +35,7 @@ from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbeddin
 from octavo.models.layers.linear import QKVParallelLinear, RowParallelLinear
 from octavo.models.layers.mlp import DecoderMLP
 from octavo.models.layers.norm import (
-    Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, feeds_linear, fuses_with, post_norm_add_norm,
+    Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, feeds_linear, feeds_router, fuses_with, post_norm_add_norm,
 )
 from octavo.models.layers.qk_norm import ShardedRMSNorm
 from octavo.models.layers.rotary import RotaryEmbedding
@@ -161,7 +161,7 @@ class DecoderLayer(nn.Module):
         self.fp8_gate_up = isinstance(mlp, DecoderMLP) and feeds_fp8_linear(
             self.post_attention_layernorm, mlp.gate_up_proj
         )
-        self.norm_route = type(self.post_attention_layernorm) is RMSNorm and getattr(mlp, "routes_after_norm", False)
+        self.norm_route = feeds_router(self.post_attention_layernorm, mlp)
 
     def input_norm(self, hidden, residual):
         """The first norm, with the previous layer's residual add fused in."""

@@ -35,7 +35,12 @@ def test_norms_in_the_decode_gemvs_give_the_reference_tokens(family, request, ma
     from tests.kernels.triton_on_cpu import add_triton_on_cpu, count_calls
 
     path = request.getfixturevalue("llama_dir") if family == "llama" else request.getfixturevalue("family_dir")(family)
-    expected = _greedy(make_llm(path))
+    plain = make_llm(path)
+    expected = _greedy(plain)
+    # Without an implementation (the composition only), the layers call the
+    # norm, the projection and the MoE block's own routing as before.
+    plain_layers = list(plain.engine.executor.worker.runner.model.model.layers)
+    assert not any(layer.norm_qkv or layer.norm_route for layer in plain_layers)
     calls = count_calls(monkeypatch, norm_gemv, FUSED_OPS)
     monkeypatch.setenv("OCTAVO_NORM_GEMV", "1")  # off by default (no faster on an H100)
     add_triton_on_cpu(sandbox, ops=("linear", "moe_topk_softmax", "fused_moe") + FUSED_OPS)

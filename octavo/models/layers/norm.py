@@ -23,7 +23,7 @@ from octavo.ops.reference import rms_norm as rms_norm_reference
 from octavo.ops.reference import rms_norm_f32_scale as rms_norm_f32_scale_reference
 
 __all__ = [
-    "Float32ScaleRMSNorm", "RMSNorm", "feeds_fp8_linear", "feeds_linear", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
+    "Float32ScaleRMSNorm", "RMSNorm", "feeds_fp8_linear", "feeds_linear", "feeds_router", "fuses_with", "post_norm_add_norm", "rms_norm_f32_scale_reference",
     "rms_norm_reference",
 ]
 
@@ -52,7 +52,6 @@ class RMSNorm(nn.Module):
             x, residual, self.weight, self.eps, linear.weight, linear.weight_scale, linear.bias
         )
 
-
     def add_then_linear(self, x: torch.Tensor, residual: torch.Tensor, linear: nn.Module):
         """``(linear(norm(x + residual)), x + residual)`` for an unquantized
         column-parallel ``linear`` (``feeds_linear``): the
@@ -67,15 +66,34 @@ class RMSNorm(nn.Module):
         return self.ops.fused_add_rms_norm_route(x, residual, self.weight, self.eps, router_weight, top_k, renormalize)
 
 
+def _served(norm: nn.Module, op: str) -> bool:
+    """Whether an implementation serves ``op`` for ``norm``'s model (not only its composition)."""
+    return bool(norm.ops.choice(op).chain)
+
+
 def feeds_linear(norm: nn.Module, linear: nn.Module | None) -> bool:
     """Whether ``norm`` and the projection it feeds are one op
     (``RMSNorm.add_then_linear``): a Llama-rounded RMSNorm before an
-    unquantized linear layer in the norm's dtype."""
+    unquantized linear layer in the norm's dtype, where the platform has an
+    implementation of ``fused_add_rms_norm_linear`` (its composition is the
+    two calls as they were)."""
     from octavo.quantization.base import UnquantizedLinearMethod
 
     return (
         type(norm) is RMSNorm and type(getattr(linear, "quant_method", None)) is UnquantizedLinearMethod
-        and linear.weight.dtype == norm.weight.dtype
+        and linear.weight.dtype == norm.weight.dtype and _served(norm, "fused_add_rms_norm_linear")
+    )
+
+
+def feeds_router(norm: nn.Module, moe_block: nn.Module) -> bool:
+    """Whether ``norm``, the MoE block's router and its top-k are one op
+    (``RMSNorm.add_then_route``): a Llama-rounded RMSNorm before a block with
+    plain routing in the model's dtype, where the platform has an
+    implementation of ``fused_add_rms_norm_route``. Otherwise the block
+    routes itself (``fused_moe_routed``, which may pick experts in its kernels)."""
+    return (
+        type(norm) is RMSNorm and getattr(moe_block, "routes_after_norm", False)
+        and _served(norm, "fused_add_rms_norm_route")
     )
 
 
