@@ -13,10 +13,8 @@ interface.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,8 @@ from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.structured_output.compiler import StructuredOutputLimits
-from octavo.core.tokenizer import eos_token_ids, load_tokenizer
+from octavo.core.tokenizer import eos_token_ids
+from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
 from octavo.models.generation_defaults import describe, sampling_defaults
@@ -312,7 +311,9 @@ def _start_workers(
     releases the workers already started."""
     from octavo.runtime.executor import create_executor
 
-    tokenizer_future = _load_tokenizer_in_background(args, model_path, load_format)
+    tokenizer_future = None if args.skip_tokenizer_init else load_tokenizer_in_background(
+        args.tokenizer, args.chat_template, model_path, load_format
+    )
     executor = None
     try:
         with timed_phase("start workers and load the model"):
@@ -399,36 +400,4 @@ def load_engine_tokenizer(args: EngineArgs):
     if args.skip_tokenizer_init:
         return None
     model_path, load_format = _model_dir(args)
-    return _load_tokenizer(args, model_path, load_format, None)
-
-
-def _load_tokenizer_in_background(args: EngineArgs, model_path: Path, load_format: str) -> Future | None:
-    """The tokenizer, loading on a thread: importing transformers and reading
-    the tokenizer take seconds, which overlap the model's load (its copies
-    release the interpreter lock)."""
-    if args.skip_tokenizer_init:
-        return None
-    # Imported on the tokenizer's thread, the tokenizers library's
-    # Tokenizer.from_file held the interpreter lock for the whole read (0.25 s
-    # for Llama 2's tokenizer.json), stalling this thread; imported here, it
-    # lets go of it (docs/startup.md). The import itself takes ~15 ms.
-    with contextlib.suppress(ImportError):
-        import tokenizers  # noqa: F401
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="octavo-tokenizer")
-
-    def load():
-        with timed_phase("load tokenizer (on its thread)"):
-            return _load_tokenizer(args, model_path, load_format, None)
-
-    future = pool.submit(load)
-    pool.shutdown(wait=False)
-    return future
-
-
-def _load_tokenizer(args: EngineArgs, model_path: Path, load_format: str, arch: ModelArchConfig | None):
-    chat_template = Path(args.chat_template).read_text() if args.chat_template else None
-    if load_format == "gguf" and args.tokenizer is None:
-        from octavo.models.gguf_loader import gguf_tokenizer
-
-        return gguf_tokenizer(model_path, chat_template)
-    return load_tokenizer(args.tokenizer or model_path, chat_template)
+    return load_model_tokenizer(args.tokenizer, args.chat_template, model_path, load_format)
