@@ -129,6 +129,8 @@ for step in "$@"; do
                          --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm${on}_$n.json"
                      done;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
+    # One layer's kernels in the order the captured decode graph runs them, with the gaps between them.
+    profile_qwen3moe_graphs) TAIL=40 run_step profile_qwen3moe_graphs 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --kernels --kernel-sequence 24;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
     # TTFT at 8k/32k/128k and batch-1 decode at 8k/32k beside the floor (attention FLOPs

@@ -103,6 +103,22 @@ def report(title: str, num_decode_steps: int) -> None:
     TIMES.clear()
 
 
+def print_kernel_sequence(prof, count: int) -> None:
+    """``count`` of a profiled step's device kernels in the order they ran,
+    from the middle of the step (a layer's worth shows what one layer
+    launches and what each launch costs), with the gap before each."""
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    start = max(0, len(kernels) // 2 - count // 2)
+    print(f"--- {min(count, len(kernels))} of the step's {len(kernels)} device kernels in order, from #{start}")
+    print(f"{'us':>9} {'gap us':>8}  kernel")
+    previous_end = None
+    for event in kernels[start:start + count]:
+        gap = "" if previous_end is None else f"{event.time_range.start - previous_end:8.2f}"
+        print(f"{event.time_range.elapsed_us():9.2f} {gap:>8}  {event.name[:90]}")
+        previous_end = event.time_range.end
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
@@ -114,6 +130,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also print the top device kernels")
+    parser.add_argument("--kernel-sequence", type=int, default=0, metavar="N",
+                        help="with --kernels: also N of the decode step's kernels in the order they ran (one layer: ~12)")
     parser.add_argument("--output-kind", choices=[k.name for k in RequestOutputKind], default="FINAL_ONLY",
                         help="what each step hands out; a server streams (DELTA or CUMULATIVE every step)")
     parser.add_argument("--async-scheduling", action="store_true", help="schedule each step before the last one's samples return")
@@ -163,6 +181,8 @@ def main() -> None:
                 label = "prefill" if steps == 0 else "decode"
                 print(f"--- top kernels, {label} step")
                 print(prof.key_averages().table(sort_by="device_time_total", row_limit=14, max_name_column_width=60))
+                if label == "decode" and args.kernel_sequence:
+                    print_kernel_sequence(prof, args.kernel_sequence)
             else:
                 outputs = engine.step()
                 if args.engine_process and outputs:
