@@ -131,6 +131,9 @@ for step in "$@"; do
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     # One layer's kernels in the order the captured decode graph runs them, with the gaps between them.
     profile_qwen3moe_graphs) TAIL=40 run_step profile_qwen3moe_graphs 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --kernels --kernel-sequence 24;;
+    # The same with split-KV attention and its merge, as bench latency's graphs (captured for a long max_model_len) run it.
+    profile_qwen3moe_graphs_split) OCTAVO_SPLIT_MIN_SEQ_LEN=1 TAIL=28 run_step profile_qwen3moe_graphs_split 300 python benchmarks/profile_step.py \
+                                     $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --kernels --kernel-sequence 26;;
     profile2048) TAIL=40 run_step profile_2048 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 4;;
     profile2048_eager) TAIL=40 run_step profile_2048_eager 300 python benchmarks/profile_step.py $M8B --batch-size 1 --input-len 2048 --decode-steps 2 --enforce-eager --kernels;;
     # TTFT at 8k/32k/128k and batch-1 decode at 8k/32k beside the floor (attention FLOPs
