@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from octavo.env_switches import switch_from_env
 from octavo.errors import InvalidArgumentError
 from octavo.kernels.encoder_attention import accepts as _varlen_accepts
 from octavo.kernels.encoder_attention import supported as _varlen_supported
@@ -25,6 +26,7 @@ from octavo.ops.impl import OpContext, OpImpl
 
 GEMV_MAX_TOKENS_ENV = "OCTAVO_GEMV_MAX_TOKENS"
 QUANT_GEMV_MAX_TOKENS_ENV = "OCTAVO_QUANT_GEMV_MAX_TOKENS"
+NORM_GEMV_ENV = "OCTAVO_NORM_GEMV"
 CUDA = ("cuda",)
 
 
@@ -52,6 +54,14 @@ def quant_gemv_max_tokens() -> int:
             f"{QUANT_GEMV_MAX_TOKENS_ENV}={value!r}: expected a number of tokens from 0 (off) to 8"
         )
     return int(value)
+
+
+def norm_gemv_enabled() -> bool:
+    """``OCTAVO_NORM_GEMV=1`` registers the norm-inside-the-GEMV kernels
+    (``norm_gemv.py``) for their ops, at the GEMV's token counts; off by
+    default: on an H100 they were no faster than the launches they replace
+    (round 38 of benchmarks/RESULTS.md)."""
+    return switch_from_env(NORM_GEMV_ENV, default=False)
 
 
 def _fp8_mm_runs(ctx: OpContext) -> str | None:
@@ -136,11 +146,13 @@ def _silu_fp8_accepts(min_tokens: int):
     return accepts
 
 
-def _env_max_tokens(read) -> int:
+def _env_setting(read) -> int:
+    """``read()``, or 0 (off) for a malformed value: the CUDA platform
+    refuses it at startup (``CudaPlatform.check_config``)."""
     try:
         return read()
     except InvalidArgumentError:
-        return 0  # the engine refuses the value at startup (check_layer_op_config)
+        return 0
 
 
 def _quant_impls() -> list[OpImpl]:
@@ -148,7 +160,7 @@ def _quant_impls() -> list[OpImpl]:
     ``max_tokens`` they serve decode and hand larger batches down the chain)."""
     quant = "octavo.kernels.quant"
     impls = []
-    max_tokens = _env_max_tokens(quant_gemv_max_tokens)
+    max_tokens = _env_setting(quant_gemv_max_tokens)
     # The quantizer fused into the op before an fp8 projection: for the
     # batches the GEMV above does not take (those take the composition).
     fused_fp8 = [
@@ -195,15 +207,9 @@ def _norm_route_accepts(x, residual, norm_weight, eps, router_weight, top_k, ren
 
 
 def _norm_gemv_impls(max_tokens: int) -> list[OpImpl]:
-    """The norm inside the decode GEMV (``norm_gemv.py``), with ``OCTAVO_NORM_GEMV=1``
-    only: on an H100 it was no faster than the launches it replaces."""
-    from octavo.env_switches import switch_from_env
-
-    try:
-        if not switch_from_env("OCTAVO_NORM_GEMV", default=False):
-            return []
-    except InvalidArgumentError:
-        return []  # the CUDA platform refuses the value at startup
+    """The norm inside the decode GEMV (``norm_gemv.py``), where ``norm_gemv_enabled()``."""
+    if not _env_setting(norm_gemv_enabled):
+        return []
     module = "octavo.kernels.norm_gemv"
     return [
         OpImpl("fused_add_rms_norm_linear", "norm_gemv", f"{module}:fused_add_rms_norm_linear", device_types=CUDA,
@@ -261,7 +267,7 @@ def builtin_layer_ops() -> list[OpImpl]:
             supports=_varlen_supported, accepts=_varlen_accepts,
         ),
     ]
-    max_tokens = _env_max_tokens(gemv_max_tokens)
+    max_tokens = _env_setting(gemv_max_tokens)
     if max_tokens:
         impls += _norm_gemv_impls(max_tokens) + [
             OpImpl("linear", "gemv", "octavo.kernels.gemv:linear_gemv", device_types=CUDA, max_tokens=max_tokens),

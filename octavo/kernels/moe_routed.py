@@ -31,11 +31,11 @@ import functools
 
 import torch
 
+from octavo.env_switches import switch_from_env
 from octavo.kernels.fused_moe import ROWS_ROUTED, checked_inputs, gate_up, fused_moe, moe_tiles
 from octavo.kernels.moe_decode import down_routed, moe_decode_max_tokens
 from octavo.kernels.moe_topk import topk_softmax
 from octavo.kernels.pdl import pdl_enabled
-from octavo.kernels.triton_utils import switch_from_env
 
 MOE_ROUTED_ENV = "OCTAVO_MOE_ROUTED"
 

@@ -28,8 +28,8 @@ norm, the router and the top-k.
 
 The ``fused_add_rms_norm_linear`` and ``fused_add_rms_norm_route`` layer
 ops on CUDA for at most ``gemv.MAX_ROWS`` tokens, registered only with
-``OCTAVO_NORM_GEMV=1``: on an H100 (round 38 of ``benchmarks/RESULTS.md``)
-the fused kernels took as long as the norm, GEMV and top-k launches they
+``OCTAVO_NORM_GEMV=1`` (``builtin.norm_gemv_enabled``): on an H100 (round
+38 of ``benchmarks/RESULTS.md``) the fused kernels took as long as the norm, GEMV and top-k launches they
 replace (853 against 841 us of kernels a Qwen3-30B-A3B step) and decode was
 no faster (3.25 against 3.22 ms a token; Llama-3.1-8B 5.41 against 5.37):
 with PDL those launches already overlapped, and the work they did moved
@@ -47,9 +47,6 @@ import triton.language as tl
 from octavo.kernels.gemv import DEFAULT_CONFIG, GemvConfig, config_from_env, fit_to_rows
 from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import switch_from_env
-
-ENABLE_ENV = "OCTAVO_NORM_GEMV"
 
 
 @triton.jit
@@ -171,13 +168,6 @@ def _counter(device: torch.device) -> torch.Tensor:
     if counter is None:
         counter = _COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
     return counter
-
-
-def enabled() -> bool:
-    """``OCTAVO_NORM_GEMV=1`` registers these kernels for their ops (off by
-    default: on an H100 they took as long as the launches they replace,
-    ``benchmarks/RESULTS.md`` round 38)."""
-    return switch_from_env(ENABLE_ENV, default=False)
 
 
 def _config(num_tokens: int) -> GemvConfig:

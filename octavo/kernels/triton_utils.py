@@ -14,7 +14,6 @@ import os
 import torch
 import triton.language as tl
 
-from octavo.env_switches import switch_from_env  # noqa: F401 (the kernels' launchers import it from here)
 
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 

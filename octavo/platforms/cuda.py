@@ -73,12 +73,13 @@ class CudaPlatform(TorchDevicePlatform):
 
     def check_config(self, config) -> None:
         super().check_config(config)
-        from octavo.kernels.builtin import gemv_max_tokens, quant_gemv_max_tokens
+        from octavo.kernels.builtin import gemv_max_tokens, norm_gemv_enabled, quant_gemv_max_tokens
 
         # OCTAVO_GEMV_MAX_TOKENS / OCTAVO_QUANT_GEMV_MAX_TOKENS / OCTAVO_FP8_SKINNY_MAX_TOKENS
-        # are well formed (else InvalidArgumentError)
+        # are well formed, OCTAVO_NORM_GEMV is 0 or 1 (else InvalidArgumentError)
         gemv_max_tokens()
         quant_gemv_max_tokens()
+        norm_gemv_enabled()
         from octavo.kernels.quant.scaled_mm import fp8_fast_accum
 
         fp8_fast_accum()  # OCTAVO_FP8_FAST_ACCUM is 0 or 1
@@ -101,9 +102,6 @@ class CudaPlatform(TorchDevicePlatform):
             from octavo.kernels.moe_routed import routes_in_kernel
 
             routes_in_kernel()  # OCTAVO_MOE_ROUTED is 0 or 1 (and OCTAVO_MOE_DECODE_MAX_TOKENS well formed)
-            from octavo.kernels.norm_gemv import enabled
-
-            enabled()  # OCTAVO_NORM_GEMV is 0 or 1
 
     def graph_runner(self):
         """Decode steps are captured as CUDA graphs (HIP graphs on ROCm)."""

@@ -26,9 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant.bf16_pairs import bf16_half
-from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx, switch_from_env
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
 CHUNK = 128  # weight values a 32-word lane row covers
 

@@ -35,10 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
+from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
 from octavo.kernels.quant.bf16_pairs import bf16_half
-from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx, switch_from_env
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
 SB_BYTES = 144  # one Q4_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)

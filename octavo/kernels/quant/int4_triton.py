@@ -45,13 +45,14 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int4 as layout
 from octavo.kernels.quant import int4_gemv_rows as gemv_rows
 from octavo.kernels.quant.int4_mm_triton import (  # noqa: F401 -- re-exported: the launchers callers know
     DEQUANT_TILE, DequantTile, GroupedMmConfig, grouped_dequantize, grouped_mm, mm_config,
 )
-from octavo.kernels.triton_utils import ints_from_env, next_power_of_2, switch_from_env
+from octavo.kernels.triton_utils import ints_from_env, next_power_of_2
 
 @dataclass(frozen=True)
 class GroupedGemvConfig:
