@@ -47,14 +47,21 @@ install_sentence_transformers() {
   pip install -q --no-deps --no-index --find-links .whl --find-links .whl_st sentence-transformers scikit-learn scipy \
     joblib threadpoolctl narwhals >/dev/null 2>&1 || echo "no sentence-transformers wheels: the baseline is hf-automodel"
 }
-# The environment of the norm-in-GEMV arm $1: 1 the kernels (OCTAVO_NORM_GEMV=1), 0 the default (their composition).
-norm_gemv_env() {
-  echo "OCTAVO_NORM_GEMV=$1"
-}
 # A number per run of a step's A/B loop (1, 2, ...), so that each run keeps its own log and JSON.
 TURN_FILE=$(mktemp)
 turn() {
   local n=$(( $(cat "$TURN_FILE" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$TURN_FILE"; echo "$n"
+}
+# Batch-1 decode (128 in / 128 out, bench latency) in turns, A B A B on one machine: $1 a label, $2 the
+# model's flags, $3 and $4 the two arms' environment (VAR=VALUE, or "" for the defaults); each run keeps
+# its own log and JSON, named by the label, the arm and the turn.
+b1_turns() {
+  local label=$1 model=$2 arm tag n
+  for arm in "$3" "$4" "$3" "$4"; do
+    tag=${arm:-default}; tag=${tag//[=,]/_}; n=$(turn)
+    TAIL=6 run_step "${label}_b1_${tag}_$n" 300 env $arm $CLI bench latency $model \
+      --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/${label}_b1_${tag}_$n.json"
+  done
 }
 run_step() {
   local name=$1 limit=$2; shift 2
@@ -116,18 +123,12 @@ for step in "$@"; do
     # batch-1 decode with the fused ops on and forced to their composition, in turns, same machine.
     norm_gemv_check) TAIL=4 run_step norm_gemv_tests 300 python -m pytest -q -p no:cacheprovider \
                        tests/kernels/test_norm_gemv.py tests/kernels/test_norm_gemv_path.py;;
-    norm_gemv_ab) for on in 1 0 1 0; do
-                    n=$(turn); TAIL=6 run_step "qwen3moe_b1_norm${on}_$n" 300 env $(norm_gemv_env "$on") $CLI bench latency $MQ3 \
-                      --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_b1_norm${on}_$n.json"
-                  done;;
+    norm_gemv_ab) b1_turns qwen3moe "$MQ3" OCTAVO_NORM_GEMV=1 OCTAVO_NORM_GEMV=0;;
     norm_gemv_profile) for on in 1 0; do
-                         TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env $(norm_gemv_env "$on") python benchmarks/profile_step.py \
+                         TAIL=40 run_step "profile_qwen3moe_norm$on" 300 env OCTAVO_NORM_GEMV=$on python benchmarks/profile_step.py \
                            $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels
                        done;;
-    norm_gemv_ab_8b) for on in 1 0 1 0; do
-                       n=$(turn); TAIL=6 run_step "llama8b_b1_norm${on}_$n" 300 env $(norm_gemv_env "$on") $CLI bench latency $M8B \
-                         --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/llama8b_b1_norm${on}_$n.json"
-                     done;;
+    norm_gemv_ab_8b) b1_turns llama8b "$M8B" OCTAVO_NORM_GEMV=1 OCTAVO_NORM_GEMV=0;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     # One layer's kernels in the order the captured decode graph runs them, with the gaps between them.
     profile_qwen3moe_graphs) TAIL=40 run_step profile_qwen3moe_graphs 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --kernels --kernel-sequence 24;;
@@ -324,11 +325,7 @@ for step in "$@"; do
                  best=$(python -c "import json; rows=[json.loads(l) for l in open('$O/moe_gpu.jsonl') if 'down_us' in l]; \
                    b=min(rows, key=lambda r: r['down_us']); print(*b['down_tiles'], sep=',')")
                  echo "fastest down tiles: $best"
-                 for tiles in "$best" default "$best" default; do
-                   n=$(turn); TAIL=6 run_step "qwen3moe_b1_down_${tiles/,/x}_$n" 300 env $([ "$tiles" = default ] || echo OCTAVO_MOE_DOWN_TILES=$tiles) \
-                     $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 \
-                     --output-json "$O/qwen3moe_b1_down_${tiles/,/x}_$n.json"
-                 done;;
+                 b1_turns qwen3moe "$MQ3" "OCTAVO_MOE_DOWN_TILES=$best" "";;
     # The decode form's gate-up tiles at one token (96 programs at Qwen3-30B-A3B's widths with the
     # default 64 columns), then batch-1 decode with the fastest against the default, in turns.
     moe_gate_up_ab) TAIL=14 run_step moe_gate_up_sweep 300 python benchmarks/moe_gpu.py --tokens 1 --models qwen3-30b-a3b \
@@ -336,10 +333,7 @@ for step in "$@"; do
                     best=$(python -c "import json; rows=[json.loads(l) for l in open('$O/moe_gpu.jsonl') if 'sweep_tiles' in l]; \
                       t=min(rows, key=lambda r: r['us'])['sweep_tiles']; print(*t.values(), sep=',')")
                     echo "fastest gate-up tiles: $best"
-                    for tiles in "$best" default "$best" default; do
-                      echo "$tiles $(env $([ "$tiles" = default ] || echo OCTAVO_MOE_TILES=$tiles) $CLI bench latency $MQ3 \
-                        --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 2>&1 | grep 'decode per token')"
-                    done;;
+                    b1_turns qwen3moe "$MQ3" "OCTAVO_MOE_TILES=$best" "";;
     moe_decode_tiles) TAIL=40 run_step moe_decode_tiles 400 python benchmarks/moe_gpu.py --tokens 1 --sweep --skip-gemv \
                         --tiles "$MOE_DECODE_SWEEP";;
     # The three MoE paths at 1 and 8 tokens (grouped, decode form, two GEMVs: the last barrier-free since round 28).
