@@ -119,31 +119,32 @@ class ReplicaServer:
         if owned:
             self.engine.finish_children(owned, status)
 
-    def _add_pooling(self, front: int, request_ids, texts, token_ids, token_type_ids, params) -> None:
-        """Many pooling inputs (``dp_pooling``): all added or, on an error, each reported failed."""
+    def _add(self, front: int, request_ids: list[str], add) -> None:
+        """Run ``add()``, which adds ``request_ids``; on an error each is reported
+        failed to ``front`` (a bug is logged too) and the replica goes on."""
         try:
-            self.engine.add_pooling_requests(PoolingBatch(request_ids, texts, token_ids, token_type_ids), params)
-            self.owner.update((request_id, front) for request_id in request_ids)
-        except Exception as exc:  # the front checked them: a safety net, as for one request
+            add()
+        except Exception as exc:  # the front checked them: a safety net
             if not isinstance(exc, OctavoError):
-                logger.exception("replica could not add pooling requests %s..", request_ids[0])
+                logger.exception("replica could not add request %s", ", ".join(request_ids[:3]))
             text = exc.message if isinstance(exc, OctavoError) else str(exc)
             for request_id in request_ids:
                 self.outboxes[front].send(encode(["add_failed", request_id, type(exc).__name__, text]))
+            return
+        self.owner.update((child_id, front) for request_id in request_ids
+                          for child_id in self.engine.children_of(request_id))
+
+    def _add_pooling(self, front: int, request_ids, texts, token_ids, token_type_ids, params) -> None:
+        """Many pooling inputs (``dp_pooling``): all added or, on an error, each reported failed."""
+        batch = PoolingBatch(request_ids, texts, token_ids, token_type_ids)
+        self._add(front, request_ids, lambda: self.engine.add_pooling_requests(batch, params))
 
     def handle(self, front: int, message: list) -> bool:
         """Run one command of ``front``; False once that front leaves."""
         kind, reply = message[0], self.outboxes[front].send
         if kind == "add":
             _, request_id, prompt, params, cache_salt, priority = message
-            try:
-                self.engine.add_request(request_id, prompt, params, cache_salt, priority)
-                self.owner.update((child_id, front) for child_id in self.engine.children_of(request_id))
-            except OctavoError as exc:
-                reply(encode(["add_failed", request_id, type(exc).__name__, exc.message]))
-            except Exception as exc:  # a bug in adding one request: that request fails, the replica goes on
-                logger.exception("replica could not add request %s", request_id)
-                reply(encode(["add_failed", request_id, type(exc).__name__, str(exc)]))
+            self._add(front, [request_id], lambda: self.engine.add_request(request_id, prompt, params, cache_salt, priority))
         elif kind == "add_pooling":
             self._add_pooling(front, *message[1:])
         elif kind == "abort":
