@@ -49,7 +49,9 @@ no token ids.
 
 Beside this file: ``scheduler_config.py`` (options, statistics, admission),
 ``runner_view.py`` (what the runner has been sent), ``stop_check.py`` (whether
-a sampled token ends a request) and ``scheduler_pooling.py`` (pooling batches).
+a sampled token ends a request), ``scheduler_preemption.py`` (blocks for a
+step, and who is preempted when they run out) and ``scheduler_pooling.py``
+(pooling batches).
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ from collections import deque
 
 from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.request import Request, RequestStatus
-from octavo.core.request_queue import make_waiting_queue, priority_key, running_victim
+from octavo.core.request_queue import make_waiting_queue
 from octavo.core.runner_view import RunnerView
 from octavo.core.scheduler_pooling import PoolingSteps
+from octavo.core.scheduler_preemption import BlockAllocation
 from octavo.core.scheduler_config import SchedulerConfig, SchedulerStats, check_admissible
 from octavo.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from octavo.core.stop_check import check_stop
@@ -69,7 +72,7 @@ from octavo.core.types import RequestId
 __all__ = ["Scheduler", "SchedulerConfig", "SchedulerStats", "check_admissible"]
 
 
-class Scheduler(PoolingSteps):
+class Scheduler(BlockAllocation, PoolingSteps):
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager) -> None:
         self.config = config
         self.kv = kv_cache_manager
@@ -182,9 +185,6 @@ class Scheduler(PoolingSteps):
             token_budget -= num_new_tokens
         return token_budget, preempted_this_step
 
-    def _num_pending_tokens(self, request: Request) -> int:
-        return request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-
     def _placeholders_reach_end(self, request: Request) -> bool:
         """Async: the samples in flight already include the request's last token."""
         num_placeholders = request.num_output_placeholders
@@ -200,7 +200,7 @@ class Scheduler(PoolingSteps):
         for request_id, request in requests.items():
             num_computed = request.num_computed_tokens + output.num_scheduled_tokens[request_id]
             request.num_computed_tokens = num_computed
-            # ``_num_pending_tokens`` inline (every request, every step).
+            # Whether every token, placeholders included, is now computed (every request, every step).
             samples = len(request.all_token_ids) + request.num_output_placeholders == num_computed
             if samples:
                 request.num_output_placeholders += 1
@@ -221,71 +221,6 @@ class Scheduler(PoolingSteps):
         num_free_slots = max(1, self.config.max_concurrent_batches - len(self._in_flight))
         num_schedulable = len(self.waiting) + sum(1 for r in self.running if not self._held_by_batch(r))
         return max(1, -(-num_schedulable // num_free_slots))
-
-    def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> bool:
-        """Allocate blocks, preempting newer requests; False if ``request`` itself went."""
-        self._preempted_last = False
-        while self._allocate(request, self._with_lookahead(request, num_new_tokens)) is None:
-            # Never a request in flight: its batch still writes to its blocks.
-            # ``request`` itself is not in flight, so a victim always exists.
-            candidates = [r for r in self.running if not self._held_by_batch(r)]
-            victim = running_victim(candidates, self.config.policy)
-            self.running.remove(victim)
-            self._preempt(victim)
-            self._preempted_last = True
-            if victim is request:
-                return False
-        return True
-
-    def _allocate(self, request: Request, num_slots: int, computed_blocks=None):
-        """``KVCacheManager.allocate_slots``, or nothing to allocate without a KV cache."""
-        if not self.config.uses_kv_cache:
-            return []
-        return self.kv.allocate_slots(request, num_slots, computed_blocks)
-
-    def _preempt_for_waiting_priority(self) -> None:
-        """Preempt running requests of lower priority than the waiting head
-        until it can start (a sequence slot and blocks for its first chunk)."""
-        if not self.waiting:
-            return
-        head = self.waiting.peek()
-        while not self._could_start(head):
-            candidates = [r for r in self.running if not self._held_by_batch(r)]
-            if not candidates:
-                return
-            victim = running_victim(candidates, "priority")
-            if priority_key(victim) <= priority_key(head):
-                return
-            self.running.remove(victim)
-            self._preempt(victim)
-
-    def _could_start(self, request: Request) -> bool:
-        if len(self.running) >= self.config.max_num_seqs:
-            return False
-        if not self.config.uses_kv_cache:
-            return True
-        num_tokens = min(request.num_tokens, self.config.max_num_batched_tokens)
-        num_slots = self._with_lookahead(request, num_tokens, 0)
-        return self.kv.num_free_blocks >= -(-num_slots // self.kv.block_size)
-
-    def _with_lookahead(self, request: Request, num_new_tokens: int, num_computed_tokens: int | None = None) -> int:
-        """Slots to allocate: the step's tokens plus the lookahead, never past
-        the request's last possible token (so admission stays exact)."""
-        if num_computed_tokens is None:
-            num_computed_tokens = request.num_computed_tokens
-        last = min(self.config.max_model_len, request.num_prompt_tokens + request.max_tokens)
-        lookahead = min(self.config.num_lookahead_tokens, max(0, last - num_computed_tokens - num_new_tokens))
-        return num_new_tokens + lookahead
-
-    def _preempt(self, request: Request) -> None:
-        self.kv.free(request)
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        request.num_output_placeholders = 0
-        request.num_preemptions += 1
-        self.num_preemptions += 1
-        self.waiting.requeue(request)
-        self.runner_view.forget(request.request_id)
 
     def _schedule_waiting(
         self, output: SchedulerOutput, requests: dict[str, Request], token_budget: int, max_requests: int
