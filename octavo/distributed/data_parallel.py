@@ -39,20 +39,19 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, check_priority, failed_output
-from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.outputs import RequestOutput
 from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.request import Request
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler import SchedulerStats, check_admissible
-from octavo.core.scheduler_output import CompilationCounts
 from octavo.core.types import RequestId
 from octavo.distributed.dp_pooling import add_pooling_batch
 from octavo.distributed.dp_replica import run_replica_process
 from octavo.distributed.dp_router import PrefixAwareRouter
 from octavo.distributed.front_outputs import FrontOutputs
 from octavo.distributed.peer_process import PeerProcess
+from octavo.distributed.replica_stats import ReplicaStats, combine_replica_stats
 from octavo.distributed.serialization import decode, encode
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.runtime.executors.multiproc import START_TIMEOUT_S, kill_processes
@@ -62,17 +61,6 @@ logger = logging.getLogger(__name__)
 
 STEP_WAIT_S = 0.05
 REPLY_TIMEOUT_S = 600.0
-
-
-@dataclass
-class ReplicaStats:
-    """One replica's scheduler stats, plus what the front routed to it."""
-
-    replica: int
-    scheduler: SchedulerStats
-    num_kv_blocks: int
-    num_requests_routed: int  # ever sent to this replica
-    num_requests_finished: int  # ever finished there (stop, length or error; aborts are not counted)
 
 
 @dataclass
@@ -380,29 +368,3 @@ class DataParallelEngine(RequestValidator):
     def _raise_if_dead(self) -> None:
         if self._dead is not None:
             raise self._dead
-
-
-def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
-    """The whole engine's stats: counts (requests, free blocks, preemptions,
-    prefix-cache tokens) summed; KV usage is used blocks over all blocks."""
-    stats = [r.scheduler for r in replicas]
-    num_blocks = sum(r.num_kv_blocks for r in replicas)
-    num_used_blocks = sum(s.kv_cache_usage * r.num_kv_blocks for s, r in zip(stats, replicas))
-    prefix = PrefixCacheStats(
-        num_queries=sum(s.prefix_cache.num_queries for s in stats),
-        num_hits=sum(s.prefix_cache.num_hits for s in stats),
-        num_requests=sum(s.prefix_cache.num_requests for s in stats),
-    )
-    return SchedulerStats(
-        num_running=sum(s.num_running for s in stats),
-        num_waiting=sum(s.num_waiting for s in stats),
-        kv_cache_usage=num_used_blocks / num_blocks if num_blocks else 0.0,
-        num_free_blocks=sum(s.num_free_blocks for s in stats),
-        num_preemptions=sum(s.num_preemptions for s in stats),
-        prefix_cache=prefix,
-        compilations=CompilationCounts(
-            total=sum(s.compilations.total for s in stats),
-            after_warmup=sum(s.compilations.after_warmup for s in stats),
-        ),
-    )
-

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from octavo.core.scheduler import SchedulerStats
 
 if TYPE_CHECKING:
-    from octavo.distributed.data_parallel import ReplicaStats
+    from octavo.distributed.replica_stats import ReplicaStats
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def take_snapshot(engine) -> EngineSnapshot:
     """The engine's stats now (engine thread only)."""
     if not is_data_parallel(engine):
         return EngineSnapshot(engine.get_stats())
-    from octavo.distributed.data_parallel import combine_replica_stats
+    from octavo.distributed.replica_stats import combine_replica_stats
 
     report = engine.get_replica_report()
     return EngineSnapshot(combine_replica_stats(report), tuple(report))

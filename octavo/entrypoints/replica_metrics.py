@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from octavo.distributed.data_parallel import ReplicaStats
+    from octavo.distributed.replica_stats import ReplicaStats
 
 # (name, help, kind, value of one replica)
 _SERIES = (

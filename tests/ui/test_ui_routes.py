@@ -97,7 +97,7 @@ def test_stats_are_the_metrics_as_json(client):
 
 
 def test_stats_per_replica():
-    from octavo.distributed.data_parallel import ReplicaStats
+    from octavo.distributed.replica_stats import ReplicaStats
     from octavo.entrypoints.engine_stats import EngineSnapshot
     from octavo.entrypoints.metrics import ServerMetrics
 
