@@ -11,7 +11,10 @@ holds twice the blocks of a bf16 one even when both allocations hit the same
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,22 @@ class KVCachePlan:
     def sequences_fit(self, num_tokens: int) -> int:
         """Sequences of ``num_tokens`` tokens the budget holds at once (whole blocks each)."""
         return self.budget_blocks // -(-num_tokens // self.block_size)
+
+    def log(self, max_model_len: int) -> None:
+        """Say at start-up what the cache holds, and warn when one sequence of
+        ``max_model_len`` tokens would not fit (such requests are refused)."""
+        num_tokens = self.num_blocks * self.block_size
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit "
+            "(the budget holds %d blocks)",
+            self.num_blocks, self.block_size, num_tokens, self.num_blocks * self.bytes_per_block / 2**20,
+            num_tokens / max_model_len, max_model_len, self.budget_blocks,
+        )
+        if num_tokens < max_model_len:
+            logger.warning(
+                "the KV cache holds %d tokens, fewer than max_model_len (%d): longer requests will be refused; "
+                "lower max_model_len or give the cache more memory", num_tokens, max_model_len,
+            )
 
 
 def plan_kv_cache(

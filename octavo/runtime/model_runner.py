@@ -135,20 +135,8 @@ class ModelRunner:
         self.kv_plan = plan_kv_cache(
             budget, bytes_per_block, config.block_size, config.max_num_seqs, config.max_model_len
         )
-        num_blocks = self.kv_plan.num_blocks
-        num_tokens = num_blocks * config.block_size
-        logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens, %.1f MiB): %.2f sequences of max_model_len %d fit "
-            "(the budget holds %d blocks)",
-            num_blocks, config.block_size, num_tokens, num_blocks * bytes_per_block / 2**20,
-            num_tokens / config.max_model_len, config.max_model_len, self.kv_plan.budget_blocks,
-        )
-        if num_tokens < config.max_model_len:
-            logger.warning(
-                "the KV cache holds %d tokens, fewer than max_model_len (%d): longer requests will be refused; "
-                "lower max_model_len or give the cache more memory", num_tokens, config.max_model_len,
-            )
-        return num_blocks
+        self.kv_plan.log(config.max_model_len)
+        return self.kv_plan.num_blocks
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
         # Indexed by global layer index; layers held by other pipeline ranks

@@ -75,7 +75,7 @@ def test_startup_says_how_many_tokens_fit(llama_dir, make_llm, caplog):
     and a warning when not even one fits."""
     import logging
 
-    with caplog.at_level(logging.INFO, logger="octavo.runtime.model_runner"):
+    with caplog.at_level(logging.INFO, logger="octavo.runtime.kv_plan"):
         # 8 KiB per block of 16 tokens (2 layers x K,V x 2 heads x 16 dims x fp32): 8 blocks.
         make_llm(llama_dir, kv_cache_memory_bytes=64 << 10, max_model_len=256)
     text = caplog.text
