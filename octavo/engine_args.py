@@ -5,10 +5,10 @@ resolves the model (downloading a Hub id once, before any replica starts)
 and its task (generate, or a pooling task: embed, classify), selects the
 platform, builds the executor (which loads the model) while the tokenizer
 loads on a thread beside it, sizes the KV cache, and hands each component
-only what it needs. Each phase logs its time (``runtime/startup.py``).
-With ``data_parallel_size > 1`` it returns a ``DataParallelEngine`` instead:
-that many replicas of the engine, each in its own process, behind the same
-interface.
+only what it needs (a worker's options: ``worker_options.py``). Each phase
+logs its time (``runtime/startup.py``). With ``data_parallel_size > 1`` it
+returns a ``DataParallelEngine`` instead: that many replicas of the engine,
+each in its own process, behind the same interface.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from octavo.models.hub import HubOptions, resolve_model, resolve_tokenizer
 from octavo.ops.resolution import check_layer_op_overrides
 from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name
-from octavo.runtime.config import WorkerConfig, dtype_from_name, dtype_name
+from octavo.runtime.config import WorkerConfig
 from octavo.runtime.startup import log_ready, timed_phase
+from octavo.worker_options import worker_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -140,33 +141,6 @@ class EngineArgs:
             )
 
 
-def resolve_dtype(requested: str, arch: ModelArchConfig, supported) -> str:
-    if requested != "auto":
-        try:
-            return dtype_name(dtype_from_name(requested))
-        except KeyError:
-            raise InvalidArgumentError(
-                f"unknown dtype {requested!r} (auto, float32, bfloat16, float16)", param="dtype"
-            ) from None
-    checkpoint = (arch.torch_dtype or "float32").removeprefix("torch.")
-    if checkpoint in ("bfloat16", "float16") and dtype_from_name(checkpoint) in supported:
-        return checkpoint
-    return "float32"
-
-
-def resolve_max_model_len(requested: int | None, arch: ModelArchConfig, pooler: PoolerConfig | None = None) -> int:
-    limit, source = arch.max_position_embeddings, "max_position_embeddings"
-    if pooler is not None and pooler.max_model_len is not None:
-        limit, source = pooler.max_model_len, "longest input"
-    if requested is None:
-        return limit
-    if requested > limit:
-        raise InvalidArgumentError(
-            f"max_model_len={requested} exceeds the model's {source} ({limit})", param="max_model_len"
-        )
-    return requested
-
-
 def _hub_options(args: EngineArgs) -> HubOptions:
     return HubOptions(revision=args.revision, download_dir=args.download_dir, gguf_file=args.gguf_file)
 
@@ -258,7 +232,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     _check_parallel_layout(args, arch)
     pooler = resolve_pooler(args, arch, model_path, load_format)
     uses_kv_cache = pooler is None or not pooler.is_encoder
-    worker_config = _worker_config(args, platform, arch, model_path, load_format, pooler)
+    worker_config = worker_config_for(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
     check_layer_op_overrides(platform.name)
     executor, num_blocks, tokenizer = _start_workers(args, worker_config, model_path, load_format, uses_kv_cache)
@@ -335,50 +309,6 @@ def _attention_backend_names(executor) -> tuple[str, ...]:
     """What the workers chose (an executor from a plugin may not say: empty)."""
     names = getattr(executor, "attention_backend_names", None)
     return tuple(names()) if names is not None else ()
-
-
-def _worker_config(
-    args: EngineArgs, platform, arch: ModelArchConfig, model_path: Path, load_format: str, pooler: PoolerConfig | None
-) -> WorkerConfig:
-    """The options a worker needs, resolved against the model and the platform."""
-    max_model_len = resolve_max_model_len(args.max_model_len, arch, pooler)
-    max_num_batched_tokens = args.max_num_batched_tokens or platform.default_max_num_batched_tokens()
-    if not args.enable_chunked_prefill or pooler is not None:
-        # Prompts that are never split must fit in one step.
-        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
-    single_device = args.tensor_parallel_size * args.pipeline_parallel_size == 1
-    overlap_decode = args.overlap_decode
-    if args.async_scheduling:
-        overlap_decode = False  # async scheduling overlaps every step, decode included
-    elif overlap_decode is None:
-        overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
-    if pooler is not None:
-        overlap_decode = False  # nothing decodes
-    return WorkerConfig(
-        model_path=str(model_path),
-        load_format="dummy" if args.load_format == "dummy" else load_format,
-        dtype=resolve_dtype(args.dtype, arch, platform.supported_dtypes),
-        kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        platform=platform.name,
-        quantization=args.quantization,
-        seed=args.seed,
-        enforce_eager=args.enforce_eager,
-        max_prefill_graph_tokens=args.max_prefill_graph_tokens,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        num_kv_blocks=args.num_kv_blocks,
-        tensor_parallel_size=args.tensor_parallel_size,
-        pipeline_parallel_size=args.pipeline_parallel_size,
-        enable_expert_parallel=args.enable_expert_parallel,
-        overlap_decode=bool(overlap_decode) and args.pipeline_parallel_size == 1,
-        async_scheduling=args.async_scheduling,
-        device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
-        task=pooler.task if pooler is not None else "generate",
-    )
 
 
 def _check_parallel_layout(args: EngineArgs, arch: ModelArchConfig) -> None:
