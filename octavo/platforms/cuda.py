@@ -99,6 +99,9 @@ class CudaPlatform(TorchDevicePlatform):
 
             fp8_gemv_rows.rows_enabled()  # OCTAVO_FP8_GEMV_ROWS is 0 or 1
             fp8_gemv_rows.tiles_from_env()  # OCTAVO_FP8_GEMV_ROWS_TILES, if set, is three numbers
+            from octavo.kernels.moe_align import chunked_align_enabled
+
+            chunked_align_enabled()  # OCTAVO_MOE_CHUNKED_ALIGN is 0 or 1
             from octavo.kernels.moe_routed import routes_in_kernel
 
             routes_in_kernel()  # OCTAVO_MOE_ROUTED is 0 or 1 (and OCTAVO_MOE_DECODE_MAX_TOKENS well formed)

@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 
 from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.kernels import moe_align  # noqa: E402
 from octavo.kernels.moe_align import align_to_experts, align_to_experts_torch  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
@@ -127,6 +128,47 @@ def test_alignment_kernel_matches_torch_sort(num_tokens, num_experts, top_k, blo
     assert torch.equal(kernel.block_experts, torch_sort.block_experts)
 
 
+@pytest.mark.parametrize("chunked", ["1", "0"], ids=["program-per-64-slots", "one-program"])
+@pytest.mark.parametrize(
+    "num_tokens,num_experts,top_k,block_m",
+    [(40, 128, 8, 16), (50, 8, 2, 32), (96, 20, 6, 16), (9, 4, 4, 16), (256, 4, 4, 128)],
+    ids=["qwen3-moe-like", "mixtral-like", "uneven", "one-chunk", "more-programs-than-blocks"],
+)
+def test_alignment_forms_match_torch_sort(num_tokens, num_experts, top_k, block_m, chunked, device, monkeypatch):
+    # The kernel's two forms: a program per 64 slots (each counting every slot,
+    # placing its own, marking its share of the padding, tail and block
+    # experts), and one program for all (OCTAVO_MOE_CHUNKED_ALIGN=0). Skewed
+    # routing leaves some experts empty and gives others several blocks.
+    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", chunked)
+    moe_align.chunked_align_enabled.cache_clear()
+    generator = torch.Generator().manual_seed(num_experts)
+    logits = torch.randn(num_tokens, num_experts, generator=generator)
+    logits[:, : num_experts // 4] += 2.0
+    ids = logits.topk(top_k, dim=1).indices
+    ids[ids % 5 == 2] = -1  # some slots' experts live on another rank
+    ids = ids.to(torch.int32).to(device)
+    try:
+        aligned = align_to_experts(ids, num_experts, block_m)
+    finally:
+        moe_align.chunked_align_enabled.cache_clear()
+    torch_sort = align_to_experts_torch(ids, num_experts, block_m)
+    assert torch.equal(aligned.sorted_slots, torch_sort.sorted_slots)
+    assert torch.equal(aligned.block_experts, torch_sort.block_experts)
+
+
+@pytest.mark.parametrize("chunked,limit", [("1", "CHUNKED_ALIGN_MAX_SLOTS"), ("0", "ALIGN_KERNEL_MAX_SLOTS")])
+def test_batches_past_the_kernel_go_to_the_sort(chunked, limit, monkeypatch):
+    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", chunked)
+    moe_align.chunked_align_enabled.cache_clear()
+    calls = []
+    monkeypatch.setattr(moe_align, "align_to_experts_torch", lambda *args: calls.append(args) or "sorted")
+    try:
+        assert align_to_experts(torch.zeros(getattr(moe_align, limit) + 1, 1, dtype=torch.int32), 4, 16) == "sorted"
+    finally:
+        moe_align.chunked_align_enabled.cache_clear()
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("num_experts,top_k,renormalize", [(8, 2, True), (128, 8, True), (60, 4, False), (8, 8, False)])
 def test_router_topk_matches_reference(num_experts, top_k, renormalize, device):
     logits = torch.randn(5, num_experts, generator=torch.Generator().manual_seed(num_experts)).to(device)
@@ -162,11 +204,11 @@ def test_real_shapes_on_gpu(num_experts, top_k, hidden, inter, num_tokens, decod
 
 @pytest.mark.gpu
 @pytest.mark.skipif(INTERPRETING or not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("num_tokens", [1, 8, 4096], ids=["decode-form", "align-kernel", "align-torch-sort"])
+@pytest.mark.parametrize("num_tokens", [1, 8, 512, 4096], ids=["decode-form", "align-kernel", "align-chunked", "align-torch-sort"])
 def test_captured_in_a_cuda_graph(num_tokens):
     # The engine captures decode and prefill steps in CUDA graphs: the decode
-    # form and both alignment paths (the one-block kernel and the sort past
-    # its slot limit) must capture, and the replay must match an eager call
+    # form and every alignment path (the one-program kernel, its chunked form
+    # and the sort past their slot limits) must capture, and the replay must match an eager call
     # on new inputs.
     x, w13, w2, weights, ids = make_inputs(num_tokens, 128, 8, 256, 128, torch.bfloat16, torch.device("cuda"))
     fused_moe(x, w13, w2, weights, ids)  # compile the kernels outside the capture
@@ -234,6 +276,9 @@ def test_gpu_benchmark_runs_on_tiny_shapes(tmp_path, monkeypatch, capsys):
     assert len(gemv) == 2 and all(r["tokens"] == 3 and r["gemv_us"] > 0 for r in gemv)
     assert " gemv " in out
     assert [r["tokens"] for r in records[1:] if "sweep_tiles" in r] == [3, 3]
+    # The alignment alone, each form checked against the sort.
+    aligns = {r["align"]: r for r in records if "align" in r}
+    assert set(aligns) == {"chunked", "torch sort", "one program"} and all(r["same"] for r in aligns.values())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
