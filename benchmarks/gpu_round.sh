@@ -308,6 +308,15 @@ for step in "$@"; do
     # (routed experts' bytes / copy bandwidth, or FLOPs / matmul rate); moe_sweep adds the best tile shapes.
     moe_bench) TAIL=16 run_step moe_bench 400 python benchmarks/moe_gpu.py;;
     moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
+    # Round 39: the alignment in one launch (a program per 64 slots) where a 512-stream decode step's
+    # 4,096 slots took torch's sort: each form alone and one layer at 64 / 512 tokens, then Qwen3-MoE
+    # throughput with it on and off (OCTAVO_MOE_CHUNKED_ALIGN; ALIGN_TURNS="1 0 1 0" for more turns), same machine.
+    moe_align_ab) TAIL=24 run_step moe_align 300 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 64,512 --skip-gemv
+                  for on in ${ALIGN_TURNS:-1 0}; do
+                    OCTAVO_MOE_CHUNKED_ALIGN=$on TAIL=8 run_step "qwen3moe_tput_align${on}_$(turn)" 400 $CLI bench throughput $MQ3 \
+                      --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 \
+                      --output-json "$O/qwen3moe_tput_align${on}_$(cat "$TURN_FILE").json"
+                  done;;
     # Decode sizes only: the two-GEMV path's tiles (each GEMV's swept, the down's from block_n 1) and the grouped path's.
     moe_gemv_sweep) TAIL=40 run_step moe_gemv_sweep 580 python benchmarks/moe_gpu.py --sweep --tokens 1,8;;
     # Issue 16's decode form: one layer at 1 and 8 tokens, the decode form against the grouped path, its down
