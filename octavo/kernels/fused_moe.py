@@ -15,7 +15,8 @@ the ``fused_moe`` layer op's reference defines:
    the slot's row of ``[T * k, I]``.
 3. ``_down_kernel``: those rows times the expert's down projection, times
    the slot's routing weight, written to the slot's row of ``[T * k, H]``;
-   a sum over ``k`` gives ``[T, H]``.
+   ``sum_over_topk`` adds each token's ``k`` rows into ``[T, H]`` (one
+   launch; rows of slots with id -1 were never written and are left out).
 
 Numerics follow the reference's rounding steps (products accumulated in
 float32, each linear's output rounded to the input dtype, the activation
@@ -262,15 +263,46 @@ def _grouped(
     num_blocks = align.block_experts.shape[0]
     act = gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
     num_slots = act.shape[0]
-    # Slots of skipped experts are never written: they must add zero.
-    per_slot = torch.zeros((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
+    # Rows of skipped experts' slots are never written: the sum leaves them out.
+    per_slot = torch.empty((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     _down_kernel[(num_blocks, cdiv(hidden_size, tiles.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,
         num_slots, hidden_size, act.shape[1],
         act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0), **_options(tiles, hidden.dtype),
     )
-    return per_slot.view(num_tokens, top_k, hidden_size).sum(dim=1)
+    return sum_over_topk(per_slot, topk_ids)
+
+
+_SUM_BLOCK = 1024
+
+
+@triton.jit
+def _sum_over_topk_kernel(per_slot_ptr, ids_ptr, out_ptr, hidden, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+    """Program (token, column block): the sum of the token's slot rows whose
+    expert is here (id >= 0), in float32, rounded once (as torch's sum)."""
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < hidden
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in tl.static_range(TOP_K):
+        slot = token * TOP_K + j
+        here = col_ok & (tl.load(ids_ptr + slot + tl.zeros([BLOCK], tl.int64)) >= 0)  # the slot's id, per lane
+        acc += tl.load(per_slot_ptr + slot * hidden + cols, mask=here, other=0.0).to(tl.float32)
+    tl.store(out_ptr + token * hidden + cols, acc.to(out_ptr.dtype.element_ty), mask=col_ok)
+
+
+def sum_over_topk(per_slot: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """``[T, H]``: each token's ``k`` rows of ``per_slot`` (``[T * k, H]``, contiguous)
+    summed, rows of slots with id -1 (unwritten) left out; one launch where a
+    zero fill before the down kernel and torch's sum took two."""
+    (num_tokens, top_k), hidden_size = topk_ids.shape, per_slot.shape[1]
+    out = torch.empty((num_tokens, hidden_size), dtype=per_slot.dtype, device=per_slot.device)
+    block = min(_SUM_BLOCK, next_power_of_2(hidden_size))
+    _sum_over_topk_kernel[(num_tokens, cdiv(hidden_size, block))](
+        per_slot, topk_ids.reshape(-1).contiguous(), out, hidden_size, TOP_K=top_k, BLOCK=block, num_warps=4,
+    )
+    return out
 
 
 def _decode(

@@ -204,6 +204,7 @@ def cases(attention_only: bool = False):
     consts = dict(consts, TOP_K=8, K_PAD=8, BLOCK_K=256, PDL=True, ROUTED=True, E_PAD=128, RENORMALIZE=True)
     yield "moe decode down routed pdl top-8", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     yield "fused_moe align", moe_align._align_kernel, dict(E_PAD=128, BLOCK=64, BLOCK_M=16, FILL_BLOCK=1024, COUNT_BLOCK=1024), None
+    yield "fused_moe sum over top-k", fused_moe._sum_over_topk_kernel, dict(TOP_K=8, BLOCK=1024), None
     block_n, block_k, _, down_n, down_k, _ = fused_moe_gemv.moe_gemv_tiles()
     for pdl in (False, True):  # and with programmatic dependent launch (octavo/kernels/pdl.py)
         suffix = " pdl" if pdl else ""

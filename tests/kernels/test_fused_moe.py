@@ -128,6 +128,17 @@ def test_alignment_kernel_matches_torch_sort(num_tokens, num_experts, top_k, blo
     assert torch.equal(kernel.block_experts, torch_sort.block_experts)
 
 
+def test_sum_over_topk_leaves_out_unwritten_rows(device):
+    # The grouped path's last launch: rows of slots whose expert is on another
+    # rank are never written (here NaN) and must add nothing.
+    ids = torch.tensor([[0, -1, 2], [-1, -1, 1], [3, 1, 0]], dtype=torch.int32, device=device)
+    per_slot = torch.randn(9, 40, generator=torch.Generator().manual_seed(0)).to(device)
+    per_slot[(ids.reshape(-1) < 0)] = float("nan")
+    out = fused_moe_module.sum_over_topk(per_slot, ids)
+    expected = torch.where((ids >= 0)[..., None], per_slot.view(3, 3, 40), 0.0).sum(dim=1)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize("chunked", ["1", "0"], ids=["program-per-64-slots", "one-program"])
 @pytest.mark.parametrize(
     "num_tokens,num_experts,top_k,block_m",
