@@ -308,6 +308,9 @@ for step in "$@"; do
     # (routed experts' bytes / copy bandwidth, or FLOPs / matmul rate); moe_sweep adds the best tile shapes.
     moe_bench) TAIL=16 run_step moe_bench 400 python benchmarks/moe_gpu.py;;
     moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
+    # The grouped down kernel's own tiles (OCTAVO_MOE_GROUPED_DOWN_TILES) at a 512-stream decode step
+    # and a 2,048-token batch of Qwen3-MoE, the gate-up's at their default.
+    moe_down_sweep) TAIL=24 run_step moe_down_sweep 500 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 512,2048 --down-sweep --skip-gemv;;
     # Round 39: the alignment in one launch (a program per 64 slots) where a 512-stream decode step's
     # 4,096 slots took torch's sort: each form alone and one layer at 64 / 512 tokens, then Qwen3-MoE
     # throughput with it on and off (OCTAVO_MOE_CHUNKED_ALIGN; ALIGN_TURNS="1 0 1 0" for more turns), same machine.

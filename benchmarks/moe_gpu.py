@@ -12,7 +12,9 @@ routed FLOPs over the measured matmul rate.
 
 ``--sweep`` also times every tile shape of ``SWEEP`` per case and prints the
 best three with their max difference from the default's output (the values
-to put in ``fused_moe._TILE_TABLE``, or to try as ``OCTAVO_MOE_TILES``).
+to put in ``moe_tiles._TILE_TABLE``, or to try as ``OCTAVO_MOE_TILES``);
+``--down-sweep`` the grouped down kernel's own tiles (``DOWN_SWEEP``, to
+try as ``OCTAVO_MOE_GROUPED_DOWN_TILES``).
 
 Up to 8 tokens, the decode form (``moe_decode.py``: no alignment, the sum
 over top-k in the down kernel) and the grouped GEMMs are timed side by side
@@ -53,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from octavo.benchmarks.ceilings import measure_ceilings  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
+from octavo.kernels.moe_tiles import DownTiles  # noqa: E402
 from octavo.kernels.fused_moe_gemv import DEFAULT_TILES as DEFAULT_GEMV_TILES  # noqa: E402
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
 from octavo.kernels.gemv import linear_gemv  # noqa: E402
@@ -67,6 +70,9 @@ MODELS = ("qwen3-30b-a3b", "mixtral-8x7b")
 TOKENS = (1, 8, 64, 512, 4096)
 SWEEP = [MoeTiles(m, n, k, w, s) for m in (16, 32, 64, 128) for n in (64, 128) for k in (64, 128)
          for w in (4, 8) for s in (3, 4)]
+# The grouped down kernel's own tiles (``--down-sweep``; the gate-up's at its default): K is the
+# expert width, and every column tile re-reads the block's activation rows.
+DOWN_SWEEP = [DownTiles(n, k, w, s) for n in (64, 128, 256) for k in (64, 128, 256) for w in (4, 8) for s in (2, 3, 4)]
 LOG_LINES: list[str] = []
 RECORDS: list[dict] = []
 
@@ -148,6 +154,23 @@ def sweep_case(case: dict, inputs, expected: torch.Tensor, device: torch.device,
         results.append((us, tiles, float((out.float() - expected.float()).abs().max())))
         RECORDS.append({**case, "sweep_tiles": asdict(tiles), "us": us})
     return sorted(results, key=lambda r: r[0])
+
+
+def down_sweep_case(case: dict, inputs, expected: torch.Tensor, device: torch.device, reps: int) -> None:
+    """The grouped path with each of ``DOWN_SWEEP``'s down tiles; the best three."""
+    results = []
+    for down in DOWN_SWEEP:
+        try:
+            out = fused_moe(*inputs, "silu", None, False, down)
+            us = time_us(lambda down=down: fused_moe(*inputs, "silu", None, False, down), device, True, reps)
+        except Exception as exc:  # a tile shape the GPU cannot run (shared memory): skip it
+            say(f"    {down}: {type(exc).__name__}")
+            continue
+        results.append((us, down, float((out.float() - expected.float()).abs().max())))
+        RECORDS.append({**case, "down_sweep_tiles": asdict(down), "us": us})
+    for us, down, diff in sorted(results, key=lambda r: r[0])[:3]:
+        say(f"{'':>14} down {us:>10.1f} us (max diff {diff:.1e})  "
+            f"OCTAVO_MOE_GROUPED_DOWN_TILES={down.block_n},{down.block_k},{down.num_warps},{down.num_stages}")
 
 
 GEMV_MAX_TOKENS = 8
@@ -265,6 +288,8 @@ def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: tor
         run_align(shape, num_tokens, inputs[4], tiles.block_m, args, device)
     if num_tokens <= GEMV_MAX_TOKENS and not args.skip_gemv:
         run_gemv(shape, num_tokens, inputs, reference, floor, args, device)
+    if args.down_sweep and num_tokens > DECODE_MAX_TOKENS:
+        down_sweep_case({"model": shape.name, "tokens": num_tokens}, inputs, ours, device, args.reps)
     if args.sweep:
         best = sweep_case({"model": shape.name, "tokens": num_tokens}, inputs, ours, device, args.reps)
         for us, candidate, diff in best[:3]:
@@ -279,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiles", default=None,
                         help="with --sweep: these tile shapes instead of SWEEP, 'm,n,k,warps,stages;...'")
     parser.add_argument("--decode-tiles", action="store_true", help="also sweep the decode form's down tiles")
+    parser.add_argument("--down-sweep", action="store_true",
+                        help="also sweep the grouped down kernel's own tiles (past the decode sizes)")
     parser.add_argument("--skip-gemv", action="store_true", help="leave out the two-GEMV path (off by default)")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (set TRITON_INTERPRET=1)")
@@ -290,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         SWEEP = [MoeTiles(*(int(v) for v in part.split(","))) for part in args.tiles.split(";") if part.strip()]
     if args.smoke:
         SWEEP = SWEEP[:2]
+        DOWN_SWEEP[2:] = []
     shapes = [smoke_shape()] if args.smoke else [shape_of(m) for m in args.models.split(",")]
     ceilings = measure_ceilings(device, [str(dtype).removeprefix("torch.")])
     say(f"fused MoE, one layer, {dtype}, silu, routing renormalised; device {ceilings.describe()}")

@@ -25,7 +25,8 @@ softmax and top-k are one launch too (``moe_topk.py``). Tile shapes
 come from ``moe_tiles`` by the average number of tokens per expert (batch
 size x top-k / experts): small tiles for decode, large ones for prefill;
 ``OCTAVO_MOE_TILES=block_m,block_n,block_k,num_warps,num_stages``
-overrides them for tuning runs. Batches of up to ``OCTAVO_MOE_GEMV_MAX_TOKENS``
+overrides them for tuning runs, and ``OCTAVO_MOE_GROUPED_DOWN_TILES`` the
+down kernel's (``moe_tiles.py``). Batches of up to ``OCTAVO_MOE_GEMV_MAX_TOKENS``
 tokens take two GEMVs instead (``fused_moe_gemv.py``, off by default).
 Batches of up to ``OCTAVO_MOE_DECODE_MAX_TOKENS`` (default 1) take the
 decode form (``moe_decode.py``): the gate-up kernel with no alignment
@@ -38,8 +39,6 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -48,52 +47,10 @@ from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
+from octavo.kernels.moe_tiles import DownTiles, MoeTiles, grouped_down_tiles, moe_tiles
 from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, ints_from_env, next_power_of_2
-
-
-@dataclass(frozen=True)
-class MoeTiles:
-    block_m: int  # sorted slots per block (each block holds one expert's tokens)
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
-# By average tokens per expert (T * k / E), smallest first. Decode (a few
-# tokens per expert, memory-bound: every program streams weight tiles) takes
-# the smallest block_m that tl.dot allows; from ~64 tokens an expert a tile
-# that holds all of an expert's tokens wins: each expert's weights are then
-# read once. Swept on an H100 at Qwen3-30B-A3B's shapes (round 33,
-# benchmarks/moe_gpu.py --sweep; 25-64 shapes per size, us per layer):
-# 32 an expert (512 tokens) 597 with the 32-row tile, the best of all (deeper
-# pipelines and wider K lost); 64 an expert 718 with 128 rows against 763
-# with 32; 128 an expert 895 against 970 with 64; 512 an expert 2,041-2,063
-# with 128 rows, the best three. Between 32 and 64 (not measured) the 64-row
-# tile, within 3% of the best at both ends. OCTAVO_MOE_TILES overrides.
-_TILE_TABLE = (
-    (16, MoeTiles(16, 64, 128, 4, 4)),
-    (32, MoeTiles(32, 64, 128, 4, 3)),
-    (48, MoeTiles(64, 128, 64, 4, 4)),
-    (None, MoeTiles(128, 128, 64, 8, 3)),
-)
-
-
-@functools.cache
-def _tiles_from_env() -> MoeTiles | None:
-    parts = ints_from_env("OCTAVO_MOE_TILES", "block_m,block_n,block_k,num_warps,num_stages", (5,))
-    return None if parts is None else MoeTiles(*parts)
-
-
-def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:
-    """The tile shape for a batch of ``num_tokens`` routed to ``top_k`` of ``num_experts``."""
-    override = _tiles_from_env()
-    if override is not None:
-        return override
-    per_expert = num_tokens * top_k / max(num_experts, 1)
-    return next(tiles for limit, tiles in _TILE_TABLE if limit is None or per_expert <= limit)
+from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, next_power_of_2
 
 
 MOE_GEMV_MAX_TOKENS_ENV = "OCTAVO_MOE_GEMV_MAX_TOKENS"
@@ -221,11 +178,14 @@ def _down_kernel(
     tl.store(out_ptr + rows[:, None] * stride_ot + cols[None, :], out.to(dtype), mask=real[:, None] & col_ok[None, :])
 
 
-def _options(tiles: MoeTiles, dtype: torch.dtype) -> dict:
+def _options(tiles: MoeTiles, dtype: torch.dtype, down: DownTiles | None = None) -> dict:
+    """Launch options of a grouped kernel: ``tiles``, or the down kernel's
+    ``down`` tiles with the alignment's ``block_m``."""
+    shape = down or tiles
     return dict(
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        BLOCK_M=tiles.block_m, BLOCK_N=shape.block_n, BLOCK_K=shape.block_k,
         DOT_DTYPE=dot_dtype(dtype), PRECISION=dot_precision(dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        num_warps=shape.num_warps, num_stages=shape.num_stages,
     )
 
 
@@ -255,7 +215,7 @@ def gate_up(
 
 def _grouped(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-    act_code: int, tiles: MoeTiles,
+    act_code: int, tiles: MoeTiles, down_tiles: DownTiles | None = None,
 ) -> torch.Tensor:
     """Aligned slots, the grouped gate-up and down GEMMs, then the sum over k."""
     (num_tokens, top_k), hidden_size = topk_ids.shape, hidden.shape[1]
@@ -266,10 +226,12 @@ def _grouped(
     # Rows of skipped experts' slots are never written: the sum leaves them out.
     per_slot = torch.empty((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    _down_kernel[(num_blocks, cdiv(hidden_size, tiles.block_n))](
+    down_tiles = down_tiles or grouped_down_tiles(tiles)
+    _down_kernel[(num_blocks, cdiv(hidden_size, down_tiles.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,
         num_slots, hidden_size, act.shape[1],
-        act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0), **_options(tiles, hidden.dtype),
+        act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0),
+        **_options(tiles, hidden.dtype, down_tiles),
     )
     return sum_over_topk(per_slot, topk_ids)
 
@@ -348,12 +310,14 @@ def fused_moe(
     activation: str = "silu",
     tiles: MoeTiles | None = None,
     decode: bool | None = None,
+    down_tiles: DownTiles | None = None,
 ) -> torch.Tensor:
     """hidden [T, H]; w13 [E, 2I, H]; w2 [E, H, I]; topk_weights [T, k]
     (float32); topk_ids [T, k] (-1 = skip); activation silu, gelu or
-    gelu_tanh. Returns [T, H] in ``hidden``'s dtype. ``tiles`` and
+    gelu_tanh. Returns [T, H] in ``hidden``'s dtype. ``tiles``,
     ``decode`` (the decode form or the grouped GEMMs; None: by the number
-    of tokens) are for tests and tuning runs."""
+    of tokens) and ``down_tiles`` (the grouped down kernel's) are for tests
+    and tuning runs."""
     hidden, act_code = checked_inputs(hidden, w13, w2, activation)
     num_tokens, hidden_size = hidden.shape
     if num_tokens == 0:
@@ -365,4 +329,4 @@ def fused_moe(
         decode = num_tokens <= moe_decode_max_tokens()
     if decode:
         return _decode(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles)
-    return _grouped(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles)
+    return _grouped(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles, down_tiles)

@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 from octavo.kernels import fused_moe as fused_moe_module  # noqa: E402
 from octavo.kernels.fused_moe import MoeTiles, fused_moe, moe_tiles  # noqa: E402
 from octavo.kernels import moe_align  # noqa: E402
+from octavo.kernels import moe_tiles as moe_tiles_module  # noqa: E402
 from octavo.kernels.moe_align import align_to_experts, align_to_experts_torch  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
 from octavo.ops.reference import fused_moe as fused_moe_reference  # noqa: E402
@@ -309,3 +310,39 @@ def test_gpu_benchmark_times_the_decode_form(tmp_path, monkeypatch, capsys):
     assert [r["block"] for r in records if "block" in r] == ["before", "after", "routed"]
     assert not any("gemv_us" in r for r in records)
     assert "block max |after - before|" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke run; on a GPU run the script itself")
+def test_gpu_benchmark_sweeps_the_grouped_down_tiles(tmp_path, monkeypatch, capsys):
+    """``--down-sweep``: the grouped path with the down kernel's own tiles
+    (the gate-up's at their default), each output equal to the default's."""
+    import json
+
+    module = load_benchmark(monkeypatch)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert module.main(["--smoke", "--tokens", "12", "--down-sweep", "--skip-gemv"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "moe_gpu.jsonl").read_text().splitlines()]
+    swept = [r for r in records if "down_sweep_tiles" in r]
+    assert len(swept) == 2 and all(r["tokens"] == 12 and r["us"] > 0 for r in swept)
+    assert "OCTAVO_MOE_GROUPED_DOWN_TILES=" in capsys.readouterr().out
+
+
+def test_grouped_down_tiles_change_nothing_but_speed(device):
+    # The down kernel with its own column and K tiles (block_m stays the
+    # alignment's) computes what the shared tiles do.
+    inputs = make_inputs(12, 8, 2, 64, 48, torch.float32, device)
+    shared = fused_moe(*inputs, "silu", PREFILL, False)
+    own = fused_moe(*inputs, "silu", PREFILL, False, moe_tiles_module.DownTiles(16, 32, 4, 2))
+    torch.testing.assert_close(own, shared, atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_down_tiles_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OCTAVO_MOE_GROUPED_DOWN_TILES", "128,64,8,3")
+    moe_tiles_module._down_tiles_from_env.cache_clear()
+    try:
+        assert moe_tiles_module.grouped_down_tiles(PREFILL) == moe_tiles_module.DownTiles(128, 64, 8, 3)
+        monkeypatch.delenv("OCTAVO_MOE_GROUPED_DOWN_TILES")
+        moe_tiles_module._down_tiles_from_env.cache_clear()
+        assert moe_tiles_module.grouped_down_tiles(PREFILL) == moe_tiles_module.DownTiles(64, 64, 4, 2)  # the gate-up's
+    finally:
+        moe_tiles_module._down_tiles_from_env.cache_clear()

@@ -1,0 +1,80 @@
+"""Tile shapes of the grouped MoE kernels (``fused_moe.py``).
+
+``moe_tiles`` picks the gate-up kernel's tiles (and the alignment's
+``block_m``) by the average number of tokens per expert; the down kernel
+takes the same unless ``grouped_down_tiles`` says otherwise: its K is the
+expert width (768 for Qwen3-MoE: six steps of 128) and each column tile
+re-reads the block's activation rows, so a wider column tile may pay there
+where it does not for the gate-up (``OCTAVO_MOE_GROUPED_DOWN_TILES`` for
+tuning runs, ``benchmarks/moe_gpu.py --down-sweep``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from octavo.kernels.triton_utils import ints_from_env
+
+
+@dataclass(frozen=True)
+class MoeTiles:
+    block_m: int  # sorted slots per block (each block holds one expert's tokens)
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# By average tokens per expert (T * k / E), smallest first. Decode (a few
+# tokens per expert, memory-bound: every program streams weight tiles) takes
+# the smallest block_m that tl.dot allows; from ~64 tokens an expert a tile
+# that holds all of an expert's tokens wins: each expert's weights are then
+# read once. Swept on an H100 at Qwen3-30B-A3B's shapes (round 33,
+# benchmarks/moe_gpu.py --sweep; 25-64 shapes per size, us per layer):
+# 32 an expert (512 tokens) 597 with the 32-row tile, the best of all (deeper
+# pipelines and wider K lost); 64 an expert 718 with 128 rows against 763
+# with 32; 128 an expert 895 against 970 with 64; 512 an expert 2,041-2,063
+# with 128 rows, the best three. Between 32 and 64 (not measured) the 64-row
+# tile, within 3% of the best at both ends. OCTAVO_MOE_TILES overrides.
+_TILE_TABLE = (
+    (16, MoeTiles(16, 64, 128, 4, 4)),
+    (32, MoeTiles(32, 64, 128, 4, 3)),
+    (48, MoeTiles(64, 128, 64, 4, 4)),
+    (None, MoeTiles(128, 128, 64, 8, 3)),
+)
+
+
+@functools.cache
+def _tiles_from_env() -> MoeTiles | None:
+    parts = ints_from_env("OCTAVO_MOE_TILES", "block_m,block_n,block_k,num_warps,num_stages", (5,))
+    return None if parts is None else MoeTiles(*parts)
+
+
+def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:
+    """The tile shape for a batch of ``num_tokens`` routed to ``top_k`` of ``num_experts``."""
+    override = _tiles_from_env()
+    if override is not None:
+        return override
+    per_expert = num_tokens * top_k / max(num_experts, 1)
+    return next(tiles for limit, tiles in _TILE_TABLE if limit is None or per_expert <= limit)
+
+
+@dataclass(frozen=True)
+class DownTiles:
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+@functools.cache
+def _down_tiles_from_env() -> DownTiles | None:
+    parts = ints_from_env("OCTAVO_MOE_GROUPED_DOWN_TILES", "block_n,block_k,num_warps,num_stages", (4,))
+    return None if parts is None else DownTiles(*parts)
+
+
+def grouped_down_tiles(tiles: MoeTiles) -> DownTiles:
+    """The grouped down kernel's tiles beside the gate-up's ``tiles`` (whose
+    ``block_m`` the alignment fixed): ``OCTAVO_MOE_GROUPED_DOWN_TILES``, else the same."""
+    return _down_tiles_from_env() or DownTiles(tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
