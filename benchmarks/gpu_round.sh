@@ -325,8 +325,7 @@ for step in "$@"; do
     # Issue 16's decode form: one layer at 1 and 8 tokens, the decode form against the grouped path, its down
     # kernel's tiles swept, and the MoE block at 1 token before (cuBLAS router, grouped) and after (GEMV, decode form).
     # Qwen3-30B-A3B batch-1 decode, the grouped MoE path (the baseline) then the decode form, same call.
-    qwen3moe_ab) for form in 0 1; do OCTAVO_MOE_DECODE_MAX_TOKENS=$form TAIL=8 run_step qwen3moe_latency_b1_decode$form 300 \
-                   $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_decode$form.json"; done;;
+    qwen3moe_ab) b1_turns qwen3moe "$MQ3" OCTAVO_MOE_DECODE_MAX_TOKENS=0 OCTAVO_MOE_DECODE_MAX_TOKENS=1;;
     moe_decode) TAIL=40 run_step moe_decode 400 python benchmarks/moe_gpu.py --tokens 1,8 --decode-tiles --skip-gemv;;
     # The decode form's gate-up tiles at one token (SWEEP's block_n starts at 64: 96 programs at Qwen3-MoE's
     # widths, fewer than the H200's 132 SMs): narrower column tiles, more programs.
@@ -357,11 +356,8 @@ for step in "$@"; do
     # experts' kernels (the default), back to back on one machine (both with the one-launch q/k head norms).
     # Qwen3-30B-A3B's decode attention (4 KV heads, ~130-256 tokens of context): split-KV with its merge, as
     # the captured graphs take it (they plan for max_model_len), against one program per KV head walking it all.
-    qwen3moe_split_ab) for split in default direct; do
-                   OCTAVO_SPLIT_MIN_SEQ_LEN=$([ $split = direct ] && echo 1000000) TAIL=8 run_step qwen3moe_latency_b1_$split 300 \
-                   $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_$split.json"; done;;
-    qwen3moe_routed_ab) for routed in 0 1; do OCTAVO_MOE_ROUTED=$routed TAIL=8 run_step qwen3moe_latency_b1_routed$routed 300 \
-                   $CLI bench latency $MQ3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/qwen3moe_lat1_routed$routed.json"; done;;
+    qwen3moe_split_ab) b1_turns qwen3moe "$MQ3" "" OCTAVO_SPLIT_MIN_SEQ_LEN=1000000;;  # split-KV (default) against direct
+    qwen3moe_routed_ab) b1_turns qwen3moe "$MQ3" OCTAVO_MOE_ROUTED=0 OCTAVO_MOE_ROUTED=1;;
     qwen3moe) family_step qwen3moe "$MQ3" all;;
     qwen3moe_*) family_step qwen3moe "$MQ3" "${step#qwen3moe_}";;
     mixtral) family_step mixtral "$MMX" all;;
