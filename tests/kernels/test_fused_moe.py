@@ -346,3 +346,18 @@ def test_grouped_down_tiles_from_the_environment(monkeypatch):
         assert moe_tiles_module.grouped_down_tiles(PREFILL) == moe_tiles_module.DownTiles(64, 64, 4, 2)  # the gate-up's
     finally:
         moe_tiles_module._down_tiles_from_env.cache_clear()
+
+
+def test_a_malformed_alignment_switch_fails_at_startup(monkeypatch):
+    from types import SimpleNamespace
+
+    from octavo.errors import InvalidArgumentError
+    from octavo.platforms.cuda import CudaPlatform
+
+    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", "yes")
+    moe_align.chunked_align_enabled.cache_clear()
+    try:
+        with pytest.raises(InvalidArgumentError, match="OCTAVO_MOE_CHUNKED_ALIGN"):  # not mid-run
+            CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
+    finally:
+        moe_align.chunked_align_enabled.cache_clear()
