@@ -69,10 +69,11 @@ def _align_kernel(
     block experts among its own ``positions_per_program`` positions. The
     three kinds of position (real slots, an expert's padding, the spare
     tail) are disjoint, so no store needs ordering against another program's.
-    Only the slot passes compare against every expert; the others are plain
-    stores (decode at 128 experts pads to ~2,000 positions, which a
-    per-position expert search made the slowest launch of the layer). One
-    program takes every slot and position: the small batches' form."""
+    Only the placement compares each slot with every expert (its rank among
+    the expert's slots); padding and tail are plain stores (decode at 128
+    experts pads to ~2,000 positions, which a per-position expert search made
+    the slowest launch of the layer). With ``OCTAVO_MOE_CHUNKED_ALIGN=0`` one
+    program takes every slot and position."""
     pid = tl.program_id(0)
     first_slot = pid * slots_per_program
     experts = tl.arange(0, E_PAD)
