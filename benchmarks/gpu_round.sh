@@ -131,6 +131,11 @@ for step in "$@"; do
     norm_gemv_ab_8b) b1_turns llama8b "$M8B" OCTAVO_NORM_GEMV=1 OCTAVO_NORM_GEMV=0;;
     profile_qwen3moe) TAIL=60 run_step profile_qwen3moe_eager 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --enforce-eager --kernels;;
     # One layer's kernels in the order the captured decode graph runs them, with the gaps between them.
+    # A 512-stream Qwen3-MoE decode step's kernels (issue 16's throughput: the grouped MoE GEMMs, the
+    # alignment, the sum, attention), graphs as the throughput run takes them; PROFILE_BATCH=256 on an
+    # H100 (its 80 GB hold the weights and fewer sequences' KV).
+    profile_qwen3moe_tput) TAIL=40 run_step profile_qwen3moe_tput 400 python benchmarks/profile_step.py $MQ3 \
+                             --batch-size ${PROFILE_BATCH:-512} --input-len 256 --decode-steps 4 --kernels;;
     profile_qwen3moe_graphs) TAIL=40 run_step profile_qwen3moe_graphs 300 python benchmarks/profile_step.py $MQ3 --batch-size 1 --input-len 128 --decode-steps 8 --kernels --kernel-sequence 24;;
     # The same with split-KV attention and its merge, as bench latency's graphs (captured for a long max_model_len) run it.
     profile_qwen3moe_graphs_split) OCTAVO_SPLIT_MIN_SEQ_LEN=1 TAIL=28 run_step profile_qwen3moe_graphs_split 300 python benchmarks/profile_step.py \
