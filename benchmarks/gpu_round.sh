@@ -313,6 +313,11 @@ for step in "$@"; do
     # (routed experts' bytes / copy bandwidth, or FLOPs / matmul rate); moe_sweep adds the best tile shapes.
     moe_bench) TAIL=16 run_step moe_bench 400 python benchmarks/moe_gpu.py;;
     moe_sweep) TAIL=50 run_step moe_sweep 580 python benchmarks/moe_gpu.py --sweep;;
+    # Round 39's MoE work in one step: one Qwen3-MoE layer at 512 tokens, the alignment forms timed alone
+    # (each checked equal to torch's sort) and the grouped down kernel's tiles swept, then the fused-MoE
+    # GPU tests (the chunked alignment at 64, 512 and 2,048 tokens and in a CUDA graph).
+    moe_check) TAIL=16 run_step moe_align_down 250 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 512 --skip-gemv --down-sweep
+               TAIL=4 run_step moe_gpu_tests 200 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py;;
     # The grouped down kernel's own tiles (OCTAVO_MOE_GROUPED_DOWN_TILES) at a 512-stream decode step
     # and a 2,048-token batch of Qwen3-MoE, the gate-up's at their default.
     moe_down_sweep) TAIL=24 run_step moe_down_sweep 500 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 512,2048 --down-sweep --skip-gemv;;
