@@ -3,7 +3,7 @@
 At decode a step routes 1-4 tokens to ``top_k`` experts each, and the
 grouped-GEMM path (``fused_moe.py``) spends most of its time around the
 GEMMs: an alignment launch, blocks of ``block_m`` rows holding one real
-row, a zero fill and a sum over ``k``. Here no slot is sorted:
+row, and a sum over ``k``. Here no slot is sorted:
 
 1. ``_gate_up_gemv_kernel``, program (slot, column tile): the slot's expert
    read from ``topk_ids``, its gate and up rows times the token's hidden
