@@ -25,10 +25,10 @@ experts, before (cuBLAS router, grouped path: 7 launches), routed (the
 GEMV router, the experts' kernels picking the experts: 3) and after (the
 GEMV router, the decode form: 4).
 
-Where the kernel aligns the slots (up to ``CHUNKED_ALIGN_MAX_SLOTS``), the
-alignment alone is timed in each form (rows ``align``: a program per 64
-slots, torch's sort, and one program up to 1,024 slots), each checked
-equal to the sort's.
+The alignment alone is timed in each form (rows ``align``: the chunked kernel, a program
+per 64 slots, at any size, past ``CHUNKED_ALIGN_MAX_SLOTS`` too, where the
+engine takes the sort; torch's sort; one program up to 1,024 slots), each
+checked equal to the sort's.
 
 GPU times are medians with the L2 flushed before each run; the kernel is
 replayed from a CUDA graph (as decode steps run it), the reference is not
@@ -59,7 +59,7 @@ from octavo.kernels.moe_tiles import DownTiles  # noqa: E402
 from octavo.kernels.fused_moe_gemv import DEFAULT_TILES as DEFAULT_GEMV_TILES  # noqa: E402
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv, moe_gemv_tiles  # noqa: E402
 from octavo.kernels.gemv import linear_gemv  # noqa: E402
-from octavo.kernels.moe_align import CHUNKED_ALIGN_MAX_SLOTS, align_to_experts, align_to_experts_torch  # noqa: E402
+from octavo.kernels.moe_align import align_to_experts, align_to_experts_torch  # noqa: E402
 from octavo.kernels.moe_decode import down_topk_sum  # noqa: E402
 from octavo.kernels.moe_routed import fused_moe_routed  # noqa: E402
 from octavo.kernels.moe_topk import topk_softmax  # noqa: E402
@@ -228,7 +228,8 @@ def run_decode(shape: MoeShape, num_tokens: int, inputs, reference, floor: float
 
 def run_align(shape: MoeShape, num_tokens: int, ids: torch.Tensor, block_m: int, args, device) -> None:
     """The expert alignment alone, each form (a graph replay: its launches as a step runs them)."""
-    forms = {"chunked": lambda: align_to_experts(ids, shape.experts, block_m, True),
+    # The chunked kernel at any size (past CHUNKED_ALIGN_MAX_SLOTS too: whether prefill should take it).
+    forms = {"chunked": lambda: align_to_experts(ids, shape.experts, block_m, True, max_slots=ids.numel()),
              "torch sort": lambda: align_to_experts_torch(ids, shape.experts, block_m)}
     if ids.numel() <= 1024:
         forms["one program"] = lambda: align_to_experts(ids, shape.experts, block_m, False)
@@ -284,8 +285,7 @@ def run_case(shape: MoeShape, num_tokens: int, experts: tuple, args, device: tor
                     "reference_us": reference_us, "floor_us": floor, "max_error": error, "tiles": asdict(tiles)})
     if num_tokens <= DECODE_MAX_TOKENS:
         run_decode(shape, num_tokens, inputs, reference, floor, args, device)
-    if num_tokens * shape.top_k <= CHUNKED_ALIGN_MAX_SLOTS:
-        run_align(shape, num_tokens, inputs[4], tiles.block_m, args, device)
+    run_align(shape, num_tokens, inputs[4], tiles.block_m, args, device)
     if num_tokens <= GEMV_MAX_TOKENS and not args.skip_gemv:
         run_gemv(shape, num_tokens, inputs, reference, floor, args, device)
     if args.down_sweep and num_tokens > DECODE_MAX_TOKENS:

@@ -115,12 +115,17 @@ def _align_kernel(
         tl.store(block_experts_ptr + blocks, tl.where(first < total, owner, -1), mask=first < hi)
 
 
-def align_to_experts(topk_ids: torch.Tensor, num_experts: int, block_m: int, chunked: bool | None = None) -> ExpertAlignment:
+def align_to_experts(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int, chunked: bool | None = None, max_slots: int | None = None,
+) -> ExpertAlignment:
     """Slots sorted by expert, each expert's run padded to whole blocks (see module
-    docstring); ``chunked`` (default: ``OCTAVO_MOE_CHUNKED_ALIGN``) picks the form."""
+    docstring); ``chunked`` (default: ``OCTAVO_MOE_CHUNKED_ALIGN``) picks the form,
+    ``max_slots`` (tuning runs) moves the kernel's limit past which the sort runs."""
     num_slots = topk_ids.numel()
     chunked = chunked_align_enabled() if chunked is None else chunked
-    if num_slots > (CHUNKED_ALIGN_MAX_SLOTS if chunked else ALIGN_KERNEL_MAX_SLOTS):
+    if max_slots is None:
+        max_slots = CHUNKED_ALIGN_MAX_SLOTS if chunked else ALIGN_KERNEL_MAX_SLOTS
+    if num_slots > max_slots:
         return align_to_experts_torch(topk_ids, num_experts, block_m)
     max_padded = max_padded_slots(num_slots, num_experts, block_m)
     sorted_slots = torch.empty(max_padded, dtype=torch.int32, device=topk_ids.device)

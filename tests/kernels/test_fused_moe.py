@@ -348,6 +348,21 @@ def test_grouped_down_tiles_from_the_environment(monkeypatch):
         moe_tiles_module._down_tiles_from_env.cache_clear()
 
 
+def test_max_slots_moves_the_kernels_limit(device, monkeypatch):
+    # Tuning runs time the chunked kernel past the size where the engine takes
+    # the sort (moe_gpu.py's align rows): same result as the sort.
+    monkeypatch.setattr(moe_align, "CHUNKED_ALIGN_MAX_SLOTS", 64)
+    calls = []
+    real_sort = moe_align.align_to_experts_torch
+    monkeypatch.setattr(moe_align, "align_to_experts_torch", lambda *args: calls.append(args) or real_sort(*args))
+    ids = torch.randint(0, 16, (40, 4), generator=torch.Generator().manual_seed(3)).to(torch.int32).to(device)
+    forced = align_to_experts(ids, 16, 16, True, max_slots=ids.numel())
+    assert not calls
+    sorted_ = align_to_experts(ids, 16, 16, True)
+    assert len(calls) == 1 and torch.equal(forced.sorted_slots, sorted_.sorted_slots)
+    assert torch.equal(forced.block_experts, sorted_.block_experts)
+
+
 def test_a_malformed_alignment_switch_fails_at_startup(monkeypatch):
     from types import SimpleNamespace
 
