@@ -23,7 +23,6 @@ class ReplicaStats:
     num_requests_finished: int  # ever finished there (stop, length or error; aborts are not counted)
 
 
-
 def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
     """The whole engine's stats: counts (requests, free blocks, preemptions,
     prefix-cache tokens) summed; KV usage is used blocks over all blocks."""
@@ -47,4 +46,3 @@ def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
             after_warmup=sum(s.compilations.after_warmup for s in stats),
         ),
     )
-

@@ -178,14 +178,11 @@ def _down_kernel(
     tl.store(out_ptr + rows[:, None] * stride_ot + cols[None, :], out.to(dtype), mask=real[:, None] & col_ok[None, :])
 
 
-def _options(tiles: MoeTiles, dtype: torch.dtype, down: DownTiles | None = None) -> dict:
-    """Launch options of a grouped kernel: ``tiles``, or the down kernel's
-    ``down`` tiles with the alignment's ``block_m``."""
-    shape = down or tiles
+def _options(tiles: MoeTiles, dtype: torch.dtype) -> dict:
     return dict(
-        BLOCK_M=tiles.block_m, BLOCK_N=shape.block_n, BLOCK_K=shape.block_k,
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         DOT_DTYPE=dot_dtype(dtype), PRECISION=dot_precision(dtype),
-        num_warps=shape.num_warps, num_stages=shape.num_stages,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
 
 
@@ -218,7 +215,7 @@ def _grouped(
     act_code: int, tiles: MoeTiles, down_tiles: DownTiles | None = None,
 ) -> torch.Tensor:
     """Aligned slots, the grouped gate-up and down GEMMs, then the sum over k."""
-    (num_tokens, top_k), hidden_size = topk_ids.shape, hidden.shape[1]
+    top_k, hidden_size = topk_ids.shape[1], hidden.shape[1]
     align = align_to_experts(topk_ids, w13.shape[0], tiles.block_m)
     num_blocks = align.block_experts.shape[0]
     act = gate_up(hidden, w13, align.sorted_slots, align.block_experts, num_blocks, top_k, act_code, tiles)
@@ -226,12 +223,11 @@ def _grouped(
     # Rows of skipped experts' slots are never written: the sum leaves them out.
     per_slot = torch.empty((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    down_tiles = down_tiles or grouped_down_tiles(tiles)
-    _down_kernel[(num_blocks, cdiv(hidden_size, down_tiles.block_n))](
+    down = grouped_down_tiles(tiles, down_tiles)
+    _down_kernel[(num_blocks, cdiv(hidden_size, down.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,
         num_slots, hidden_size, act.shape[1],
-        act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0),
-        **_options(tiles, hidden.dtype, down_tiles),
+        act.stride(0), w2.stride(0), w2.stride(1), per_slot.stride(0), **_options(down, hidden.dtype),
     )
     return sum_over_topk(per_slot, topk_ids)
 

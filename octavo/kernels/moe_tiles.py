@@ -11,6 +11,7 @@ tuning runs, ``benchmarks/moe_gpu.py --down-sweep``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -62,6 +63,9 @@ def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:
 
 @dataclass(frozen=True)
 class DownTiles:
+    """What the grouped down kernel may set apart from the gate-up's tiles
+    (its ``block_m`` is the alignment's)."""
+
     block_n: int
     block_k: int
     num_warps: int
@@ -74,7 +78,8 @@ def _down_tiles_from_env() -> DownTiles | None:
     return None if parts is None else DownTiles(*parts)
 
 
-def grouped_down_tiles(tiles: MoeTiles) -> DownTiles:
-    """The grouped down kernel's tiles beside the gate-up's ``tiles`` (whose
-    ``block_m`` the alignment fixed): ``OCTAVO_MOE_GROUPED_DOWN_TILES``, else the same."""
-    return _down_tiles_from_env() or DownTiles(tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
+def grouped_down_tiles(tiles: MoeTiles, down: DownTiles | None = None) -> MoeTiles:
+    """The grouped down kernel's tiles: the gate-up's ``tiles`` with ``down``'s
+    (tuning runs), or ``OCTAVO_MOE_GROUPED_DOWN_TILES``'s, fields in their place."""
+    down = down or _down_tiles_from_env()
+    return tiles if down is None else dataclasses.replace(tiles, **dataclasses.asdict(down))

@@ -340,10 +340,11 @@ def test_grouped_down_tiles_from_the_environment(monkeypatch):
     monkeypatch.setenv("OCTAVO_MOE_GROUPED_DOWN_TILES", "128,64,8,3")
     moe_tiles_module._down_tiles_from_env.cache_clear()
     try:
-        assert moe_tiles_module.grouped_down_tiles(PREFILL) == moe_tiles_module.DownTiles(128, 64, 8, 3)
+        # block_m stays the alignment's (PREFILL's 32); the rest is the override's.
+        assert moe_tiles_module.grouped_down_tiles(PREFILL) == MoeTiles(32, 128, 64, 8, 3)
         monkeypatch.delenv("OCTAVO_MOE_GROUPED_DOWN_TILES")
         moe_tiles_module._down_tiles_from_env.cache_clear()
-        assert moe_tiles_module.grouped_down_tiles(PREFILL) == moe_tiles_module.DownTiles(64, 64, 4, 2)  # the gate-up's
+        assert moe_tiles_module.grouped_down_tiles(PREFILL) == PREFILL  # the gate-up's
     finally:
         moe_tiles_module._down_tiles_from_env.cache_clear()
 
