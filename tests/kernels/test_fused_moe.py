@@ -140,44 +140,49 @@ def test_sum_over_topk_leaves_out_unwritten_rows(device):
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
 
 
+@pytest.fixture
+def chunked_align(monkeypatch):
+    """Sets ``OCTAVO_MOE_CHUNKED_ALIGN`` for one test: the switch is read once
+    and cached, so the cache is cleared on the way in and out."""
+
+    def set_to(value: str) -> None:
+        monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", value)
+        moe_align.chunked_align_enabled.cache_clear()
+
+    yield set_to
+    moe_align.chunked_align_enabled.cache_clear()
+
+
 @pytest.mark.parametrize("chunked", ["1", "0"], ids=["program-per-64-slots", "one-program"])
 @pytest.mark.parametrize(
     "num_tokens,num_experts,top_k,block_m",
     [(40, 128, 8, 16), (50, 8, 2, 32), (96, 20, 6, 16), (9, 4, 4, 16), (256, 4, 4, 128)],
     ids=["qwen3-moe-like", "mixtral-like", "uneven", "one-chunk", "more-programs-than-blocks"],
 )
-def test_alignment_forms_match_torch_sort(num_tokens, num_experts, top_k, block_m, chunked, device, monkeypatch):
+def test_alignment_forms_match_torch_sort(num_tokens, num_experts, top_k, block_m, chunked, device, chunked_align):
     # The kernel's two forms: a program per 64 slots (each counting every slot,
     # placing its own, marking its share of the padding, tail and block
     # experts), and one program for all (OCTAVO_MOE_CHUNKED_ALIGN=0). Skewed
     # routing leaves some experts empty and gives others several blocks.
-    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", chunked)
-    moe_align.chunked_align_enabled.cache_clear()
+    chunked_align(chunked)
     generator = torch.Generator().manual_seed(num_experts)
     logits = torch.randn(num_tokens, num_experts, generator=generator)
     logits[:, : num_experts // 4] += 2.0
     ids = logits.topk(top_k, dim=1).indices
     ids[ids % 5 == 2] = -1  # some slots' experts live on another rank
     ids = ids.to(torch.int32).to(device)
-    try:
-        aligned = align_to_experts(ids, num_experts, block_m)
-    finally:
-        moe_align.chunked_align_enabled.cache_clear()
+    aligned = align_to_experts(ids, num_experts, block_m)
     torch_sort = align_to_experts_torch(ids, num_experts, block_m)
     assert torch.equal(aligned.sorted_slots, torch_sort.sorted_slots)
     assert torch.equal(aligned.block_experts, torch_sort.block_experts)
 
 
 @pytest.mark.parametrize("chunked,limit", [("1", "CHUNKED_ALIGN_MAX_SLOTS"), ("0", "ALIGN_KERNEL_MAX_SLOTS")])
-def test_batches_past_the_kernel_go_to_the_sort(chunked, limit, monkeypatch):
-    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", chunked)
-    moe_align.chunked_align_enabled.cache_clear()
+def test_batches_past_the_kernel_go_to_the_sort(chunked, limit, monkeypatch, chunked_align):
+    chunked_align(chunked)
     calls = []
     monkeypatch.setattr(moe_align, "align_to_experts_torch", lambda *args: calls.append(args) or "sorted")
-    try:
-        assert align_to_experts(torch.zeros(getattr(moe_align, limit) + 1, 1, dtype=torch.int32), 4, 16) == "sorted"
-    finally:
-        moe_align.chunked_align_enabled.cache_clear()
+    assert align_to_experts(torch.zeros(getattr(moe_align, limit) + 1, 1, dtype=torch.int32), 4, 16) == "sorted"
     assert len(calls) == 1
 
 
@@ -364,16 +369,12 @@ def test_max_slots_moves_the_kernels_limit(device, monkeypatch):
     assert torch.equal(forced.block_experts, sorted_.block_experts)
 
 
-def test_a_malformed_alignment_switch_fails_at_startup(monkeypatch):
+def test_a_malformed_alignment_switch_fails_at_startup(chunked_align):
     from types import SimpleNamespace
 
     from octavo.errors import InvalidArgumentError
     from octavo.platforms.cuda import CudaPlatform
 
-    monkeypatch.setenv("OCTAVO_MOE_CHUNKED_ALIGN", "yes")
-    moe_align.chunked_align_enabled.cache_clear()
-    try:
-        with pytest.raises(InvalidArgumentError, match="OCTAVO_MOE_CHUNKED_ALIGN"):  # not mid-run
-            CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
-    finally:
-        moe_align.chunked_align_enabled.cache_clear()
+    chunked_align("yes")
+    with pytest.raises(InvalidArgumentError, match="OCTAVO_MOE_CHUNKED_ALIGN"):  # not mid-run
+        CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
