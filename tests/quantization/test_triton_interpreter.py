@@ -246,13 +246,17 @@ ROWS_CASES = [(100, 384, 128, torch.float32, 1), (64, 512, 256, torch.bfloat16, 
 
 @pytest.mark.parametrize("out_features,in_features,group_size,dtype,packed", ROWS_CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
-@pytest.mark.parametrize("tiles", [(8, 2, 2), (8, 16, 8)], ids=["8-2-2", "default"])  # the default: one step, most past K
+# The default: one step, most blocks past K; prefetching: the next step's weights before this
+# step's sums, with one block a step (every step a loop turn) and two (the last one partial).
+@pytest.mark.parametrize("tiles", [(8, 2, 2, 0), (8, 16, 8, 0), (8, 1, 2, 1), (8, 2, 2, 1)],
+                         ids=["8-2-2", "default", "8-1-2-prefetch", "8-2-2-prefetch"])
 @needs_interpreter
 def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, packed, with_bias,
                                           tiles, monkeypatch):
     from octavo.kernels.quant import int4_gemv_rows
 
-    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(*tiles, packed))
+    block_n, split, num_warps, prefetch = tiles
+    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(block_n, split, num_warps, packed, prefetch))
     from octavo.ops import quant_reference
 
     int4_triton, _ = kernels

@@ -55,6 +55,7 @@ class RowsTiles:
     split: int  # consecutive 128-input blocks a step, one per slice (warps along them)
     num_warps: int
     packed: int = 1  # 1: two values an instruction in 16-bit pairs (CUDA); 0: one value in float32
+    prefetch: int = 0  # 1: the next step's weights loaded before this step's arithmetic
 
 
 # Swept on the H200 (round 35, bfloat16 pairs, one 8B layer's four GEMVs, L2
@@ -66,8 +67,8 @@ TILES = RowsTiles(block_n=8, split=16, num_warps=8)
 
 @functools.cache
 def tiles_from_env() -> RowsTiles | None:
-    """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps[,packed]", (3, 4))
+    """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps[,packed[,prefetch]]`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps[,packed[,prefetch]]", (3, 4, 5))
     return None if parts is None else RowsTiles(*parts)
 
 
@@ -161,12 +162,40 @@ def _packed_block(words, x_block, zero, P: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
+def _step_weights(w_rows, s_ptr, z_ptr, rows, k0, K, splits, blocks_per_group, stride_sn, stride_zn, P: tl.constexpr):
+    """One step's words ``[BLOCK_N, SPLIT, P]``, scales (float32, zero past K) and zero points
+    ``[BLOCK_N, SPLIT]``, and its blocks' first inputs ``[SPLIT]``."""
+    block_start = k0 + splits
+    # Blocks past K read block 0 with a zero scale: no masked loads (nor their predicates) in the loop.
+    valid = block_start < K
+    block_start = tl.multiple_of(tl.where(valid, block_start, 0), P * 8)
+    words = tl.load(w_rows + (block_start // 8)[None, :, None]).to(tl.uint32, bitcast=True)
+    # blocks_per_group is 1 for groups of 128: Triton specializes the 1 and the division goes.
+    group = (block_start // (P * 8) // blocks_per_group)[None, :]
+    scale = tl.load(s_ptr + rows[:, None] * stride_sn + group).to(tl.float32)
+    scale = tl.where(valid[None, :], scale, 0.0)
+    zero = tl.load(z_ptr + rows[:, None] * stride_zn + group)
+    return words, scale, zero, block_start
+
+
+@triton.jit
+def _step_sum(words, scale, zero, x_ptr, block_start, lanes, P: tl.constexpr, PACKED: tl.constexpr,
+              ASM: tl.constexpr):
+    """One step's scaled ``sum (q - zero) * x`` per word, ``[BLOCK_N, SPLIT, P]`` float32."""
+    x_block = x_ptr + block_start[:, None] + lanes[None, :]
+    if PACKED:
+        return _packed_block(words, x_block, zero.to(tl.uint32), P, ASM) * scale[:, :, None]
+    return _float_block(words, x_block, zero.to(tl.float32), P, ASM) * scale[:, :, None]
+
+
+@triton.jit
 def _int4_gemv_rows_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, N, K, blocks_per_group, stride_wn, stride_sn, stride_zn,
     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, PACKED: tl.constexpr, ASM: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     P: tl.constexpr = 16
+    STEP: tl.constexpr = SPLIT * P * 8
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
     # Out-of-range rows read row 0 instead of masking every load; 64-bit row offsets.
@@ -177,23 +206,26 @@ def _int4_gemv_rows_kernel(
     splits = tl.arange(0, SPLIT) * (P * 8)
     w_rows = w_ptr + rows[:, None, None] * stride_wn + lanes[None, None, :]
     acc = tl.zeros((BLOCK_N, SPLIT, P), dtype=tl.float32)
-    pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
-    for k0 in range(0, K, SPLIT * P * 8):
-        block_start = k0 + splits  # [SPLIT]
-        # Blocks past K read block 0 with a zero scale: no masked loads (nor their predicates) in the loop.
-        valid = block_start < K
-        block_start = tl.multiple_of(tl.where(valid, block_start, 0), P * 8)
-        words = tl.load(w_rows + (block_start // 8)[None, :, None]).to(tl.uint32, bitcast=True)
-        # blocks_per_group is 1 for groups of 128: Triton specializes the 1 and the division goes.
-        group = (block_start // (P * 8) // blocks_per_group)[None, :]
-        scale = tl.load(s_ptr + rows[:, None] * stride_sn + group).to(tl.float32)
-        scale = tl.where(valid[None, :], scale, 0.0)
-        zero = tl.load(z_ptr + rows[:, None] * stride_zn + group)
-        x_block = x_ptr + block_start[:, None] + lanes[None, :]
-        if PACKED:
-            acc += _packed_block(words, x_block, zero.to(tl.uint32), P, ASM) * scale[:, :, None]
-        else:
-            acc += _float_block(words, x_block, zero.to(tl.float32), P, ASM) * scale[:, :, None]
+    if PREFETCH:
+        # Loads are not software-pipelined without a dot: step k+1's weights are
+        # issued before step k's arithmetic, twice the bytes in flight a thread
+        # (the last step is the epilogue). The first step's go before the wait
+        # for the kernel before (``pdl``): no kernel writes weights.
+        words, scale, zero, block_start = _step_weights(w_rows, s_ptr, z_ptr, rows, 0, K, splits, blocks_per_group,
+                                                        stride_sn, stride_zn, P)
+        pdl_wait(PDL)
+        for k0 in range(STEP, K, STEP):
+            next_words, next_scale, next_zero, next_start = _step_weights(
+                w_rows, s_ptr, z_ptr, rows, k0, K, splits, blocks_per_group, stride_sn, stride_zn, P)
+            acc += _step_sum(words, scale, zero, x_ptr, block_start, lanes, P, PACKED, ASM)
+            words, scale, zero, block_start = next_words, next_scale, next_zero, next_start
+        acc += _step_sum(words, scale, zero, x_ptr, block_start, lanes, P, PACKED, ASM)
+    else:
+        pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
+        for k0 in range(0, K, STEP):
+            words, scale, zero, block_start = _step_weights(w_rows, s_ptr, z_ptr, rows, k0, K, splits,
+                                                            blocks_per_group, stride_sn, stride_zn, P)
+            acc += _step_sum(words, scale, zero, x_ptr, block_start, lanes, P, PACKED, ASM)
     pdl_release(PDL)
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     if HAS_BIAS:
@@ -222,6 +254,6 @@ def int4_gemv_rows(x, qweight, scales, zeros, group_size: int, bias, tiles: Rows
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_out, num_in, group_size // 128,
         qweight.stride(0), scales.stride(0), zeros.stride(0),
         BLOCK_N=tiles.block_n, SPLIT=tiles.split, HAS_BIAS=bias is not None, PACKED=packed, ASM=asm, PDL=pdl,
-        num_warps=tiles.num_warps, launch_pdl=pdl,
+        PREFETCH=bool(tiles.prefetch), num_warps=tiles.num_warps, launch_pdl=pdl,
     )
     return out
