@@ -81,6 +81,11 @@ INT4_ROWS += [RowsTiles(8, 8, 8, 0), RowsTiles(16, 8, 8, 0)]
 # arithmetic, twice the bytes in flight a thread (sm_90: 4.06 instructions a value at (8, 8, 8)).
 INT4_ROWS += [RowsTiles(n, s, w, 1, 1) for n, s, w in (
     (8, 8, 8), (8, 4, 4), (4, 8, 4), (8, 16, 8), (4, 16, 8), (8, 2, 2), (4, 4, 4), (16, 8, 8), (8, 8, 4))]
+# Pipelined by Triton (round 40, never timed): every load of the loop through shared memory,
+# stages - 1 steps ahead (sm_90 at (8, 8, 8): 5.2-5.3 instructions a value, two barriers a step).
+INT4_ROWS += [RowsTiles(n, s, w, 1, 0, st) for n, s, w, st in (
+    (8, 8, 8, 3), (8, 8, 8, 4), (8, 4, 4, 3), (8, 4, 4, 4), (8, 2, 2, 4), (4, 8, 4, 4), (16, 8, 8, 3), (8, 16, 8, 3),
+    (4, 4, 4, 4), (8, 4, 8, 4))]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -201,7 +206,8 @@ def run(plan=PLAN, budget_s: float = SWEEP_BUDGET_S) -> dict:
 ENV_OVERRIDES = {
     ("int4", "gemv"): ("OCTAVO_INT4_GEMV_TILES",
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups},{int(c.shared_inputs)}"),
-    ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.packed},{c.prefetch}"),
+    ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES",
+                            lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.packed},{c.prefetch},{c.stages}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}"),
     ("int4", "tc_mm"): ("OCTAVO_INT4_MM_TILES", mm_env_value),

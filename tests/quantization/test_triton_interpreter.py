@@ -248,15 +248,17 @@ ROWS_CASES = [(100, 384, 128, torch.float32, 1), (64, 512, 256, torch.bfloat16, 
 @pytest.mark.parametrize("with_bias", [True, False])
 # The default: one step, most blocks past K; prefetching: the next step's weights before this
 # step's sums, with one block a step (every step a loop turn) and two (the last one partial).
-@pytest.mark.parametrize("tiles", [(8, 2, 2, 0), (8, 16, 8, 0), (8, 1, 2, 1), (8, 2, 2, 1)],
-                         ids=["8-2-2", "default", "8-1-2-prefetch", "8-2-2-prefetch"])
+# Pipelined (stages 3: the interpreter runs the loop as written, the launch takes the field).
+@pytest.mark.parametrize("tiles", [(8, 2, 2, 0, 1), (8, 16, 8, 0, 1), (8, 1, 2, 1, 1), (8, 2, 2, 1, 1), (8, 1, 2, 0, 3)],
+                         ids=["8-2-2", "default", "8-1-2-prefetch", "8-2-2-prefetch", "8-1-2-stages3"])
 @needs_interpreter
 def test_int4_gemv_rows_matches_reference(kernels, out_features, in_features, group_size, dtype, packed, with_bias,
                                           tiles, monkeypatch):
     from octavo.kernels.quant import int4_gemv_rows
 
-    block_n, split, num_warps, prefetch = tiles
-    monkeypatch.setattr(int4_gemv_rows, "TILES", int4_gemv_rows.RowsTiles(block_n, split, num_warps, packed, prefetch))
+    block_n, split, num_warps, prefetch, stages = tiles
+    monkeypatch.setattr(int4_gemv_rows, "TILES",
+                        int4_gemv_rows.RowsTiles(block_n, split, num_warps, packed, prefetch, stages))
     from octavo.ops import quant_reference
 
     int4_triton, _ = kernels

@@ -56,6 +56,7 @@ class RowsTiles:
     num_warps: int
     packed: int = 1  # 1: two values an instruction in 16-bit pairs (CUDA); 0: one value in float32
     prefetch: int = 0  # 1: the next step's weights loaded before this step's arithmetic
+    stages: int = 1  # past 1 (without prefetch): Triton pipelines the loop's loads through shared memory
 
 
 # Swept on the H200 (round 35, bfloat16 pairs, one 8B layer's four GEMVs, L2
@@ -67,8 +68,10 @@ TILES = RowsTiles(block_n=8, split=16, num_warps=8)
 
 @functools.cache
 def tiles_from_env() -> RowsTiles | None:
-    """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps[,packed[,prefetch]]`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", "block_n,split,num_warps[,packed[,prefetch]]", (3, 4, 5))
+    """``OCTAVO_INT4_GEMV_ROWS_TILES=block_n,split,num_warps[,packed[,prefetch[,stages]]]`` (tuning runs),
+    else None."""
+    fields = "block_n,split,num_warps[,packed[,prefetch[,stages]]]"
+    parts = ints_from_env("OCTAVO_INT4_GEMV_ROWS_TILES", fields, (3, 4, 5, 6))
     return None if parts is None else RowsTiles(*parts)
 
 
@@ -192,7 +195,7 @@ def _step_sum(words, scale, zero, x_ptr, block_start, lanes, P: tl.constexpr, PA
 def _int4_gemv_rows_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, N, K, blocks_per_group, stride_wn, stride_sn, stride_zn,
     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, PACKED: tl.constexpr, ASM: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):
     P: tl.constexpr = 16
     STEP: tl.constexpr = SPLIT * P * 8
@@ -222,7 +225,10 @@ def _int4_gemv_rows_kernel(
         acc += _step_sum(words, scale, zero, x_ptr, block_start, lanes, P, PACKED, ASM)
     else:
         pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
-        for k0 in range(0, K, STEP):
+        # STAGES > 1: Triton pipelines every load of an annotated loop, dot or not (cp.async
+        # into shared memory, STAGES - 1 steps ahead; sm_90 loop at (8, 8, 8): 5.2 instructions
+        # a value against 3.9, two barriers a step); 1 leaves the loop as written.
+        for k0 in tl.range(0, K, STEP, num_stages=STAGES):
             words, scale, zero, block_start = _step_weights(w_rows, s_ptr, z_ptr, rows, k0, K, splits,
                                                             blocks_per_group, stride_sn, stride_zn, P)
             acc += _step_sum(words, scale, zero, x_ptr, block_start, lanes, P, PACKED, ASM)
@@ -254,6 +260,6 @@ def int4_gemv_rows(x, qweight, scales, zeros, group_size: int, bias, tiles: Rows
         x, qweight, scales, zeros, bias if bias is not None else x, out, num_out, num_in, group_size // 128,
         qweight.stride(0), scales.stride(0), zeros.stride(0),
         BLOCK_N=tiles.block_n, SPLIT=tiles.split, HAS_BIAS=bias is not None, PACKED=packed, ASM=asm, PDL=pdl,
-        PREFETCH=bool(tiles.prefetch), num_warps=tiles.num_warps, launch_pdl=pdl,
+        PREFETCH=bool(tiles.prefetch), STAGES=tiles.stages, num_warps=tiles.num_warps, launch_pdl=pdl,
     )
     return out
