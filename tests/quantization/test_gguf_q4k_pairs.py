@@ -28,7 +28,8 @@ def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
 # (rows, inputs, tiles): a partial row tile; three super-blocks in steps of two (the
 # second step reads past the row: zero scales); one row a thread and four.
 CASES = [(20, 512, (8, 2, 2)), (24, 768, (16, 2, 1)), (8, 256, (8, 1, 4)), (40, 1024, (32, 1, 1)),
-         (20, 768, (8, 4, 4))]  # the default since round 35: one step, a super-block past K
+         (20, 768, (8, 4, 4)),  # the default since round 35: one step, a super-block past K
+         (20, 1024, (8, 1, 4, 3))]  # pipelined (the interpreter runs the loop as written; the launch takes it)
 
 
 @needs_interpreter

@@ -50,6 +50,7 @@ class Q4KPairsTiles:
     block_n: int  # rows a program
     split: int  # super-blocks a step
     num_warps: int
+    stages: int = 1  # past 1: Triton pipelines the loop's loads through shared memory (tl.range)
 
 
 # Swept on the H200 (round 35, one 8B layer's four GEMVs of Q4_K, L2 flushed,
@@ -60,8 +61,8 @@ TILES = Q4KPairsTiles(block_n=8, split=4, num_warps=4)
 
 @functools.cache
 def tiles_from_env() -> Q4KPairsTiles | None:
-    """``OCTAVO_GGUF_Q4K_PAIRS_TILES=block_n,split,num_warps`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_GGUF_Q4K_PAIRS_TILES", "block_n,split,num_warps", (3,))
+    """``OCTAVO_GGUF_Q4K_PAIRS_TILES=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_GGUF_Q4K_PAIRS_TILES", "block_n,split,num_warps[,stages]", (3, 4))
     return None if parts is None else Q4KPairsTiles(*parts)
 
 
@@ -167,7 +168,7 @@ def _chunk_scales(sb_words, live, chunk):
 @triton.jit
 def _q4k_pairs_kernel(
     x_ptr, w_ptr, out_ptr, N, K, row_bytes,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
@@ -179,7 +180,8 @@ def _q4k_pairs_kernel(
     num_sb = K // 256
     acc = tl.zeros((BLOCK_N, SPLIT, 4, 8), dtype=tl.float32)
     pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
-    for sb0 in range(0, num_sb, SPLIT):
+    # STAGES > 1: every load of the loop pipelined through shared memory (as int4_gemv_rows).
+    for sb0 in tl.range(0, num_sb, SPLIT, num_stages=STAGES):
         # Super-blocks past the row's end read super-block 0 with zero scales.
         live = sb0 + steps < num_sb
         sb = tl.where(live, sb0 + steps, 0)
@@ -229,6 +231,6 @@ def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q4KPairsTiles | No
     asm = runs_ptx(x.device)
     _q4k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
         x, raw, out, num_out, num_in, raw.stride(0),
-        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, num_warps=tiles.num_warps, launch_pdl=pdl,
+        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, STAGES=tiles.stages, num_warps=tiles.num_warps, launch_pdl=pdl,
     )
     return out
