@@ -90,6 +90,9 @@ CONFIGS = [
 ] + [  # the next K step's loads issued before this step's arithmetic
     GemvConfig(n, k, w, 2, d, prefetch=True) for n in (1, 2, 4, 8) for k in (512, 1024, 2048) for w in (2, 4)
     for d in (True, False)
+] + [  # pipelined by Triton: the loop's loads through shared memory, stages - 1 steps ahead
+    GemvConfig(n, k, w, st, True, pipelined=True) for n, k, w, st in (
+        (4, 1024, 4, 4), (4, 2048, 4, 3), (2, 1024, 4, 4), (8, 512, 4, 4), (4, 512, 4, 4), (1, 2048, 2, 3))
 ]
 CHAIN_LAYERS = 4
 DTYPE = torch.bfloat16
@@ -133,7 +136,8 @@ def inputs_for(num_tokens: int, generator: torch.Generator) -> dict[int, torch.T
 
 
 def config_name(c: GemvConfig) -> str:
-    return f"n{c.block_n} k{c.block_k} w{c.num_warps} {'defer' if c.defer_reduce else 'step'}{' pf' if c.prefetch else ''}"
+    return (f"n{c.block_n} k{c.block_k} w{c.num_warps} {'defer' if c.defer_reduce else 'step'}{' pf' if c.prefetch else ''}"
+            f"{f' st{c.num_stages}' if c.pipelined else ''}")
 
 
 def plain_us(times: dict[str, float]) -> float:
@@ -236,7 +240,7 @@ def precompile(jobs: list[tuple]) -> None:
 
 
 def config_value(c: GemvConfig) -> str:
-    return f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)}\n"
+    return f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)},{int(c.pipelined)}\n"
 
 
 def main() -> None:

@@ -60,12 +60,16 @@ class GemvConfig:
     # Issue the next K step's loads before this step's arithmetic (a manual
     # two-stage pipeline; candidates in the GPU sweeps).
     prefetch: bool = False
+    # Without prefetch: the K loop as tl.range(num_stages=num_stages), which
+    # Triton 3.5+ pipelines load by load through shared memory (cp.async)
+    # without a dot; off, num_stages does not matter (no dot, no pipelining).
+    pipelined: bool = False
 
 
 # Best at 1 token on Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py,
 # round 16: 72 configs; a 4-layer chain 1.076x cuBLAS + silu_and_mul). The
-# loads are not software-pipelined (no dot), so num_stages does not matter;
-# wide K tiles keep enough loads in flight per thread. The fused gate-up
+# loads are not software-pipelined (no dot, not ``pipelined``), so num_stages
+# does not matter; wide K tiles keep enough loads in flight per thread. The fused gate-up
 # reads two weight rows per feature: one feature a program, reduced each step
 # (every gated form: the activation is a few flops per feature, the weight
 # stream is the same).
@@ -79,12 +83,13 @@ DEFAULT_8BIT_CONFIG = GemvConfig(block_n=8, block_k=1024, num_warps=4, num_stage
 @functools.cache
 def config_from_env(name: str) -> GemvConfig | None:
     """``OCTAVO_GEMV`` / ``OCTAVO_GEMV_SILU`` (every gated form) / ``OCTAVO_GEMV_8BIT`` (8-bit weights) =
-    ``block_n,block_k,num_warps,num_stages[,defer[,prefetch]]`` (tuning runs)."""
-    parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer[,prefetch]]", (4, 5, 6))
+    ``block_n,block_k,num_warps,num_stages[,defer[,prefetch[,pipelined]]]`` (tuning runs)."""
+    parts = ints_from_env(name, "block_n,block_k,num_warps,num_stages[,defer[,prefetch[,pipelined]]]", (4, 5, 6, 7))
     if parts is None:
         return None
     return GemvConfig(*parts[:4], defer_reduce=bool(parts[4]) if len(parts) > 4 else True,
-                      prefetch=bool(parts[5]) if len(parts) > 5 else False)
+                      prefetch=bool(parts[5]) if len(parts) > 5 else False,
+                      pipelined=bool(parts[6]) if len(parts) > 6 else False)
 
 
 # Products held per program when the reduction is deferred (the 1-token
@@ -188,6 +193,7 @@ def _gemv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, DEFER_REDUCE: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_SCALE: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    STAGES: tl.constexpr = 1,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -209,11 +215,11 @@ def _gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = acc
     if PREFETCH:
-        # Loads are not software-pipelined without a dot: issue step k+1's
-        # before multiplying step k's, so one step's latency hides behind
-        # the other's arithmetic (the last step is the epilogue). The first
-        # weight tile goes before the wait for the kernel before (``pdl``):
-        # no kernel writes weights.
+        # Loads are not software-pipelined without a dot (unless ``pipelined``
+        # asks): issue step k+1's before multiplying step k's, so one step's
+        # latency hides behind the other's arithmetic (the last step is the
+        # epilogue). The first weight tile goes before the wait for the kernel
+        # before (``pdl``): no kernel writes weights.
         w, w_up = _load_weights(w_rows, 0, K, up_offset, BLOCK_K, GATED, EVEN_K)
         pdl_wait(PDL)
         x = _load_x(x_rows, mask_m, 0, K, BLOCK_K, EVEN_K)
@@ -225,7 +231,7 @@ def _gemv_kernel(
         acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     else:
         pdl_wait(PDL)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             w, x, w_up = _load_step(w_rows, x_rows, mask_m, k0, K, up_offset, BLOCK_K, GATED, EVEN_K)
             acc, acc_up = _accumulate(acc, acc_up, w, x, w_up, GATED, DEFER_REDUCE)
     pdl_release(PDL)
@@ -293,6 +299,7 @@ def gemv(
         HAS_BIAS=bias is not None, GATED=gated is not None, ACT=GATED_ACTIVATIONS.get(gated, SILU),
         DEFER_REDUCE=config.defer_reduce,
         EVEN_K=in_features % block_k == 0, HAS_SCALE=weight_scale is not None, PREFETCH=config.prefetch,
+        STAGES=config.num_stages if config.pipelined else 1,
         PDL=pdl, num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )
     return out

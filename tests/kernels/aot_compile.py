@@ -164,7 +164,7 @@ def cases(attention_only: bool = False):
         consts = dict(BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=True,
                       GATED=gated is not None, ACT=gemv.GATED_ACTIVATIONS.get(gated, activation.SILU),
                       DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=False, PREFETCH=config.prefetch,
-                      PDL=False)
+                      STAGES=1, PDL=False)
         yield f"gemv M{block_m} gated={gated} {config}", gemv._gemv_kernel, consts, config
         if block_m == 1 and gated is None:  # with programmatic dependent launch (octavo/kernels/pdl.py)
             yield f"gemv M1 pdl {config}", gemv._gemv_kernel, dict(consts, PDL=True), config
@@ -172,7 +172,7 @@ def cases(attention_only: bool = False):
     config = gemv.DEFAULT_8BIT_CONFIG
     consts = dict(BLOCK_M=1, BLOCK_N=config.block_n, BLOCK_K=config.block_k, HAS_BIAS=False, GATED=False,
                   ACT=activation.SILU, DEFER_REDUCE=config.defer_reduce, EVEN_K=True, HAS_SCALE=True,
-                  PREFETCH=config.prefetch, PDL=False)
+                  PREFETCH=config.prefetch, STAGES=1, PDL=False)
     yield f"gemv 8-bit {config} w8", gemv._gemv_kernel, consts, config
     for tiles in (fused_moe.moe_tiles(1, 8, 128), fused_moe.moe_tiles(8192, 2, 8)):  # decode, prefill
         consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,

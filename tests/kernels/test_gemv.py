@@ -26,8 +26,10 @@ CONFIGS = [
     GemvConfig(block_n=8, block_k=32, num_warps=4, num_stages=2, defer_reduce=True, prefetch=True),
     GemvConfig(block_n=4, block_k=64, num_warps=2, num_stages=1, defer_reduce=False, prefetch=True),
     GemvConfig(block_n=2, block_k=128, num_warps=2, num_stages=1, defer_reduce=True, prefetch=True),
+    # Pipelined by Triton (the interpreter runs the loop as written; the launch takes the stages).
+    GemvConfig(block_n=8, block_k=32, num_warps=4, num_stages=3, defer_reduce=True, pipelined=True),
 ]
-CONFIG_IDS = ["defer", "per_step", "defer_prefetch", "per_step_prefetch", "one_step_prefetch"]
+CONFIG_IDS = ["defer", "per_step", "defer_prefetch", "per_step_prefetch", "one_step_prefetch", "pipelined"]
 
 
 def randn(*shape, dtype=torch.float32, device="cpu", seed=0):

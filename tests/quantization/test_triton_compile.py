@@ -101,7 +101,12 @@ QUANT_KERNELS = {
     "fp8 silu quantize": (fp8_fused._silu_and_mul_quant_kernel, dict(INTERMEDIATE=14336, BLOCK=16384, QMAX=448.0,
                           MIN_SCALE=1e-12, PRE_ROUND=False), {"q_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=16)),
     "fp8 gemv": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=2048, HAS_BIAS=False, GATED=False, ACT=0,
-                 DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False, PDL=False), {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+                 DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False, STAGES=1, PDL=False),
+                 {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
+    # Pipelined by Triton (GemvConfig.pipelined): the loop's loads through shared memory.
+    "fp8 gemv pipelined": (gemv._gemv_kernel, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=1024, HAS_BIAS=False, GATED=False,
+                           ACT=0, DEFER_REDUCE=True, EVEN_K=True, HAS_SCALE=True, PREFETCH=False, STAGES=3, PDL=True),
+                           {"w_ptr": FP8, "scale_ptr": "*fp32"}, {}),
     "skinny w8a8": (skinny_8bit._skinny_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, SPLIT_K=4, X_SCALED=True,
                     DOT_DTYPE=None, PRECISION=None, PDL=True),
                     {"x_ptr": FP8, "xs_ptr": "*fp32", "w_ptr": FP8, "ws_ptr": "*fp32", "out_ptr": "*fp32"}, dict(num_stages=4)),
