@@ -199,6 +199,21 @@ for step in "$@"; do
     one_token_sweep) TAIL=40 run_step one_token_sweep 300 python benchmarks/quant_sweep_gpu.py --tokens 1 --env-file /tmp/octavo-one-token.env \
                  --only int4:gemv_rows,int4:torch_int4pack_mm,fp8:gemv_rows,gguf_Q4_K:gemv_pairs
                cp /tmp/octavo-one-token.env "$O/" 2>/dev/null;;
+    # Round 40: the one-token GEMVs with their loads pipelined (Triton's tl.range stages, or the int4
+    # kernel's own prefetch) ranked beside the current tiles, then batch-1 decode with the winners
+    # and with the defaults (bf16 and the floors in the same runs), and the Q4_K file with the winner.
+    pipelined) TAIL=45 run_step pipelined_sweep 420 python benchmarks/quant_sweep_gpu.py --tokens 1 \
+                 --env-file /tmp/octavo-pipelined.env --only int4:gemv_rows,fp8:gemv,gguf_Q4_K:gemv_pairs
+               cp /tmp/octavo-pipelined.env "$O/" 2>/dev/null;;
+    pipelined_lat) echo "tuned: $(cat /tmp/octavo-pipelined.env 2>/dev/null | tr '\n' ' ')"
+                   TAIL=6 run_step pipelined_latency 400 env $(cat /tmp/octavo-pipelined.env 2>/dev/null) \
+                     python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/pipelined_latency.json"
+                   TAIL=6 run_step default_latency 400 python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 \
+                     --output-json "$O/default_latency.json";;
+    pipelined_gguf) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
+                    [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
+                    TAIL=6 run_step gguf_pipelined_latency 400 env $(cat /tmp/octavo-pipelined.env 2>/dev/null) \
+                      python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_pipelined.json";;
     one_token_lat) echo "tuned: $(cat /tmp/octavo-one-token.env 2>/dev/null | tr '\n' ' ')"
                TAIL=6 run_step one_token_latency 400 env $(cat /tmp/octavo-one-token.env 2>/dev/null) \
                  python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/one_token_latency.json"
