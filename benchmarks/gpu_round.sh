@@ -214,6 +214,11 @@ for step in "$@"; do
                     [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
                     TAIL=6 run_step gguf_pipelined_latency 400 env $(cat /tmp/octavo-pipelined.env 2>/dev/null) \
                       python benchmarks/quant_e2e.py latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_pipelined.json";;
+    # Where the Q4_K file's decode step goes, kernel by kernel (its LM head is Q6_K: 431 MB a token).
+    profile_gguf) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
+                  [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
+                  TAIL=40 run_step profile_gguf 300 python benchmarks/profile_step.py --model "$GG" --load-format gguf \
+                    --batch-size 1 --input-len 128 --decode-steps 8 --kernels;;
     one_token_lat) echo "tuned: $(cat /tmp/octavo-one-token.env 2>/dev/null | tr '\n' ' ')"
                TAIL=6 run_step one_token_latency 400 env $(cat /tmp/octavo-one-token.env 2>/dev/null) \
                  python benchmarks/quant_e2e.py latency --methods bf16,fp8,int4 --output-json "$O/one_token_latency.json"
