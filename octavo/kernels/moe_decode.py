@@ -22,8 +22,9 @@ fill of the per-slot output and a sum over ``k``. For batches of up to
    rows and ``sum_over_topk`` compute, in one launch, with no atomics. The order of the sum is fixed: results are deterministic.
 
 Slots of -1 (experts on another rank) add nothing; their activation rows
-are never written and never read. ``OCTAVO_MOE_DOWN_TILES=block_n,num_warps``
-overrides the down kernel's tiles (tuning runs, benchmarks/moe_gpu.py).
+are never written and never read. ``OCTAVO_MOE_DOWN_TILES=block_n,num_warps[,stages]``
+overrides the down kernel's tiles (tuning runs, benchmarks/moe_gpu.py); stages
+past 1 have Triton pipeline the K loop's loads through shared memory.
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ def moe_decode_max_tokens() -> int:
 
 
 @functools.cache
-def down_tiles() -> tuple[int, int]:
-    """(block_n, num_warps) of ``_down_topk_sum_kernel``."""
-    parts = ints_from_env(MOE_DOWN_TILES_ENV, "block_n,num_warps", (2,))
-    return DEFAULT_DOWN_TILES if parts is None else (parts[0], parts[1])
+def down_tiles() -> tuple[int, ...]:
+    """(block_n, num_warps[, stages]) of ``_down_topk_sum_kernel``."""
+    parts = ints_from_env(MOE_DOWN_TILES_ENV, "block_n,num_warps[,stages]", (2, 3))
+    return DEFAULT_DOWN_TILES if parts is None else parts
 
 
 @triton.jit
@@ -80,6 +81,7 @@ def _down_topk_sum_kernel(
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, PDL: tl.constexpr,
     ROUTED: tl.constexpr = False, E_PAD: tl.constexpr = 1, RENORMALIZE: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -102,7 +104,8 @@ def _down_topk_sum_kernel(
     a_rows = act_ptr + slots[:, None, None] * stride_at + tl.zeros([1, BLOCK_N, 1], tl.int64)
     ks = tl.arange(0, BLOCK_K)[None, None, :]
     acc = tl.zeros([K_PAD, BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(0, inter, BLOCK_K):
+    # STAGES > 1: Triton pipelines the loop's loads through shared memory, STAGES - 1 steps ahead.
+    for k0 in tl.range(0, inter, BLOCK_K, num_stages=STAGES):
         # A mask along K would keep the loads from being vectorised (the usual widths divide BLOCK_K).
         mask = used[:, None, None] if EVEN_K else used[:, None, None] & (k0 + ks < inter)
         a = tl.load(a_rows + k0 + ks, mask=mask, other=0.0)
@@ -124,7 +127,7 @@ def down_topk_sum(
     """``sum_j topk_weights[t, j] * (w2[topk_ids[t, j]] @ act[t * k + j])``:
     act ``[T * k, I]`` (rows of -1 slots unread), w2 ``[E, H, I]``,
     topk_weights float32 ``[T, k]``, topk_ids int32 ``[T, k]``. Returns
-    ``[T, H]`` in ``act``'s dtype; ``tiles`` (block_n, num_warps) for tuning."""
+    ``[T, H]`` in ``act``'s dtype; ``tiles`` (block_n, num_warps[, stages]) for tuning."""
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     return _launch_down(act, w2, weights, ids, *topk_ids.shape, tiles, dict(ROUTED=False))
@@ -144,7 +147,7 @@ def down_routed(
 
 def _launch_down(act, w2, weights, ids, num_tokens: int, top_k: int, tiles, routed: dict) -> torch.Tensor:
     hidden, inter = w2.shape[1], w2.shape[2]
-    block_n, num_warps = tiles or down_tiles()
+    block_n, num_warps, *stages = tiles or down_tiles()
     k_pad = next_power_of_2(top_k)
     block_k = min(next_power_of_2(inter), max(16, DOWN_PRODUCTS // (k_pad * block_n)))
     out = torch.empty((num_tokens, hidden), dtype=act.dtype, device=act.device)
@@ -153,6 +156,6 @@ def _launch_down(act, w2, weights, ids, num_tokens: int, top_k: int, tiles, rout
         act, w2, out, weights, ids, hidden, inter, w2.shape[0],
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
         TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=inter % block_k == 0, PDL=pdl,
-        **routed, num_warps=num_warps, launch_pdl=pdl,
+        **routed, STAGES=stages[0] if stages else 1, num_warps=num_warps, launch_pdl=pdl,
     )
     return out

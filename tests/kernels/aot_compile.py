@@ -196,10 +196,10 @@ def cases(attention_only: bool = False):
                   PRECISION=None, ACT=0, ROWS=2, E_PAD=128, SLOTS_PAD=128, PDL=False, TOP_K=1, K_PAD=1)
     yield f"fused_moe gate_up aligned in kernel {tiles}", fused_moe._gate_up_kernel, consts, tiles
     # The decode form's down kernel at Qwen3-30B-A3B's (top-8, width 768) and Mixtral's (top-2, 14,336).
-    block_n, warps = moe_decode.down_tiles()
+    block_n, warps = moe_decode.down_tiles()[:2]
     for top_k, k_pad, block_k in ((8, 8, 256), (2, 2, 1024), (6, 8, 256)):
         consts = dict(TOP_K=top_k, K_PAD=k_pad, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, PDL=False,
-                      ROUTED=False, E_PAD=1, RENORMALIZE=False)
+                      ROUTED=False, E_PAD=1, RENORMALIZE=False, STAGES=1)
         yield f"moe decode down top-{top_k}", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)
     consts = dict(consts, TOP_K=8, K_PAD=8, BLOCK_K=256, PDL=True, ROUTED=True, E_PAD=128, RENORMALIZE=True)
     yield "moe decode down routed pdl top-8", moe_decode._down_topk_sum_kernel, consts, GemvTiles(warps)

@@ -48,11 +48,12 @@ def down_reference(act, w2, weights, ids):
     [(1, 16, 1, 40, 24), (2, 32, 6, 37, 70), (3, 8, 8, 64, 48), (1, 128, 8, 33, 300)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_down_sum_matches_reference(num_tokens, num_experts, top_k, hidden, inter, dtype, device):
+@pytest.mark.parametrize("tiles", [(4, 4), (4, 4, 3)], ids=["default", "pipelined"])  # stages: Triton's pipelining
+def test_down_sum_matches_reference(num_tokens, num_experts, top_k, hidden, inter, dtype, tiles, device):
     x, w13, w2, weights, ids = make_inputs(num_tokens, num_experts, top_k, hidden, inter, dtype, device, seed=top_k)
     generator = torch.Generator().manual_seed(1)
     act = torch.randn(num_tokens * top_k, inter, generator=generator).to(dtype).to(device)
-    out = down_topk_sum(act, w2, weights, ids, tiles=(4, 4))
+    out = down_topk_sum(act, w2, weights, ids, tiles=tiles)
     # Same rounding steps: float32 to summation order; bf16 within one rounding of the sum.
     tolerance = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float32 else dict(atol=1e-2, rtol=8e-3)
     torch.testing.assert_close(out, down_reference(act, w2, weights, ids), **tolerance)
