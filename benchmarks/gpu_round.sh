@@ -200,10 +200,11 @@ for step in "$@"; do
                  --only int4:gemv_rows,int4:torch_int4pack_mm,fp8:gemv_rows,gguf_Q4_K:gemv_pairs
                cp /tmp/octavo-one-token.env "$O/" 2>/dev/null;;
     # Round 40: the one-token GEMVs with their loads pipelined (Triton's tl.range stages, or the int4
-    # kernel's own prefetch) ranked beside the current tiles, then batch-1 decode with the winners
+    # kernel's own prefetch) and the new Q6_K pairs GEMV (the Q4_K file's LM head) ranked beside the
+    # current tiles, then batch-1 decode with the winners
     # and with the defaults (bf16 and the floors in the same runs), and the Q4_K file with the winner.
     pipelined) TAIL=45 run_step pipelined_sweep 420 python benchmarks/quant_sweep_gpu.py --tokens 1 \
-                 --env-file /tmp/octavo-pipelined.env --only int4:gemv_rows,fp8:gemv,gguf_Q4_K:gemv_pairs
+                 --env-file /tmp/octavo-pipelined.env --only int4:gemv_rows,fp8:gemv,gguf_Q4_K:gemv_pairs,gguf_Q6_K:gemv_pairs
                cp /tmp/octavo-pipelined.env "$O/" 2>/dev/null;;
     pipelined_lat) echo "tuned: $(cat /tmp/octavo-pipelined.env 2>/dev/null | tr '\n' ' ')"
                    TAIL=6 run_step pipelined_latency 400 env $(cat /tmp/octavo-pipelined.env 2>/dev/null) \

@@ -10,7 +10,7 @@ flushed, replayed from a CUDA graph:
 - ``int4 gemv`` (``GroupedGemvConfig``) at 1, 2; ``int4 tc_mm``
   (``GroupedMmConfig``, split-K and K step included) at 16, 64, 256, 512;
   ``int4 dequant+cublas`` (``DequantTile``) at 512;
-- ``gguf_Q4_K`` / ``gguf_Q6_K`` ``gemv`` (``GGUFGemvConfig``) at 1;
+- ``gguf_Q4_K`` / ``gguf_Q6_K`` ``gemv`` (``GGUFGemvConfig``) and ``gemv_pairs`` at 1;
   ``tile_mm`` (``GGUFMmConfig``) at 16, 64;
 - ``fp8_block gemv`` / ``block_mm`` (``BlockGemvConfig``, ``BlockMmConfig``) at 1 and 64, 512.
 
@@ -45,6 +45,7 @@ from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.fp8_gemv_rows import Fp8RowsTiles  # noqa: E402
 from octavo.kernels.quant.gguf_q4k_pairs import Q4KPairsTiles  # noqa: E402
+from octavo.kernels.quant.gguf_q6k_pairs import Q6KPairsTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
@@ -123,6 +124,11 @@ GGUF_Q4K_PAIRS = [Q4KPairsTiles(n, s, w) for n, s, w in (
 # (layout changes), two with stages (sm_90 at (8, 4, 4): 6.8 instructions a value against 5.8).
 GGUF_Q4K_PAIRS += [Q4KPairsTiles(n, s, w, st) for n, s, w, st in (
     (8, 4, 4, 3), (8, 2, 4, 3), (8, 2, 4, 4), (8, 1, 4, 4), (4, 4, 4, 3), (8, 1, 2, 4), (16, 2, 8, 3), (4, 2, 4, 4))]
+# The Q6_K GEMV in bfloat16 pairs (round 40, never timed): 16 lanes a super-block, rows a program,
+# super-blocks a step, warps[, stages] (sm_90 at (8, 4, 4): 6.4 instructions a value, no barriers).
+GGUF_Q6K_PAIRS = [Q6KPairsTiles(*t) for t in (
+    (8, 4, 4), (8, 2, 4), (4, 4, 4), (8, 8, 4), (16, 2, 4), (8, 1, 4), (4, 8, 4), (8, 4, 8), (16, 4, 8), (4, 2, 2),
+    (8, 2, 4, 3), (8, 1, 4, 4), (4, 4, 4, 3), (8, 4, 4, 3))]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, w) for n in (4, 8, 16, 32) for s in (2, 4, 8) for w in (2, 4)]
 BLOCK_MM = [BlockMmConfig(m, n, 8, w, 3) for m, n in ((16, 64), (32, 128), (64, 128), (128, 128)) for w in (4, 8)]
@@ -141,6 +147,7 @@ PLAN = [
     ("gguf_Q4_K", "gemv", (1,), GGUF_GEMV),
     ("gguf_Q4_K", "gemv_pairs", (1,), GGUF_Q4K_PAIRS),
     ("gguf_Q6_K", "gemv", (1,), GGUF_GEMV),
+    ("gguf_Q6_K", "gemv_pairs", (1,), GGUF_Q6K_PAIRS),
     ("gguf_Q4_K", "tile_mm", (16, 64), GGUF_MM),
     ("fp8_block", "gemv", (1,), BLOCK_GEMV),
     ("fp8_block", "block_mm", (64, 512), BLOCK_MM),
@@ -152,25 +159,43 @@ def say(line: str = "") -> None:
     print(line, flush=True)
 
 
-def time_config(path: qp.Path, weights: dict, num_tokens: int, config) -> float | None:
+def time_config(path: qp.Path, weights: dict, num_tokens: int, config, reference: dict | None = None) -> float | None:
+    """Microseconds for the four shapes, or None where the config cannot run or (``reference``:
+    the default config's outputs, which it fills when empty) computes something else."""
     total = 0.0
-    for shape, num_in, _ in qp.SHAPES:
-        x = torch.randn(num_tokens, num_in, device=qp.DEVICE, dtype=qp.DTYPE)
+    for index, (shape, num_in, _) in enumerate(qp.SHAPES):
+        generator = torch.Generator(device=qp.DEVICE).manual_seed(index)
+        x = torch.randn(num_tokens, num_in, device=qp.DEVICE, dtype=qp.DTYPE, generator=generator)
         try:
             fn = path.make(weights[shape], config)
-            fn(x)
+            out = fn(x)
         except Exception:  # noqa: BLE001 -- a config the kernel cannot take (registers, shared memory)
+            return None
+        if reference is not None and not _agrees(reference, shape, out, config):
             return None
         total += time_us(lambda fn=fn, x=x: fn(x), reps=REPS)
     return total
 
 
+def _agrees(reference: dict, shape: str, out: torch.Tensor, config) -> bool:
+    """Whether ``out`` matches the default config's output for ``shape`` (the first call stores it)."""
+    if shape not in reference:
+        reference[shape] = out.float()
+        return True
+    error = float((out.float() - reference[shape]).norm() / reference[shape].norm().clamp_min(1e-30))
+    if error > 2e-2:
+        say(f"    wrong result ({shape}: relative error {error:.1e}), left out: {config}")
+        return False
+    return True
+
+
 def sweep_case(family: str, name: str, num_tokens: int, configs: list, weights: dict, bandwidth: float) -> object:
     path = qp.path_by_label(family, name)
-    default_us = time_config(path, weights, num_tokens, None)
+    reference: dict = {}  # each config's outputs against the default's (a miscompiled tile must not win)
+    default_us = time_config(path, weights, num_tokens, None, reference)
     results = []
     for config in configs:
-        us = time_config(path, weights, num_tokens, config)
+        us = time_config(path, weights, num_tokens, config, reference)
         if us is not None:
             results.append((us, config))
             RECORDS.append({"family": family, "path": name, "tokens": num_tokens, "config": asdict(config), "us": us})
@@ -223,6 +248,8 @@ ENV_OVERRIDES = {
     ("fp8", "skinny_w8a8"): ("OCTAVO_SKINNY_8BIT_TILES",
                              lambda c: f"{c.block_n},{c.block_k},{c.split_k},{c.num_warps},{c.num_stages}"),
     ("fp8", "gemv_rows"): ("OCTAVO_FP8_GEMV_ROWS_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
+    ("gguf_Q6_K", "gemv_pairs"): ("OCTAVO_GGUF_Q6K_PAIRS_TILES",
+                                  lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.stages}"),
     ("gguf_Q4_K", "gemv_pairs"): ("OCTAVO_GGUF_Q4K_PAIRS_TILES",
                                   lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.stages}"),
     **{(f"gguf_{t}", "gemv"): (f"OCTAVO_GGUF_GEMV_TILES_{t}", lambda c: f"{c.block_n},{c.steps},{c.num_warps}")

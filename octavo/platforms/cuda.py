@@ -90,11 +90,12 @@ class CudaPlatform(TorchDevicePlatform):
 
             w8a8_max_tokens()
             rows_gemv_enabled()  # OCTAVO_INT4_GEMV_ROWS is 0 or 1
-            tiles_from_env()  # OCTAVO_INT4_GEMV_ROWS_TILES, if set, is three or four numbers
-            from octavo.kernels.quant import gguf_q4k_pairs
+            tiles_from_env()  # OCTAVO_INT4_GEMV_ROWS_TILES, if set, is three to six numbers
+            from octavo.kernels.quant import gguf_q4k_pairs, gguf_q6k_pairs
 
-            gguf_q4k_pairs.pairs_enabled()  # OCTAVO_GGUF_Q4K_PAIRS is 0 or 1
-            gguf_q4k_pairs.tiles_from_env()  # OCTAVO_GGUF_Q4K_PAIRS_TILES, if set, is three numbers
+            for pairs in (gguf_q4k_pairs, gguf_q6k_pairs):
+                pairs.pairs_enabled()  # OCTAVO_GGUF_Q4K_PAIRS / _Q6K_PAIRS is 0 or 1
+                pairs.tiles_from_env()  # OCTAVO_GGUF_Q4K_PAIRS_TILES / _Q6K_, if set, is three or four numbers
             from octavo.kernels.quant import fp8_gemv_rows
 
             fp8_gemv_rows.rows_enabled()  # OCTAVO_FP8_GEMV_ROWS is 0 or 1

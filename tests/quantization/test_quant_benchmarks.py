@@ -98,6 +98,17 @@ def test_quant_sweep_script(scripts, capsys):
     assert "best configs" in capsys.readouterr().out
 
 
+def test_quant_sweep_leaves_out_a_config_that_computes_something_else(scripts, capsys):
+    # Each config's outputs against the default's: a miscompiled tile must not be exported.
+    _, sweep = scripts
+    reference: dict = {}
+    out = torch.randn(1, 64)
+    assert sweep._agrees(reference, "qkv", out, "default") and torch.equal(reference["qkv"], out)
+    assert sweep._agrees(reference, "qkv", out * (1 + 1e-3), "close")
+    assert not sweep._agrees(reference, "qkv", out.roll(1, dims=1), "shuffled")
+    assert "wrong result" in capsys.readouterr().out
+
+
 @needs_interpreter
 def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     # `--only int4:gemv,fp8:gemv --tokens 1 --env-file F`: the tuned end-to-end run reads F.
@@ -112,7 +123,7 @@ def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     fp8 = plan[0][3][0]
     assert env_file.read_text().splitlines() == [
         f"OCTAVO_GEMV_8BIT={fp8.block_n},{fp8.block_k},{fp8.num_warps},{fp8.num_stages},{int(fp8.defer_reduce)},"
-        f"{int(fp8.prefetch)}",
+        f"{int(fp8.prefetch)},{int(fp8.pipelined)}",
         f"OCTAVO_INT4_GEMV_TILES={deferred.block_n},16,{deferred.num_warps},1,2,0",
     ]
 

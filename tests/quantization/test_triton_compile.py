@@ -34,7 +34,7 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton,
+    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton,
     skinny_8bit,
 )
 
@@ -75,6 +75,8 @@ QUANT_KERNELS = {
                             {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
     "gguf q4k pairs gemv pipelined": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=8, SPLIT=2, ASM=True, PDL=True,
                                       STAGES=3), {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
+    "gguf q6k pairs gemv": (gguf_q6k_pairs._q6k_pairs_kernel, dict(BLOCK_N=8, SPLIT=4, ASM=True, PDL=True, STAGES=1),
+                            {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
     "int8 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=8, P=16, BLOCK_M=2, BLOCK_N=4, BLOCKS=4, HAS_BIAS=True,
                   ROW_GROUPS=1, PLANE_SCALES=True, PDL=False),
                   {"w_ptr": "*i32", "z_ptr": "*i16"}, {}),

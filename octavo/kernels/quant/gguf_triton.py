@@ -14,7 +14,7 @@ shuffled back into input order. Scales are read once per sub-block
 (``[BLOCK_N, A]``) and broadcast.
 
 * ``_gguf_gemv_kernel`` (a few tokens, decode; one bfloat16 token of Q4_K
-  goes to ``gguf_q4k_pairs`` instead): float32 products on the CUDA cores,
+  or Q6_K goes to ``gguf_q4k_pairs`` or ``gguf_q6k_pairs`` instead): float32 products on the CUDA cores,
   ``STEPS`` super-blocks per loop iteration so that enough loads are in
   flight, one reduction at the end.
 * ``_gguf_mm_kernel`` (more tokens): each plane flattened to ``[BLOCK_N,
@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.quant import gguf_q4k_pairs
+from octavo.kernels.quant import gguf_q4k_pairs, gguf_q6k_pairs
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
@@ -372,6 +372,8 @@ def gguf_linear(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType) -> torc
     num_tokens = x2.shape[0]
     if gguf_q4k_pairs.takes(x2, raw, ggml_type.name):
         out = gguf_q4k_pairs.q4k_gemv_pairs(x2, raw)
+    elif gguf_q6k_pairs.takes(x2, raw, ggml_type.name):
+        out = gguf_q6k_pairs.q6k_gemv_pairs(x2, raw)
     elif num_tokens <= GEMV_MAX_TOKENS:
         out = gguf_gemv(x2, raw, ggml_type)
     elif num_tokens < DEQUANT_MIN_TOKENS:

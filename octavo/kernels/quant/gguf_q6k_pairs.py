@@ -1,0 +1,237 @@
+"""The one-token GGUF Q6_K GEMV in bfloat16 pairs (issue 17).
+
+Q6_K is llama.cpp's Q4_K_M choice for the LM head and for half the layers'
+``attn_v`` and ``ffn_down``. A row is 210-byte super-blocks of 256 values:
+``ql`` (128 bytes of low nibbles), ``qh`` (64 bytes of 2-bit high parts),
+sixteen int8 scales and float16 ``d`` at byte 208. Value ``128 h + l + 32 j``
+(``h < 2``, ``l < 32``, ``j < 4``) is nibble ``j // 2`` of byte
+``ql[64 h + 32 (j % 2) + l]`` with bits ``2 j`` of ``qh[32 h + l]`` above
+it, less 32, times ``d sc[8 h + l // 16 + 2 j]``.
+
+``gguf_triton``'s general one-token GEMV makes every value a float32 on its
+own (13.7 sm_90 instructions a value in its loop at 8 rows a warp). Here a
+lane is four consecutive ``l`` of one half ``h`` (``[BLOCK_N, SPLIT, 2, 8]``):
+its two ``ql`` words and one ``qh`` word hold sixteen values in four groups of
+four sharing a scale. Each group's bytes 0 and 2 (then 1 and 3) become the
+bfloat16 pair ``128 + q`` with two ``lop3`` (the nibble with the exponent, then
+the two high bits ORed in: 128 + 63 is exact in bfloat16), one ``fma`` takes
+160 off (``q - 32``, exact), one multiplies by the activations' pair and
+accumulates; the group's pair becomes float32 and takes ``d sc`` there, as
+``gguf_q4k_pairs`` applies its scales.
+
+A super-block is 210 bytes, so half of them start two bytes off a word: the
+words are read as two 16-bit halves each and joined (``int4_gemv_rows``'s
+``_pair_bits``). The interpreter runs a plain-arithmetic twin.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from octavo.env_switches import switch_from_env
+from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.quant import bf16_pairs
+from octavo.kernels.quant.bf16_pairs import bf16_half
+from octavo.kernels.quant.gguf_q4k_pairs import _halves
+from octavo.kernels.quant.int4_gemv_rows import _pair_bits
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
+
+SB_BYTES = 210  # one Q6_K super-block: 256 values
+_SB_BYTES = tl.constexpr(SB_BYTES)
+_SB_HALVES = tl.constexpr(SB_BYTES // 2)
+
+
+@dataclass(frozen=True)
+class Q6KPairsTiles:
+    block_n: int  # rows a program
+    split: int  # super-blocks a step
+    num_warps: int
+    stages: int = 1  # past 1: Triton pipelines the loop's loads through shared memory (tl.range)
+
+
+# A first guess, as gguf_q4k_pairs' H200 winner (8, 4, 4): one row a thread
+# (16 lanes a super-block, 8 rows x 4 super-blocks = 512 lanes for 128 threads).
+TILES = Q6KPairsTiles(block_n=8, split=4, num_warps=4)
+
+
+@functools.cache
+def tiles_from_env() -> Q6KPairsTiles | None:
+    """``OCTAVO_GGUF_Q6K_PAIRS_TILES=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
+    parts = ints_from_env("OCTAVO_GGUF_Q6K_PAIRS_TILES", "block_n,split,num_warps[,stages]", (3, 4))
+    return None if parts is None else Q6KPairsTiles(*parts)
+
+
+@functools.cache
+def pairs_enabled() -> bool:
+    """``OCTAVO_GGUF_Q6K_PAIRS=0`` sends one-token Q6_K calls to the general GEMV (A/B runs)."""
+    return switch_from_env("OCTAVO_GGUF_Q6K_PAIRS")
+
+
+def _pair_ptx(ql: str, nibble_shift: int, qh: str, high_shift: int, x_pair: str, first: bool) -> list[str]:
+    """PTX: ``acc (+)= (q - 32) * x_pair`` for the pair of bytes at bits ``nibble_shift``
+    and ``+ 16`` of ``ql`` (their nibble), their two high bits at ``high_shift`` (and
+    ``+ 16``) of ``qh``, moved to bits 4-5 (a negative shift is to the left)."""
+    lines = ["mov.b32 acc, 0x80008000;"] if first else []
+    source = ql
+    if nibble_shift:
+        lines.append(f"shr.u32 q, {ql}, {nibble_shift};")
+        source = "q"
+    lines.append(f"lop3.b32 t, {source}, 0x000F000F, 0x43004300, 0xEA;")  # 128 + nibble
+    move = high_shift - 4
+    if move > 0:
+        lines.append(f"shr.u32 h, {qh}, {move};")
+    elif move < 0:
+        lines.append(f"shl.b32 h, {qh}, {-move};")
+    else:
+        lines.append(f"mov.b32 h, {qh};")
+    lines += [
+        "lop3.b32 t, t, h, 0x00300030, 0xF8;",  # t | (h & mask): the high bits
+        "fma.rn.bf16x2 t, t, one, m160;",  # q - 32, exact
+        f"fma.rn.bf16x2 acc, t, {x_pair}, acc;",
+    ]
+    return lines
+
+
+def _group_ptx(group: int) -> str:
+    """Operands: $1 the ``ql`` word, $2 the ``qh`` word, $3 / $4 the activation pairs of
+    bytes (0, 2) / (1, 3); $0 the float32 sum of the group's four ``(q - 32) x``."""
+    nibble = 4 * (group // 2)
+    return bf16_pairs.program(
+        ".reg .b32 h, acc, m160;\nmov.b32 m160, 0xC320C320;",
+        *_pair_ptx("$1", nibble, "$2", 2 * group, "$3", first=True),
+        *_pair_ptx("$1", nibble + 8, "$2", 2 * group + 8, "$4", first=False),
+        bf16_pairs.halves_sum("acc", "$0"),
+    )
+
+
+_GROUP0 = tl.constexpr(_group_ptx(0))
+_GROUP1 = tl.constexpr(_group_ptx(1))
+_GROUP2 = tl.constexpr(_group_ptx(2))
+_GROUP3 = tl.constexpr(_group_ptx(3))
+
+
+@triton.jit
+def _byte_value(ql, qh, byte: tl.constexpr, GROUP: tl.constexpr):
+    """Plain twin: ``q - 32`` of byte ``byte`` of a lane's group ``GROUP``, float32."""
+    nibble = (ql >> (8 * byte + 4 * (GROUP // 2))) & 15
+    high = (qh >> (8 * byte + 2 * GROUP)) & 3
+    return (nibble | (high << 4)).to(tl.float32) - 32.0
+
+
+@triton.jit
+def _group_sum(ql, qh, p02, p13, GROUP: tl.constexpr, ASM: tl.constexpr):
+    """float32 ``sum (q - 32) x`` over the four values of group ``GROUP`` of each lane."""
+    if ASM:
+        if GROUP == 0:
+            asm: tl.constexpr = _GROUP0
+        elif GROUP == 1:
+            asm: tl.constexpr = _GROUP1
+        elif GROUP == 2:
+            asm: tl.constexpr = _GROUP2
+        else:
+            asm: tl.constexpr = _GROUP3
+        return tl.inline_asm_elementwise(asm, "=f,r,r,r,r", [ql, qh, p02, p13], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+    return (_byte_value(ql, qh, 0, GROUP) * bf16_half(p02, False) + _byte_value(ql, qh, 2, GROUP) * bf16_half(p02, True)
+            + _byte_value(ql, qh, 1, GROUP) * bf16_half(p13, False)
+            + _byte_value(ql, qh, 3, GROUP) * bf16_half(p13, True))
+
+
+@triton.jit
+def _word(halves, offset, ASM: tl.constexpr):
+    """The 32-bit word at 16-bit ``offset`` (two loads: a super-block may start off a word)."""
+    return _pair_bits(tl.load(halves + offset), tl.load(halves + offset + 1), ASM)
+
+
+@triton.jit
+def _scale(halves, h, g, GROUP: tl.constexpr):
+    """float32 ``sc[8 h + g // 4 + 2 GROUP]`` (int8) per lane."""
+    pair = tl.load(halves + 96 + 4 * h + GROUP).to(tl.uint32)
+    return ((pair >> (8 * (g // 4))) & 0xFF).to(tl.uint8).to(tl.int8, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _x_pairs(x_quads, GROUP: tl.constexpr, ASM: tl.constexpr):
+    """A group's four activations (one 64-bit load) as the pairs of values (0, 2) and (1, 3)."""
+    quad = tl.load(x_quads + 8 * GROUP)
+    x01 = quad.to(tl.uint32)
+    x23 = (quad >> 32).to(tl.uint32)
+    return _halves(x01, x23, 0, ASM), _halves(x01, x23, 1, ASM)
+
+
+@triton.jit
+def _super_block_sums(halves, x_quads, h, g, ASM: tl.constexpr):
+    """Each lane's ``sum sc (q - 32) x`` over its sixteen values, float32 (``d`` not applied)."""
+    ql_a = _word(halves, 32 * h + 2 * g, ASM)  # groups 0 and 2
+    ql_b = _word(halves, 32 * h + 16 + 2 * g, ASM)  # groups 1 and 3
+    qh = _word(halves, 64 + 16 * h + 2 * g, ASM)
+    total = tl.zeros(ql_a.shape, dtype=tl.float32)
+    for group in tl.static_range(4):
+        p02, p13 = _x_pairs(x_quads, group, ASM)
+        ql = ql_a if group % 2 == 0 else ql_b
+        total += _scale(halves, h, g, group) * _group_sum(ql, qh, p02[None], p13[None], group, ASM)
+    return total
+
+
+@triton.jit
+def _q6k_pairs_kernel(
+    x_ptr, w_ptr, out_ptr, N, K, row_bytes,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr = 1,
+):
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = w_ptr + tl.where(mask_n, offs_n, 0).to(tl.int64) * row_bytes  # [BLOCK_N] byte pointers
+    h = tl.arange(0, 2)[None, :, None]  # [1, 2, 1]: a super-block's 128-value halves
+    g = tl.arange(0, 8)[None, None, :]  # [1, 1, 8]: four l a lane
+    steps = tl.arange(0, SPLIT)
+    x_quads = x_ptr.to(tl.pointer_type(tl.uint64))  # the activations four at a time
+    num_sb = K // 256
+    acc = tl.zeros((BLOCK_N, SPLIT, 2, 8), dtype=tl.float32)
+    pdl_wait(PDL)  # the activations come from the kernel before (octavo/kernels/pdl.py)
+    # STAGES > 1: every load of the loop pipelined through shared memory (as int4_gemv_rows).
+    for sb0 in tl.range(0, num_sb, SPLIT, num_stages=STAGES):
+        # Super-blocks past the row's end read super-block 0 with d = 0.
+        live = sb0 + steps < num_sb
+        sb = tl.where(live, sb0 + steps, 0)
+        sb_bytes = rows[:, None] + (sb * _SB_BYTES)[None, :]  # [BLOCK_N, SPLIT]
+        halves = sb_bytes.to(tl.pointer_type(tl.uint16))[:, :, None, None]
+        d = tl.load(halves + (_SB_HALVES - 1)).to(tl.float16, bitcast=True).to(tl.float32)
+        d = tl.where(live[None, :, None, None], d, 0.0)
+        # Value 256 sb + 128 h + 4 g + 32 j + {0..3}: quad 64 sb + 32 h + g + 8 j.
+        x_lane = x_quads + (64 * sb)[:, None, None] + 32 * h + g  # [SPLIT, 2, 8]
+        acc += d * _super_block_sums(halves, x_lane, h[None], g[None], ASM)
+    pdl_release(PDL)
+    out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
+    tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
+
+
+def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
+    """One bfloat16 token of a Q6_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
+    return (type_name == "Q6_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16
+            and (runs_ptx(x.device) or interpreting())
+            and x.stride(1) == 1 and x.data_ptr() % 8 == 0  # 64-bit activation loads
+            and raw.data_ptr() % 2 == 0 and raw.stride(0) % 2 == 0 and raw.stride(1) == 1  # 16-bit weight loads
+            and pairs_enabled())
+
+
+def q6k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q6KPairsTiles | None = None) -> torch.Tensor:
+    """``x @ W.T`` for one token (``takes``) and raw Q6_K rows ``[N, row_bytes]``."""
+    tiles = tiles or tiles_from_env() or TILES
+    num_out, row_bytes = raw.shape
+    num_in = row_bytes // SB_BYTES * 256
+    out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
+    if num_out == 0:
+        return out
+    pdl = pdl_enabled(x.device, 1)
+    asm = runs_ptx(x.device)
+    _q6k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
+        x, raw, out, num_out, num_in, raw.stride(0),
+        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, STAGES=tiles.stages,
+        num_warps=tiles.num_warps, launch_pdl=pdl,
+    )
+    return out
