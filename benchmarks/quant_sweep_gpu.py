@@ -44,8 +44,7 @@ from octavo.kernels.gemv import GemvConfig  # noqa: E402
 from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig  # noqa: E402
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.fp8_gemv_rows import Fp8RowsTiles  # noqa: E402
-from octavo.kernels.quant.gguf_q4k_pairs import Q4KPairsTiles  # noqa: E402
-from octavo.kernels.quant.gguf_q6k_pairs import Q6KPairsTiles  # noqa: E402
+from octavo.kernels.quant.bf16_pairs import PairsTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
@@ -115,18 +114,18 @@ FP8_ROWS = [Fp8RowsTiles(n, s, w) for n, s, w in (
     (128, 1, 4), (32, 2, 8), (64, 4, 8))]
 # The Q4_K GEMV in bfloat16 pairs: rows a program (rows a thread = block_n * 32 / threads),
 # super-blocks a step, warps.
-GGUF_Q4K_PAIRS = [Q4KPairsTiles(n, s, w) for n, s, w in (
+GGUF_Q4K_PAIRS = [PairsTiles(n, s, w) for n, s, w in (
     (32, 1, 4), (16, 1, 4), (8, 1, 4), (64, 1, 4), (16, 2, 4), (32, 2, 4), (8, 2, 4), (32, 1, 8), (64, 1, 8),
     (16, 1, 2), (8, 1, 2), (16, 1, 1), (32, 2, 8), (64, 2, 8), (16, 4, 8), (8, 4, 4),
     # Round 35 (H200): (8, 4, 4) 96.9 us, the best; around it.
     (4, 4, 4), (8, 8, 4), (4, 8, 4), (8, 8, 8), (8, 4, 8), (4, 4, 2), (4, 8, 8), (8, 16, 8))]
 # Pipelined by Triton (round 40, never timed): the default's loop has 12 barriers a step
 # (layout changes), two with stages (sm_90 at (8, 4, 4): 6.8 instructions a value against 5.8).
-GGUF_Q4K_PAIRS += [Q4KPairsTiles(n, s, w, st) for n, s, w, st in (
+GGUF_Q4K_PAIRS += [PairsTiles(n, s, w, st) for n, s, w, st in (
     (8, 4, 4, 3), (8, 2, 4, 3), (8, 2, 4, 4), (8, 1, 4, 4), (4, 4, 4, 3), (8, 1, 2, 4), (16, 2, 8, 3), (4, 2, 4, 4))]
 # The Q6_K GEMV in bfloat16 pairs (round 40, never timed): 16 lanes a super-block, rows a program,
 # super-blocks a step, warps[, stages] (sm_90 at (8, 4, 4): 6.4 instructions a value, no barriers).
-GGUF_Q6K_PAIRS = [Q6KPairsTiles(*t) for t in (
+GGUF_Q6K_PAIRS = [PairsTiles(*t) for t in (
     (8, 4, 4), (8, 2, 4), (4, 4, 4), (8, 8, 4), (16, 2, 4), (8, 1, 4), (4, 8, 4), (8, 4, 8), (16, 4, 8), (4, 2, 2),
     (8, 2, 4, 3), (8, 1, 4, 4), (4, 4, 4, 3), (8, 4, 4, 3))]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]

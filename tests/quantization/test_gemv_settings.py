@@ -19,9 +19,9 @@ SETTINGS = [
     ("int4_gemv_rows", None, None, "OCTAVO_INT4_GEMV_ROWS_TILES", "8,8,8,0", ("RowsTiles", (8, 8, 8, 0))),
     ("int4_gemv_rows", None, None, "OCTAVO_INT4_GEMV_ROWS_TILES", "8,8,8,1,0,3", ("RowsTiles", (8, 8, 8, 1, 0, 3))),
     ("gguf_q4k_pairs", "pairs_enabled", "OCTAVO_GGUF_Q4K_PAIRS", "OCTAVO_GGUF_Q4K_PAIRS_TILES", "16,1,4",
-     ("Q4KPairsTiles", (16, 1, 4))),
+     ("PairsTiles", (16, 1, 4))),
     ("gguf_q6k_pairs", "pairs_enabled", "OCTAVO_GGUF_Q6K_PAIRS", "OCTAVO_GGUF_Q6K_PAIRS_TILES", "8,2,4,3",
-     ("Q6KPairsTiles", (8, 2, 4, 3))),
+     ("PairsTiles", (8, 2, 4, 3))),
     ("fp8_gemv_rows", "rows_enabled", "OCTAVO_FP8_GEMV_ROWS", "OCTAVO_FP8_GEMV_ROWS_TILES", "64,1,4",
      ("Fp8RowsTiles", (64, 1, 4))),
 ]

@@ -41,12 +41,12 @@ def test_q6k_pairs_matches_the_dequantized_matmul(num_out, num_in, tiles):
     raw = random_gguf_rows("Q6_K", num_out, num_in, generator)
     x = torch.randn(1, num_in, generator=generator).to(torch.bfloat16)
     expected = x.float() @ dequantize_gguf(raw, Q6_K).T
-    out = gguf_q6k_pairs.q6k_gemv_pairs(x, raw, gguf_q6k_pairs.Q6KPairsTiles(*tiles))
+    out = gguf_q6k_pairs.q6k_gemv_pairs(x, raw, gguf_q6k_pairs.PairsTiles(*tiles))
     assert out.shape == (1, num_out) and out.dtype == torch.bfloat16
     # The output's rounding to bfloat16 (2**-9); the interpreter's twin multiplies in float32.
     assert _relative_error(out, expected) < 6e-3
     # Every row is its own: a row's result does not depend on its neighbours (the last row alone).
-    alone = gguf_q6k_pairs.q6k_gemv_pairs(x, raw[-1:].contiguous(), gguf_q6k_pairs.Q6KPairsTiles(*tiles))
+    alone = gguf_q6k_pairs.q6k_gemv_pairs(x, raw[-1:].contiguous(), gguf_q6k_pairs.PairsTiles(*tiles))
     assert torch.equal(alone[0, 0], out[0, -1])
 
 

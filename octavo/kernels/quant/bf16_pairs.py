@@ -14,8 +14,28 @@ in Triton, for the kernels' plain twins and for activations read as words.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import triton
 import triton.language as tl
+
+from octavo.kernels.triton_utils import ints_from_env
+
+@dataclass(frozen=True)
+class PairsTiles:
+    """Tiles of a one-token GGUF GEMV over super-blocks in pairs (``gguf_q4k_pairs``, ``gguf_q6k_pairs``)."""
+
+    block_n: int  # rows a program
+    split: int  # super-blocks a step
+    num_warps: int
+    stages: int = 1  # past 1: Triton pipelines the loop's loads through shared memory (tl.range)
+
+
+def pairs_tiles_from_env(name: str) -> PairsTiles | None:
+    """``name=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
+    parts = ints_from_env(name, "block_n,split,num_warps[,stages]", (3, 4))
+    return None if parts is None else PairsTiles(*parts)
+
 
 PROLOGUE = """.reg .b32 q, t, one, u;
 .reg .f32 lo_f, hi_f;

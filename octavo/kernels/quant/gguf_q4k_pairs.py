@@ -29,7 +29,6 @@ every step). The interpreter runs a plain-arithmetic twin of the same steps.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -38,32 +37,23 @@ import triton.language as tl
 from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
-from octavo.kernels.quant.bf16_pairs import bf16_half
-from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
+from octavo.kernels.quant.bf16_pairs import PairsTiles, bf16_half, pairs_tiles_from_env
+from octavo.kernels.triton_utils import interpreting, runs_ptx
 
 SB_BYTES = 144  # one Q4_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
 
 
-@dataclass(frozen=True)
-class Q4KPairsTiles:
-    block_n: int  # rows a program
-    split: int  # super-blocks a step
-    num_warps: int
-    stages: int = 1  # past 1: Triton pipelines the loop's loads through shared memory (tl.range)
-
-
 # Swept on the H200 (round 35, one 8B layer's four GEMVs of Q4_K, L2 flushed,
 # graphs): 96.9 us at (8, 4, 4), 110.4 at (8, 2, 4), 149.9 at the first guess
 # (32, 1, 4), whose two rows a thread made fewer loads in flight.
-TILES = Q4KPairsTiles(block_n=8, split=4, num_warps=4)
+TILES = PairsTiles(block_n=8, split=4, num_warps=4)
 
 
 @functools.cache
-def tiles_from_env() -> Q4KPairsTiles | None:
+def tiles_from_env() -> PairsTiles | None:
     """``OCTAVO_GGUF_Q4K_PAIRS_TILES=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_GGUF_Q4K_PAIRS_TILES", "block_n,split,num_warps[,stages]", (3, 4))
-    return None if parts is None else Q4KPairsTiles(*parts)
+    return pairs_tiles_from_env("OCTAVO_GGUF_Q4K_PAIRS_TILES")
 
 
 @functools.cache
@@ -219,7 +209,7 @@ def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
             and pairs_enabled())
 
 
-def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q4KPairsTiles | None = None) -> torch.Tensor:
+def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: PairsTiles | None = None) -> torch.Tensor:
     """``x @ W.T`` for one token (``takes``) and raw Q4_K rows ``[N, row_bytes]``."""
     tiles = tiles or tiles_from_env() or TILES
     num_out, row_bytes = raw.shape

@@ -27,7 +27,6 @@ words are read as two 16-bit halves each and joined (``int4_gemv_rows``'s
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -36,34 +35,25 @@ import triton.language as tl
 from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
-from octavo.kernels.quant.bf16_pairs import bf16_half
+from octavo.kernels.quant.bf16_pairs import PairsTiles, bf16_half, pairs_tiles_from_env
 from octavo.kernels.quant.gguf_q4k_pairs import _halves
 from octavo.kernels.quant.int4_gemv_rows import _pair_bits
-from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
+from octavo.kernels.triton_utils import interpreting, runs_ptx
 
 SB_BYTES = 210  # one Q6_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
 _SB_HALVES = tl.constexpr(SB_BYTES // 2)
 
 
-@dataclass(frozen=True)
-class Q6KPairsTiles:
-    block_n: int  # rows a program
-    split: int  # super-blocks a step
-    num_warps: int
-    stages: int = 1  # past 1: Triton pipelines the loop's loads through shared memory (tl.range)
-
-
 # A first guess, as gguf_q4k_pairs' H200 winner (8, 4, 4): one row a thread
 # (16 lanes a super-block, 8 rows x 4 super-blocks = 512 lanes for 128 threads).
-TILES = Q6KPairsTiles(block_n=8, split=4, num_warps=4)
+TILES = PairsTiles(block_n=8, split=4, num_warps=4)
 
 
 @functools.cache
-def tiles_from_env() -> Q6KPairsTiles | None:
+def tiles_from_env() -> PairsTiles | None:
     """``OCTAVO_GGUF_Q6K_PAIRS_TILES=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_GGUF_Q6K_PAIRS_TILES", "block_n,split,num_warps[,stages]", (3, 4))
-    return None if parts is None else Q6KPairsTiles(*parts)
+    return pairs_tiles_from_env("OCTAVO_GGUF_Q6K_PAIRS_TILES")
 
 
 @functools.cache
@@ -219,7 +209,7 @@ def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
             and pairs_enabled())
 
 
-def q6k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: Q6KPairsTiles | None = None) -> torch.Tensor:
+def q6k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: PairsTiles | None = None) -> torch.Tensor:
     """``x @ W.T`` for one token (``takes``) and raw Q6_K rows ``[N, row_bytes]``."""
     tiles = tiles or tiles_from_env() or TILES
     num_out, row_bytes = raw.shape
