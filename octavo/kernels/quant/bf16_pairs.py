@@ -1,5 +1,6 @@
 """PTX for 4-bit values multiplied in bfloat16 pairs (sm_80+), shared by the
-one-token int4 and Q4_K GEMVs (``int4_gemv_rows``, ``gguf_q4k_pairs``).
+one-token int4, Q4_K and Q6_K GEMVs (``int4_gemv_rows``, ``gguf_q4k_pairs``,
+``gguf_q6k_pairs``), and the GGUF pairs GEMVs' tiles, dispatch check and launch.
 
 ``lop3`` with the mask ``0x000F000F`` and the exponent pair ``0x43004300``
 turns the nibbles at bits ``s`` and ``s + 16`` of a word (shifted down by
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import triton
 import triton.language as tl
 
-from octavo.kernels.triton_utils import ints_from_env
+from octavo.kernels.pdl import pdl_enabled
+from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
 @dataclass(frozen=True)
 class PairsTiles:
@@ -35,6 +38,31 @@ def pairs_tiles_from_env(name: str) -> PairsTiles | None:
     """``name=block_n,split,num_warps[,stages]`` (tuning runs), else None."""
     parts = ints_from_env(name, "block_n,split,num_warps[,stages]", (3, 4))
     return None if parts is None else PairsTiles(*parts)
+
+
+def takes_token(x: torch.Tensor, raw: torch.Tensor, word_bytes: int) -> bool:
+    """Whether a pairs GEMV can take ``x @ W.T`` for raw rows ``raw``: one bfloat16 token where the
+    PTX runs (CUDA; the interpreter runs the twins), its activations loaded four at a time
+    (8-byte aligned), the weights' rows aligned to the kernel's ``word_bytes`` loads."""
+    return (x.shape[0] == 1 and x.dtype == torch.bfloat16 and (runs_ptx(x.device) or interpreting())
+            and x.stride(1) == 1 and x.data_ptr() % 8 == 0
+            and raw.data_ptr() % word_bytes == 0 and raw.stride(0) % word_bytes == 0 and raw.stride(1) == 1)
+
+
+def launch_gemv(kernel, x: torch.Tensor, raw: torch.Tensor, sb_bytes: int, tiles: PairsTiles) -> torch.Tensor:
+    """``x @ W.T`` for one token and raw rows ``[N, row_bytes]`` of ``sb_bytes`` super-blocks
+    (256 values each): ``kernel`` launched a program per ``tiles.block_n`` rows."""
+    num_out, row_bytes = raw.shape
+    out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
+    if num_out == 0:
+        return out
+    pdl = pdl_enabled(x.device, 1)
+    kernel[(triton.cdiv(num_out, tiles.block_n),)](
+        x, raw, out, num_out, row_bytes // sb_bytes * 256, raw.stride(0),
+        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=runs_ptx(x.device), PDL=pdl, STAGES=tiles.stages,
+        num_warps=tiles.num_warps, launch_pdl=pdl,
+    )
+    return out
 
 
 PROLOGUE = """.reg .b32 q, t, one, u;

@@ -35,10 +35,9 @@ import triton
 import triton.language as tl
 
 from octavo.env_switches import switch_from_env
-from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.pdl import pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
 from octavo.kernels.quant.bf16_pairs import PairsTiles, bf16_half, pairs_tiles_from_env
-from octavo.kernels.triton_utils import interpreting, runs_ptx
 
 SB_BYTES = 144  # one Q4_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
@@ -201,26 +200,10 @@ def _q4k_pairs_kernel(
 
 
 def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
-    """One bfloat16 token of a Q4_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
-    return (type_name == "Q4_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16
-            and (runs_ptx(x.device) or interpreting())
-            and x.stride(1) == 1 and x.data_ptr() % 8 == 0  # 64-bit activation loads, 32-bit weight loads
-            and raw.data_ptr() % 4 == 0 and raw.stride(0) % 4 == 0 and raw.stride(1) == 1
-            and pairs_enabled())
+    """One bfloat16 token of a Q4_K weight, where the pairs' PTX runs (32-bit weight loads)."""
+    return type_name == "Q4_K" and bf16_pairs.takes_token(x, raw, 4) and pairs_enabled()
 
 
 def q4k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: PairsTiles | None = None) -> torch.Tensor:
     """``x @ W.T`` for one token (``takes``) and raw Q4_K rows ``[N, row_bytes]``."""
-    tiles = tiles or tiles_from_env() or TILES
-    num_out, row_bytes = raw.shape
-    num_in = row_bytes // SB_BYTES * 256
-    out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
-    if num_out == 0:
-        return out
-    pdl = pdl_enabled(x.device, 1)
-    asm = runs_ptx(x.device)
-    _q4k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
-        x, raw, out, num_out, num_in, raw.stride(0),
-        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, STAGES=tiles.stages, num_warps=tiles.num_warps, launch_pdl=pdl,
-    )
-    return out
+    return bf16_pairs.launch_gemv(_q4k_pairs_kernel, x, raw, SB_BYTES, tiles or tiles_from_env() or TILES)

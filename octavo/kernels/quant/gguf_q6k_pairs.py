@@ -33,12 +33,11 @@ import triton
 import triton.language as tl
 
 from octavo.env_switches import switch_from_env
-from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.pdl import pdl_release, pdl_wait
 from octavo.kernels.quant import bf16_pairs
 from octavo.kernels.quant.bf16_pairs import PairsTiles, bf16_half, pairs_tiles_from_env
 from octavo.kernels.quant.gguf_q4k_pairs import _halves
 from octavo.kernels.quant.int4_gemv_rows import _pair_bits
-from octavo.kernels.triton_utils import interpreting, runs_ptx
 
 SB_BYTES = 210  # one Q6_K super-block: 256 values
 _SB_BYTES = tl.constexpr(SB_BYTES)
@@ -201,27 +200,10 @@ def _q6k_pairs_kernel(
 
 
 def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
-    """One bfloat16 token of a Q6_K weight, where the pairs' PTX runs (CUDA; the interpreter's twin)."""
-    return (type_name == "Q6_K" and x.shape[0] == 1 and x.dtype == torch.bfloat16
-            and (runs_ptx(x.device) or interpreting())
-            and x.stride(1) == 1 and x.data_ptr() % 8 == 0  # 64-bit activation loads
-            and raw.data_ptr() % 2 == 0 and raw.stride(0) % 2 == 0 and raw.stride(1) == 1  # 16-bit weight loads
-            and pairs_enabled())
+    """One bfloat16 token of a Q6_K weight, where the pairs' PTX runs (16-bit weight loads: a super-block may start off a word)."""
+    return type_name == "Q6_K" and bf16_pairs.takes_token(x, raw, 2) and pairs_enabled()
 
 
 def q6k_gemv_pairs(x: torch.Tensor, raw: torch.Tensor, tiles: PairsTiles | None = None) -> torch.Tensor:
     """``x @ W.T`` for one token (``takes``) and raw Q6_K rows ``[N, row_bytes]``."""
-    tiles = tiles or tiles_from_env() or TILES
-    num_out, row_bytes = raw.shape
-    num_in = row_bytes // SB_BYTES * 256
-    out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
-    if num_out == 0:
-        return out
-    pdl = pdl_enabled(x.device, 1)
-    asm = runs_ptx(x.device)
-    _q6k_pairs_kernel[(triton.cdiv(num_out, tiles.block_n),)](
-        x, raw, out, num_out, num_in, raw.stride(0),
-        BLOCK_N=tiles.block_n, SPLIT=tiles.split, ASM=asm, PDL=pdl, STAGES=tiles.stages,
-        num_warps=tiles.num_warps, launch_pdl=pdl,
-    )
-    return out
+    return bf16_pairs.launch_gemv(_q6k_pairs_kernel, x, raw, SB_BYTES, tiles or tiles_from_env() or TILES)
