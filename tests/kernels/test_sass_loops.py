@@ -26,13 +26,15 @@ REPO = Path(__file__).resolve().parents[2]
 # Case-name substrings (aot_compile's, and sass_loops' "quant" ones): the
 # 1-token bf16 GEMV with a deferred reduction, the gated one at 4 rows, the 8-bit one, the int4 GEMV
 # (per block and per plane scales, one and two row groups; the one-token rows form), the MoE decode
-# down kernel, the block-scaled fp8 and the GGUF Q4_K 1-token GEMVs.
+# down kernel, the block-scaled fp8 and the GGUF Q4_K 1-token GEMVs. (The pipelined compile cases,
+# named apart, have the two barriers a step of Triton's cp.async pipelining.)
 BARRIER_FREE = ["gemv M1 gated=None", "gemv M4 gated=silu", "gemv 8-bit", "int4 gemv", "moe decode down top-8",
                 "quant fp8 block gemv", "quant gguf gemv 1-token Q4_K", "quant gguf q4k pairs",
-                "quant fp8 gemv rows"]
-# 1 + 1 + 1 + 8 (four configs, one with programmatic dependent launch, the quant compile case and the
-# rows form's two: bfloat16 pairs and float32) + 1 + 1 + 1 + 1 (Q4_K in pairs) + 1 (fp8 rows)
-EXPECTED_KERNELS = 16
+                "quant gguf q6k pairs", "quant fp8 gemv rows"]
+# 1 + 1 + 1 + 9 (four configs, one with programmatic dependent launch, the quant compile case and the
+# rows form's three: bfloat16 pairs, prefetching and float32) + 1 + 1 + 1 + 1 (Q4_K in pairs)
+# + 1 (Q6_K in pairs) + 1 (fp8 rows)
+EXPECTED_KERNELS = 18
 
 
 @pytest.mark.slow

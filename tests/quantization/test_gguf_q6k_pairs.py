@@ -72,6 +72,12 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q6k_there(monkeypatch):
 
     raw = random_gguf_rows("Q6_K", 16, 512, torch.Generator().manual_seed(0))
     x = torch.randn(1, 512).to(torch.bfloat16)
+    # Opt-in (no faster than the general GEMV on an H100, round 40).
+    monkeypatch.delenv("OCTAVO_GGUF_Q6K_PAIRS", raising=False)
+    gguf_q6k_pairs.pairs_enabled.cache_clear()
+    assert not gguf_q6k_pairs.takes(x, raw, "Q6_K")
+    monkeypatch.setenv("OCTAVO_GGUF_Q6K_PAIRS", "1")
+    gguf_q6k_pairs.pairs_enabled.cache_clear()
     assert gguf_q6k_pairs.takes(x, raw, "Q6_K")
     assert torch.equal(gguf_triton.gguf_linear(x, raw, Q6_K), gguf_q6k_pairs.q6k_gemv_pairs(x, raw))
     assert not gguf_q6k_pairs.takes(x.float(), raw, "Q6_K") and not gguf_q6k_pairs.takes(x, raw, "Q4_K")

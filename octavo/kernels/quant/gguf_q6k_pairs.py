@@ -57,8 +57,11 @@ def tiles_from_env() -> PairsTiles | None:
 
 @functools.cache
 def pairs_enabled() -> bool:
-    """``OCTAVO_GGUF_Q6K_PAIRS=0`` sends one-token Q6_K calls to the general GEMV (A/B runs)."""
-    return switch_from_env("OCTAVO_GGUF_Q6K_PAIRS")
+    """``OCTAVO_GGUF_Q6K_PAIRS=1`` sends one-token Q6_K calls here. Off by default: on an H100
+    (round 40, one 8B layer's four GEMVs in Q6_K, L2 flushed) 188-196 us against the general
+    GEMV's 198 at its default tiles and 170 at its best; its sixteen-bit word loads (48 a loop
+    step) cost what its 6.4 instructions a value save."""
+    return switch_from_env("OCTAVO_GGUF_Q6K_PAIRS", default=False)
 
 
 def _pair_ptx(ql: str, nibble_shift: int, qh: str, high_shift: int, x_pair: str, first: bool) -> list[str]:
