@@ -80,3 +80,19 @@ def test_int4_word_subtracts_the_zero_point():
         neg_zero = zero | (zero << 16) | 0xC300C300  # as _word_dot builds it: -(128 + zero)
         (out,) = emu.run(int4_gemv_rows._WORD_DOT_BF16_ASM.value, [word, *pairs, neg_zero])
         assert emu.bits_f32(out) == sum((qj - zero) * xj for qj, xj in zip(q, x))
+
+
+def test_q4k_pair_sum_adds_four_activations():
+    from octavo.kernels.quant import gguf_q4k_pairs
+
+    rng = random.Random(3)
+    for _ in range(CASES):
+        x = _xs(rng, 4)
+        (out,) = emu.run(gguf_q4k_pairs._PAIR_SUM_ASM.value, [_pair(x[0], x[1]), _pair(x[2], x[3])])
+        assert emu.bits_f32(out) == sum(x)
+
+
+def test_two_halves_make_a_word():
+    # int4_gemv_rows._pair_bits' join, which gguf_q6k_pairs uses for words read as 16-bit halves.
+    (out,) = emu.run("{\nmov.b32 $0, {$1, $2};\n}", [0xBEEF, 0xDEAD])
+    assert out == 0xDEADBEEF
