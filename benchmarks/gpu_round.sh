@@ -339,6 +339,12 @@ for step in "$@"; do
     # GPU tests (the chunked alignment at 64, 512 and 2,048 tokens and in a CUDA graph).
     moe_check) TAIL=16 run_step moe_align_down 250 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 512 --skip-gemv --down-sweep
                TAIL=4 run_step moe_gpu_tests 200 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_fused_moe.py;;
+    # Round 40's lead: in a Qwen3-MoE prefill the down GEMM ran at ~295 TFLOP/s (K = 768, the expert
+    # width), the gate-up at ~470: both kernels' tiles at 8,192 tokens (a bench throughput chunk).
+    moe_prefill_sweep) TAIL=24 run_step moe_down_8192 400 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 8192 \
+                         --skip-gemv --down-sweep
+                       TAIL=24 run_step moe_sweep_8192 500 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 8192 \
+                         --skip-gemv --sweep;;
     # The grouped down kernel's own tiles (OCTAVO_MOE_GROUPED_DOWN_TILES) at a 512-stream decode step
     # and a 2,048-token batch of Qwen3-MoE, the gate-up's at their default.
     moe_down_sweep) TAIL=24 run_step moe_down_sweep 500 python benchmarks/moe_gpu.py --models qwen3-30b-a3b --tokens 512,2048 --down-sweep --skip-gemv;;
