@@ -24,6 +24,7 @@ import triton.language as tl
 from octavo.kernels.pdl import pdl_enabled
 from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
+
 @dataclass(frozen=True)
 class PairsTiles:
     """Tiles of a one-token GGUF GEMV over super-blocks in pairs (``gguf_q4k_pairs``, ``gguf_q6k_pairs``)."""
@@ -70,9 +71,11 @@ PROLOGUE = """.reg .b32 q, t, one, u;
 mov.b32 one, 0x3F803F80;"""
 
 
-def pair_product(word: str, shift: int, x_pair: str, acc: str, offset: str, first: bool = False) -> str:
+def pair_product(word: str, shift: int, x_pair: str, acc: str, offset: str, first: bool = False,
+                 high_bits: tuple[str, ...] = ()) -> str:
     """PTX: ``acc (+)= (the nibbles at bits shift, shift + 16 of word, less offset) * x_pair``
-    (``first``: ``acc`` starts at -0, the sum's identity)."""
+    (``first``: ``acc`` starts at -0, the sum's identity). ``high_bits``: PTX that ORs more
+    bits of each value into ``t`` (``128 + nibble`` by then) before the offset comes off."""
     lines = [f"mov.b32 {acc}, 0x80008000;"] if first else []
     source = word
     if shift:
@@ -80,6 +83,7 @@ def pair_product(word: str, shift: int, x_pair: str, acc: str, offset: str, firs
         source = "q"
     lines += [
         f"lop3.b32 t, {source}, 0x000F000F, 0x43004300, 0xEA;",
+        *high_bits,
         f"fma.rn.bf16x2 t, t, one, {offset};",
         f"fma.rn.bf16x2 {acc}, t, {x_pair}, {acc};",
     ]

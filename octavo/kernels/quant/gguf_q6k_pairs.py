@@ -1,7 +1,8 @@
 """The one-token GGUF Q6_K GEMV in bfloat16 pairs (issue 17).
 
-Q6_K is llama.cpp's Q4_K_M choice for the LM head and for half the layers'
-``attn_v`` and ``ffn_down``. A row is 210-byte super-blocks of 256 values:
+Q6_K is llama.cpp's Q4_K_M choice for half the layers' ``attn_v`` and
+``ffn_down`` (and the LM head, which the GGUF loader dequantizes to the
+model dtype). A row is 210-byte super-blocks of 256 values:
 ``ql`` (128 bytes of low nibbles), ``qh`` (64 bytes of 2-bit high parts),
 sixteen int8 scales and float16 ``d`` at byte 208. Value ``128 h + l + 32 j``
 (``h < 2``, ``l < 32``, ``j < 4``) is nibble ``j // 2`` of byte
@@ -64,29 +65,17 @@ def pairs_enabled() -> bool:
     return switch_from_env("OCTAVO_GGUF_Q6K_PAIRS", default=False)
 
 
-def _pair_ptx(ql: str, nibble_shift: int, qh: str, high_shift: int, x_pair: str, first: bool) -> list[str]:
-    """PTX: ``acc (+)= (q - 32) * x_pair`` for the pair of bytes at bits ``nibble_shift``
-    and ``+ 16`` of ``ql`` (their nibble), their two high bits at ``high_shift`` (and
-    ``+ 16``) of ``qh``, moved to bits 4-5 (a negative shift is to the left)."""
-    lines = ["mov.b32 acc, 0x80008000;"] if first else []
-    source = ql
-    if nibble_shift:
-        lines.append(f"shr.u32 q, {ql}, {nibble_shift};")
-        source = "q"
-    lines.append(f"lop3.b32 t, {source}, 0x000F000F, 0x43004300, 0xEA;")  # 128 + nibble
+def _high_bits(qh: str, high_shift: int) -> tuple[str, ...]:
+    """PTX: the two high bits at ``high_shift`` (and ``+ 16``) of ``qh`` moved to bits 4-5 of
+    each half (a negative move is to the left) and ORed into ``t`` (``128 + nibble``)."""
     move = high_shift - 4
     if move > 0:
-        lines.append(f"shr.u32 h, {qh}, {move};")
+        line = f"shr.u32 h, {qh}, {move};"
     elif move < 0:
-        lines.append(f"shl.b32 h, {qh}, {-move};")
+        line = f"shl.b32 h, {qh}, {-move};"
     else:
-        lines.append(f"mov.b32 h, {qh};")
-    lines += [
-        "lop3.b32 t, t, h, 0x00300030, 0xF8;",  # t | (h & mask): the high bits
-        "fma.rn.bf16x2 t, t, one, m160;",  # q - 32, exact
-        f"fma.rn.bf16x2 acc, t, {x_pair}, acc;",
-    ]
-    return lines
+        line = f"mov.b32 h, {qh};"
+    return line, "lop3.b32 t, t, h, 0x00300030, 0xF8;"  # t | (h & mask)
 
 
 def _group_ptx(group: int) -> str:
@@ -95,8 +84,9 @@ def _group_ptx(group: int) -> str:
     nibble = 4 * (group // 2)
     return bf16_pairs.program(
         ".reg .b32 h, acc, m160;\nmov.b32 m160, 0xC320C320;",
-        *_pair_ptx("$1", nibble, "$2", 2 * group, "$3", first=True),
-        *_pair_ptx("$1", nibble + 8, "$2", 2 * group + 8, "$4", first=False),
+        # Bytes 0 and 2, then 1 and 3: 128 + q with q - 32 taken off (m160), exact.
+        bf16_pairs.pair_product("$1", nibble, "$3", "acc", "m160", first=True, high_bits=_high_bits("$2", 2 * group)),
+        bf16_pairs.pair_product("$1", nibble + 8, "$4", "acc", "m160", high_bits=_high_bits("$2", 2 * group + 8)),
         bf16_pairs.halves_sum("acc", "$0"),
     )
 
