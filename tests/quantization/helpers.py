@@ -22,6 +22,11 @@ from octavo.runtime.config import WorkerConfig
 from octavo.runtime.model_loading import LoadedModel, load_model
 
 
+def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    """``|out - expected| / |expected|`` (Frobenius norms, in float32)."""
+    return float((out.float() - expected.float()).norm() / expected.float().norm())
+
+
 def load(
     path: Path, quantization: str | None = None, dtype: str = "float32", load_format: str = "auto",
     kv_cache_dtype: str = "auto",

@@ -18,6 +18,7 @@ pytest.importorskip("triton", reason="Triton is not installed")
 from octavo.kernels.builtin import _norm_fp8_accepts, _silu_fp8_accepts  # noqa: E402
 from octavo.kernels.quant import scaled_mm  # noqa: E402
 from octavo.ops import OP_SPECS  # noqa: E402
+from tests.quantization.helpers import relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -31,10 +32,6 @@ def test_kernels_under_interpreter():
 def _fp8_weight(out_features: int, in_features: int, seed: int):
     gen = torch.Generator().manual_seed(seed)
     return scaled_mm.quantize_fp8_per_channel(torch.randn(out_features, in_features, generator=gen) * 0.05)
-
-
-def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
-    return float((out.float() - expected.float()).norm() / expected.float().norm())
 
 
 @needs_interpreter
@@ -100,7 +97,7 @@ def test_fused_ops_equal_the_unfused_w8a8_path(dtype, bias):
     assert torch.equal(out, fp8_w8a8_linear(normed, qweight, weight_scale, b))
     assert torch.equal(summed, expected_sum)
     reference_out, reference_sum = OP_SPECS["fused_add_rms_norm_fp8_linear"].reference(*args)
-    assert _relative_error(out, reference_out) < 0.08
+    assert relative_error(out, reference_out) < 0.08
     # The interpreter truncates float32 -> bfloat16 casts where torch rounds.
     torch.testing.assert_close(summed, reference_sum, rtol=0 if dtype == torch.float32 else 1e-2, atol=0)
 
@@ -108,7 +105,7 @@ def test_fused_ops_equal_the_unfused_w8a8_path(dtype, bias):
     out = fp8_fused.silu_and_mul_fp8_linear(gate_up, qweight, weight_scale, b)
     assert torch.equal(out, fp8_w8a8_linear(silu_and_mul(gate_up), qweight, weight_scale, b))
     reference_out = OP_SPECS["silu_and_mul_fp8_linear"].reference(gate_up, qweight, weight_scale, b)
-    assert _relative_error(out, reference_out) < 0.08
+    assert relative_error(out, reference_out) < 0.08
 
 
 def test_fused_ops_decline_what_the_composition_serves_better():

@@ -15,16 +15,13 @@ pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant import scaled_mm  # noqa: E402
 from octavo.ops import quant_reference, reference  # noqa: E402
+from tests.quantization.helpers import relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 
 @not_interpreted
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__)
-
-
-def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
-    return float((out.float() - expected.float()).norm() / expected.float().norm())
 
 
 @needs_interpreter

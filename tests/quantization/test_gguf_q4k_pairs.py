@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
+from tests.quantization.helpers import relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 Q4_K = GGML_TYPES_BY_NAME["Q4_K"]
@@ -19,10 +20,6 @@ Q4_K = GGML_TYPES_BY_NAME["Q4_K"]
 @not_interpreted
 def test_q4k_pairs_under_interpreter():
     rerun_under_interpreter(__file__)
-
-
-def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((out.float() - expected).norm() / expected.norm()).item()
 
 
 # (rows, inputs, tiles): a partial row tile; three super-blocks in steps of two (the
@@ -44,7 +41,7 @@ def test_q4k_pairs_matches_the_dequantized_matmul(num_out, num_in, tiles):
     out = gguf_q4k_pairs.q4k_gemv_pairs(x, raw, gguf_q4k_pairs.PairsTiles(*tiles))
     assert out.shape == (1, num_out) and out.dtype == torch.bfloat16
     # The output's rounding to bfloat16 (2**-9) and the activations' sums in pairs of bfloat16.
-    assert _relative_error(out, expected) < 6e-3
+    assert relative_error(out, expected) < 6e-3
     # Every row is its own: a row's result does not depend on its neighbours (row 0 alone).
     alone = gguf_q4k_pairs.q4k_gemv_pairs(x, raw[:1].contiguous(), gguf_q4k_pairs.PairsTiles(*tiles))
     assert torch.equal(alone[0, 0], out[0, 0])

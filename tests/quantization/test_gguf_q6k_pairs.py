@@ -12,6 +12,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
+from tests.quantization.helpers import relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 Q6_K = GGML_TYPES_BY_NAME["Q6_K"]
@@ -20,10 +21,6 @@ Q6_K = GGML_TYPES_BY_NAME["Q6_K"]
 @not_interpreted
 def test_q6k_pairs_under_interpreter():
     rerun_under_interpreter(__file__)
-
-
-def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((out.float() - expected).norm() / expected.norm()).item()
 
 
 # (rows, inputs, tiles): a partial row tile; three super-blocks (odd ones start two bytes
@@ -44,7 +41,7 @@ def test_q6k_pairs_matches_the_dequantized_matmul(num_out, num_in, tiles):
     out = gguf_q6k_pairs.q6k_gemv_pairs(x, raw, gguf_q6k_pairs.PairsTiles(*tiles))
     assert out.shape == (1, num_out) and out.dtype == torch.bfloat16
     # The output's rounding to bfloat16 (2**-9); the interpreter's twin multiplies in float32.
-    assert _relative_error(out, expected) < 6e-3
+    assert relative_error(out, expected) < 6e-3
     # Every row is its own: a row's result does not depend on its neighbours (the last row alone).
     alone = gguf_q6k_pairs.q6k_gemv_pairs(x, raw[-1:].contiguous(), gguf_q6k_pairs.PairsTiles(*tiles))
     assert torch.equal(alone[0, 0], out[0, -1])
