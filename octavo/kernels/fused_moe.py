@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import os
+
 import torch
 import triton
 import triton.language as tl

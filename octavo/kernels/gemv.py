@@ -69,10 +69,10 @@ class GemvConfig:
 # Best at 1 token on Llama-3.1-8B shapes on the H200 (benchmarks/gemv_gpu_sweep.py,
 # round 16: 72 configs; a 4-layer chain 1.076x cuBLAS + silu_and_mul). The
 # loads are not software-pipelined (no dot, not ``pipelined``), so num_stages
-# does not matter; wide K tiles keep enough loads in flight per thread. The fused gate-up
-# reads two weight rows per feature: one feature a program, reduced each step
-# (every gated form: the activation is a few flops per feature, the weight
-# stream is the same).
+# does not matter; wide K tiles keep enough loads in flight per thread. The
+# fused gate-up reads two weight rows per feature: one feature a program,
+# reduced each step (every gated form: the activation is a few flops per
+# feature, the weight stream is the same).
 DEFAULT_CONFIG = GemvConfig(block_n=4, block_k=2048, num_warps=4, num_stages=2)
 DEFAULT_SILU_CONFIG = GemvConfig(block_n=1, block_k=2048, num_warps=2, num_stages=2, defer_reduce=False)
 # 8-bit weights (fp8 / int8 weight-only), swept on the H200 (round 26): an 8B

@@ -19,7 +19,8 @@ fill of the per-slot output and a sum over ``k``. For batches of up to
    the experts one after the other and was slower, round 25), each
    slot's product rounded, times its routing weight, rounded, and the sum
    over ``k`` in float32 rounded once: what the grouped path's per-slot
-   rows and ``sum_over_topk`` compute, in one launch, with no atomics. The order of the sum is fixed: results are deterministic.
+   rows and ``sum_over_topk`` compute, in one launch, with no atomics. The
+   order of the sum is fixed: results are deterministic.
 
 Slots of -1 (experts on another rank) add nothing; their activation rows
 are never written and never read. ``OCTAVO_MOE_DOWN_TILES=block_n,num_warps[,stages]``
