@@ -115,8 +115,13 @@ def _torch_blockwise(weights, config):
     return run
 
 
+# The one-token GEMVs in bfloat16 pairs, by ggml type (the types that have one).
+PAIRS_GEMVS = {"Q4_K": gguf_q4k_pairs.q4k_gemv_pairs, "Q6_K": gguf_q6k_pairs.q6k_gemv_pairs}
+
+
 def _gguf_paths(family: str) -> list[Path]:
     t = _gguf_type(family)
+    pairs = PAIRS_GEMVS.get(t.name)
     return [
         Path(family, "gemv", lambda w, c: lambda x: gguf_triton.gguf_gemv(
             x, w[0], t, c or gguf_triton.GEMV_CONFIG_BY_TYPE.get(t.name, gguf_triton.GEMV_CONFIG)), 8),
@@ -124,10 +129,7 @@ def _gguf_paths(family: str) -> list[Path]:
         Path(family, "dequant+cublas", lambda w, c: lambda x: F.linear(x, gguf_triton.gguf_dequantize(w[0], t, x.dtype))),
         Path(family, "torch_dequant+cublas", lambda w, c: lambda x: F.linear(x, dequantize_gguf(w[0], t, x.dtype))),
         Path(family, "op", lambda w, c: lambda x: gguf_triton.gguf_linear(x, w[0], t)),
-    ] + ([Path(family, "gemv_pairs", lambda w, c: lambda x: gguf_q4k_pairs.q4k_gemv_pairs(x, w[0], c), 1)]
-         if t.name == "Q4_K" else []) + (
-        [Path(family, "gemv_pairs", lambda w, c: lambda x: gguf_q6k_pairs.q6k_gemv_pairs(x, w[0], c), 1)]
-        if t.name == "Q6_K" else [])
+    ] + ([Path(family, "gemv_pairs", lambda w, c: lambda x: pairs(x, w[0], c), 1)] if pairs else [])
 
 
 def all_paths() -> list[Path]:

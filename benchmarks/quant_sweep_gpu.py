@@ -54,8 +54,8 @@ SWEEP_BUDGET_S = 180.0
 REPS = 15
 GEMV_8BIT = [GemvConfig(n, k, w, 2, True, p) for n in (2, 4, 8) for k in (1024, 2048, 4096) for w in (4, 8)
              for p in (False, True)]
-# Pipelined by Triton (round 40, never timed): the loop's loads through shared memory, stages - 1
-# steps ahead (sm_90 at (8, 1024, 4): 5.1 instructions a value against 4.7, 49 KiB shared at 3 stages).
+# Pipelined by Triton: the loop's loads through shared memory, stages - 1 steps ahead (sm_90 at
+# (8, 1024, 4): 5.1 instructions a value against 4.7). H100, round 40: 161-191 us against 116-117.
 GEMV_8BIT += [GemvConfig(n, k, w, st, True, pipelined=True) for n, k, w, st in (
     (8, 1024, 4, 3), (4, 1024, 4, 4), (4, 1024, 4, 3), (8, 512, 4, 4), (4, 512, 4, 4), (2, 1024, 4, 4), (8, 512, 8, 3))]
 # The 8-bit tensor-core skinny kernel (skinny_8bit.py): split 0 = fill the SMs twice.
@@ -81,12 +81,12 @@ INT4_ROWS = [RowsTiles(n, s, w) for n, s, w in (
     (4, 16, 8), (4, 32, 8), (8, 32, 8), (4, 16, 4), (2, 16, 4), (2, 32, 4), (8, 32, 16), (4, 32, 16))]
 # The float32 form (one value an instruction), round 33's default, for the comparison.
 INT4_ROWS += [RowsTiles(8, 8, 8, 0), RowsTiles(16, 8, 8, 0)]
-# Prefetching (round 40, never timed): the next step's weights loaded before this step's
-# arithmetic, twice the bytes in flight a thread (sm_90: 4.06 instructions a value at (8, 8, 8)).
+# Prefetching: the next step's weights loaded before this step's arithmetic, twice the bytes in
+# flight a thread (sm_90: 4.06 instructions a value at (8, 8, 8)). H100, round 40: 97-142 us, slower.
 INT4_ROWS += [RowsTiles(n, s, w, 1, 1) for n, s, w in (
     (8, 8, 8), (8, 4, 4), (4, 8, 4), (8, 16, 8), (4, 16, 8), (8, 2, 2), (4, 4, 4), (16, 8, 8), (8, 8, 4))]
-# Pipelined by Triton (round 40, never timed): every load of the loop through shared memory,
-# stages - 1 steps ahead (sm_90 at (8, 8, 8): 5.2-5.3 instructions a value, two barriers a step).
+# Pipelined by Triton: every load of the loop through shared memory, stages - 1 steps ahead (sm_90
+# at (8, 8, 8): 5.2-5.3 instructions a value, two barriers a step). H100, round 40: 101-153 us, slower.
 INT4_ROWS += [RowsTiles(n, s, w, 1, 0, st) for n, s, w, st in (
     (8, 8, 8, 3), (8, 8, 8, 4), (8, 4, 4, 3), (8, 4, 4, 4), (8, 2, 2, 4), (4, 8, 4, 4), (16, 8, 8, 3), (8, 16, 8, 3),
     (4, 4, 4, 4), (8, 4, 8, 4))]
@@ -119,12 +119,12 @@ GGUF_Q4K_PAIRS = [PairsTiles(n, s, w) for n, s, w in (
     (16, 1, 2), (8, 1, 2), (16, 1, 1), (32, 2, 8), (64, 2, 8), (16, 4, 8), (8, 4, 4),
     # Round 35 (H200): (8, 4, 4) 96.9 us, the best; around it.
     (4, 4, 4), (8, 8, 4), (4, 8, 4), (8, 8, 8), (8, 4, 8), (4, 4, 2), (4, 8, 8), (8, 16, 8))]
-# Pipelined by Triton (round 40, never timed): the default's loop has 12 barriers a step
-# (layout changes), two with stages (sm_90 at (8, 4, 4): 6.8 instructions a value against 5.8).
+# Pipelined by Triton: the default's loop has 12 barriers a step (layout changes), two with
+# stages (sm_90 at (8, 4, 4): 6.8 instructions a value against 5.8). H100, round 40: 112-144 us, slower.
 GGUF_Q4K_PAIRS += [PairsTiles(n, s, w, st) for n, s, w, st in (
     (8, 4, 4, 3), (8, 2, 4, 3), (8, 2, 4, 4), (8, 1, 4, 4), (4, 4, 4, 3), (8, 1, 2, 4), (16, 2, 8, 3), (4, 2, 4, 4))]
-# The Q6_K GEMV in bfloat16 pairs (round 40, never timed): 16 lanes a super-block, rows a program,
-# super-blocks a step, warps[, stages] (sm_90 at (8, 4, 4): 6.4 instructions a value, no barriers).
+# The Q6_K GEMV in bfloat16 pairs: 16 lanes a super-block, rows a program, super-blocks a step,
+# warps[, stages] (sm_90 at (8, 4, 4): 6.4 instructions a value). H100, round 40: 188-196 us.
 GGUF_Q6K_PAIRS = [PairsTiles(*t) for t in (
     (8, 4, 4), (8, 2, 4), (4, 4, 4), (8, 8, 4), (16, 2, 4), (8, 1, 4), (4, 8, 4), (8, 4, 8), (16, 4, 8), (4, 2, 2),
     (8, 2, 4, 3), (8, 1, 4, 4), (4, 4, 4, 3), (8, 4, 4, 3))]
