@@ -128,6 +128,24 @@ def test_quant_sweep_exports_the_one_token_winners(scripts, tmp_path, capsys):
     ]
 
 
+@needs_interpreter
+def test_gemv_shapes_script(scripts, monkeypatch, capsys):
+    # benchmarks/gemv_shapes_gpu.py: a row per path and shape, each shape's bytes, then the layer's.
+    sys.modules.pop("gemv_shapes_gpu", None)
+    import gemv_shapes_gpu
+
+    monkeypatch.setattr(gemv_shapes_gpu, "time_us", lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
+    monkeypatch.setattr(gemv_shapes_gpu, "copy_bandwidth", lambda: 1e12)
+    gemv_shapes_gpu.RESULTS.clear()
+    gemv_shapes_gpu.main("bf16:gemv,int4:gemv_rows", copies=2)
+    rows = {(r["path"], r["shape"]): r for r in gemv_shapes_gpu.RESULTS}
+    assert set(rows) == {(p, s) for p in ("bf16 gemv", "int4 gemv_rows") for s in ("qkv", "down", "layer")}
+    # float32 weights here: 48 x 256 x 4 bytes and the activation's 256 x 4.
+    assert rows[("bf16 gemv", "qkv")]["bytes"] == 48 * 256 * 4 + 256 * 4
+    assert rows[("int4 gemv_rows", "layer")]["bytes"] < rows[("bf16 gemv", "layer")]["bytes"] / 4
+    assert "an empty launch in a graph 5.00 us" in capsys.readouterr().out
+
+
 @not_interpreted
 def test_make_gguf_8b_writes_a_loadable_file(tmp_path):
     """The GPU round's GGUF writer, at tiny shapes: the file loads and runs a prefill."""
