@@ -13,7 +13,10 @@ and its share of the copy bandwidth. An empty Triton kernel timed the same
 way gives what a launch costs with nothing to read; the last column is the
 time a launch would take at the copy bandwidth plus that. Then the four
 projections in a layer's order over ``--copies`` layers: a layer's time in
-a step. With ``$OUT`` set, ``gemv_shapes.jsonl`` there.
+a step. ``--sweep-int4`` times each plain tile of the int4 rows GEMV
+(``quant_sweep_gpu.INT4_ROWS``) shape by shape instead: whether one tile
+for all four shapes leaves time on the small ones. With ``$OUT`` set,
+``gemv_shapes.jsonl`` there.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import astuple
 from pathlib import Path
 
 import torch
@@ -53,24 +57,26 @@ def _chain_us(fns: list, x_by_fn: list) -> float:
     return time_us(lambda: [fn(x) for fn, x in zip(fns, x_by_fn)])
 
 
-def time_shape(path: qp.Path, num_in: int, num_out: int, copies: int) -> tuple[float, int]:
+def weight_copies(family: str, num_in: int, num_out: int, copies: int) -> list[tuple]:
+    """``copies`` separate copies of one random weight (equal values, their own memory: no L2 reuse)."""
+    weights = qp.make_weights(family, num_out, num_in, torch.Generator().manual_seed(0))
+    return [weights] + [tuple(t.clone() for t in weights) for _ in range(copies - 1)]
+
+
+def time_shape(path: qp.Path, num_in: int, num_out: int, copies: int, config=None) -> tuple[float, int]:
     """us a launch and bytes a launch reads (weights and activation) for ``copies`` launches in one graph."""
-    generator = torch.Generator().manual_seed(0)
-    weights = [qp.make_weights(path.family, num_out, num_in, generator) for _ in range(copies)]
+    weights = weight_copies(path.family, num_in, num_out, copies)
     x = torch.randn(1, num_in, device=qp.DEVICE, dtype=qp.DTYPE)
-    fns = [path.make(w, None) for w in weights]
+    fns = [path.make(w, config) for w in weights]
     us = _chain_us(fns, [x] * copies) / copies
     return us, qp.weight_bytes(weights[0]) + x.numel() * x.element_size()
 
 
 def time_layers(path: qp.Path, copies: int) -> float:
     """us a layer: the four projections in order, ``copies`` layers in one graph."""
-    generator = torch.Generator().manual_seed(0)
-    fns, xs = [], []
-    for _ in range(copies):
-        for _, num_in, num_out in qp.SHAPES:
-            fns.append(path.make(qp.make_weights(path.family, num_out, num_in, generator), None))
-            xs.append(torch.randn(1, num_in, device=qp.DEVICE, dtype=qp.DTYPE))
+    by_shape = [weight_copies(path.family, num_in, num_out, copies) for _, num_in, num_out in qp.SHAPES]
+    fns = [path.make(by_shape[i][c], None) for c in range(copies) for i in range(len(qp.SHAPES))]
+    xs = [torch.randn(1, num_in, device=qp.DEVICE, dtype=qp.DTYPE) for _ in range(copies) for _, num_in, _ in qp.SHAPES]
     return _chain_us(fns, xs) / copies
 
 
@@ -93,15 +99,35 @@ def run_path(path: qp.Path, copies: int, bandwidth: float, floor_us: float) -> N
     RESULTS.append(dict(path=path.label, shape="layer", us=layer_us, bytes=layer_bytes))
 
 
-def main(paths: str, copies: int) -> None:
+def sweep_int4_rows(copies: int) -> None:
+    """Each plain tile of the int4 rows GEMV, shape by shape: the best three of each shape."""
+    from quant_sweep_gpu import INT4_ROWS
+
+    path = qp.path_by_label("int4", "gemv_rows")
+    plain = [t for t in INT4_ROWS if t.packed == 1 and t.prefetch == 0 and t.stages == 1]
+    for shape, num_in, num_out in qp.SHAPES:
+        timed = []
+        for tiles in plain:
+            us, nbytes = time_shape(path, num_in, num_out, copies, tiles)
+            timed.append((us, tiles))
+            RESULTS.append(dict(path=path.label, shape=shape, us=us, bytes=nbytes, tiles=list(astuple(tiles))))
+        timed.sort(key=lambda pair: pair[0])
+        print(f"int4 rows {shape}: " + "; ".join(
+            f"{us:.2f} us {nbytes / us / 1e6:.2f} TB/s {astuple(t)[:3]}" for us, t in timed[:3]))
+
+
+def main(paths: str, copies: int, sweep_int4: bool = False) -> None:
     bandwidth = copy_bandwidth()
     floor_us = launch_floor_us(copies)
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; an empty launch in a graph {floor_us:.2f} us; "
           f"{copies} launches a graph, L2 flushed before each replay")
-    print(f"{'path':28s} {'shape':8s} {'us/launch':>11s} {'reads':>11s} {'':>9s} {'of copy':>6s} {'ideal us':>8s}")
-    for label in paths.split(","):
-        family, name = label.split(":")
-        run_path(qp.path_by_label(family, name), copies, bandwidth, floor_us)
+    if sweep_int4:
+        sweep_int4_rows(copies)
+    else:
+        print(f"{'path':28s} {'shape':8s} {'us/launch':>11s} {'reads':>11s} {'':>9s} {'of copy':>6s} {'ideal us':>8s}")
+        for label in paths.split(","):
+            family, name = label.split(":")
+            run_path(qp.path_by_label(family, name), copies, bandwidth, floor_us)
     if os.environ.get("OUT"):
         with open(Path(os.environ["OUT"]) / "gemv_shapes.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in RESULTS)
@@ -111,5 +137,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--paths", default=DEFAULT_PATHS, help="family:path pairs (quant_paths.py)")
     parser.add_argument("--copies", type=int, default=16, help="launches (weight copies) a graph")
+    parser.add_argument("--sweep-int4", action="store_true", help="the int4 rows GEMV's tiles shape by shape")
     args = parser.parse_args()
-    main(args.paths, args.copies)
+    main(args.paths, args.copies, args.sweep_int4)

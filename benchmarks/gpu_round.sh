@@ -205,6 +205,7 @@ for step in "$@"; do
     # and with the defaults (bf16 and the floors in the same runs), and the Q4_K file with the winner.
     # Round 41: each one-token GEMV shape by shape (16 launches a graph, own weights each), beside an empty launch.
     gemv_shapes) TAIL=40 run_step gemv_shapes 300 python benchmarks/gemv_shapes_gpu.py;;
+    gemv_shapes_int4) TAIL=8 run_step gemv_shapes_int4 300 python benchmarks/gemv_shapes_gpu.py --sweep-int4 --copies 8;;
     pipelined) TAIL=45 run_step pipelined_sweep 420 python benchmarks/quant_sweep_gpu.py --tokens 1 \
                  --env-file /tmp/octavo-pipelined.env --only int4:gemv_rows,fp8:gemv,gguf_Q4_K:gemv_pairs,gguf_Q6_K:gemv_pairs
                cp /tmp/octavo-pipelined.env "$O/" 2>/dev/null;;

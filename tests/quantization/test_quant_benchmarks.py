@@ -144,6 +144,16 @@ def test_gemv_shapes_script(scripts, monkeypatch, capsys):
     assert rows[("bf16 gemv", "qkv")]["bytes"] == 48 * 256 * 4 + 256 * 4
     assert rows[("int4 gemv_rows", "layer")]["bytes"] < rows[("bf16 gemv", "layer")]["bytes"] / 4
     assert "an empty launch in a graph 5.00 us" in capsys.readouterr().out
+    # --sweep-int4: the plain tiles only (two here), the best first for each shape.
+    import quant_sweep_gpu
+
+    tiles = [quant_sweep_gpu.RowsTiles(8, 2, 2), quant_sweep_gpu.RowsTiles(4, 4, 4), quant_sweep_gpu.RowsTiles(8, 2, 2, 1, 1)]
+    monkeypatch.setattr(quant_sweep_gpu, "INT4_ROWS", tiles)
+    gemv_shapes_gpu.RESULTS.clear()
+    gemv_shapes_gpu.main("", copies=2, sweep_int4=True)
+    assert [(r["shape"], r["tiles"][:3]) for r in gemv_shapes_gpu.RESULTS] == [
+        (shape, t) for shape in ("qkv", "down") for t in ([8, 2, 2], [4, 4, 4])]
+    assert "int4 rows down: " in capsys.readouterr().out
 
 
 @not_interpreted
