@@ -205,6 +205,10 @@ for step in "$@"; do
     # and with the defaults (bf16 and the floors in the same runs), and the Q4_K file with the winner.
     # Round 41: each one-token GEMV shape by shape (16 launches a graph, own weights each), beside an empty launch.
     gemv_shapes) TAIL=40 run_step gemv_shapes 300 python benchmarks/gemv_shapes_gpu.py;;
+    # Round 41: the int4 tensor-core kernel with its tile in bfloat16 pairs: checked against the reference on
+    # the GPU (tc_mm_pairs among quant_gpu's int4 paths), then swept beside the float32 tile at 1-256 tokens.
+    int4_pairs) TAIL=12 run_step int4_pairs_check 300 python benchmarks/quant_gpu.py --quick --skip-timings --families int4
+                TAIL=30 run_step int4_pairs_sweep 420 python benchmarks/quant_sweep_gpu.py --only int4:tc_mm --tokens 1,16,64,256;;
     gemv_shapes_int4) TAIL=8 run_step gemv_shapes_int4 300 python benchmarks/gemv_shapes_gpu.py --sweep-int4 --copies 8;;
     pipelined) TAIL=45 run_step pipelined_sweep 420 python benchmarks/quant_sweep_gpu.py --tokens 1 \
                  --env-file /tmp/octavo-pipelined.env --only int4:gemv_rows,fp8:gemv,gguf_Q4_K:gemv_pairs,gguf_Q6_K:gemv_pairs

@@ -25,6 +25,7 @@ constants (``DEVICE``, ``SHAPES``) are patched by the CPU smoke tests.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,7 +34,8 @@ import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
 from octavo.kernels.quant import (
-    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_rows, int4_triton, scaled_mm, skinny_8bit,
+    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_rows,
+    int4_mm_triton, int4_triton, scaled_mm, skinny_8bit,
 )
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
 
@@ -156,6 +158,9 @@ def all_paths() -> list[Path]:
             x, *w, BLOCK, None, 4, c or int4_triton.GEMV_CONFIG), 8),
         Path("int4", "gemv_rows", lambda w, c: lambda x: int4_gemv_rows.int4_gemv_rows(x, *w, BLOCK, None, c), 1),
         Path("int4", "tc_mm", lambda w, c: lambda x: int4_triton.grouped_mm(x, *w, BLOCK, None, 4, c)),
+        # The weight tile in bfloat16 pairs (int4_pairs_tile) on the default tiles of the token count.
+        Path("int4", "tc_mm_pairs", lambda w, c: lambda x: int4_triton.grouped_mm(
+            x, *w, BLOCK, None, 4, c or dataclasses.replace(int4_mm_triton._default_tiles(x.shape[0]), pairs=True))),
         Path("int4", "dequant+cublas", lambda w, c: lambda x: F.linear(
             x, int4_triton.grouped_dequantize(*w, BLOCK, 4, x.dtype, c))),
         Path("int4", "op", lambda w, c: lambda x: int4_triton.int4_linear(x, *w, BLOCK, None)),

@@ -100,7 +100,11 @@ class Lane:
             result = f32_bits(bits_f32(sources[0]) + bits_f32(sources[1]))
         else:
             raise NotImplementedError(f"PTX instruction {opcode!r}")
-        self.regs[dest] = result & MASK
+        if dest.startswith("{"):  # {lo16, hi16} <- a word: its halves
+            lo, hi = (t.strip() for t in dest.strip("{}").split(","))
+            self.regs[lo], self.regs[hi] = result & 0xFFFF, (result >> 16) & 0xFFFF
+        else:
+            self.regs[dest] = result & MASK
 
 
 def run(program: str, inputs: list[int], num_outputs: int = 1) -> list[int]:

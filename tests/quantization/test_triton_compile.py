@@ -52,7 +52,7 @@ def signature(kernel, constexprs: dict, pointers: dict) -> dict:
 
 INT4 = {"w_ptr": "*i32", "z_ptr": "*u8"}
 FP8 = "*fp8e4nv"
-MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None, SWAP_AB=False)
+MM = dict(BITS=4, GROUP_M=8, DOT_DTYPE=tl.bfloat16, PRECISION=None, SWAP_AB=False, PAIRS=False, ASM=True)
 # (kernel, constexprs, pointer types, compile options): Llama-3.1-8B tiles.
 QUANT_KERNELS = {
     "int4 gemv": (int4_triton._grouped_gemv_kernel, dict(BITS=4, P=16, BLOCK_M=1, BLOCK_N=4, BLOCKS=4, HAS_BIAS=False,
@@ -89,6 +89,10 @@ QUANT_KERNELS = {
                       WHOLE_GROUPS=False, HAS_BIAS=True), dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
     "int4 mm swap": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SPLIT_K=2,
                      WHOLE_GROUPS=True, HAS_BIAS=False, SWAP_AB=True), dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
+    # The weight tile in bfloat16 pairs (int4_pairs_tile), as one token would run it.
+    "int4 mm pairs swap": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SPLIT_K=2,
+                           WHOLE_GROUPS=True, HAS_BIAS=False, SWAP_AB=True, PAIRS=True),
+                           dict(INT4, out_ptr="*fp32"), dict(num_stages=4)),
     "int8 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BITS=8, BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1,
                 WHOLE_GROUPS=True, HAS_BIAS=True), {"w_ptr": "*i32", "z_ptr": "*i16"}, dict(num_stages=3)),
     "sum splits": (int4_mm_triton._sum_splits_kernel, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), {"ws_ptr": "*fp32"}, {}),

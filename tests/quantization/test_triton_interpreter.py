@@ -132,7 +132,7 @@ def test_int4_mm_tiles_from_the_environment(kernels, monkeypatch):
         config = int4_triton.mm_config(16, 64, 4096, 4, torch.device("cpu"))
         assert (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages) == (32, 64, 256, 8, 4)
         assert config.split_k == 4  # not given: automatic
-        assert int4_mm_triton.mm_env_value(config) == "32,64,256,8,4,4,0"
+        assert int4_mm_triton.mm_env_value(config) == "32,64,256,8,4,4,0,0"
         assert int4_mm_triton.dequant_tile_from_env() == int4_triton.DequantTile(16, 1024, 8)
         assert int4_triton.dequant_min_tokens() == 4
         torch.manual_seed(0)

@@ -43,8 +43,11 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
+from octavo.kernels.quant.int4_pairs_tile import group_pairs, pair_major, pair_major_tile, takes_pairs
 from octavo.kernels.tile_order import program_tile
-from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
+from octavo.kernels.triton_utils import (
+    dot_dtype, dot_precision, interpreting, ints_from_env, next_power_of_2, runs_ptx,
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class GroupedMmConfig:
     # Multiply W x^T: the weight rows take the tensor cores' 64-row side, so
     # batches of 16-32 tokens run on Hopper's wgmma instead of mma.sync.
     swap_ab: bool = False
+    # The weight tile made in bfloat16 pairs (``int4_pairs_tile``; 4 bits, bfloat16, groups of 128+).
+    pairs: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ def _grouped_mm_kernel(
     BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr, WHOLE_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr = False,
+    PAIRS: tl.constexpr = False, ASM: tl.constexpr = False,
 ):
     offs_m, offs_n, mask_m, mask_n, rows_m, rows_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_k = tl.arange(0, BLOCK_K)
@@ -189,8 +195,12 @@ def _grouped_mm_kernel(
     block_inputs = tl.arange(0, BLOCKS) * (16 * (32 // BITS))
     # The blocks' scales are loaded one step ahead (too narrow for the pipeliner's
     # async copies): their latency hides behind the step's products.
-    scale, bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first_step * BLOCK_K + block_inputs,
-                               group_size, BITS)
+    # PAIRS: scale, bias are the pairs (scale, scale) and -(128 + zero) of int4_pairs_tile.
+    first = first_step * BLOCK_K + block_inputs
+    if PAIRS:
+        bias, scale = group_pairs(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first, group_size)
+    else:
+        scale, bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first, group_size, BITS)
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -198,9 +208,13 @@ def _grouped_mm_kernel(
     for step in range(first_step, last_step):
         k0 = step * BLOCK_K
         ahead = tl.minimum(k0 + BLOCK_K, K - BLOCK_K) + block_inputs
-        next_scale, next_bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
-        weight = _word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
-                                  scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
+        if PAIRS:
+            next_bias, next_scale = group_pairs(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size)
+            weight = pair_major_tile(w_ptr, rows_n, stride_wn, k0, bias, scale, BLOCK_N, BLOCK_K, ASM).to(DOT_DTYPE)
+        else:
+            next_scale, next_bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
+            weight = _word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
+                                      scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
         x = tl.load(x_ptr + rows_m[:, None] * stride_xm + k0 + offs_k[None, :])
         if SWAP_AB:  # the weight's rows fill the tensor cores' 64-row side: skinny batches on Hopper's wgmma
             acc = tl.dot(weight, tl.trans(x.to(DOT_DTYPE)), acc, input_precision=PRECISION)
@@ -311,22 +325,24 @@ def _resolved(config: GroupedMmConfig, num_tokens: int, out_features: int, in_fe
 
 @functools.cache
 def mm_config_from_env() -> GroupedMmConfig | None:
-    """``OCTAVO_INT4_MM_TILES=block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab]]``
+    """``OCTAVO_INT4_MM_TILES=block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab[,pairs]]]``
     (tuning runs; no split_k or 0: ``auto_split``), else None."""
-    fields = "block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab]]"
-    parts = ints_from_env("OCTAVO_INT4_MM_TILES", fields, (5, 6, 7))
+    fields = "block_m,block_n,block_k,num_warps,num_stages[,split_k[,swap_ab[,pairs]]]"
+    parts = ints_from_env("OCTAVO_INT4_MM_TILES", fields, (5, 6, 7, 8))
     if parts is None:
         return None
     block_m, block_n, block_k, num_warps, num_stages = parts[:5]
     split = parts[5] if len(parts) > 5 else 0
     swap = bool(parts[6]) if len(parts) > 6 else False
-    return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k, swap)
+    pairs = bool(parts[7]) if len(parts) > 7 else False
+    return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k, swap, pairs)
 
 
 def mm_env_value(config: GroupedMmConfig) -> str:
     """``config`` as the value ``OCTAVO_INT4_MM_TILES`` takes."""
     c = config
-    return f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k},{int(c.swap_ab)}"
+    return (f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k},{int(c.swap_ab)},"
+            f"{int(c.pairs)}")
 
 
 @functools.cache
@@ -359,14 +375,16 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
     target = out if split == 1 else torch.empty(split, num_tokens, num_out, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(num_tokens, config.block_m) * triton.cdiv(num_out, config.block_n), split)
     has_bias = bias is not None
-    xw = word_major(x, bits)
+    # The pair tile's PTX runs on CUDA; the interpreter runs its plain twin.
+    pairs = config.pairs and takes_pairs(x, scales, bits, group_size) and (runs_ptx(x.device) or interpreting())
+    xw = pair_major(x) if pairs else word_major(x, bits)
     _grouped_mm_kernel[grid](
         xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
         xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
         BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
         GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
         DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype), SWAP_AB=config.swap_ab,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        PAIRS=pairs, ASM=runs_ptx(x.device), num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
         sum_splits(target, bias, out)
