@@ -93,6 +93,14 @@ def _torch_int4pack(weights, config):
     return lambda x: torch._weight_int4pack_mm(x, packed, BLOCK, scales_and_zeros)
 
 
+def _pairs_tiles(num_tokens: int) -> int4_mm_triton.GroupedMmConfig:
+    """The pairs tile's tiles: 128 rows and 256-input steps on mma.sync (sm_90 loop: 2.98
+    instructions a value) up to 16 tokens, split-K automatic; the default tiles above."""
+    if num_tokens <= 16:
+        return int4_mm_triton.GroupedMmConfig(16, 128, 0, 8, 4, 3, 256, pairs=True)
+    return dataclasses.replace(int4_mm_triton._default_tiles(num_tokens), pairs=True)
+
+
 def _skinny_w8a8(weights, config):
     """The tensor-core skinny kernel on fp8 activations, their quantization launch included."""
     def run(x):
@@ -158,9 +166,9 @@ def all_paths() -> list[Path]:
             x, *w, BLOCK, None, 4, c or int4_triton.GEMV_CONFIG), 8),
         Path("int4", "gemv_rows", lambda w, c: lambda x: int4_gemv_rows.int4_gemv_rows(x, *w, BLOCK, None, c), 1),
         Path("int4", "tc_mm", lambda w, c: lambda x: int4_triton.grouped_mm(x, *w, BLOCK, None, 4, c)),
-        # The weight tile in bfloat16 pairs (int4_pairs_tile) on the default tiles of the token count.
+        # The weight tile in bfloat16 pairs (int4_pairs_tile): wide tiles at up to 16 tokens, else the defaults.
         Path("int4", "tc_mm_pairs", lambda w, c: lambda x: int4_triton.grouped_mm(
-            x, *w, BLOCK, None, 4, c or dataclasses.replace(int4_mm_triton._default_tiles(x.shape[0]), pairs=True))),
+            x, *w, BLOCK, None, 4, c or _pairs_tiles(x.shape[0]))),
         Path("int4", "dequant+cublas", lambda w, c: lambda x: F.linear(
             x, int4_triton.grouped_dequantize(*w, BLOCK, 4, x.dtype, c))),
         Path("int4", "op", lambda w, c: lambda x: int4_triton.int4_linear(x, *w, BLOCK, None)),

@@ -98,12 +98,18 @@ INT4_MM_SKINNY = [
     for m, n in ((16, 64), (16, 128), (32, 64), (32, 128)) for s in (1, 2, 4, 8) for st in (3, 4)
     for k, swap in ((128, False), (128, True), (256, True))
 ]
-# The weight tile in bfloat16 pairs (int4_pairs_tile; sm_90 loop at (16, 128, 128, swap): 4.2
-# instructions a value against 6.1 for the float32 tile): the skinny tiles most likely to win.
+# The weight tile in bfloat16 pairs (int4_pairs_tile). sm_90 loops, instructions a value: W x^T
+# 4.2 (its tile goes to wgmma's registers through shared memory in eight barrier-fenced chunks);
+# x W^T on mma.sync 3.16 at (16, 128, 128; 4 warps), 2.98 at 256-input steps, against 3.9 for the
+# one-token rows GEMV and 6.65 for the float32 tile: wide tiles, split-K automatic (0) or fixed.
 INT4_MM_SKINNY += [
-    GroupedMmConfig(m, n, s, 8, 4, 4, k, swap, pairs=True)
-    for m, n in ((16, 64), (16, 128), (32, 128)) for s in (1, 2, 4) for k, swap in ((128, False), (128, True), (256, True))
-]
+    GroupedMmConfig(m, n, s, 8, w, 3, k, pairs=True)
+    for m, n in ((16, 128), (16, 256), (32, 128)) for k in (128, 256) for s in (0, 4) for w in (4, 8)
+] + [GroupedMmConfig(16, 64, 0, 8, 4, 4, 128, pairs=True), GroupedMmConfig(16, 128, 0, 8, 4, 4, 128, True, True)]
+# The bare 128 + q tile, zero and scale applied to each block's product (int4_offset_mm; 128-input
+# steps): sm_90 2.84 at (16, 256; 4 warps), 3.14 at 8 warps, 3.45 at (16, 128; 4 warps).
+INT4_MM_SKINNY += [GroupedMmConfig(m, n, s, 8, w, 3, 128, pairs=2)
+                   for m, n in ((16, 128), (16, 256), (32, 256)) for s in (0, 4) for w in (4, 8)]
 INT4_MM_WIDE = [
     GroupedMmConfig(m, n, 1, 8, w, st, k)
     for m in (64, 128) for n in (128, 256) for k in (128, 256) for w in (4, 8) for st in (3, 4)

@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
+from octavo.kernels.quant.int4_offset_mm import _offset_mm_kernel
 from octavo.kernels.quant.int4_pairs_tile import group_pairs, pair_major, pair_major_tile, takes_pairs
 from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import (
@@ -62,8 +63,10 @@ class GroupedMmConfig:
     # Multiply W x^T: the weight rows take the tensor cores' 64-row side, so
     # batches of 16-32 tokens run on Hopper's wgmma instead of mma.sync.
     swap_ab: bool = False
-    # The weight tile made in bfloat16 pairs (``int4_pairs_tile``; 4 bits, bfloat16, groups of 128+).
-    pairs: bool = False
+    # The weight tile made in bfloat16 pairs (``int4_pairs_tile``; 4 bits, bfloat16, groups of 128+):
+    # 1 scaled in the tile; 2 the bare 128 + q, zero and scale applied to each block's product
+    # (``int4_offset_mm``, 128-input steps).
+    pairs: int = 0
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ def mm_config_from_env() -> GroupedMmConfig | None:
     block_m, block_n, block_k, num_warps, num_stages = parts[:5]
     split = parts[5] if len(parts) > 5 else 0
     swap = bool(parts[6]) if len(parts) > 6 else False
-    pairs = bool(parts[7]) if len(parts) > 7 else False
+    pairs = parts[7] if len(parts) > 7 else 0
     return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k, swap, pairs)
 
 
@@ -342,7 +345,7 @@ def mm_env_value(config: GroupedMmConfig) -> str:
     """``config`` as the value ``OCTAVO_INT4_MM_TILES`` takes."""
     c = config
     return (f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k},{int(c.swap_ab)},"
-            f"{int(c.pairs)}")
+            f"{c.pairs}")
 
 
 @functools.cache
@@ -376,16 +379,18 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
     grid = (triton.cdiv(num_tokens, config.block_m) * triton.cdiv(num_out, config.block_n), split)
     has_bias = bias is not None
     # The pair tile's PTX runs on CUDA; the interpreter runs its plain twin.
-    pairs = config.pairs and takes_pairs(x, scales, bits, group_size) and (runs_ptx(x.device) or interpreting())
+    pairs = bool(config.pairs) and takes_pairs(x, scales, bits, group_size) and (runs_ptx(x.device) or interpreting())
     xw = pair_major(x) if pairs else word_major(x, bits)
-    _grouped_mm_kernel[grid](
-        xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
-        xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
-        BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
-        GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
-        DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype), SWAP_AB=config.swap_ab,
-        PAIRS=pairs, ASM=runs_ptx(x.device), num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+    args = (xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
+            xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out)
+    common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, SPLIT_K=split, GROUP_M=config.group_m,
+                  HAS_BIAS=has_bias, DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
+                  ASM=runs_ptx(x.device), num_warps=config.num_warps, num_stages=config.num_stages)
+    if pairs and config.pairs == 2:  # zero and scale applied to each block's product (int4_offset_mm)
+        _offset_mm_kernel[grid](*args, **common)
+    else:
+        _grouped_mm_kernel[grid](*args, **common, BITS=bits, BLOCK_K=config.block_k, SWAP_AB=config.swap_ab,
+                                 WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, PAIRS=pairs)
     if split > 1:
         sum_splits(target, bias, out)
     return out

@@ -28,25 +28,38 @@ import triton.language as tl
 from octavo.kernels.quant.bf16_pairs import bf16_half
 
 
-def pairs_asm(shift: int) -> str:
-    """PTX: the bfloat16 values ``$0, $1`` of the nibbles at bits ``shift`` and ``shift + 16``
-    of word ``$2``: ``((128 + q) + $3) * $4`` per half, ``$3`` the pair ``-(128 + zero)``,
-    ``$4`` the scale pair (the ``fma`` adds -0, the sum's identity: one rounding)."""
-    source = "q" if shift else "$2"
+def word_asm() -> str:
+    """PTX: the eight bfloat16 values of word ``$8``, planes 0-3 in ``$0``-``$3`` and 4-7 in
+    ``$4``-``$7``: ``((128 + q) + $9) * $10`` each, ``$9`` the pair ``-(128 + zero)``, ``$10``
+    the scale pair (the ``fma`` adds -0, the sum's identity: one rounding)."""
     lines = [".reg .b32 q, t, one, nz;", "mov.b32 one, 0x3F803F80;", "mov.b32 nz, 0x80008000;"]
-    if shift:
-        lines.append(f"shr.u32 q, $2, {shift};")
-    lines += [
-        f"lop3.b32 t, {source}, 0x000F000F, 0x43004300, 0xEA;",
-        "fma.rn.bf16x2 t, t, one, $3;",
-        "fma.rn.bf16x2 t, t, $4, nz;",
-        "mov.b32 {$0, $1}, t;",
-    ]
+    for j in range(4):
+        source = "q" if j else "$8"
+        if j:
+            lines.append(f"shr.u32 q, $8, {4 * j};")
+        lines += [
+            f"lop3.b32 t, {source}, 0x000F000F, 0x43004300, 0xEA;",
+            "fma.rn.bf16x2 t, t, one, $9;",
+            "fma.rn.bf16x2 t, t, $10, nz;",
+            f"mov.b32 {{${j}, ${j + 4}}}, t;",
+        ]
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-# One string a plane pair: Triton takes an inline-asm string from a constexpr global, not from a tuple.
-PAIRS_ASM_0, PAIRS_ASM_1, PAIRS_ASM_2, PAIRS_ASM_3 = (tl.constexpr(pairs_asm(4 * j)) for j in range(4))
+def offset_word_asm() -> str:
+    """PTX: the eight bfloat16 values ``128 + q`` of word ``$8`` (planes 0-3 in ``$0``-``$3``,
+    4-7 in ``$4``-``$7``): one ``lop3`` a pair, nothing taken off (``int4_offset_mm``)."""
+    lines = [".reg .b32 q, t;"]
+    for j in range(4):
+        if j:
+            lines.append(f"shr.u32 q, $8, {4 * j};")
+        lines += [f"lop3.b32 t, {'q' if j else '$8'}, 0x000F000F, 0x43004300, 0xEA;", f"mov.b32 {{${j}, ${j + 4}}}, t;"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+# One statement a word (ptxas makes the same loop of it as of four, one a plane pair).
+WORD_ASM = tl.constexpr(word_asm())
+OFFSET_WORD_ASM = tl.constexpr(offset_word_asm())
 
 
 @triton.jit
@@ -60,22 +73,9 @@ def group_pairs(s_ptr, z_ptr, rows, stride_sn, stride_zn, first, group_size):
 
 
 @triton.jit
-def _plane_pair(words, J: tl.constexpr, offset, scale, ASM: tl.constexpr):
-    """Planes ``J`` and ``J + 4`` of ``words`` dequantized: two bfloat16 tensors of their shape."""
-    if ASM:
-        args = [words, offset, scale]
-        if J == 0:
-            return tl.inline_asm_elementwise(PAIRS_ASM_0, "=h,=h,r,r,r", args, dtype=(tl.bfloat16, tl.bfloat16),
-                                             is_pure=True, pack=1)
-        elif J == 1:
-            return tl.inline_asm_elementwise(PAIRS_ASM_1, "=h,=h,r,r,r", args, dtype=(tl.bfloat16, tl.bfloat16),
-                                             is_pure=True, pack=1)
-        elif J == 2:
-            return tl.inline_asm_elementwise(PAIRS_ASM_2, "=h,=h,r,r,r", args, dtype=(tl.bfloat16, tl.bfloat16),
-                                             is_pure=True, pack=1)
-        return tl.inline_asm_elementwise(PAIRS_ASM_3, "=h,=h,r,r,r", args, dtype=(tl.bfloat16, tl.bfloat16),
-                                         is_pure=True, pack=1)
-    # The plain twin (the interpreter): exact to the subtraction, one rounding after the product.
+def _plane_pair(words, J: tl.constexpr, offset, scale):
+    """Plain twin of planes ``J`` and ``J + 4`` (the interpreter): exact to the subtraction, one
+    rounding after the product."""
     low = ((words >> (4 * J)) & 15).to(tl.float32) + 128.0 + bf16_half(offset, False)
     high = ((words >> (4 * J + 16)) & 15).to(tl.float32) + 128.0 + bf16_half(offset, False)
     s = bf16_half(scale, False)
@@ -90,10 +90,15 @@ def pair_major_tile(w_ptr, rows, stride_wn, k0, offset, scale, BLOCK_N: tl.const
     BLOCKS: tl.constexpr = BLOCK_K // 128
     words = tl.load(w_ptr + rows[:, None, None] * stride_wn + (k0 // 8 + tl.arange(0, BLOCKS) * 16)[None, :, None]
                     + tl.arange(0, 16)[None, None, :]).to(tl.uint32, bitcast=True)
-    lo0, hi0 = _plane_pair(words, 0, offset, scale, ASM)
-    lo1, hi1 = _plane_pair(words, 1, offset, scale, ASM)
-    lo2, hi2 = _plane_pair(words, 2, offset, scale, ASM)
-    lo3, hi3 = _plane_pair(words, 3, offset, scale, ASM)
+    if ASM:
+        lo0, lo1, lo2, lo3, hi0, hi1, hi2, hi3 = tl.inline_asm_elementwise(
+            WORD_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, offset, scale], dtype=(tl.bfloat16,) * 8,
+            is_pure=True, pack=1)
+    else:
+        lo0, hi0 = _plane_pair(words, 0, offset, scale)
+        lo1, hi1 = _plane_pair(words, 1, offset, scale)
+        lo2, hi2 = _plane_pair(words, 2, offset, scale)
+        lo3, hi3 = _plane_pair(words, 3, offset, scale)
     # Nested joins: plane pair j at 2 j, its high half next to it (a thread's values stay in their words).
     low = tl.join(tl.join(lo0, lo2), tl.join(lo1, lo3))
     high = tl.join(tl.join(hi0, hi2), tl.join(hi1, hi3))
