@@ -48,10 +48,10 @@ from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
-from octavo.kernels.moe_tiles import DownTiles, MoeTiles, grouped_down_tiles, moe_tiles
+from octavo.kernels.moe_tiles import DownTiles, MoeTiles, default_down_tiles, grouped_down_tiles, moe_tiles
 from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, next_power_of_2
+from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, next_power_of_2, shared_memory_bytes
 
 
 MOE_GEMV_MAX_TOKENS_ENV = "OCTAVO_MOE_GEMV_MAX_TOKENS"
@@ -224,7 +224,8 @@ def _grouped(
     # Rows of skipped experts' slots are never written: the sum leaves them out.
     per_slot = torch.empty((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    down = grouped_down_tiles(tiles, down_tiles)
+    default = default_down_tiles(tiles, w2.shape[2], shared_memory_bytes(hidden.device))
+    down = grouped_down_tiles(tiles, down_tiles, default)
     _down_kernel[(num_blocks, cdiv(hidden_size, down.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,
         num_slots, hidden_size, act.shape[1],

@@ -9,6 +9,7 @@ input dtype so that tensor cores run them.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -77,3 +78,12 @@ def dot_precision(dtype: torch.dtype) -> str | None:
     """float32 products in full precision (no TF32), like the torch reference;
     None (the backend's default) for half-precision inputs, where it is moot."""
     return "ieee" if interpreting() or dtype == torch.float32 else None
+
+
+@functools.cache
+def shared_memory_bytes(device: torch.device) -> int:
+    """Shared memory a program may take on ``device`` (CUDA's opt-in limit; 0 elsewhere, where
+    tile tables keep to their smallest form)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 0))

@@ -354,6 +354,25 @@ def test_grouped_down_tiles_from_the_environment(monkeypatch):
         moe_tiles_module._down_tiles_from_env.cache_clear()
 
 
+def test_wide_down_tiles_for_narrow_experts_at_prefill_on_hopper_memory(monkeypatch):
+    # Round 41 (H100): (256, 64; 8 warps, 4 stages) under the 128-row prefill tile, experts <= 1,024 wide,
+    # where 200 KiB of shared memory hold its stages; elsewhere the gate-up's tiles.
+    mt = moe_tiles_module
+    prefill = mt.moe_tiles(8192, 8, 128)
+    assert prefill.block_m == 128
+    assert mt.default_down_tiles(prefill, 768, 227 * 1024) == mt.WIDE_DOWN
+    assert mt.default_down_tiles(prefill, 768, 164 * 1024) is None  # an A100's: four stages do not fit
+    assert mt.default_down_tiles(prefill, 14336, 227 * 1024) is None  # Mixtral's wide experts: not measured
+    assert mt.default_down_tiles(mt.moe_tiles(512, 8, 128), 768, 227 * 1024) is None  # 32 an expert
+    assert mt.grouped_down_tiles(prefill, None, mt.WIDE_DOWN) == MoeTiles(128, 256, 64, 8, 4)
+    monkeypatch.setenv("OCTAVO_MOE_GROUPED_DOWN_TILES", "128,64,8,3")  # a tuning run's override comes first
+    mt._down_tiles_from_env.cache_clear()
+    try:
+        assert mt.grouped_down_tiles(prefill, None, mt.WIDE_DOWN) == MoeTiles(128, 128, 64, 8, 3)
+    finally:
+        mt._down_tiles_from_env.cache_clear()
+
+
 def test_max_slots_moves_the_kernels_limit(device, monkeypatch):
     # Tuning runs time the chunked kernel past the size where the engine takes
     # the sort (moe_gpu.py's align rows): same result as the sort.
