@@ -364,6 +364,15 @@ for step in "$@"; do
                       --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 \
                       --output-json "$O/qwen3moe_tput_align${on}_$(cat "$TURN_FILE").json"
                   done;;
+    # Round 41: Qwen3-MoE throughput with the grouped down kernel's wide prefill tiles (the default since
+    # round 41) and with the gate-up's (the default before), in turns (DOWN_TURNS="new old new old").
+    # (moe_down_ab, below, is the decode form's down kernel.)
+    moe_wide_down_ab) for arm in ${DOWN_TURNS:-new old}; do
+                   env_arm=""; [ "$arm" = old ] && env_arm="OCTAVO_MOE_GROUPED_DOWN_TILES=128,64,8,3"
+                   TAIL=8 run_step "qwen3moe_tput_down_${arm}_$(turn)" 400 env $env_arm $CLI bench throughput $MQ3 \
+                     --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 \
+                     --output-json "$O/qwen3moe_tput_down_${arm}_$(cat "$TURN_FILE").json"
+                 done;;
     # Decode sizes only: the two-GEMV path's tiles (each GEMV's swept, the down's from block_n 1) and the grouped path's.
     moe_gemv_sweep) TAIL=40 run_step moe_gemv_sweep 580 python benchmarks/moe_gpu.py --sweep --tokens 1,8;;
     # Issue 16's decode form: one layer at 1 and 8 tokens, the decode form against the grouped path, its down
