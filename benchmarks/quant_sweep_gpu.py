@@ -106,10 +106,6 @@ INT4_MM_SKINNY += [
     GroupedMmConfig(m, n, s, 8, w, 3, k, pairs=True)
     for m, n in ((16, 128), (16, 256), (32, 128)) for k in (128, 256) for s in (0, 4) for w in (4, 8)
 ] + [GroupedMmConfig(16, 64, 0, 8, 4, 4, 128, pairs=True), GroupedMmConfig(16, 128, 0, 8, 4, 4, 128, True, True)]
-# The bare 128 + q tile, zero and scale applied to each block's product (int4_offset_mm; 128-input
-# steps): sm_90 2.84 at (16, 256; 4 warps), 3.14 at 8 warps, 3.45 at (16, 128; 4 warps).
-INT4_MM_SKINNY += [GroupedMmConfig(m, n, s, 8, w, 3, 128, pairs=2)
-                   for m, n in ((16, 128), (16, 256), (32, 256)) for s in (0, 4) for w in (4, 8)]
 INT4_MM_WIDE = [
     GroupedMmConfig(m, n, 1, 8, w, st, k)
     for m in (64, 128) for n in (128, 256) for k in (128, 256) for w in (4, 8) for st in (3, 4)

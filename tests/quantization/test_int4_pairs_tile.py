@@ -1,9 +1,8 @@
 """The int4 tensor-core kernel with its weight tile made in bfloat16 pairs
-(``int4_pairs_tile``, and ``int4_offset_mm``'s bare ``128 + q`` tile): the
-PTX one lane at a time against the layout's definition (bit for bit:
-``(q - zero) * scale`` rounded once), the activations' order against the
-tile's, and ``grouped_mm`` with both forms under Triton's interpreter
-against the reference and the float32 tile."""
+(``int4_pairs_tile``): the PTX one lane at a time against the layout's
+definition (bit for bit: ``(q - zero) * scale`` rounded once), the
+activations' order against the tile's, and ``grouped_mm`` with the pairs
+under Triton's interpreter against the reference and the float32 tile."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant import int4, int4_mm_triton  # noqa: E402
-from octavo.kernels.quant.int4_pairs_tile import offset_word_asm, pair_major, takes_pairs, word_asm  # noqa: E402
+from octavo.kernels.quant.int4_pairs_tile import pair_major, takes_pairs, word_asm  # noqa: E402
 from tests.kernels import ptx_emulator as emu  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
@@ -38,15 +37,6 @@ def test_word_ptx_makes_its_eight_values():
         for plane, half in enumerate(halves):
             q = (word >> (4 * plane)) & 15
             assert half == emu.bf16_round((q - zero) * scale), (hex(word), zero, scale, plane)
-
-
-def test_offset_word_ptx_makes_128_plus_q():
-    rng = random.Random(1)
-    program = offset_word_asm()
-    for _ in range(100):
-        word = rng.getrandbits(32)
-        halves = emu.run(program, [word], num_outputs=8)
-        assert [emu.bf16_value(h) for h in halves] == [128.0 + ((word >> (4 * j)) & 15) for j in range(8)]
 
 
 def test_pair_major_orders_the_activations_as_the_tile():
@@ -77,9 +67,6 @@ CONFIGS = [
     int4_mm_triton.GroupedMmConfig(16, 32, split_k=0, block_k=256, num_warps=4, num_stages=3, pairs=True),
     int4_mm_triton.GroupedMmConfig(16, 32, split_k=2, group_m=2, block_k=256, pairs=True),
     int4_mm_triton.GroupedMmConfig(32, 16, split_k=0, block_k=256, swap_ab=True, pairs=True),
-    # The bare 128 + q tile, zero and scale applied to each 128-input block's product (int4_offset_mm).
-    int4_mm_triton.GroupedMmConfig(16, 16, pairs=2),
-    int4_mm_triton.GroupedMmConfig(16, 32, split_k=0, num_warps=4, num_stages=3, pairs=2),
 ]
 
 

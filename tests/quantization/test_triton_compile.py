@@ -34,7 +34,7 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_offset_mm, int4_triton,
+    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_rows, int4_mm_triton, int4_triton,
     skinny_8bit,
 )
 
@@ -92,10 +92,6 @@ QUANT_KERNELS = {
     # The weight tile in bfloat16 pairs (int4_pairs_tile), as one token would run it (mma.sync).
     "int4 mm pairs": (int4_mm_triton._grouped_mm_kernel, dict(MM, BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, SPLIT_K=2,
                       WHOLE_GROUPS=True, HAS_BIAS=False, PAIRS=True), dict(INT4, out_ptr="*fp32"), dict(num_stages=3)),
-    # The bare 128 + q tile, zero and scale applied to each block's product (int4_offset_mm).
-    "int4 offset mm": (int4_offset_mm._offset_mm_kernel, dict(BLOCK_M=16, BLOCK_N=128, SPLIT_K=2, GROUP_M=8,
-                       HAS_BIAS=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, ASM=True),
-                       dict(INT4, out_ptr="*fp32"), dict(num_stages=3)),
     "int8 mm": (int4_mm_triton._grouped_mm_kernel, dict(MM, BITS=8, BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1,
                 WHOLE_GROUPS=True, HAS_BIAS=True), {"w_ptr": "*i32", "z_ptr": "*i16"}, dict(num_stages=3)),
     "sum splits": (int4_mm_triton._sum_splits_kernel, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), {"ws_ptr": "*fp32"}, {}),

@@ -10,7 +10,7 @@ plane ``j`` (``P = 16`` words a block where the inputs allow, else 1).
   ONE ``tl.dot`` with the matching activations: a plain GEMM loop whose word
   and activation loads Triton software-pipelines (``num_stages``, async
   copies), unlike the eight 16-deep products per 128 inputs it replaces.
-  The tile is in word-major order (``_word_major_tile``): each thread joins
+  The tile is in word-major order (``int4_word_tile``): each thread joins
   the planes of the words it holds, so its values are consecutive (wide
   shared-memory stores), and the activations are permuted to match on the
   host (``word_major``: the sum over K does not care about its order). A
@@ -43,8 +43,8 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.quant import int4 as layout
-from octavo.kernels.quant.int4_offset_mm import _offset_mm_kernel
 from octavo.kernels.quant.int4_pairs_tile import group_pairs, pair_major, pair_major_tile, takes_pairs
+from octavo.kernels.quant.int4_word_tile import group_scale, word_major, word_major_tile
 from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import (
     dot_dtype, dot_precision, interpreting, ints_from_env, next_power_of_2, runs_ptx,
@@ -63,10 +63,8 @@ class GroupedMmConfig:
     # Multiply W x^T: the weight rows take the tensor cores' 64-row side, so
     # batches of 16-32 tokens run on Hopper's wgmma instead of mma.sync.
     swap_ab: bool = False
-    # The weight tile made in bfloat16 pairs (``int4_pairs_tile``; 4 bits, bfloat16, groups of 128+):
-    # 1 scaled in the tile; 2 the bare 128 + q, zero and scale applied to each block's product
-    # (``int4_offset_mm``, 128-input steps).
-    pairs: int = 0
+    # The weight tile made in bfloat16 pairs (``int4_pairs_tile``; 4 bits, bfloat16, groups of 128+).
+    pairs: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,77 +106,6 @@ def _dequant_tile(
     return tl.reshape((value - zero) * scale, (BLOCK_N, BLOCK_K))
 
 
-@triton.jit
-def _plane_at_unit(words, j: tl.constexpr, BITS: tl.constexpr):
-    """Plane ``j`` of ``words`` as float32 ``2**E + q`` (E = 7 for 4 bits, 8 for
-    8 bits): ``q`` shifted to the mantissa's units bit and the exponent ORed in.
-    With so small an ``E``, ``v * scale`` and ``(2**E + zero) * scale`` are exact
-    in float32 for 16-bit scales, so ``v * scale - (2**E + zero) * scale`` is
-    the exact ``(q - zero) * scale`` (one FMA, fused or not)."""
-    E: tl.constexpr = BITS // 4 + 6
-    UNIT: tl.constexpr = 23 - E
-    SHIFT: tl.constexpr = BITS * j - UNIT
-    if SHIFT >= 0:
-        moved = words >> SHIFT
-    else:
-        moved = words << (0 - SHIFT)
-    return ((moved & (((1 << BITS) - 1) << UNIT)) | ((127 + E) << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _group_scale(s_ptr, z_ptr, rows, stride_sn, stride_zn, first, group_size, BITS: tl.constexpr):
-    """Scale and ``-(2**E + zero) * scale`` (``_plane_at_unit``) of the groups holding inputs ``first``
-    ``[BLOCKS]`` of ``rows``: float32 ``[BLOCK_N, BLOCKS, 1]``."""
-    E: tl.constexpr = BITS // 4 + 6
-    group = first // group_size
-    scale = tl.load(s_ptr + rows[:, None] * stride_sn + group[None, :]).to(tl.float32)[:, :, None]
-    zero = tl.load(z_ptr + rows[:, None] * stride_zn + group[None, :]).to(tl.float32)[:, :, None]
-    return scale, -(zero + (1 << E)) * scale
-
-
-@triton.jit
-def _plane_scaled(words, j: tl.constexpr, scale, bias, groups, BITS: tl.constexpr, BLOCKS: tl.constexpr,
-                  WHOLE_GROUPS: tl.constexpr, DTYPE: tl.constexpr):
-    """Plane ``j`` of ``words`` ``[BLOCK_N, BLOCKS, 16]`` (inputs ``16 j .. 16 j + 15``
-    of each layout block) dequantized; ``scale`` and ``bias`` are the blocks' own
-    where whole groups cover them, else the plane loads its own (``groups``: where
-    the scales are, ``(s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size)``)."""
-    if not WHOLE_GROUPS:
-        s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size = groups
-        first = k0 + tl.arange(0, BLOCKS) * (16 * (32 // BITS)) + 16 * j
-        scale, bias = _group_scale(s_ptr, z_ptr, rows, stride_sn, stride_zn, first, group_size, BITS)
-    return _plane_at_unit(words, j, BITS) * scale + bias
-
-
-@triton.jit
-def _word_major_tile(w_ptr, s_ptr, z_ptr, rows, stride_wn, stride_sn, stride_zn, k0, group_size, scale, bias,
-                     BITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WHOLE_GROUPS: tl.constexpr,
-                     DTYPE: tl.constexpr):
-    """Inputs ``k0 .. k0 + BLOCK_K`` of weight rows ``rows`` in word-major order
-    (``word_major``): ``[BLOCK_N, BLOCK_K]`` of ``DTYPE``. Each thread joins the
-    planes of the words it holds, so its values are consecutive in the tile
-    (wide shared-memory stores for the tensor cores, no shuffle)."""
-    PACK: tl.constexpr = 32 // BITS
-    BLOCKS: tl.constexpr = BLOCK_K // (16 * PACK)
-    words = tl.load(w_ptr + rows[:, None, None] * stride_wn + (k0 // PACK + tl.arange(0, BLOCKS) * 16)[None, :, None]
-                    + tl.arange(0, 16)[None, None, :])
-    groups = (s_ptr, z_ptr, rows, stride_sn, stride_zn, k0, group_size)
-    v0 = _plane_scaled(words, 0, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-    v1 = _plane_scaled(words, 1, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-    v2 = _plane_scaled(words, 2, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-    v3 = _plane_scaled(words, 3, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-    # Nested joins put plane bitreverse(i) at position i: joined in bit-reversed order, plane j lands at j.
-    if PACK == 4:
-        planes = tl.join(tl.join(v0, v2), tl.join(v1, v3))
-    else:
-        v4 = _plane_scaled(words, 4, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-        v5 = _plane_scaled(words, 5, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-        v6 = _plane_scaled(words, 6, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-        v7 = _plane_scaled(words, 7, scale, bias, groups, BITS, BLOCKS, WHOLE_GROUPS, DTYPE)
-        planes = tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7)))
-    return tl.reshape(planes, (BLOCK_N, BLOCK_K)).to(DTYPE)
-
-
 @triton.jit(do_not_specialize=["M"])
 def _grouped_mm_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, out_ptr, M, N, K, group_size,
@@ -203,7 +130,7 @@ def _grouped_mm_kernel(
     if PAIRS:
         bias, scale = group_pairs(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first, group_size)
     else:
-        scale, bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first, group_size, BITS)
+        scale, bias = group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, first, group_size, BITS)
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -215,8 +142,8 @@ def _grouped_mm_kernel(
             next_bias, next_scale = group_pairs(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size)
             weight = pair_major_tile(w_ptr, rows_n, stride_wn, k0, bias, scale, BLOCK_N, BLOCK_K, ASM).to(DOT_DTYPE)
         else:
-            next_scale, next_bias = _group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
-            weight = _word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
+            next_scale, next_bias = group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
+            weight = word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
                                       scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
         x = tl.load(x_ptr + rows_m[:, None] * stride_xm + k0 + offs_k[None, :])
         if SWAP_AB:  # the weight's rows fill the tensor cores' 64-row side: skinny batches on Hopper's wgmma
@@ -337,7 +264,7 @@ def mm_config_from_env() -> GroupedMmConfig | None:
     block_m, block_n, block_k, num_warps, num_stages = parts[:5]
     split = parts[5] if len(parts) > 5 else 0
     swap = bool(parts[6]) if len(parts) > 6 else False
-    pairs = parts[7] if len(parts) > 7 else 0
+    pairs = bool(parts[7]) if len(parts) > 7 else False
     return GroupedMmConfig(block_m, block_n, split, 8, num_warps, num_stages, block_k, swap, pairs)
 
 
@@ -345,7 +272,7 @@ def mm_env_value(config: GroupedMmConfig) -> str:
     """``config`` as the value ``OCTAVO_INT4_MM_TILES`` takes."""
     c = config
     return (f"{c.block_m},{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{c.split_k},{int(c.swap_ab)},"
-            f"{c.pairs}")
+            f"{int(c.pairs)}")
 
 
 @functools.cache
@@ -353,15 +280,6 @@ def dequant_tile_from_env() -> DequantTile | None:
     """``OCTAVO_INT4_DEQUANT_TILE=rows,block_k,num_warps`` (tuning runs), else None."""
     parts = ints_from_env("OCTAVO_INT4_DEQUANT_TILE", "rows,block_k,num_warps", (3,))
     return DequantTile(*parts) if parts is not None else None
-
-
-def word_major(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """The activations in the order ``_word_major_tile`` yields the weight: within
-    each layout block, input ``p + 16 j`` (word ``p``, plane ``j``) at ``p * pack + j``."""
-    pack = 32 // bits
-    num_tokens, num_in = x.shape
-    blocks = x.reshape(num_tokens, num_in // (16 * pack), pack, 16)
-    return blocks.transpose(2, 3).contiguous().reshape(num_tokens, num_in)
 
 
 def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: GroupedMmConfig | None = None):
@@ -381,16 +299,14 @@ def grouped_mm(x, qweight, scales, zeros, group_size, bias, bits, config: Groupe
     # The pair tile's PTX runs on CUDA; the interpreter runs its plain twin.
     pairs = bool(config.pairs) and takes_pairs(x, scales, bits, group_size) and (runs_ptx(x.device) or interpreting())
     xw = pair_major(x) if pairs else word_major(x, bits)
-    args = (xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
-            xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out)
-    common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, SPLIT_K=split, GROUP_M=config.group_m,
-                  HAS_BIAS=has_bias, DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype),
-                  ASM=runs_ptx(x.device), num_warps=config.num_warps, num_stages=config.num_stages)
-    if pairs and config.pairs == 2:  # zero and scale applied to each block's product (int4_offset_mm)
-        _offset_mm_kernel[grid](*args, **common)
-    else:
-        _grouped_mm_kernel[grid](*args, **common, BITS=bits, BLOCK_K=config.block_k, SWAP_AB=config.swap_ab,
-                                 WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, PAIRS=pairs)
+    _grouped_mm_kernel[grid](
+        xw, qweight, scales, zeros, bias if has_bias else x, target, num_tokens, num_out, num_in, group_size,
+        xw.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), num_tokens * num_out,
+        BITS=bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
+        GROUP_M=config.group_m, WHOLE_GROUPS=group_size % (16 * 32 // bits) == 0, HAS_BIAS=has_bias,
+        DOT_DTYPE=dot_dtype(x.dtype), PRECISION=dot_precision(x.dtype), SWAP_AB=config.swap_ab,
+        PAIRS=pairs, ASM=runs_ptx(x.device), num_warps=config.num_warps, num_stages=config.num_stages,
+    )
     if split > 1:
         sum_splits(target, bias, out)
     return out

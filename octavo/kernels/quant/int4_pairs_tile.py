@@ -1,6 +1,6 @@
 """The int4 tensor-core kernel's weight tile made in bfloat16 pairs (issue 17).
 
-``int4_mm_triton._word_major_tile`` makes each value in float32 (a shift,
+``int4_word_tile.word_major_tile`` makes each value in float32 (a shift,
 an AND-OR, an FMA) and packs two into bfloat16 for the tensor cores: its
 sm_90 loop spends ~4.5 instructions a weight value on it, more than the
 one-token GEMV's whole 3.9, so the tensor cores never pay at one token.
@@ -46,20 +46,8 @@ def word_asm() -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-def offset_word_asm() -> str:
-    """PTX: the eight bfloat16 values ``128 + q`` of word ``$8`` (planes 0-3 in ``$0``-``$3``,
-    4-7 in ``$4``-``$7``): one ``lop3`` a pair, nothing taken off (``int4_offset_mm``)."""
-    lines = [".reg .b32 q, t;"]
-    for j in range(4):
-        if j:
-            lines.append(f"shr.u32 q, $8, {4 * j};")
-        lines += [f"lop3.b32 t, {'q' if j else '$8'}, 0x000F000F, 0x43004300, 0xEA;", f"mov.b32 {{${j}, ${j + 4}}}, t;"]
-    return "{\n" + "\n".join(lines) + "\n}"
-
-
 # One statement a word (ptxas makes the same loop of it as of four, one a plane pair).
 WORD_ASM = tl.constexpr(word_asm())
-OFFSET_WORD_ASM = tl.constexpr(offset_word_asm())
 
 
 @triton.jit
