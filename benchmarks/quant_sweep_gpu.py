@@ -102,6 +102,8 @@ INT4_MM_SKINNY = [
 # 4.2 (its tile goes to wgmma's registers through shared memory in eight barrier-fenced chunks);
 # x W^T on mma.sync 3.16 at (16, 128, 128; 4 warps), 2.98 at 256-input steps, against 3.9 for the
 # one-token rows GEMV and 6.65 for the float32 tile: wide tiles, split-K automatic (0) or fixed.
+# H100, round 41: best 160.0 / 161.2 / 298.9 us at 1 / 16 / 64 tokens against the float32 tile's
+# 145.6 / 149.6 / 250.4 (W x^T); at 256 tokens (INT4_MM_WIDE) 467.6 against 484.1 (default).
 INT4_MM_SKINNY += [
     GroupedMmConfig(m, n, s, 8, w, 3, k, pairs=True)
     for m, n in ((16, 128), (16, 256), (32, 128)) for k in (128, 256) for s in (0, 4) for w in (4, 8)
