@@ -144,7 +144,7 @@ def _grouped_mm_kernel(
         else:
             next_scale, next_bias = group_scale(s_ptr, z_ptr, rows_n, stride_sn, stride_zn, ahead, group_size, BITS)
             weight = word_major_tile(w_ptr, s_ptr, z_ptr, rows_n, stride_wn, stride_sn, stride_zn, k0, group_size,
-                                      scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
+                                     scale, bias, BITS, BLOCK_N, BLOCK_K, WHOLE_GROUPS, DOT_DTYPE)
         x = tl.load(x_ptr + rows_m[:, None] * stride_xm + k0 + offs_k[None, :])
         if SWAP_AB:  # the weight's rows fill the tensor cores' 64-row side: skinny batches on Hopper's wgmma
             acc = tl.dot(weight, tl.trans(x.to(DOT_DTYPE)), acc, input_precision=PRECISION)
