@@ -1,4 +1,4 @@
-"""The int4 tensor-core kernel's weight tile in float32 order of work
+"""The int4 (and int8) tensor-core kernel's weight tile made in float32
 (``int4_mm_triton``): each value of a word's plane made in float32 from its
 bits and scaled with one FMA, the planes joined per thread (word-major: a
 thread's values consecutive, wide shared-memory stores), rounded to the dot's
@@ -85,7 +85,7 @@ def word_major_tile(w_ptr, s_ptr, z_ptr, rows, stride_wn, stride_sn, stride_zn, 
 
 
 def word_major(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """The activations in the order ``_word_major_tile`` yields the weight: within
+    """The activations in the order ``word_major_tile`` yields the weight: within
     each layout block, input ``p + 16 j`` (word ``p``, plane ``j``) at ``p * pack + j``."""
     pack = 32 // bits
     num_tokens, num_in = x.shape
