@@ -27,6 +27,31 @@ def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
     return float((out.float() - expected.float()).norm() / expected.float().norm())
 
 
+def check_pairs_dispatch(module, gemv, type_name: str, other_type: str, switch: str, monkeypatch) -> None:
+    """A GGUF pairs GEMV ``module`` (``gguf_q4k_pairs``, ``gguf_q6k_pairs``), switched on: the layer op
+    takes one bfloat16, 8-byte-aligned token of ``type_name`` through ``gemv``, nothing else;
+    switched off (``switch=0``), the general one-token GEMV computes it."""
+    from octavo.kernels.quant import gguf_triton
+    from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, random_gguf_rows
+
+    ggml_type = GGML_TYPES_BY_NAME[type_name]
+    raw = random_gguf_rows(type_name, 16, 512, torch.Generator().manual_seed(0))
+    x = torch.randn(1, 512).to(torch.bfloat16)
+    assert module.takes(x, raw, type_name)
+    assert torch.equal(gguf_triton.gguf_linear(x, raw, ggml_type), gemv(x, raw))
+    assert not module.takes(x.float(), raw, type_name) and not module.takes(x, raw, other_type)
+    assert not module.takes(torch.cat([x, x]), raw, type_name)
+    # Activations off 8-byte alignment (a view one value in) go to the general GEMV.
+    assert not module.takes(torch.randn(1, 513).to(torch.bfloat16)[:, 1:], raw, type_name)
+    monkeypatch.setenv(switch, "0")
+    module.pairs_enabled.cache_clear()
+    try:
+        assert not module.takes(x, raw, type_name)
+        assert torch.equal(gguf_triton.gguf_linear(x, raw, ggml_type), gguf_triton.gguf_gemv(x, raw, ggml_type))
+    finally:
+        module.pairs_enabled.cache_clear()
+
+
 def load(
     path: Path, quantization: str | None = None, dtype: str = "float32", load_format: str = "auto",
     kv_cache_dtype: str = "auto",

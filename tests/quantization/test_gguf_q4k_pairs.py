@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
-from tests.quantization.helpers import relative_error  # noqa: E402
+from tests.quantization.helpers import check_pairs_dispatch, relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 Q4_K = GGML_TYPES_BY_NAME["Q4_K"]
@@ -49,21 +49,7 @@ def test_q4k_pairs_matches_the_dequantized_matmul(num_out, num_in, tiles):
 
 @needs_interpreter
 def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
-    from octavo.kernels.quant import gguf_q4k_pairs, gguf_triton
+    from octavo.kernels.quant import gguf_q4k_pairs
 
-    raw = random_gguf_rows("Q4_K", 16, 512, torch.Generator().manual_seed(0))
-    x = torch.randn(1, 512).to(torch.bfloat16)
-    assert gguf_q4k_pairs.takes(x, raw, "Q4_K")
-    assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_q4k_pairs.q4k_gemv_pairs(x, raw))
-    assert not gguf_q4k_pairs.takes(x.float(), raw, "Q4_K") and not gguf_q4k_pairs.takes(x, raw, "Q6_K")
-    assert not gguf_q4k_pairs.takes(torch.cat([x, x]), raw, "Q4_K")
-    # Activations off 8-byte alignment (a view one value in) go to the general GEMV.
-    assert not gguf_q4k_pairs.takes(torch.randn(1, 513).to(torch.bfloat16)[:, 1:], raw, "Q4_K")
-    # Switched off, the general one-token GEMV computes it.
-    monkeypatch.setenv("OCTAVO_GGUF_Q4K_PAIRS", "0")
-    gguf_q4k_pairs.pairs_enabled.cache_clear()
-    try:
-        assert not gguf_q4k_pairs.takes(x, raw, "Q4_K")
-        assert torch.equal(gguf_triton.gguf_linear(x, raw, Q4_K), gguf_triton.gguf_gemv(x, raw, Q4_K))
-    finally:
-        gguf_q4k_pairs.pairs_enabled.cache_clear()
+    check_pairs_dispatch(gguf_q4k_pairs, gguf_q4k_pairs.q4k_gemv_pairs, "Q4_K", "Q6_K", "OCTAVO_GGUF_Q4K_PAIRS",
+                         monkeypatch)

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
-from tests.quantization.helpers import relative_error  # noqa: E402
+from tests.quantization.helpers import check_pairs_dispatch, relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 Q6_K = GGML_TYPES_BY_NAME["Q6_K"]
@@ -65,7 +65,7 @@ def test_one_value_at_a_time():
 
 @needs_interpreter
 def test_the_layer_op_takes_one_bfloat16_token_of_q6k_there(monkeypatch):
-    from octavo.kernels.quant import gguf_q6k_pairs, gguf_triton
+    from octavo.kernels.quant import gguf_q6k_pairs
 
     raw = random_gguf_rows("Q6_K", 16, 512, torch.Generator().manual_seed(0))
     x = torch.randn(1, 512).to(torch.bfloat16)
@@ -75,17 +75,5 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q6k_there(monkeypatch):
     assert not gguf_q6k_pairs.takes(x, raw, "Q6_K")
     monkeypatch.setenv("OCTAVO_GGUF_Q6K_PAIRS", "1")
     gguf_q6k_pairs.pairs_enabled.cache_clear()
-    assert gguf_q6k_pairs.takes(x, raw, "Q6_K")
-    assert torch.equal(gguf_triton.gguf_linear(x, raw, Q6_K), gguf_q6k_pairs.q6k_gemv_pairs(x, raw))
-    assert not gguf_q6k_pairs.takes(x.float(), raw, "Q6_K") and not gguf_q6k_pairs.takes(x, raw, "Q4_K")
-    assert not gguf_q6k_pairs.takes(torch.cat([x, x]), raw, "Q6_K")
-    # Activations off 8-byte alignment (a view one value in) go to the general GEMV.
-    assert not gguf_q6k_pairs.takes(torch.randn(1, 513).to(torch.bfloat16)[:, 1:], raw, "Q6_K")
-    # Switched off, the general one-token GEMV computes it.
-    monkeypatch.setenv("OCTAVO_GGUF_Q6K_PAIRS", "0")
-    gguf_q6k_pairs.pairs_enabled.cache_clear()
-    try:
-        assert not gguf_q6k_pairs.takes(x, raw, "Q6_K")
-        assert torch.equal(gguf_triton.gguf_linear(x, raw, Q6_K), gguf_triton.gguf_gemv(x, raw, Q6_K))
-    finally:
-        gguf_q6k_pairs.pairs_enabled.cache_clear()
+    check_pairs_dispatch(gguf_q6k_pairs, gguf_q6k_pairs.q6k_gemv_pairs, "Q6_K", "Q4_K", "OCTAVO_GGUF_Q6K_PAIRS",
+                         monkeypatch)
