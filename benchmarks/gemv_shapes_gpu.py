@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import quant_paths as qp  # noqa: E402
 from kernels_gpu import copy_bandwidth, time_us  # noqa: E402
 
-DEFAULT_PATHS = ("bf16:cublas,bf16:gemv,fp8:gemv,int4:gemv_rows,int4:tc_mm_pairs,int4:torch_int4pack_mm,"
+DEFAULT_PATHS = ("bf16:cublas,bf16:gemv,fp8:gemv,int4:gemv_rows,int4:gemv_dp4a,int4:tc_mm_pairs,int4:torch_int4pack_mm,"
                  "gguf_Q4_K:gemv_pairs")
 RESULTS: list[dict] = []
 

@@ -58,7 +58,7 @@ turn() {
 b1_turns() {
   local label=$1 model=$2 arm tag n
   for arm in "$3" "$4" "$3" "$4"; do
-    tag=${arm:-default}; tag=${tag//[=,]/_}; n=$(turn)
+    tag=${arm:-default}; tag=${tag//[=, ]/_}; n=$(turn)
     TAIL=6 run_step "${label}_b1_${tag}_$n" 300 env $arm $CLI bench latency $model \
       --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/${label}_b1_${tag}_$n.json"
   done
@@ -235,6 +235,15 @@ for step in "$@"; do
     # The checks of quant_gpu.py (every path against its dequantized reference at 1, 7, 300 tokens) and
     # its per-layer table for the formats with round 34's kernels (inline PTX: first run on a GPU).
     quant_new) TAIL=90 run_step quant_gpu_new 240 python benchmarks/quant_gpu.py --quick --families int4,fp8,gguf_Q4_K;;
+    # The W4A8 dp4a GEMV (issue 17): checked against the dequantized weights and its tiles swept
+    # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it and
+    # without (A B A B), gemv_shapes each GEMV shape beside the rows GEMV and the copy bandwidth.
+    int4_dp4a) TAIL=12 run_step int4_dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families int4
+               TAIL=16 run_step int4_dp4a_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_dp4a --tokens 1 \
+                 --env-file /tmp/octavo-dp4a.env;;
+    int4_dp4a_b1) echo "tuned: $(cat /tmp/octavo-dp4a.env 2>/dev/null | tr '\n' ' ')"
+                  b1_turns int4 "$M8B --quantization int4" \
+                    "OCTAVO_INT4_GEMV_DP4A=1 $(grep DP4A_TILES /tmp/octavo-dp4a.env 2>/dev/null)" "OCTAVO_INT4_GEMV_DP4A=0";;
     int4_rows) TAIL=12 run_step int4_rows_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_rows --tokens 1
                for rows in 0 1; do
                  OCTAVO_INT4_GEMV_ROWS=$rows TAIL=3 run_step "int4_latency_rows$rows" 300 python benchmarks/quant_e2e.py latency --methods int4

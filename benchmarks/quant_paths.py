@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
 from octavo.kernels.quant import (
-    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_rows,
+    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_dp4a, int4_gemv_rows,
     int4_mm_triton, int4_triton, scaled_mm, skinny_8bit,
 )
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
@@ -165,6 +165,8 @@ def all_paths() -> list[Path]:
         Path("int4", "gemv", lambda w, c: lambda x: int4_triton.grouped_gemv(
             x, *w, BLOCK, None, 4, c or int4_triton.GEMV_CONFIG), 8),
         Path("int4", "gemv_rows", lambda w, c: lambda x: int4_gemv_rows.int4_gemv_rows(x, *w, BLOCK, None, c), 1),
+        # W4A8: the activations' int8 launch and the dp4a GEMV, timed together.
+        Path("int4", "gemv_dp4a", lambda w, c: lambda x: int4_gemv_dp4a.int4_gemv_dp4a(x, *w, BLOCK, None, c), 1),
         Path("int4", "tc_mm", lambda w, c: lambda x: int4_triton.grouped_mm(x, *w, BLOCK, None, 4, c)),
         # The weight tile in bfloat16 pairs (int4_pairs_tile): wide tiles at up to 16 tokens, else the defaults.
         Path("int4", "tc_mm_pairs", lambda w, c: lambda x: int4_triton.grouped_mm(

@@ -45,6 +45,7 @@ from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.fp8_gemv_rows import Fp8RowsTiles  # noqa: E402
 from octavo.kernels.quant.bf16_pairs import PairsTiles  # noqa: E402
+from octavo.kernels.quant.int4_gemv_dp4a import Dp4aTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
 from octavo.kernels.quant.int4_mm_triton import mm_env_value  # noqa: E402
@@ -90,6 +91,12 @@ INT4_ROWS += [RowsTiles(n, s, w, 1, 1) for n, s, w in (
 INT4_ROWS += [RowsTiles(n, s, w, 1, 0, st) for n, s, w, st in (
     (8, 8, 8, 3), (8, 8, 8, 4), (8, 4, 4, 3), (8, 4, 4, 4), (8, 2, 2, 4), (4, 8, 4, 4), (16, 8, 8, 3), (8, 16, 8, 3),
     (4, 4, 4, 4), (8, 4, 8, 4))]
+# The one-token W4A8 GEMV (int4_gemv_dp4a): rows a program, blocks a step, warps. sm_90
+# loops: (8, 16, 8) 1.5 instructions a value, barrier-free; 16 rows or 32 blocks 1.15-1.2
+# with a trip through shared memory.
+INT4_DP4A = [Dp4aTiles(n, s, w) for n, s, w in (
+    (8, 16, 8), (8, 8, 8), (4, 16, 4), (16, 16, 8), (8, 32, 8), (8, 16, 4), (4, 8, 4), (16, 8, 8), (4, 32, 8),
+    (2, 16, 4), (8, 8, 4), (16, 16, 16))]
 # block_k: inputs per K step (one dequantized tile, one tl.dot); swap_ab: W x^T, so
 # that 16-32 token tiles run on wgmma. Tiles past the H200's 227 KiB of shared memory
 # (block_k 256 with M or N 128+ at 3-4 stages) fail to launch and drop out.
@@ -151,6 +158,7 @@ PLAN = [
     ("fp8", "skinny_w8a8", (1, 16), SKINNY_8BIT),
     ("int4", "gemv", (1, 2), INT4_GEMV),
     ("int4", "gemv_rows", (1,), INT4_ROWS),
+    ("int4", "gemv_dp4a", (1,), INT4_DP4A),
     ("int4", "torch_int4pack_mm", (1,), []),  # tinygemm, for comparison
     ("int4", "tc_mm", (1, 16, 64), INT4_MM_SKINNY),
     ("int4", "tc_mm", (256, 512), INT4_MM_WIDE),
@@ -252,6 +260,7 @@ ENV_OVERRIDES = {
                        lambda c: f"{c.block_n},{c.blocks},{c.num_warps},{int(c.deferred)},{c.row_groups},{int(c.shared_inputs)}"),
     ("int4", "gemv_rows"): ("OCTAVO_INT4_GEMV_ROWS_TILES",
                             lambda c: f"{c.block_n},{c.split},{c.num_warps},{c.packed},{c.prefetch},{c.stages}"),
+    ("int4", "gemv_dp4a"): ("OCTAVO_INT4_DP4A_TILES", lambda c: f"{c.block_n},{c.split},{c.num_warps}"),
     ("fp8", "gemv"): ("OCTAVO_GEMV_8BIT",
                       lambda c: f"{c.block_n},{c.block_k},{c.num_warps},{c.num_stages},{int(c.defer_reduce)},{int(c.prefetch)},"
                                 f"{int(c.pipelined)}"),

@@ -1,11 +1,11 @@
 """A small emulator for the inline PTX of the bfloat16-pair GEMVs, to check
 their bit picking without a GPU (``bf16_pairs``, ``gguf_q4k_pairs``,
-``gguf_q6k_pairs``, ``int4_gemv_rows``).
+``gguf_q6k_pairs``, ``int4_gemv_rows``) and of the int4 ``dp4a`` GEMV.
 
 It runs one lane of a program given as ``inline_asm_elementwise`` takes it:
 operands ``$0..$n`` (outputs first), ``.reg`` declarations, and the
 instructions those kernels use: ``mov``, ``shr``, ``shl``, ``and``, ``lop3``,
-``prmt`` (default mode), ``fma.rn.bf16x2`` and ``add.f32``. Registers hold
+``prmt`` (default mode), ``dp4a``, ``fma.rn.bf16x2`` and ``add.f32``. Registers hold
 32-bit patterns; ``.f32`` operations read them as float32. A ``bf16x2`` fma
 rounds each half once, to nearest even, as the hardware does.
 """
@@ -56,6 +56,19 @@ def _prmt(a: int, b: int, selector: int) -> int:
     return sum(((pool >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
 
 
+def _byte(word: int, lane: int, signed: bool) -> int:
+    value = (word >> (8 * lane)) & 0xFF
+    return value - 256 if signed and value >= 128 else value
+
+
+def _dp4a(opcode: str, a: int, b: int, c: int) -> int:
+    """``dp4a.atype.btype``: four byte products of ``a`` and ``b`` (each signed or not) plus ``c``."""
+    _, a_type, b_type = opcode.split(".")
+    total = sum(_byte(a, i, a_type == "s32") * _byte(b, i, b_type == "s32") for i in range(4))
+    c_signed = c - (1 << 32) if c & 0x80000000 else c
+    return (total + c_signed) & MASK
+
+
 def _fma_bf16x2(a: int, b: int, c: int) -> int:
     out = 0
     for shift in (0, 16):
@@ -94,6 +107,8 @@ class Lane:
             result = _lop3(*sources)
         elif base == "prmt":
             result = _prmt(*sources)
+        elif base == "dp4a":
+            result = _dp4a(opcode, *sources)
         elif opcode == "fma.rn.bf16x2":
             result = _fma_bf16x2(*sources)
         elif opcode == "add.f32":

@@ -96,3 +96,26 @@ def test_two_halves_make_a_word():
     # int4_gemv_rows._pair_bits' join, which gguf_q6k_pairs uses for words read as 16-bit halves.
     (out,) = emu.run("{\nmov.b32 $0, {$1, $2};\n}", [0xBEEF, 0xDEAD])
     assert out == 0xDEADBEEF
+
+
+def test_emulator_dp4a_signs_each_operand_by_its_type():
+    # Bytes 0xFF: 255 unsigned, -1 signed; the accumulator is a signed int32.
+    (out,) = emu.run("{\ndp4a.u32.s32 $0, $1, $2, $3;\n}", [0x000000FF, 0x0000FFFF, (-5) & emu.MASK])
+    assert out == (255 * -1 - 5) & emu.MASK
+    (out,) = emu.run("{\ndp4a.s32.s32 $0, $1, $2, $3;\n}", [0xFF, 0xFF, 0])
+    assert out == 1
+
+
+def test_int4_dp4a_word_meets_its_inputs_activations():
+    from octavo.kernels.quant import int4_gemv_dp4a
+
+    rng = random.Random(4)
+    for _ in range(CASES):
+        word = rng.getrandbits(32)
+        x = [rng.randint(-127, 127) for _ in range(8)]  # nibble j's activation (input i + 16 j)
+        # The activations' A word holds nibbles 0, 2, 4, 6's inputs in bytes 0-3, the B word 1, 3, 5, 7's.
+        a_word = sum((x[2 * b] & 0xFF) << (8 * b) for b in range(4))
+        b_word = sum((x[2 * b + 1] & 0xFF) << (8 * b) for b in range(4))
+        (out,) = emu.run(int4_gemv_dp4a._WORD_DOT_ASM.value, [word, a_word, b_word])
+        expected = sum(((word >> (4 * j)) & 15) * x[j] for j in range(8))
+        assert out == expected & emu.MASK

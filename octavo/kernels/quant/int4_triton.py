@@ -4,7 +4,8 @@ layout, see ``int4``): four paths, chosen by the number of tokens
 
 * one token with whole groups (batch-1 decode of int4): ``int4_gemv_rows``,
   each plane's activations a vector broadcast over a program's rows, no
-  barrier in its loop;
+  barrier in its loop; with ``OCTAVO_INT4_GEMV_DP4A=1``, ``int4_gemv_dp4a``
+  (activations in int8 per block of 128, 8-bit dot products: W4A8);
 * the GEMV (a few tokens, or groups smaller than a block): each program streams
   one or two groups of ``BLOCK_N`` packed weight rows, ``BLOCKS`` layout
   blocks per step (``[BLOCK_N, BLOCKS, P]`` words: long contiguous runs),
@@ -48,6 +49,7 @@ import triton.language as tl
 from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int4 as layout
+from octavo.kernels.quant import int4_gemv_dp4a as gemv_dp4a
 from octavo.kernels.quant import int4_gemv_rows as gemv_rows
 from octavo.kernels.quant.int4_mm_triton import (  # noqa: F401 -- re-exported: the launchers callers know
     DEQUANT_TILE, DequantTile, GroupedMmConfig, grouped_dequantize, grouped_mm, mm_config,
@@ -307,7 +309,9 @@ def grouped_linear(x, qweight, scales, zeros, group_size, bias, bits):
     num_tokens = x2.shape[0]
     tensor_cores = layout.plane_words(x2.shape[1], bits) == 16
     if num_tokens <= gemv_max_tokens():
-        if rows_gemv_enabled() and gemv_rows.takes(num_tokens, x2.shape[1], group_size, bits):
+        if gemv_dp4a.takes(x2, x2.shape[1], group_size, bits):
+            out = gemv_dp4a.int4_gemv_dp4a(x2, qweight, scales, zeros, group_size, bias)
+        elif rows_gemv_enabled() and gemv_rows.takes(num_tokens, x2.shape[1], group_size, bits):
             out = gemv_rows.int4_gemv_rows(x2, qweight, scales, zeros, group_size, bias)
         else:
             out = grouped_gemv(x2, qweight, scales, zeros, group_size, bias, bits)
