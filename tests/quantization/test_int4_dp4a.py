@@ -1,6 +1,6 @@
 """The one-token int4 GEMV on 8-bit dot products (``int4_gemv_dp4a``, W4A8)
 under Triton's interpreter, against plain torch: the activations' int8
-blocks exactly as ``quantize_blocks_reference`` makes them, the GEMV equal
+blocks (``int8_activations``) exactly as ``quantize_reference`` makes them, the GEMV equal
 to the dequantized weights times the dequantized activations (float64), and
 within the activations' rounding of the bfloat16 reference. The inline PTX
 is checked lane by lane in ``tests/kernels/test_ptx_programs.py``."""
@@ -31,30 +31,38 @@ def dp4a(monkeypatch):
     int4_gemv_dp4a.dp4a_enabled.cache_clear()
 
 
-def _unpack_words(words: torch.Tensor) -> torch.Tensor:
-    """int8 words ``[blocks, 32]`` -> values ``[blocks, 128]`` in input order (word ``16 h + i``,
-    byte ``l`` holds input ``i + 16 h + 32 l``)."""
-    blocks = words.shape[0]
-    signed = torch.stack([(words << (24 - 8 * lane)) >> 24 for lane in range(4)], dim=1)  # [block, l, 16 h + i]
-    return signed.reshape(blocks, 128)  # [block, l, h, i]: input 32 l + 16 h + i
-
-
 @needs_interpreter
-@pytest.mark.parametrize("num_in", [128, 384, 640])  # one block; three (a partial program); five
-def test_quantize_blocks_matches_reference(dp4a, num_in):
+@pytest.mark.parametrize("order", ["INT4_ORDER", "NATURAL_32"])
+@pytest.mark.parametrize("blocks", [1, 3, 5])  # one block; a partial program; two programs
+def test_quantize_matches_reference(order, blocks):
+    from octavo.kernels.quant import int8_activations
+
+    order = getattr(int8_activations, order)
     torch.manual_seed(0)
-    x = torch.randn(1, num_in, dtype=torch.bfloat16) * 3
+    x = torch.randn(1, blocks * order.size, dtype=torch.bfloat16) * 3
     x[0, :7] = torch.tensor([40.0, -40.0, 0.5, -0.5, 1e-3, 0.0, 39.7])  # the block's maximum both ways
-    if num_in > 128:
-        x[0, 128:256] = 0.0  # an all-zero block: scale 0, values 0
-    words, scales, sums = dp4a.quantize_blocks(x)
-    values, ref_scales, ref_sums = dp4a.quantize_blocks_reference(x)
-    assert torch.equal(_unpack_words(words), values)
+    if blocks > 1:
+        x[0, order.size:2 * order.size] = 0.0  # an all-zero block: scale 0, values 0
+    words, scales, sums = int8_activations.quantize(x, order)
+    values, ref_scales, ref_sums = int8_activations.quantize_reference(x, order.size)
+    assert words.shape == (blocks, order.size // 4)
+    assert torch.equal(int8_activations.unpack_words(words, order), values)
     assert torch.equal(scales, ref_scales) and torch.equal(sums, ref_sums)
     assert values.abs().max() == 127 and values[0, 0] == 127 and values[0, 1] == -127
     # Each activation within half a step of its block's grid.
     rebuilt = values.float() * scales[:, None]
-    assert ((rebuilt - x.float().reshape(-1, 128)).abs() <= scales[:, None] / 2 + 1e-6).all()
+    assert ((rebuilt - x.float().reshape(-1, order.size)).abs() <= scales[:, None] / 2 + 1e-6).all()
+
+
+def test_int4_order_meets_the_nibbles():
+    # Word i's byte l holds input i + 32 l (A words) or 16 + i + 32 l (B words): the inputs of
+    # nibbles 2 l and 2 l + 1 of weight word i (input i + 16 j in nibble j).
+    from octavo.kernels.quant.int8_activations import INT4_ORDER
+
+    for c in range(32):
+        for byte in range(4):
+            i, high = c % 16, c // 16
+            assert c * INT4_ORDER.word_stride + byte * INT4_ORDER.byte_stride == i + 16 * (2 * byte + high)
 
 
 # (out features, in features, group size, dtype): a partial row tile, groups over two
@@ -69,7 +77,7 @@ CASES = [(100, 384, 128, torch.float32), (64, 512, 256, torch.bfloat16), (40, 25
 # with a zero scale; or even); the default, one step.
 @pytest.mark.parametrize("tiles", [(8, 2, 2), (8, 16, 8), (4, 1, 1)], ids=["8-2-2", "default", "4-1-1"])
 def test_int4_gemv_dp4a_matches_reference(dp4a, out_features, in_features, group_size, dtype, with_bias, tiles):
-    from octavo.kernels.quant import int4_triton
+    from octavo.kernels.quant import int4_triton, int8_activations
     from octavo.ops import quant_reference
 
     torch.manual_seed(1)
@@ -81,7 +89,7 @@ def test_int4_gemv_dp4a_matches_reference(dp4a, out_features, in_features, group
     assert out.dtype == dtype and out.shape == (1, out_features)
 
     weight = int4.dequantize_grouped(qweight, scales, zeros, group_size, 4).double()
-    values, x_scales, _ = dp4a.quantize_blocks_reference(x)
+    values, x_scales, _ = int8_activations.quantize_reference(x, 128)
     x8 = (values.double() * x_scales.double()[:, None]).reshape(1, -1)
     bias64 = bias.double() if with_bias else 0.0
     w4a8 = x8 @ weight.T + bias64

@@ -34,8 +34,8 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_dp4a, int4_gemv_rows, int4_mm_triton, int4_triton,
-    skinny_8bit,
+    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_dp4a,
+    int4_gemv_rows, int4_mm_triton, int4_triton, int8_activations, skinny_8bit,
 )
 
 
@@ -73,7 +73,8 @@ QUANT_KERNELS = {
     "int4 gemv dp4a": (int4_gemv_dp4a._int4_gemv_dp4a_kernel, dict(BLOCK_N=8, SPLIT=16, HAS_BIAS=False, ASM=True, EVEN=True,
                        PDL=True, blocks_per_group=1), dict(INT4, q_ptr="*i32", xs_ptr="*fp32", xsum_ptr="*i32"),
                        dict(num_warps=8)),
-    "int4 dp4a quantize": (int4_gemv_dp4a._quantize_blocks_kernel, dict(BLOCKS=4, PDL=True),
+    "int8 activations int4 order": (int8_activations._quantize_kernel, dict(SIZE=128, WORDS=32, WORD_STRIDE=1,
+                                    BYTE_STRIDE=32, BLOCKS=4, PDL=True),
                            {"q_ptr": "*i32", "scale_ptr": "*fp32", "sum_ptr": "*i32"}, dict(num_warps=1)),
     "fp8 gemv rows": (fp8_gemv_rows._fp8_gemv_rows_kernel, dict(BLOCK_N=32, SPLIT=2, HAS_BIAS=False, ASM=True, PDL=True),
                       {"w_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=4)),

@@ -6,7 +6,7 @@ activations int8 per block of 128 (W4A8, opt-in; issue 17).
 more of the SMs than they issue (the one-token int4 GEMV is issue-bound, not
 memory-bound; ``benchmarks/gemv_shapes_gpu.py``). Here the weights stay
 integers. The token's activations are first quantized, one launch, to int8
-per block of 128 inputs (``quantize_blocks``: the block's absolute maximum
+per block of 128 inputs (``int8_activations``: the block's absolute maximum
 maps to 127, round half up; the block's scale and its values' sum kept), and
 packed four to a word in the order of Octavo's ``int4`` layout: word ``i`` of
 a block holds inputs ``i + 16 j`` in its nibble ``j``, so ``w & 0x0F0F0F0F``
@@ -37,11 +37,11 @@ import triton.language as tl
 
 from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
+from octavo.kernels.quant import int8_activations
+from octavo.kernels.quant.int8_activations import INT4_ORDER
 from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
 
 BLOCK = 128  # inputs a block: the weights' packing unit and the activations' scale
-WORDS = 16  # a block's weight words (eight nibbles each) and its activations' A and B words
-QUANT_BLOCKS = 4  # activation blocks a program of quantize_blocks
 
 
 @dataclass(frozen=True)
@@ -68,58 +68,6 @@ def tiles_from_env() -> Dp4aTiles | None:
 def dp4a_enabled() -> bool:
     """``OCTAVO_INT4_GEMV_DP4A=1`` sends one-token int4 calls here (W4A8); off by default."""
     return switch_from_env("OCTAVO_INT4_GEMV_DP4A", default=False)
-
-
-@triton.jit
-def _quantize_blocks_kernel(x_ptr, q_ptr, scale_ptr, sum_ptr, num_blocks, BLOCKS: tl.constexpr, PDL: tl.constexpr):
-    """``BLOCKS`` blocks a program: ``x`` viewed ``[block, half h, byte l, word i]`` (input
-    ``i + 16 h + 32 l``), int8 values packed into words ``[block, h, i]``."""
-    BLOCK: tl.constexpr = 128
-    WORDS: tl.constexpr = 16
-    blocks = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
-    valid = blocks < num_blocks
-    half = tl.arange(0, 2)
-    byte = tl.arange(0, 4)
-    word = tl.arange(0, WORDS)
-    inputs = half[:, None, None] * 16 + byte[None, :, None] * 32 + word[None, None, :]
-    offsets = blocks[:, None, None, None] * BLOCK + inputs[None]
-    pdl_wait(PDL)
-    x = tl.load(x_ptr + offsets, mask=valid[:, None, None, None], other=0.0).to(tl.float32)
-    amax = tl.max(tl.max(tl.max(tl.abs(x), axis=3), axis=2), axis=1)
-    inverse = tl.where(amax > 0.0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
-    values = tl.floor(x * inverse[:, None, None, None] + 0.5).to(tl.int32)
-    pdl_release(PDL)
-    sums = tl.sum(tl.sum(tl.sum(values, axis=3), axis=2), axis=1)
-    shifts = (byte * 8)[None, None, :, None]
-    words = tl.sum((values & 0xFF) << shifts, axis=2)  # bytes in disjoint bits: the sum is their OR
-    word_offsets = blocks[:, None, None] * (2 * WORDS) + half[None, :, None] * WORDS + word[None, None, :]
-    tl.store(q_ptr + word_offsets, words, mask=valid[:, None, None])
-    tl.store(scale_ptr + blocks, amax / 127.0, mask=valid)
-    tl.store(sum_ptr + blocks, sums, mask=valid)
-
-
-def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token ``x [1, K]`` (K a multiple of 128) -> int8 words ``[K / 128, 32]`` (int32,
-    the A then the B words of each block), block scales ``[K / 128]`` (float32) and the
-    blocks' int8 sums ``[K / 128]`` (int32)."""
-    num_blocks = x.shape[1] // BLOCK
-    words = torch.empty(num_blocks, 2 * WORDS, dtype=torch.int32, device=x.device)
-    scales = torch.empty(num_blocks, dtype=torch.float32, device=x.device)
-    sums = torch.empty(num_blocks, dtype=torch.int32, device=x.device)
-    pdl = pdl_enabled(x.device, 1)
-    _quantize_blocks_kernel[(triton.cdiv(num_blocks, QUANT_BLOCKS),)](
-        x, words, scales, sums, num_blocks, BLOCKS=QUANT_BLOCKS, PDL=pdl, num_warps=1, launch_pdl=pdl)
-    return words, scales, sums
-
-
-def quantize_blocks_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Plain-torch ``quantize_blocks``: int8 values ``[K / 128, 128]`` in input order (int32),
-    scales and sums."""
-    blocks = x.float().reshape(-1, BLOCK)
-    amax = blocks.abs().amax(dim=1)
-    inverse = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
-    values = torch.floor(blocks * inverse[:, None] + 0.5).to(torch.int32)
-    return values, amax / 127.0, values.sum(dim=1, dtype=torch.int32)
 
 
 # One word's eight products: $1 the weights' word, $2 and $3 the activations' A and B words.
@@ -168,7 +116,7 @@ def _int4_gemv_dp4a_kernel(
     lanes = tl.arange(0, WORDS)
     w_rows = w_ptr + rows[:, None, None] * stride_wn + lanes[None, None, :]
     acc = tl.zeros((BLOCK_N, SPLIT), dtype=tl.float32)
-    pdl_wait(PDL)  # the activations' words come from quantize_blocks, the kernel before
+    pdl_wait(PDL)  # the activations' words come from int8_activations.quantize, the kernel before
     for first in range(0, num_blocks, SPLIT):
         blocks = first + tl.arange(0, SPLIT)
         # Blocks past K read block 0 with a zero scale: no masked loads in the loop.
@@ -207,13 +155,13 @@ def takes(x: torch.Tensor, num_in: int, group_size: int, bits: int) -> bool:
 
 def int4_gemv_dp4a(x, qweight, scales, zeros, group_size: int, bias, tiles: Dp4aTiles | None = None) -> torch.Tensor:
     """``x @ W.T + bias`` for one token in Octavo's grouped int4 layout, activations in int8
-    per block of 128 (two launches: ``quantize_blocks``, then the GEMV)."""
+    per block of 128 (two launches: ``int8_activations.quantize``, then the GEMV)."""
     num_out = qweight.shape[0]
     tiles = tiles or tiles_from_env() or TILES
     out = torch.empty(1, num_out, dtype=x.dtype, device=x.device)
     if num_out == 0:
         return out
-    x_words, x_scales, x_sums = quantize_blocks(x)
+    x_words, x_scales, x_sums = int8_activations.quantize(x, INT4_ORDER)
     num_blocks = x_scales.shape[0]
     pdl = pdl_enabled(x.device, 1)
     _int4_gemv_dp4a_kernel[(triton.cdiv(num_out, tiles.block_n),)](
