@@ -58,7 +58,7 @@ turn() {
 b1_turns() {
   local label=$1 model=$2 arm tag n
   for arm in "$3" "$4" "$3" "$4"; do
-    tag=${arm:-default}; tag=${tag//[=, ]/_}; n=$(turn)
+    tag=${arm:-default}; tag=${tag//[=,]/_}; n=$(turn)
     TAIL=6 run_step "${label}_b1_${tag}_$n" 300 env $arm $CLI bench latency $model \
       --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/${label}_b1_${tag}_$n.json"
   done
@@ -236,14 +236,28 @@ for step in "$@"; do
     # its per-layer table for the formats with round 34's kernels (inline PTX: first run on a GPU).
     quant_new) TAIL=90 run_step quant_gpu_new 240 python benchmarks/quant_gpu.py --quick --families int4,fp8,gguf_Q4_K;;
     # The W4A8 dp4a GEMV (issue 17): checked against the dequantized weights and its tiles swept
-    # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it and
-    # without (A B A B), gemv_shapes each GEMV shape beside the rows GEMV and the copy bandwidth.
+    # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it
+    # (beside bf16 and the floor) and without; gemv_shapes each GEMV shape beside the rows GEMV.
     int4_dp4a) TAIL=12 run_step int4_dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families int4
                TAIL=16 run_step int4_dp4a_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_dp4a --tokens 1 \
                  --env-file /tmp/octavo-dp4a.env;;
-    int4_dp4a_b1) echo "tuned: $(cat /tmp/octavo-dp4a.env 2>/dev/null | tr '\n' ' ')"
-                  b1_turns int4 "$M8B --quantization int4" \
-                    "OCTAVO_INT4_GEMV_DP4A=1 $(grep DP4A_TILES /tmp/octavo-dp4a.env 2>/dev/null)" "OCTAVO_INT4_GEMV_DP4A=0";;
+    int4_dp4a_b1) DP4A_ENV=$(cat /tmp/octavo-dp4a.env 2>/dev/null); echo "tuned: $DP4A_ENV"
+                  TAIL=8 run_step int4_dp4a_latency 500 env OCTAVO_INT4_GEMV_DP4A=1 $DP4A_ENV \
+                    python benchmarks/quant_e2e.py latency --methods bf16,int4 --output-json "$O/int4_dp4a_latency.json"
+                  TAIL=6 run_step int4_rows_latency 400 env OCTAVO_INT4_GEMV_DP4A=0 \
+                    python benchmarks/quant_e2e.py latency --methods int4 --output-json "$O/int4_rows_latency.json";;
+    # The W4A8 Q4_K GEMV: checked, its tiles swept (the best into /tmp/octavo-gguf-dp4a.env),
+    # then the Q4_K file's batch-1 decode with it (beside bf16 and the floor) and without.
+    gguf_dp4a) TAIL=12 run_step gguf_dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families gguf_Q4_K
+               TAIL=16 run_step gguf_dp4a_sweep 300 python benchmarks/quant_sweep_gpu.py --only gguf_Q4_K:gemv_dp4a \
+                 --tokens 1 --env-file /tmp/octavo-gguf-dp4a.env;;
+    gguf_dp4a_b1) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
+                  [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
+                  DP4A_ENV=$(cat /tmp/octavo-gguf-dp4a.env 2>/dev/null); echo "tuned: $DP4A_ENV"
+                  TAIL=8 run_step gguf_dp4a_latency 500 env OCTAVO_GGUF_Q4K_DP4A=1 $DP4A_ENV python benchmarks/quant_e2e.py \
+                    latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_dp4a_latency.json"
+                  TAIL=6 run_step gguf_pairs_latency 400 env OCTAVO_GGUF_Q4K_DP4A=0 python benchmarks/quant_e2e.py \
+                    latency --methods "" --gguf "$GG" --output-json "$O/gguf_pairs_latency.json";;
     int4_rows) TAIL=12 run_step int4_rows_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_rows --tokens 1
                for rows in 0 1; do
                  OCTAVO_INT4_GEMV_ROWS=$rows TAIL=3 run_step "int4_latency_rows$rows" 300 python benchmarks/quant_e2e.py latency --methods int4

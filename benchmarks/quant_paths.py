@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from octavo.kernels import gemv as gemv_kernels
 from octavo.kernels.quant import (
-    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_dp4a, int4_gemv_rows,
+    fp8_block_triton, fp8_gemv_rows, fp8_triton, gguf_q4k_dp4a, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4, int4_gemv_dp4a, int4_gemv_rows,
     int4_mm_triton, int4_triton, scaled_mm, skinny_8bit,
 )
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows
@@ -139,7 +139,10 @@ def _gguf_paths(family: str) -> list[Path]:
         Path(family, "dequant+cublas", lambda w, c: lambda x: F.linear(x, gguf_triton.gguf_dequantize(w[0], t, x.dtype))),
         Path(family, "torch_dequant+cublas", lambda w, c: lambda x: F.linear(x, dequantize_gguf(w[0], t, x.dtype))),
         Path(family, "op", lambda w, c: lambda x: gguf_triton.gguf_linear(x, w[0], t)),
-    ] + ([Path(family, "gemv_pairs", lambda w, c: lambda x: pairs(x, w[0], c), 1)] if pairs else [])
+    ] + ([Path(family, "gemv_pairs", lambda w, c: lambda x: pairs(x, w[0], c), 1)] if pairs else []) + (
+        # W4A8: the activations' int8 launch and the dp4a GEMV, timed together.
+        [Path(family, "gemv_dp4a", lambda w, c: lambda x: gguf_q4k_dp4a.q4k_gemv_dp4a(x, w[0], c), 1)]
+        if t.name == "Q4_K" else [])
 
 
 def all_paths() -> list[Path]:

@@ -119,3 +119,18 @@ def test_int4_dp4a_word_meets_its_inputs_activations():
         (out,) = emu.run(int4_gemv_dp4a._WORD_DOT_ASM.value, [word, a_word, b_word])
         expected = sum(((word >> (4 * j)) & 15) * x[j] for j in range(8))
         assert out == expected & emu.MASK
+
+
+def test_q4k_dp4a_word_sums_each_half_with_its_activations():
+    from octavo.kernels.quant import gguf_q4k_dp4a
+
+    rng = random.Random(5)
+    for _ in range(CASES):
+        word = rng.getrandbits(32)
+        low_x = [rng.randint(-127, 127) for _ in range(4)]  # sub-block 2 a's four values
+        high_x = [rng.randint(-127, 127) for _ in range(4)]  # sub-block 2 a + 1's, 32 on
+        a_word = sum((x & 0xFF) << (8 * b) for b, x in enumerate(low_x))
+        b_word = sum((x & 0xFF) << (8 * b) for b, x in enumerate(high_x))
+        lo_sum, hi_sum = emu.run(gguf_q4k_dp4a._WORD_DOTS_ASM.value, [word, a_word, b_word], num_outputs=2)
+        assert lo_sum == sum(((word >> (8 * b)) & 15) * x for b, x in enumerate(low_x)) & emu.MASK
+        assert hi_sum == sum(((word >> (8 * b + 4)) & 15) * x for b, x in enumerate(high_x)) & emu.MASK

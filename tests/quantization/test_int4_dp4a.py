@@ -52,6 +52,13 @@ def test_quantize_matches_reference(order, blocks):
     # Each activation within half a step of its block's grid.
     rebuilt = values.float() * scales[:, None]
     assert ((rebuilt - x.float().reshape(-1, order.size)).abs() <= scales[:, None] / 2 + 1e-6).all()
+    # Per group of four words (gguf_q4k_dp4a's quarters): the block's scale, the group's sum times it.
+    _, _, _, group_scales, group_sums = int8_activations.quantize(x, order, group_words=4)
+    groups = order.size // 16
+    assert torch.equal(group_scales, ref_scales[:, None].expand(blocks, groups))
+    word_sums = sum((words << (24 - 8 * byte)) >> 24 for byte in range(4))  # [block, word]
+    expected = word_sums.reshape(blocks, groups, 4).sum(dim=2).float() * ref_scales[:, None]
+    assert torch.allclose(group_sums, expected, rtol=1e-6, atol=0)
 
 
 def test_int4_order_meets_the_nibbles():

@@ -34,7 +34,7 @@ import triton.language as tl  # noqa: E402
 
 from octavo.kernels import gemv  # noqa: E402
 from octavo.kernels.quant import (  # noqa: E402
-    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_dp4a,
+    fp8_block_triton, fp8_fused, fp8_gemv_rows, fp8_triton, gguf_q4k_dp4a, gguf_q4k_pairs, gguf_q6k_pairs, gguf_triton, int4_gemv_dp4a,
     int4_gemv_rows, int4_mm_triton, int4_triton, int8_activations, skinny_8bit,
 )
 
@@ -74,12 +74,19 @@ QUANT_KERNELS = {
                        PDL=True, blocks_per_group=1), dict(INT4, q_ptr="*i32", xs_ptr="*fp32", xsum_ptr="*i32"),
                        dict(num_warps=8)),
     "int8 activations int4 order": (int8_activations._quantize_kernel, dict(SIZE=128, WORDS=32, WORD_STRIDE=1,
-                                    BYTE_STRIDE=32, BLOCKS=4, PDL=True),
-                           {"q_ptr": "*i32", "scale_ptr": "*fp32", "sum_ptr": "*i32"}, dict(num_warps=1)),
+                                    BYTE_STRIDE=32, BLOCKS=4, GROUP=0, PDL=True),
+                                    {"q_ptr": "*i32", "scale_ptr": "*fp32", "sum_ptr": "*i32"}, dict(num_warps=1)),
+    "int8 activations natural order": (int8_activations._quantize_kernel, dict(SIZE=32, WORDS=8, WORD_STRIDE=4,
+                                       BYTE_STRIDE=1, BLOCKS=4, GROUP=4, PDL=True),
+                                       {"q_ptr": "*i32", "scale_ptr": "*fp32", "sum_ptr": "*i32",
+                                        "group_scale_ptr": "*fp32", "group_sum_ptr": "*fp32"}, dict(num_warps=1)),
     "fp8 gemv rows": (fp8_gemv_rows._fp8_gemv_rows_kernel, dict(BLOCK_N=32, SPLIT=2, HAS_BIAS=False, ASM=True, PDL=True),
                       {"w_ptr": FP8, "scale_ptr": "*fp32"}, dict(num_warps=4)),
     "gguf q4k pairs gemv": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=32, SPLIT=1, ASM=True, PDL=True, STAGES=1),
                             {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
+    "gguf q4k dp4a gemv": (gguf_q4k_dp4a._q4k_dp4a_kernel, dict(BLOCK_N=8, SPLIT=4, ASM=True, PDL=True),
+                           {"w_ptr": "*u8", "row_bytes": "i32", "q_ptr": "*i32", "gs_ptr": "*fp32", "gsum_ptr": "*fp32"},
+                           dict(num_warps=4)),
     "gguf pipelined q4k pairs gemv": (gguf_q4k_pairs._q4k_pairs_kernel, dict(BLOCK_N=8, SPLIT=2, ASM=True, PDL=True,
                                       STAGES=3), {"w_ptr": "*u8", "row_bytes": "i32"}, dict(num_warps=4)),
     "gguf q6k pairs gemv": (gguf_q6k_pairs._q6k_pairs_kernel, dict(BLOCK_N=8, SPLIT=4, ASM=True, PDL=True, STAGES=1),

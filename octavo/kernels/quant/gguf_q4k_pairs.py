@@ -125,33 +125,28 @@ def _small_float(q):
 
 
 @triton.jit
-def _scale_min(sa, sb, sc, sub):
-    """6-bit (scale, min) of sub-block ``sub`` (0..7) from the twelve scale bytes as words
-    ``sa``, ``sb``, ``sc`` (ggml's ``get_scale_min_k4``), float32."""
-    shift = 8 * (sub & 3)
-    a = (sa >> shift) & 0xFF
-    b = (sb >> shift) & 0xFF
-    c = (sc >> shift) & 0xFF
-    scale = tl.where(sub < 4, a & 63, (c & 15) | ((a >> 6) << 4))
-    minimum = tl.where(sub < 4, b & 63, (c >> 4) | ((b >> 6) << 4))
-    return _small_float(scale), _small_float(minimum)
-
-
-@triton.jit
 def _chunk_scales(sb_words, live, chunk):
     """Per chunk (``[BLOCK_N, SPLIT, 4, 1]``): float32 scales and mins (``d sc``, ``dmin mn``)
     of its two sub-blocks, zero where the super-block is not ``live``. The header is
     read as four words ``[BLOCK_N, SPLIT, 1, 1]`` and decoded at the words' shape
-    (chunk index broadcast), so that no value changes layout in the loop."""
+    (chunk index broadcast), so that no value changes layout in the loop.
+
+    ggml's ``get_scale_min_k4`` for sub-blocks ``2 a`` and ``2 a + 1`` at once, the two
+    6-bit values in the two low bytes of one word: bytes ``2 a, 2 a + 1`` of the scale
+    words (``a < 2``: ``scale & 63``, ``min & 63``) or bytes ``2 a - 4, 2 a - 3`` (``a >= 2``:
+    four bits from the third word, two from the top of the first or second)."""
     dd = tl.load(sb_words)  # d, dmin: two float16
     d = tl.where(live, (dd & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
     dmin = tl.where(live, (dd >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
-    sa = tl.load(sb_words + 1)
-    sb = tl.load(sb_words + 2)
-    sc = tl.load(sb_words + 3)
-    sc_lo, mn_lo = _scale_min(sa, sb, sc, 2 * chunk)
-    sc_hi, mn_hi = _scale_min(sa, sb, sc, 2 * chunk + 1)
-    return d * sc_lo, dmin * mn_lo, d * sc_hi, dmin * mn_hi
+    shift = 16 * (chunk & 1)
+    ta = tl.load(sb_words + 1) >> shift
+    tb = tl.load(sb_words + 2) >> shift
+    tc = tl.load(sb_words + 3) >> shift
+    high = chunk >= 2
+    scales = tl.where(high, (tc & 0x0F0F) | ((ta >> 2) & 0x3030), ta & 0x3F3F)
+    mins = tl.where(high, ((tc >> 4) & 0x0F0F) | ((tb >> 2) & 0x3030), tb & 0x3F3F)
+    return (d * _small_float(scales & 0xFF), dmin * _small_float(mins & 0xFF), d * _small_float(scales >> 8),
+            dmin * _small_float(mins >> 8))
 
 
 @triton.jit

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
-from octavo.kernels.quant import gguf_q4k_pairs, gguf_q6k_pairs
+from octavo.kernels.quant import gguf_q4k_dp4a, gguf_q4k_pairs, gguf_q6k_pairs
 from octavo.kernels.quant.gguf_dequant import GGMLType, dequantize_gguf
 from octavo.kernels.tile_order import program_tile
 from octavo.kernels.triton_utils import dot_dtype, dot_precision, ints_from_env, next_power_of_2
@@ -370,7 +370,9 @@ def gguf_linear(x: torch.Tensor, raw: torch.Tensor, ggml_type: GGMLType) -> torc
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     num_tokens = x2.shape[0]
-    if gguf_q4k_pairs.takes(x2, raw, ggml_type.name):
+    if gguf_q4k_dp4a.takes(x2, raw, ggml_type.name):
+        out = gguf_q4k_dp4a.q4k_gemv_dp4a(x2, raw)
+    elif gguf_q4k_pairs.takes(x2, raw, ggml_type.name):
         out = gguf_q4k_pairs.q4k_gemv_pairs(x2, raw)
     elif gguf_q6k_pairs.takes(x2, raw, ggml_type.name):
         out = gguf_q6k_pairs.q6k_gemv_pairs(x2, raw)

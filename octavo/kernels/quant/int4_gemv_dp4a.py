@@ -86,7 +86,7 @@ def _dp4a_twin(unsigned_bytes, signed_bytes):
     """Plain-arithmetic ``dp4a.u32.s32`` (accumulator 0): four unsigned by four signed bytes."""
     total = tl.zeros(unsigned_bytes.shape, dtype=tl.int32)
     for lane in tl.static_range(4):
-        a = (unsigned_bytes >> (8 * lane)) & 0xFF
+        a = ((unsigned_bytes >> (8 * lane)) & 0xFF).to(tl.int32)  # uint32 words: products signed
         b = (signed_bytes << (24 - 8 * lane)) >> 24  # int32: the shift back sign-extends
         total += a * b
     return total

@@ -43,9 +43,11 @@ PROGRAM_BLOCKS = 4  # blocks a program
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, q_ptr, scale_ptr, sum_ptr, num_blocks, SIZE: tl.constexpr, WORDS: tl.constexpr,
-                     WORD_STRIDE: tl.constexpr, BYTE_STRIDE: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr):
-    """``BLOCKS`` blocks a program, ``x`` viewed ``[block, word c, byte l]``."""
+def _quantize_kernel(x_ptr, q_ptr, scale_ptr, sum_ptr, group_scale_ptr, group_sum_ptr, num_blocks,
+                     SIZE: tl.constexpr, WORDS: tl.constexpr, WORD_STRIDE: tl.constexpr, BYTE_STRIDE: tl.constexpr,
+                     BLOCKS: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr):
+    """``BLOCKS`` blocks a program, ``x`` viewed ``[block, word c, byte l]``; with ``GROUP``
+    words (0: none) also each group's block scale and its values' sum times it (float32)."""
     blocks = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     valid = blocks < num_blocks
     word = tl.arange(0, WORDS)
@@ -61,22 +63,36 @@ def _quantize_kernel(x_ptr, q_ptr, scale_ptr, sum_ptr, num_blocks, SIZE: tl.cons
     sums = tl.sum(tl.sum(values, axis=2), axis=1)
     words = tl.sum((values & 0xFF) << (byte * 8)[None, None, :], axis=2)  # disjoint bits: the sum is the OR
     tl.store(q_ptr + blocks[:, None] * WORDS + word[None, :], words, mask=valid[:, None])
-    tl.store(scale_ptr + blocks, amax / 127.0, mask=valid)
+    scales = amax / 127.0
+    if GROUP > 0:
+        GROUPS: tl.constexpr = WORDS // GROUP
+        group_sums = tl.sum(tl.reshape(tl.sum(values, axis=2), (BLOCKS, GROUPS, GROUP)), axis=2)
+        group = tl.arange(0, GROUPS)
+        offsets = blocks[:, None] * GROUPS + group[None, :]
+        tl.store(group_scale_ptr + offsets, tl.broadcast_to(scales[:, None], (BLOCKS, GROUPS)), mask=valid[:, None])
+        tl.store(group_sum_ptr + offsets, group_sums.to(tl.float32) * scales[:, None], mask=valid[:, None])
+    tl.store(scale_ptr + blocks, scales, mask=valid)
     tl.store(sum_ptr + blocks, sums, mask=valid)
 
 
-def quantize(x: torch.Tensor, order: ActivationOrder) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, order: ActivationOrder, group_words: int = 0) -> tuple[torch.Tensor, ...]:
     """One token ``x [1, K]`` (K a multiple of ``order.size``) -> int8 words ``[K / size, size / 4]``
-    (int32), block scales ``[K / size]`` (float32) and the blocks' sums ``[K / size]`` (int32)."""
+    (int32), block scales ``[K / size]`` (float32) and the blocks' sums ``[K / size]`` (int32);
+    with ``group_words`` also, per group of that many consecutive words, its block's scale and
+    its values' sum times that scale (float32 ``[K / size, size / 4 / group_words]``)."""
     num_blocks = x.shape[1] // order.size
     words = torch.empty(num_blocks, order.words, dtype=torch.int32, device=x.device)
     scales = torch.empty(num_blocks, dtype=torch.float32, device=x.device)
     sums = torch.empty(num_blocks, dtype=torch.int32, device=x.device)
+    groups = [torch.empty(num_blocks, order.words // group_words, dtype=torch.float32, device=x.device)
+              for _ in range(2 if group_words else 0)]
+    group_scales, group_sums = groups or (scales, scales)
     pdl = pdl_enabled(x.device, 1)
     _quantize_kernel[(triton.cdiv(num_blocks, PROGRAM_BLOCKS),)](
-        x, words, scales, sums, num_blocks, SIZE=order.size, WORDS=order.words, WORD_STRIDE=order.word_stride,
-        BYTE_STRIDE=order.byte_stride, BLOCKS=PROGRAM_BLOCKS, PDL=pdl, num_warps=1, launch_pdl=pdl)
-    return words, scales, sums
+        x, words, scales, sums, group_scales, group_sums, num_blocks, SIZE=order.size, WORDS=order.words,
+        WORD_STRIDE=order.word_stride, BYTE_STRIDE=order.byte_stride, BLOCKS=PROGRAM_BLOCKS, GROUP=group_words,
+        PDL=pdl, num_warps=1, launch_pdl=pdl)
+    return (words, scales, sums, *groups)
 
 
 def quantize_reference(x: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
