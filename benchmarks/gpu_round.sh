@@ -235,6 +235,11 @@ for step in "$@"; do
     # The checks of quant_gpu.py (every path against its dequantized reference at 1, 7, 300 tokens) and
     # its per-layer table for the formats with round 34's kernels (inline PTX: first run on a GPU).
     quant_new) TAIL=90 run_step quant_gpu_new 240 python benchmarks/quant_gpu.py --quick --families int4,fp8,gguf_Q4_K;;
+    # Both W4A8 GEMVs at once: checked against their dequantized weights, then shape by shape in a
+    # decode graph beside the GEMVs they would replace and the copy bandwidth.
+    dp4a_check) TAIL=24 run_step dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families int4,gguf_Q4_K;;
+    dp4a_shapes) TAIL=16 run_step dp4a_shapes 300 python benchmarks/gemv_shapes_gpu.py --copies 8 \
+                   --paths bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,gguf_Q4_K:gemv_pairs,gguf_Q4_K:gemv_dp4a;;
     # The W4A8 dp4a GEMV (issue 17): checked against the dequantized weights and its tiles swept
     # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it
     # (beside bf16 and the floor) and without; gemv_shapes each GEMV shape beside the rows GEMV.
