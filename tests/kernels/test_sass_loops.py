@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 # named apart, have the two barriers a step of Triton's cp.async pipelining.)
 BARRIER_FREE = ["gemv M1 gated=None", "gemv M4 gated=silu", "gemv 8-bit", "int4 gemv", "moe decode down top-8",
                 "quant fp8 block gemv", "quant gguf gemv 1-token Q4_K", "quant gguf q4k pairs",
-                "quant gguf q6k pairs", "quant fp8 gemv rows"]
+                "quant gguf q6k pairs", "quant fp8 gemv rows", "quant gguf q4k dp4a"]
 # 1 + 1 + 1 + 10 (four configs, one with programmatic dependent launch, the quant compile case and the
 # rows form's three: bfloat16 pairs, prefetching and float32; the dp4a form) + 1 + 1 + 1 + 1
-# (Q4_K in pairs) + 1 (Q6_K in pairs) + 1 (fp8 rows)
-EXPECTED_KERNELS = 19
+# (Q4_K in pairs) + 1 (Q6_K in pairs) + 1 (fp8 rows) + 1 (Q4_K on dp4a)
+EXPECTED_KERNELS = 20
 
 
 @pytest.mark.slow
