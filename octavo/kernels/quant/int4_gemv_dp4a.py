@@ -51,10 +51,11 @@ class Dp4aTiles:
     num_warps: int
 
 
-# sm_90 SASS (tests/kernels/sass_loops.py): at (8, 16, 8) a thread takes two rows and one
-# block a step, 1.5 instructions a weight value and no barrier in the loop (16 rows: 1.15,
-# with a trip through shared memory). Not yet timed on a GPU.
-TILES = Dp4aTiles(block_n=8, split=16, num_warps=8)
+# sm_90 SASS (tests/kernels/sass_loops.py): 1.5 instructions a weight value at (8, 16, 8) and
+# (4, 16, 4), barrier-free (16 rows: 1.15, with a trip through shared memory). Swept on an H100
+# (round 42, one 8B layer's four GEMVs with the activations' launch): 84.4 us at (4, 16, 4),
+# 83.6 at (2, 16, 4), 90.2 at (8, 16, 8); the rows GEMV's best 82.9 in the same run.
+TILES = Dp4aTiles(block_n=4, split=16, num_warps=4)
 
 
 @functools.cache
