@@ -21,10 +21,13 @@ scale and scaled sum read per group of four words (``group_words=4``).
 sm_90 SASS at (8, 4, 4) (``tests/kernels/sass_loops.py``): 2.7 instructions a
 weight value, barrier-free, against 5.4 for the bfloat16-pairs kernel (whose
 scale decode, shared, went from 5.8 to 5.4 with the two sub-blocks' 6-bit
-fields decoded in one word's two bytes). What changes against the
-bfloat16 reference is each activation's rounding to its block's int8 grid
-(half a step, ``amax / 254``, at most). ``OCTAVO_GGUF_Q4K_DP4A=1`` takes it;
-off by default until its speed is measured.
+fields decoded in one word's two bytes). On an H100 it is nevertheless
+slower than the pairs kernel (round 42: 96.5 against 75.2 us an 8B layer;
+four activation loads a quarter besides the weights' words, and the
+activations' own launch). What changes against the bfloat16 reference is
+each activation's rounding to its block's int8 grid (half a step,
+``amax / 254``, at most). ``OCTAVO_GGUF_Q4K_DP4A=1`` takes it; off by
+default, kept for the H200's figure.
 """
 
 from __future__ import annotations

@@ -2,28 +2,32 @@
 activations int8 per block of 128 (W4A8, opt-in; issue 17).
 
 ``int4_gemv_rows`` turns every weight into a 16-bit value before its product:
-3.9 sm_90 instructions a weight value, which at the H200's bandwidth asks
-more of the SMs than they issue (the one-token int4 GEMV is issue-bound, not
-memory-bound; ``benchmarks/gemv_shapes_gpu.py``). Here the weights stay
-integers. The token's activations are first quantized, one launch, to int8
-per block of 128 inputs (``int8_activations``: the block's absolute maximum
-maps to 127, round half up; the block's scale and its values' sum kept), and
-packed four to a word in the order of Octavo's ``int4`` layout: word ``i`` of
-a block holds inputs ``i + 16 j`` in its nibble ``j``, so ``w & 0x0F0F0F0F``
-is the four inputs ``i, i + 32, i + 64, i + 96`` as unsigned bytes and
-``(w >> 4) & 0x0F0F0F0F`` the four ``16`` further on; the activations' words
-``A_i`` and ``B_i`` hold the same inputs' int8 values. Two ``dp4a`` make a
-word's eight products, exact in int32: one ``and``, a shift, one more
-``and`` and the two dot products, five instructions for eight values
-(``_WORD_DOT_ASM``). A block's sum ``sum q x8`` less ``zero * sum x8`` (the
-zero point, exact) times the weights' group scale and the activations' block
-scale is the block's float32 term.
+3.9 sm_90 instructions a weight value, which round 41 read as the limit of
+the one-token int4 GEMV (issue-bound). This kernel tests that reading with
+2.6x fewer instructions a value; on an H100 (round 42 of
+``benchmarks/RESULTS.md``) it runs an 8B layer in the same time as the rows
+GEMV (60.7 against 60.9 us), faster on gate_up only: the rows GEMV is not
+issue-bound there.
+
+Here the weights stay integers. The token's activations are first quantized,
+one launch, to int8 per block of 128 inputs (``int8_activations``: the
+block's absolute maximum maps to 127, round half up; the block's scale and
+its values' sum kept), and packed four to a word in the order of Octavo's
+``int4`` layout: word ``i`` of a block holds inputs ``i + 16 j`` in its
+nibble ``j``, so ``w & 0x0F0F0F0F`` is the four inputs ``i, i + 32, i + 64,
+i + 96`` as unsigned bytes and ``(w >> 4) & 0x0F0F0F0F`` the four ``16``
+further on; the activations' words ``A_i`` and ``B_i`` hold the same inputs'
+int8 values. Two ``dp4a`` make a word's eight products, exact in int32: one
+``and``, a shift, one more ``and`` and the two dot products, five
+instructions for eight values (``_WORD_DOT_ASM``). A block's sum ``sum q
+x8`` less ``zero * sum x8`` (the zero point, exact) times the weights' group
+scale and the activations' block scale is the block's float32 term.
 
 What changes against the bfloat16 reference: each activation is rounded to
 its block's int8 grid (half a step, ``amax / 254``, at most), the error of
 llama.cpp's 8-bit decode products (per 32 there) and smaller than the fp8
 W8A8 path's e4m3 rounding. ``OCTAVO_INT4_GEMV_DP4A=1`` takes it; the default
-stays the exact bfloat16 form until its speed is measured.
+stays the bfloat16 form: as fast on the H100, and exact.
 """
 
 from __future__ import annotations
