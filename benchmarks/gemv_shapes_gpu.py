@@ -15,8 +15,9 @@ time a launch would take at the copy bandwidth plus that. Then the four
 projections in a layer's order over ``--copies`` layers: a layer's time in
 a step. ``--sweep-int4`` times each plain tile of the int4 rows GEMV
 (``quant_sweep_gpu.INT4_ROWS``) shape by shape instead: whether one tile
-for all four shapes leaves time on the small ones. With ``$OUT`` set,
-``gemv_shapes.jsonl`` there.
+for all four shapes leaves time on the small ones. ``probe:read_B_S_W``
+paths (``read_probe.py``) read the int4 words alone at those tiles. With
+``$OUT`` set, ``gemv_shapes.jsonl`` there.
 """
 
 from __future__ import annotations
@@ -127,7 +128,12 @@ def main(paths: str, copies: int, sweep_int4: bool = False) -> None:
         print(f"{'path':28s} {'shape':8s} {'us/launch':>11s} {'reads':>11s} {'':>9s} {'of copy':>6s} {'ideal us':>8s}")
         for label in paths.split(","):
             family, name = label.split(":")
-            run_path(qp.path_by_label(family, name), copies, bandwidth, floor_us)
+            if family == "probe":  # read_probe.py: the int4 words read alone, at given tiles
+                from read_probe import probe_path
+
+                run_path(probe_path(name), copies, bandwidth, floor_us)
+            else:
+                run_path(qp.path_by_label(family, name), copies, bandwidth, floor_us)
     if os.environ.get("OUT"):
         with open(Path(os.environ["OUT"]) / "gemv_shapes.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in RESULTS)

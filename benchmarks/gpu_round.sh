@@ -240,6 +240,10 @@ for step in "$@"; do
     dp4a_check) TAIL=24 run_step dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families int4,gguf_Q4_K;;
     dp4a_shapes) TAIL=16 run_step dp4a_shapes 300 python benchmarks/gemv_shapes_gpu.py --copies 8 \
                    --paths bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,gguf_Q4_K:gemv_pairs,gguf_Q4_K:gemv_dp4a;;
+    # The int4 words read alone at the GEMVs' tiles and others (read_probe.py), beside the GEMVs:
+    # whether the one-token int4 GEMV loses its time in its reads' tiling or in its arithmetic.
+    read_probe) TAIL=40 run_step read_probe 300 python benchmarks/gemv_shapes_gpu.py --copies 8 \
+                  --paths bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,probe:read_4_16_4,probe:read_8_16_8,probe:read_2_16_4,probe:read_4_32_8,probe:read_16_16_8,probe:read_8_8_4,probe:read_32_4_4;;
     # The W4A8 dp4a GEMV (issue 17): checked against the dequantized weights and its tiles swept
     # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it
     # (beside bf16 and the floor) and without; gemv_shapes each GEMV shape beside the rows GEMV.

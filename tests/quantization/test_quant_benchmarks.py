@@ -137,9 +137,9 @@ def test_gemv_shapes_script(scripts, monkeypatch, capsys):
     monkeypatch.setattr(gemv_shapes_gpu, "time_us", lambda fn, use_graph=True, reps=30: (fn(), 10.0)[1])
     monkeypatch.setattr(gemv_shapes_gpu, "copy_bandwidth", lambda: 1e12)
     gemv_shapes_gpu.RESULTS.clear()
-    gemv_shapes_gpu.main("bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,gguf_Q4_K:gemv_dp4a", copies=2)
+    gemv_shapes_gpu.main("bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,gguf_Q4_K:gemv_dp4a,probe:read_4_2_1", copies=2)
     rows = {(r["path"], r["shape"]): r for r in gemv_shapes_gpu.RESULTS}
-    paths = ("bf16 gemv", "int4 gemv_rows", "int4 gemv_dp4a", "gguf_Q4_K gemv_dp4a")
+    paths = ("bf16 gemv", "int4 gemv_rows", "int4 gemv_dp4a", "gguf_Q4_K gemv_dp4a", "int4 read_4_2_1")
     assert set(rows) == {(p, s) for p in paths for s in ("qkv", "down", "layer")}
     # float32 weights here: 48 x 256 x 4 bytes and the activation's 256 x 4.
     assert rows[("bf16 gemv", "qkv")]["bytes"] == 48 * 256 * 4 + 256 * 4
