@@ -5,7 +5,10 @@ XORed together, so that ``gemv_shapes_gpu.py`` can time the reads alone
 beside the GEMVs. Near the copy bandwidth: the GEMVs lose their time in
 their arithmetic or its latency; at the GEMVs' figures: in the reads' tiling.
 ``probe:read_B_S_W`` is the path at ``B`` rows a program, ``S`` blocks a
-step and ``W`` warps. Not a GEMV: its output is a checksum."""
+step and ``W`` warps. Not a GEMV: its output is a checksum. Its loop is so
+small that LLVM unrolls it (sm_90 at (4, 16, 4): four steps a turn, eight
+128-bit loads a thread in flight against the GEMVs' two), so it bounds what
+the reads could reach with more of them in flight."""
 
 from __future__ import annotations
 
