@@ -45,7 +45,6 @@ from octavo.kernels.quant.fp8_block_triton import BlockGemvConfig, BlockMmConfig
 from octavo.kernels.quant.gguf_triton import GGUFGemvConfig, GGUFMmConfig  # noqa: E402
 from octavo.kernels.quant.fp8_gemv_rows import Fp8RowsTiles  # noqa: E402
 from octavo.kernels.quant.bf16_pairs import PairsTiles  # noqa: E402
-from octavo.kernels.quant.gguf_q4k_dp4a import Q4kDp4aTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_dp4a import Dp4aTiles  # noqa: E402
 from octavo.kernels.quant.int4_gemv_rows import RowsTiles  # noqa: E402
 from octavo.kernels.quant.int4_triton import DequantTile, GroupedGemvConfig, GroupedMmConfig  # noqa: E402
@@ -150,7 +149,7 @@ GGUF_Q6K_PAIRS = [PairsTiles(*t) for t in (
     (8, 2, 4, 3), (8, 1, 4, 4), (4, 4, 4, 3), (8, 4, 4, 3))]
 # The one-token W4A8 Q4_K GEMV (gguf_q4k_dp4a): rows a program, super-blocks a step, warps.
 # sm_90 loop at (8, 4, 4): 2.7 instructions a value (the pairs GEMV 5.4), barrier-free.
-GGUF_Q4K_DP4A = [Q4kDp4aTiles(*t) for t in (
+GGUF_Q4K_DP4A = [Dp4aTiles(*t) for t in (
     (8, 4, 4), (8, 2, 4), (4, 4, 4), (8, 8, 4), (16, 4, 8), (8, 4, 8), (4, 8, 4), (16, 2, 4), (8, 1, 4), (4, 2, 2))]
 GGUF_MM = [GGUFMmConfig(m, n, 8, 4, s) for m, n in ((16, 32), (16, 64), (32, 64), (64, 64), (64, 128)) for s in (1, 2)]
 BLOCK_GEMV = [BlockGemvConfig(n, s, w) for n in (4, 8, 16, 32) for s in (2, 4, 8) for w in (2, 4)]

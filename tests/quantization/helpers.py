@@ -27,6 +27,15 @@ def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
     return float((out.float() - expected.float()).norm() / expected.float().norm())
 
 
+def switched_on(monkeypatch, module, variable: str, switch):
+    """Fixture body: ``variable=1`` for one test, ``switch`` (the module's cached reader of it)
+    cleared before and after; yields ``module``."""
+    monkeypatch.setenv(variable, "1")
+    switch.cache_clear()
+    yield module
+    switch.cache_clear()
+
+
 def check_pairs_dispatch(module, gemv, type_name: str, other_type: str, switch: str, monkeypatch) -> None:
     """A GGUF pairs GEMV ``module`` (``gguf_q4k_pairs``, ``gguf_q6k_pairs``), switched on: the layer op
     takes one bfloat16, 8-byte-aligned token of ``type_name`` through ``gemv``, nothing else;

@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
+from tests.quantization.helpers import switched_on  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 Q4_K = GGML_TYPES_BY_NAME["Q4_K"]
@@ -28,10 +29,7 @@ def test_q4k_dp4a_under_interpreter():
 def dp4a(monkeypatch):
     from octavo.kernels.quant import gguf_q4k_dp4a
 
-    monkeypatch.setenv("OCTAVO_GGUF_Q4K_DP4A", "1")
-    gguf_q4k_dp4a.dp4a_enabled.cache_clear()
-    yield gguf_q4k_dp4a
-    gguf_q4k_dp4a.dp4a_enabled.cache_clear()
+    yield from switched_on(monkeypatch, gguf_q4k_dp4a, "OCTAVO_GGUF_Q4K_DP4A", gguf_q4k_dp4a.dp4a_enabled)
 
 
 # (rows, inputs, tiles): a partial row tile; three super-blocks in steps of two (the second
@@ -48,7 +46,7 @@ def test_q4k_dp4a_matches_the_w4a8_product(dp4a, num_out, num_in, tiles):
     raw = random_gguf_rows("Q4_K", num_out, num_in, generator)
     x = torch.randn(1, num_in, generator=generator).to(torch.bfloat16)
     x[0, 32:64] = 0.0  # an all-zero block of activations
-    out = dp4a.q4k_gemv_dp4a(x, raw, dp4a.Q4kDp4aTiles(*tiles))
+    out = dp4a.q4k_gemv_dp4a(x, raw, dp4a.Dp4aTiles(*tiles))
     assert out.shape == (1, num_out) and out.dtype == torch.bfloat16
     weight = dequantize_gguf(raw, Q4_K).double()
     values, scales, _ = int8_activations.quantize_reference(x, 32)
@@ -59,7 +57,7 @@ def test_q4k_dp4a_matches_the_w4a8_product(dp4a, num_out, num_in, tiles):
     bound = (weight.abs() * scales.double().repeat_interleave(32)[None, :] / 2).sum(dim=1)
     exact = x.double() @ weight.T
     assert ((out.double() - exact).abs()[0] <= bound + 1e-2 * w4a8.abs().max()).all()
-    alone = dp4a.q4k_gemv_dp4a(x, raw[:1].contiguous(), dp4a.Q4kDp4aTiles(*tiles))
+    alone = dp4a.q4k_gemv_dp4a(x, raw[:1].contiguous(), dp4a.Dp4aTiles(*tiles))
     assert torch.equal(alone[0, 0], out[0, 0])
 
 

@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from octavo.kernels.quant import int4  # noqa: E402
+from tests.quantization.helpers import switched_on  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
 
@@ -25,10 +26,7 @@ def test_kernels_under_interpreter():
 def dp4a(monkeypatch):
     from octavo.kernels.quant import int4_gemv_dp4a
 
-    monkeypatch.setenv("OCTAVO_INT4_GEMV_DP4A", "1")
-    int4_gemv_dp4a.dp4a_enabled.cache_clear()
-    yield int4_gemv_dp4a
-    int4_gemv_dp4a.dp4a_enabled.cache_clear()
+    yield from switched_on(monkeypatch, int4_gemv_dp4a, "OCTAVO_INT4_GEMV_DP4A", int4_gemv_dp4a.dp4a_enabled)
 
 
 @needs_interpreter

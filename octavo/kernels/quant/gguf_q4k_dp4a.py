@@ -33,8 +33,6 @@ default, kept for the H200's figure.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -43,30 +41,22 @@ from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int8_activations
 from octavo.kernels.quant.gguf_q4k_pairs import SB_BYTES, _chunk_scales
-from octavo.kernels.quant.int4_gemv_dp4a import _dp4a_twin
+from octavo.kernels.quant.int4_gemv_dp4a import Dp4aTiles, _dp4a_twin, dp4a_tiles_from_env
 from octavo.kernels.quant.int8_activations import NATURAL_32
-from octavo.kernels.triton_utils import interpreting, ints_from_env, runs_ptx
+from octavo.kernels.triton_utils import interpreting, runs_ptx
 
 _SB_BYTES = tl.constexpr(SB_BYTES)
 
 
-@dataclass(frozen=True)
-class Q4kDp4aTiles:
-    block_n: int  # rows a program
-    split: int  # super-blocks a step
-    num_warps: int
-
-
 # Swept on an H100 (round 42, one 8B layer's four GEMVs with the activations' launch): 117.4 us
 # at (4, 4, 4), 116.5 at (4, 2, 2), 126.8 at the pairs GEMV's (8, 4, 4).
-TILES = Q4kDp4aTiles(block_n=4, split=4, num_warps=4)
+TILES = Dp4aTiles(block_n=4, split=4, num_warps=4)
 
 
 @functools.cache
-def tiles_from_env() -> Q4kDp4aTiles | None:
+def tiles_from_env() -> Dp4aTiles | None:
     """``OCTAVO_GGUF_Q4K_DP4A_TILES=block_n,split,num_warps`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_GGUF_Q4K_DP4A_TILES", "block_n,split,num_warps", (3,))
-    return None if parts is None else Q4kDp4aTiles(*parts)
+    return dp4a_tiles_from_env("OCTAVO_GGUF_Q4K_DP4A_TILES")
 
 
 @functools.cache
@@ -142,7 +132,7 @@ def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
             and raw.data_ptr() % 4 == 0 and raw.stride(0) % 4 == 0 and raw.stride(1) == 1)
 
 
-def q4k_gemv_dp4a(x: torch.Tensor, raw: torch.Tensor, tiles: Q4kDp4aTiles | None = None) -> torch.Tensor:
+def q4k_gemv_dp4a(x: torch.Tensor, raw: torch.Tensor, tiles: Dp4aTiles | None = None) -> torch.Tensor:
     """``x @ W.T`` for one token (``takes``) and raw Q4_K rows ``[N, row_bytes]``: two launches,
     ``int8_activations.quantize`` then the GEMV."""
     num_out, row_bytes = raw.shape

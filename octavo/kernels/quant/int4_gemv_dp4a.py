@@ -50,9 +50,17 @@ BLOCK = 128  # inputs a block: the weights' packing unit and the activations' sc
 
 @dataclass(frozen=True)
 class Dp4aTiles:
+    """Tiles of a one-token dp4a GEMV (this one's and ``gguf_q4k_dp4a``'s)."""
+
     block_n: int  # rows a program
-    split: int  # consecutive 128-input blocks a step
+    split: int  # blocks a step: 128 inputs here, Q4_K super-blocks of 256 there
     num_warps: int
+
+
+def dp4a_tiles_from_env(name: str) -> Dp4aTiles | None:
+    """``name=block_n,split,num_warps`` (tuning runs), else None."""
+    parts = ints_from_env(name, "block_n,split,num_warps", (3,))
+    return None if parts is None else Dp4aTiles(*parts)
 
 
 # sm_90 SASS (tests/kernels/sass_loops.py): 1.5 instructions a weight value at (8, 16, 8) and
@@ -65,8 +73,7 @@ TILES = Dp4aTiles(block_n=4, split=16, num_warps=4)
 @functools.cache
 def tiles_from_env() -> Dp4aTiles | None:
     """``OCTAVO_INT4_DP4A_TILES=block_n,split,num_warps`` (tuning runs), else None."""
-    parts = ints_from_env("OCTAVO_INT4_DP4A_TILES", "block_n,split,num_warps", (3,))
-    return None if parts is None else Dp4aTiles(*parts)
+    return dp4a_tiles_from_env("OCTAVO_INT4_DP4A_TILES")
 
 
 @functools.cache
