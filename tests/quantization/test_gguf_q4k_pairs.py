@@ -10,7 +10,11 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is not installed")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from octavo.kernels.quant.gguf_dequant import GGML_TYPES_BY_NAME, dequantize_gguf, random_gguf_rows  # noqa: E402
+from octavo.kernels.quant.gguf_q4k_pairs import _chunk_scales  # noqa: E402
 from tests.quantization.helpers import check_pairs_dispatch, relative_error  # noqa: E402
 from tests.quantization.interpreter import needs_interpreter, not_interpreted, rerun_under_interpreter  # noqa: E402
 
@@ -53,3 +57,33 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
 
     check_pairs_dispatch(gguf_q4k_pairs, gguf_q4k_pairs.q4k_gemv_pairs, "Q4_K", "Q6_K", "OCTAVO_GGUF_Q4K_PAIRS",
                          monkeypatch)
+
+
+
+@triton.jit
+def _decode_chunk_scales(header_ptr, out_ptr, NUM: tl.constexpr):
+    """``_chunk_scales`` of ``NUM`` 16-byte headers: per header the eight scales, then the mins."""
+    rows = tl.arange(0, NUM)[:, None]
+    chunk = tl.arange(0, 4)[None, :]
+    words = header_ptr.to(tl.pointer_type(tl.uint32)) + rows * 4
+    s_lo, m_lo, s_hi, m_hi = _chunk_scales(words, tl.full((NUM, 1), 1, tl.int1), chunk)
+    offsets = rows * 16 + chunk * 2
+    tl.store(out_ptr + offsets, s_lo)
+    tl.store(out_ptr + offsets + 1, s_hi)
+    tl.store(out_ptr + 8 + offsets, m_lo)
+    tl.store(out_ptr + 8 + offsets + 1, m_hi)
+
+
+@needs_interpreter
+def test_chunk_scales_decode_every_sub_block_as_ggml():
+    # _chunk_scales decodes a chunk's two sub-blocks from one word's two bytes (shared with
+    # gguf_q4k_dp4a): every chunk of random headers against the torch decoder, exactly.
+    from octavo.kernels.quant.gguf_dequant import _scale_min_k4
+
+    generator = torch.Generator().manual_seed(3)
+    headers = torch.randint(0, 256, (16, 16), dtype=torch.uint8, generator=generator)
+    headers[:, 0:4] = torch.tensor([1.0, 1.0], dtype=torch.float16).view(torch.uint8)  # d = dmin = 1
+    out = torch.empty(16, 16, dtype=torch.float32)
+    _decode_chunk_scales[(1,)](headers, out, NUM=16)
+    scales, mins = _scale_min_k4(headers[:, 4:16])
+    assert torch.equal(out[:, :8], scales) and torch.equal(out[:, 8:], mins)
