@@ -112,9 +112,9 @@ def test_int4_gemv_dp4a_matches_reference(dp4a, out_features, in_features, group
 @needs_interpreter
 def test_dp4a_path_is_opt_in_and_one_token_whole_groups(dp4a, monkeypatch):
     x = torch.randn(1, 256)
-    assert dp4a.takes(x, 256, 128, 4)
-    assert not dp4a.takes(torch.randn(2, 256), 256, 128, 4)
-    assert not dp4a.takes(x, 256, 64, 4) and not dp4a.takes(x, 256, 128, 8)
+    assert dp4a.takes(x, 128, 4)
+    assert not dp4a.takes(torch.randn(2, 256), 128, 4)
+    assert not dp4a.takes(x, 64, 4) and not dp4a.takes(x, 128, 8)
     monkeypatch.delenv("OCTAVO_INT4_GEMV_DP4A")
     dp4a.dp4a_enabled.cache_clear()
-    assert not dp4a.takes(x, 256, 128, 4)
+    assert not dp4a.takes(x, 128, 4)

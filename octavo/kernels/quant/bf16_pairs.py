@@ -41,13 +41,18 @@ def pairs_tiles_from_env(name: str) -> PairsTiles | None:
     return None if parts is None else PairsTiles(*parts)
 
 
+def rows_load_as_words(raw: torch.Tensor, word_bytes: int) -> bool:
+    """Whether raw GGUF rows ``raw`` start, and step, on ``word_bytes`` boundaries (contiguous rows):
+    a kernel may read them ``word_bytes`` at a time."""
+    return raw.data_ptr() % word_bytes == 0 and raw.stride(0) % word_bytes == 0 and raw.stride(1) == 1
+
+
 def takes_token(x: torch.Tensor, raw: torch.Tensor, word_bytes: int) -> bool:
     """Whether a pairs GEMV can take ``x @ W.T`` for raw rows ``raw``: one bfloat16 token where the
     PTX runs (CUDA; the interpreter runs the twins), its activations loaded four at a time
     (8-byte aligned), the weights' rows aligned to the kernel's ``word_bytes`` loads."""
     return (x.shape[0] == 1 and x.dtype == torch.bfloat16 and (runs_ptx(x.device) or interpreting())
-            and x.stride(1) == 1 and x.data_ptr() % 8 == 0
-            and raw.data_ptr() % word_bytes == 0 and raw.stride(0) % word_bytes == 0 and raw.stride(1) == 1)
+            and x.stride(1) == 1 and x.data_ptr() % 8 == 0 and rows_load_as_words(raw, word_bytes))
 
 
 def launch_gemv(kernel, x: torch.Tensor, raw: torch.Tensor, sb_bytes: int, tiles: PairsTiles) -> torch.Tensor:

@@ -33,6 +33,7 @@ default, kept for the H200's figure.
 from __future__ import annotations
 
 import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -40,13 +41,11 @@ import triton.language as tl
 from octavo.env_switches import switch_from_env
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.quant import int8_activations
-from octavo.kernels.quant.gguf_q4k_pairs import SB_BYTES, _chunk_scales
+from octavo.kernels.quant.bf16_pairs import rows_load_as_words
+from octavo.kernels.quant.gguf_q4k_pairs import _SB_BYTES, SB_BYTES, _chunk_scales
 from octavo.kernels.quant.int4_gemv_dp4a import Dp4aTiles, _dp4a_twin, dp4a_tiles_from_env
 from octavo.kernels.quant.int8_activations import NATURAL_32
 from octavo.kernels.triton_utils import interpreting, runs_ptx
-
-_SB_BYTES = tl.constexpr(SB_BYTES)
-
 
 # Swept on an H100 (round 42, one 8B layer's four GEMVs with the activations' launch): 117.4 us
 # at (4, 4, 4), 116.5 at (4, 2, 2), 126.8 at the pairs GEMV's (8, 4, 4).
@@ -129,7 +128,7 @@ def takes(x: torch.Tensor, raw: torch.Tensor, type_name: str) -> bool:
     """Switched on, one token of a Q4_K weight whose rows load as 32-bit words, where the PTX
     runs (the interpreter runs the twin)."""
     return (type_name == "Q4_K" and dp4a_enabled() and x.shape[0] == 1 and (runs_ptx(x.device) or interpreting())
-            and raw.data_ptr() % 4 == 0 and raw.stride(0) % 4 == 0 and raw.stride(1) == 1)
+            and rows_load_as_words(raw, 4))
 
 
 def q4k_gemv_dp4a(x: torch.Tensor, raw: torch.Tensor, tiles: Dp4aTiles | None = None) -> torch.Tensor:

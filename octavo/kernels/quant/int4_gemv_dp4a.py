@@ -158,10 +158,10 @@ def _int4_gemv_dp4a_kernel(
     tl.store(out_ptr + offs_n, out.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
-def takes(x: torch.Tensor, num_in: int, group_size: int, bits: int) -> bool:
-    """Whether this path computes the call: switched on, one token, 4 bits, whole 128-input
+def takes(x: torch.Tensor, group_size: int, bits: int) -> bool:
+    """Whether this path computes ``x @ W.T``: switched on, one token, 4 bits, whole 128-input
     blocks per group, where the PTX runs (the interpreter runs the twin)."""
-    return (dp4a_enabled() and x.shape[0] == 1 and bits == 4 and num_in % BLOCK == 0 and group_size % BLOCK == 0
+    return (dp4a_enabled() and x.shape[0] == 1 and bits == 4 and x.shape[1] % BLOCK == 0 and group_size % BLOCK == 0
             and (runs_ptx(x.device) or interpreting()))
 
 

@@ -309,7 +309,7 @@ def grouped_linear(x, qweight, scales, zeros, group_size, bias, bits):
     num_tokens = x2.shape[0]
     tensor_cores = layout.plane_words(x2.shape[1], bits) == 16
     if num_tokens <= gemv_max_tokens():
-        if gemv_dp4a.takes(x2, x2.shape[1], group_size, bits):
+        if gemv_dp4a.takes(x2, group_size, bits):
             out = gemv_dp4a.int4_gemv_dp4a(x2, qweight, scales, zeros, group_size, bias)
         elif rows_gemv_enabled() and gemv_rows.takes(num_tokens, x2.shape[1], group_size, bits):
             out = gemv_rows.int4_gemv_rows(x2, qweight, scales, zeros, group_size, bias)
