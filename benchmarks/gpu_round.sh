@@ -244,25 +244,18 @@ for step in "$@"; do
     # whether the one-token int4 GEMV loses its time in its reads' tiling or in its arithmetic.
     read_probe) TAIL=40 run_step read_probe 300 python benchmarks/gemv_shapes_gpu.py --copies 8 \
                   --paths bf16:gemv,int4:gemv_rows,int4:gemv_dp4a,probe:read_4_16_4,probe:read_8_16_8,probe:read_2_16_4,probe:read_4_32_8,probe:read_16_16_8,probe:read_8_8_4,probe:read_32_4_4;;
-    # The W4A8 dp4a GEMV (issue 17): checked against the dequantized weights and its tiles swept
-    # (the best into /tmp/octavo-dp4a.env); int4_dp4a_b1 then times batch-1 int4 decode with it
-    # (beside bf16 and the floor) and without; gemv_shapes each GEMV shape beside the rows GEMV.
-    int4_dp4a) TAIL=12 run_step int4_dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families int4
-               TAIL=16 run_step int4_dp4a_sweep 300 python benchmarks/quant_sweep_gpu.py --only int4:gemv_dp4a --tokens 1 \
-                 --env-file /tmp/octavo-dp4a.env;;
+    # The W4A8 GEMVs' tiles swept (after dp4a_check), the best of both into /tmp/octavo-dp4a.env; then
+    # batch-1 decode with each (beside bf16 and the floor) and without: int4, and the Q4_K file.
+    dp4a_sweep) TAIL=16 run_step dp4a_sweep 400 python benchmarks/quant_sweep_gpu.py --only int4:gemv_dp4a,gguf_Q4_K:gemv_dp4a \
+                  --tokens 1 --env-file /tmp/octavo-dp4a.env;;
     int4_dp4a_b1) DP4A_ENV=$(cat /tmp/octavo-dp4a.env 2>/dev/null); echo "tuned: $DP4A_ENV"
                   TAIL=8 run_step int4_dp4a_latency 500 env OCTAVO_INT4_GEMV_DP4A=1 $DP4A_ENV \
                     python benchmarks/quant_e2e.py latency --methods bf16,int4 --output-json "$O/int4_dp4a_latency.json"
                   TAIL=6 run_step int4_rows_latency 400 env OCTAVO_INT4_GEMV_DP4A=0 \
                     python benchmarks/quant_e2e.py latency --methods int4 --output-json "$O/int4_rows_latency.json";;
-    # The W4A8 Q4_K GEMV: checked, its tiles swept (the best into /tmp/octavo-gguf-dp4a.env),
-    # then the Q4_K file's batch-1 decode with it (beside bf16 and the floor) and without.
-    gguf_dp4a) TAIL=12 run_step gguf_dp4a_check 240 python benchmarks/quant_gpu.py --quick --skip-timings --families gguf_Q4_K
-               TAIL=16 run_step gguf_dp4a_sweep 300 python benchmarks/quant_sweep_gpu.py --only gguf_Q4_K:gemv_dp4a \
-                 --tokens 1 --env-file /tmp/octavo-gguf-dp4a.env;;
     gguf_dp4a_b1) GG=${GGUF_DIR:-/tmp/octavo-gguf}/llama-3.1-8b-q4k.gguf
                   [ -f "$GG" ] || run_step gguf_write 400 python benchmarks/make_gguf_8b.py "$GG"
-                  DP4A_ENV=$(cat /tmp/octavo-gguf-dp4a.env 2>/dev/null); echo "tuned: $DP4A_ENV"
+                  DP4A_ENV=$(cat /tmp/octavo-dp4a.env 2>/dev/null); echo "tuned: $DP4A_ENV"
                   TAIL=8 run_step gguf_dp4a_latency 500 env OCTAVO_GGUF_Q4K_DP4A=1 $DP4A_ENV python benchmarks/quant_e2e.py \
                     latency --methods bf16 --gguf "$GG" --output-json "$O/gguf_dp4a_latency.json"
                   TAIL=6 run_step gguf_pairs_latency 400 env OCTAVO_GGUF_Q4K_DP4A=0 python benchmarks/quant_e2e.py \
