@@ -60,13 +60,14 @@ def _quantize_kernel(x_ptr, q_ptr, scale_ptr, sum_ptr, group_scale_ptr, group_su
     inverse = tl.where(amax > 0.0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
     values = tl.floor(x * inverse[:, None, None] + 0.5).to(tl.int32)
     pdl_release(PDL)
-    sums = tl.sum(tl.sum(values, axis=2), axis=1)
+    word_sums = tl.sum(values, axis=2)
+    sums = tl.sum(word_sums, axis=1)
     words = tl.sum((values & 0xFF) << (byte * 8)[None, None, :], axis=2)  # disjoint bits: the sum is the OR
     tl.store(q_ptr + blocks[:, None] * WORDS + word[None, :], words, mask=valid[:, None])
     scales = amax / 127.0
     if GROUP > 0:
         GROUPS: tl.constexpr = WORDS // GROUP
-        group_sums = tl.sum(tl.reshape(tl.sum(values, axis=2), (BLOCKS, GROUPS, GROUP)), axis=2)
+        group_sums = tl.sum(tl.reshape(word_sums, (BLOCKS, GROUPS, GROUP)), axis=2)
         group = tl.arange(0, GROUPS)
         offsets = blocks[:, None] * GROUPS + group[None, :]
         tl.store(group_scale_ptr + offsets, tl.broadcast_to(scales[:, None], (BLOCKS, GROUPS)), mask=valid[:, None])
