@@ -7,6 +7,8 @@ whose names contain a substring,
 disassembles the cubin with the ``cuobjdump`` Triton ships, and prints, for each
 backward branch (a loop), its instruction count, the barriers, shared-memory
 round trips and global loads in it, and the kernel's registers and spills.
+``SASS_OVERRIDE="BLOCK_N=8,SPLIT=16,num_warps=8"`` compiles the chosen cases at
+other constexprs and warps (a kernel's default tiles, a sweep's candidates).
 A layout conversion inside a GEMV's loop shows as ``BAR``/``STS``/``LDS``
 pairs; it is what this report is for: the cost per weight value is read off
 before a GPU run is spent on it.
@@ -87,16 +89,30 @@ def quant_cases():
             "num_warps": 1}
 
 
+def overrides_from_env() -> tuple[dict, dict]:
+    """``SASS_OVERRIDE="BLOCK_N=8,SPLIT=16,num_warps=8"``: integer constexprs and compile
+    options (``num_warps``, ``num_stages``) that replace the cases' own, to read a
+    kernel's loop at other tiles than its case's."""
+    consts, options = {}, {}
+    for item in filter(None, os.environ.get("SASS_OVERRIDE", "").split(",")):
+        key, value = item.split("=")
+        (options if key in ("num_warps", "num_stages") else consts)[key.strip()] = int(value)
+    return consts, options
+
+
 def all_cases(names: list[str]):
     """``(name, compile thunk)`` of every case whose name contains one of ``names`` (all when empty)."""
     target = GPUTarget("cuda", 90, 32)
+    more_consts, more_options = overrides_from_env()
     for name, kernel, consts, tiles in cases():
         options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages) if tiles else {}
-        yield name, lambda k=kernel, c=consts, o=options, n=name: compile_one(k, c, target, **o, pointers=case_pointers(n))
+        yield name, lambda k=kernel, c={**consts, **more_consts}, o={**options, **more_options}, n=name: compile_one(
+            k, c, target, **o, pointers=case_pointers(n))
     if names and not any(n.startswith("quant") for n in names):
         return
     for name, kernel, consts, pointers, options in quant_cases():
-        yield name, lambda k=kernel, c=consts, p=pointers, o=options: compile_one(k, c, target, **o, pointers=p)
+        yield name, lambda k=kernel, c={**consts, **more_consts}, p=pointers, o={**options, **more_options}: compile_one(
+            k, c, target, **o, pointers=p)
 
 
 def main(names: list[str]) -> None:
