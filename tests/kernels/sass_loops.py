@@ -95,8 +95,8 @@ def overrides_from_env() -> tuple[dict, dict]:
     kernel's loop at other tiles than its case's."""
     consts, options = {}, {}
     for item in filter(None, os.environ.get("SASS_OVERRIDE", "").split(",")):
-        key, value = item.split("=")
-        (options if key in ("num_warps", "num_stages") else consts)[key.strip()] = int(value)
+        key, value = (part.strip() for part in item.split("="))
+        (options if key in ("num_warps", "num_stages") else consts)[key] = int(value)
     return consts, options
 
 

@@ -56,7 +56,7 @@ def test_decode_gemv_loops_have_no_barriers(tmp_path):
 def test_overrides_split_constexprs_from_compile_options(monkeypatch):
     from tests.kernels.sass_loops import overrides_from_env
 
-    monkeypatch.setenv("SASS_OVERRIDE", "BLOCK_N=8, SPLIT=16,num_warps=8,num_stages=2")
+    monkeypatch.setenv("SASS_OVERRIDE", "BLOCK_N=8, SPLIT=16, num_warps=8,num_stages=2")
     assert overrides_from_env() == ({"BLOCK_N": 8, "SPLIT": 16}, {"num_warps": 8, "num_stages": 2})
     monkeypatch.delenv("SASS_OVERRIDE")
     assert overrides_from_env() == ({}, {})
