@@ -59,7 +59,6 @@ def test_the_layer_op_takes_one_bfloat16_token_of_q4k_there(monkeypatch):
                          monkeypatch)
 
 
-
 @triton.jit
 def _decode_chunk_scales(header_ptr, out_ptr, NUM: tl.constexpr):
     """``_chunk_scales`` of ``NUM`` 16-byte headers: per header the eight scales, then the mins."""
