@@ -81,6 +81,8 @@ class RequestValidator(StructuredOutputValidation):
             )
         check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
         check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
+        check_token_ids(params.allowed_token_ids or [], limits.vocab_size, "allowed_token_ids")
+        check_token_ids(list(params.logit_bias or ()), limits.vocab_size, "logit_bias")
         if params.structured_outputs is not None and limits.async_scheduling:
             raise InvalidArgumentError(
                 "structured outputs need synchronous scheduling; this engine runs with async_scheduling",

@@ -59,6 +59,11 @@ class SamplingParams:
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     # Constrain the output to a JSON schema, regex, choice or grammar.
     structured_outputs: StructuredOutputsParams | None = None
+    # Added to these token ids' logits before sampling (OpenAI's logit_bias:
+    # each in [-100, 100]; -100 all but bans a token, 100 all but forces it).
+    logit_bias: dict[int, float] | None = None
+    # Only these token ids may be sampled (vLLM's allowed_token_ids).
+    allowed_token_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.structured_outputs, dict):
@@ -67,6 +72,9 @@ class SamplingParams:
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        self.logit_bias = dict(self.logit_bias) if self.logit_bias else None
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = list(self.allowed_token_ids)
         if self.top_k == -1:
             self.top_k = 0
         self._validate()
@@ -86,6 +94,12 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+    @property
+    def edits_logits(self) -> bool:
+        """Penalties, a logit bias or an allowed-token list: the sampler changes
+        the logits before it picks (never the plain greedy argmax)."""
+        return self.needs_penalties or self.logit_bias is not None or self.allowed_token_ids is not None
 
     def clone(self) -> "SamplingParams":
         return copy.deepcopy(self)
@@ -134,6 +148,11 @@ def _check_representable(p: SamplingParams) -> None:
     for stop in p.stop:
         if not isinstance(stop, str) or not stop:
             _fail("stop", f"stop strings must be non-empty strings, got {_shown(stop)}")
+    for token_id, bias in (p.logit_bias or {}).items():
+        _check_int("logit_bias", token_id)
+        _check_float("logit_bias", bias)
+    for token_id in p.allowed_token_ids or ():
+        _check_int("allowed_token_ids", token_id)
 
 
 def _check_ranges(p: SamplingParams) -> None:
@@ -163,9 +182,20 @@ def _check_ranges(p: SamplingParams) -> None:
         value = getattr(p, name)
         if value is not None and value < 0:
             _fail(name, f"{name} must be a non-negative integer, got {value}")
-    for token_id in p.stop_token_ids:
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        if any(token_id < 0 for token_id in getattr(p, name) or ()):
+            _fail(name, f"{name} must be non-negative integers, got {min(getattr(p, name))}")
+    _check_logit_bias(p)
+
+
+def _check_logit_bias(p: SamplingParams) -> None:
+    if p.allowed_token_ids is not None and not p.allowed_token_ids:
+        _fail("allowed_token_ids", "allowed_token_ids must name at least one token")
+    for token_id, bias in (p.logit_bias or {}).items():
         if token_id < 0:
-            _fail("stop_token_ids", f"stop_token_ids must be non-negative integers, got {token_id}")
+            _fail("logit_bias", f"logit_bias keys must be non-negative token ids, got {token_id}")
+        if not -100.0 <= bias <= 100.0:
+            _fail("logit_bias", f"logit_bias values must be in [-100, 100], got {bias} for token {token_id}")
 
 
 def _check_structured(p: SamplingParams) -> None:

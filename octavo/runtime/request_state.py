@@ -33,7 +33,7 @@ class RunnerRequestState:
     # The sampler's ``SamplingRow`` for this request, built on first use
     # (``ModelRunner.sampling_rows``); it shares ``token_ids``.
     sampling_row: Any = None
-    # Greedy with no logprobs, prompt logprobs or penalties (decode overlap's
+    # Greedy with no logprobs, prompt logprobs or logit edits (decode overlap's
     # test, made for every request every step; the params never change).
     plain_greedy: bool = field(init=False)
 
@@ -43,7 +43,7 @@ class RunnerRequestState:
             params.is_greedy
             and params.logprobs is None
             and params.prompt_logprobs is None
-            and not params.needs_penalties
+            and not params.edits_logits
         )
 
     @property

@@ -1,6 +1,7 @@
 """Sampling one token per row of logits, batch-independently.
 
-Pipeline: raw logprobs (what ``logprobs`` reports) -> min_tokens masking ->
+Pipeline: raw logprobs (what ``logprobs`` reports) -> allowed-token lists and
+logit biases -> min_tokens masking ->
 repetition / presence / frequency penalties -> grammar masks (structured
 outputs: tokens the grammar forbids get -inf, on the device, all constrained
 rows at once) -> greedy argmax, or temperature, top-k, top-p, min-p and a
@@ -77,13 +78,16 @@ class SamplingRow:
     token_ids: list[int]
     num_prompt_tokens: int
     eos_token_ids: frozenset[int]
-    # Greedy, no logprobs, no penalties: one argmax once ``min_tokens`` is
+    # Greedy, no logprobs, no logit edits: one argmax once ``min_tokens`` is
     # reached. Params never change, so this is decided once per row.
     greedy_without_extras: bool = field(init=False)
+    # The row's allowed ids, bias ids and bias values on the device, uploaded
+    # at its first step (``apply_logit_edits``); the params never change.
+    edit_tensors: tuple | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         params = self.params
-        self.greedy_without_extras = params.is_greedy and params.logprobs is None and not params.needs_penalties
+        self.greedy_without_extras = params.is_greedy and params.logprobs is None and not params.edits_logits
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -199,6 +203,33 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow], upload: HostU
     return logits
 
 
+def _edit_tensors(row: SamplingRow, upload: HostUpload, device: torch.device) -> tuple:
+    if row.edit_tensors is None:
+        params = row.params
+        allowed = upload(params.allowed_token_ids, torch.long, device) if params.allowed_token_ids else None
+        bias = params.logit_bias or {}
+        row.edit_tensors = (allowed, upload(list(bias), torch.long, device),
+                            upload(list(bias.values()), torch.float32, device)) if bias else (allowed, None, None)
+    return row.edit_tensors
+
+
+def apply_logit_edits(logits: torch.Tensor, rows: list[SamplingRow], upload: HostUpload | None = None) -> torch.Tensor:
+    """Allowed-token lists (every other token -inf) and logit biases (added), in place.
+    Token ids were checked against the vocabulary when the request was added."""
+    upload = upload or HostUpload()
+    for i, row in enumerate(rows):
+        params = row.params
+        if params.allowed_token_ids is None and params.logit_bias is None:
+            continue
+        allowed, bias_ids, bias_values = _edit_tensors(row, upload, logits.device)
+        if allowed is not None:
+            kept = logits[i].index_select(0, allowed)
+            logits[i].fill_(float("-inf")).index_copy_(0, allowed, kept)
+        if bias_ids is not None:
+            logits[i].index_add_(0, bias_ids, bias_values.to(logits.dtype))
+    return logits
+
+
 def apply_min_tokens(logits: torch.Tensor, rows: list[SamplingRow], upload: HostUpload | None = None) -> torch.Tensor:
     upload = upload or HostUpload()
     for i, row in enumerate(rows):
@@ -276,7 +307,8 @@ class Sampler:
         logits = logits.to(torch.float32)
         want_logprobs = any(n is not None for n in num_top)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
-        logits = apply_min_tokens(logits.clone(), rows, self.upload)
+        logits = apply_logit_edits(logits.clone(), rows, self.upload)
+        logits = apply_min_tokens(logits, rows, self.upload)
         logits = apply_penalties(logits, rows, self.upload)
         if allowed is not None:
             logits = apply_token_bitmask_(logits, allowed)

@@ -20,7 +20,8 @@ from octavo.runtime.config import WorkerConfig
 
 
 def test_scheduler_output_round_trip():
-    params = SamplingParams(temperature=0.7, top_k=5, seed=3, stop=["x"], output_kind=RequestOutputKind.DELTA)
+    params = SamplingParams(temperature=0.7, top_k=5, seed=3, stop=["x"], output_kind=RequestOutputKind.DELTA,
+                            logit_bias={7: -100.0, 12: 2.5}, allowed_token_ids=[7, 12, 40])
     output = SchedulerOutput(
         new_requests=[NewRequestData("a", [1, 2, 3], [4], params, [0, 1], 16)],
         cached_requests=CachedRequestData(["b"], [[9]], [[7]], [33]),
@@ -31,6 +32,7 @@ def test_scheduler_output_round_trip():
     assert decoded == output
     assert isinstance(decoded.finished_request_ids, set)
     assert decoded.new_requests[0].sampling_params.output_kind is RequestOutputKind.DELTA
+    assert list(decoded.new_requests[0].sampling_params.logit_bias) == [7, 12]  # int keys stay ints
     # The batch order is the dict order.
     assert list(decoded.num_scheduled_tokens) == ["a", "b"]
 

@@ -101,8 +101,6 @@ async def create_chat_completion(request: Request):
 
 def _reject_unsupported(body: ChatCompletionRequest) -> None:
     check_undeclared_fields(body, "chat")
-    if body.logit_bias:
-        raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidArgumentError("top_logprobs needs logprobs=true", param="top_logprobs")
 

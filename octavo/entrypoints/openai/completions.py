@@ -100,8 +100,6 @@ def _reject_unsupported(body: CompletionRequest) -> None:
         raise InvalidArgumentError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise InvalidArgumentError("best_of is not supported (it must equal n)", param="best_of")
-    if body.logit_bias:
-        raise InvalidArgumentError("logit_bias is not supported", param="logit_bias")
 
 
 def _num_prompts(prompt) -> int:

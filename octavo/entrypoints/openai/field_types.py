@@ -20,6 +20,7 @@ from typing import Annotated, Any, Union
 from pydantic import Discriminator, Field, Tag
 
 from octavo.core.sampling_params import INT64_MAX, INT64_MIN
+from octavo.errors import InvalidArgumentError
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
@@ -52,3 +53,17 @@ Prompt = Annotated[
         custom_error_message="a prompt is a string, a list of strings, a list of token ids or a list of lists of token ids",
     ),
 ]
+
+
+def token_biases(logit_bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI's ``logit_bias`` (token ids as JSON object keys, so strings) with
+    integer keys; a key that is not a decimal token id is a 400 naming it."""
+    if not logit_bias:
+        return None
+    biases = {}
+    for key, bias in logit_bias.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 19):
+            shown = key if len(key) <= 20 else f"{key[:20]}..."
+            raise InvalidArgumentError(f"logit_bias keys must be token ids, got {shown!r}", param="logit_bias")
+        biases[int(key)] = bias
+    return biases

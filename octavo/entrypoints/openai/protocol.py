@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from octavo.entrypoints.engine_commands import RequestOptions
-from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId
+from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId, token_biases
 
 # A salt is a secret per tenant (vLLM suggests 256 random bits, 43 base64
 # characters); the cap only bounds what one request can make the server hash.
@@ -67,7 +67,10 @@ class SamplingFields(ConstraintFields):
     include_stop_str_in_output: bool | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    # OpenAI's: token ids (as strings) -> a bias in [-100, 100] added to their logits.
     logit_bias: dict[str, FiniteFloat] | None = None
+    # vLLM's: only these token ids may be sampled.
+    allowed_token_ids: list[TokenId] | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
@@ -92,6 +95,8 @@ class SamplingFields(ConstraintFields):
             "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output,
+            "logit_bias": token_biases(self.logit_bias),
+            "allowed_token_ids": self.allowed_token_ids,
         }
 
     def request_options(self) -> RequestOptions:

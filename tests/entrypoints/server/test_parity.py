@@ -200,3 +200,23 @@ def test_anthropic_stream_event_sequence(anthropic_client, expected):
     assert set(raw[2:-3]) <= {"content_block_delta"}
     assert final.content[0].text == expected["chat"].text
     assert final.usage.output_tokens == len(expected["chat"].token_ids)
+
+
+def test_logit_bias_and_allowed_tokens_match_llm(openai_client, reference_llm, expected):
+    """OpenAI's ``logit_bias`` (string keys) and vLLM's ``allowed_token_ids`` reach the
+    sampler: the server's greedy text equals ``LLM.generate`` with the same edits, and
+    differs from the unedited output."""
+    plain_ids = expected["completions"][0].token_ids
+    bias = {plain_ids[0]: -100.0, plain_ids[1]: -100.0, 30: 4.0}
+    allowed = list(range(40, 400, 7))
+    for edits, body in ((dict(logit_bias=bias), {"logit_bias": {str(t): b for t, b in bias.items()}}),
+                        (dict(allowed_token_ids=allowed), {"extra_body": {"allowed_token_ids": allowed}})):
+        reference = reference_llm.generate(PROMPTS[:1], greedy(**edits))[0].outputs[0]
+        assert reference.token_ids != plain_ids
+        response = openai_client.completions.create(
+            model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, **body)
+        assert response.choices[0].text == reference.text
+        chat_reference = reference_llm.chat(MESSAGES, greedy(**edits))[0].outputs[0]
+        chat = openai_client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, **body)
+        assert chat.choices[0].message.content == chat_reference.text

@@ -125,7 +125,7 @@ def bad_request(chat_server, path: str, body: dict) -> dict:
         ({"guided_regex": "a" * 140_000}, "guided_regex", "more than the limit"),
         ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex", "not response_format and guided_regex"),
         ({"response_format": {"type": "structural_tag"}}, "response_format.type", "not supported"),
-        ({"logit_bias": {"1": 5}}, "logit_bias", "not supported"),
+        ({"logit_bias": {"1.5": 5}}, "logit_bias", "must be token ids"),
         ({"reasoning_effort": "high"}, "reasoning_effort", "not supported"),
         ({"best_of_n_magic": 3}, "best_of_n_magic", "could change the output"),
     ],
