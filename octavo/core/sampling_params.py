@@ -71,10 +71,9 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
-        self.stop_token_ids = list(self.stop_token_ids or [])
-        self.logit_bias = dict(self.logit_bias) if self.logit_bias else None
-        if self.allowed_token_ids is not None:
-            self.allowed_token_ids = list(self.allowed_token_ids)
+        self.stop_token_ids = _token_list("stop_token_ids", self.stop_token_ids) or []
+        self.allowed_token_ids = _token_list("allowed_token_ids", self.allowed_token_ids)
+        self.logit_bias = _bias_map(self.logit_bias)
         if self.top_k == -1:
             self.top_k = 0
         self._validate()
@@ -120,6 +119,24 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]}"
 
 
+def _token_list(name: str, value) -> list | None:
+    """A list of token ids as given (tuples, ranges and the like copied), None
+    kept; a string, a mapping or a single number is refused, not iterated."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        _fail(name, f"{name} must be a list of token ids, got {_shown(value)}")
+    return list(value)
+
+
+def _bias_map(value) -> dict | None:
+    if not value:
+        return None
+    if not hasattr(value, "items"):
+        _fail("logit_bias", f"logit_bias must map token ids to biases, got {_shown(value)}")
+    return dict(value.items())
+
+
 def _check_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(name, f"{name} must be an integer, got {_shown(value)}")
@@ -149,6 +166,8 @@ def _check_representable(p: SamplingParams) -> None:
         if not isinstance(stop, str) or not stop:
             _fail("stop", f"stop strings must be non-empty strings, got {_shown(stop)}")
     for token_id, bias in (p.logit_bias or {}).items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            _fail("logit_bias", f"logit_bias keys must be integer token ids, got {_shown(token_id)}")
         _check_int("logit_bias", token_id)
         _check_float("logit_bias", bias)
     for token_id in p.allowed_token_ids or ():

@@ -117,6 +117,9 @@ def test_allowed_token_ids_match_hf_and_bound_sampling(llm, llama_dir):
         (dict(logit_bias={5: float("nan")}), "logit_bias"),
         (dict(allowed_token_ids=[]), "allowed_token_ids"),
         (dict(allowed_token_ids=[3, -2]), "allowed_token_ids"),
+        (dict(allowed_token_ids="abc"), "allowed_token_ids"),
+        (dict(logit_bias=[(5, 1.0)]), "logit_bias"),
+        (dict(stop_token_ids=7), "stop_token_ids"),
     ],
 )
 def test_bad_logit_edits_are_refused(options, param):
