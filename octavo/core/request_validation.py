@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from octavo.core.bad_words import MAX_BAD_WORDS_TOKENS, bad_words_token_ids
 from octavo.core.engine_limits import EngineLimits
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import SamplingParams
@@ -83,6 +84,7 @@ class RequestValidator(StructuredOutputValidation):
         check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
         check_token_ids(params.allowed_token_ids or [], limits.vocab_size, "allowed_token_ids")
         check_token_ids(list(params.logit_bias or ()), limits.vocab_size, "logit_bias")
+        self.resolve_bad_words(params)
         if params.structured_outputs is not None and limits.async_scheduling:
             raise InvalidArgumentError(
                 "structured outputs need synchronous scheduling; this engine runs with async_scheduling",
@@ -94,6 +96,21 @@ class RequestValidator(StructuredOutputValidation):
                 raise InvalidArgumentError(
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
+
+    def resolve_bad_words(self, params: SamplingParams) -> None:
+        """Set ``params.bad_words_token_ids`` from ``params.bad_words`` with this
+        engine's tokenizer (the same ids each time: the API process's check and the
+        engine's both run it), then check the sequences against the vocabulary."""
+        if params.bad_words:
+            if self.tokenizer is None:
+                raise InvalidArgumentError("bad_words needs a tokenizer; this engine has none", param="bad_words")
+            params.bad_words_token_ids = bad_words_token_ids(params.bad_words, self.tokenizer) or None
+        sequences = params.bad_words_token_ids or []
+        if sum(len(ids) for ids in sequences) > MAX_BAD_WORDS_TOKENS:
+            raise InvalidArgumentError(f"the bad words come to more than {MAX_BAD_WORDS_TOKENS} tokens",
+                                       param="bad_words")
+        for ids in sequences:
+            check_token_ids(ids, self.limits.vocab_size, "bad_words_token_ids")
 
     def _validate_pooling_length(self, num_tokens: int) -> None:
         # A pooled prompt generates nothing, so it may fill max_model_len.

@@ -16,6 +16,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from octavo.core.bad_words import MAX_BAD_WORD_CHARS, MAX_BAD_WORDS, MAX_BAD_WORDS_TOKENS
 from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.errors import InvalidSamplingParamsError
 
@@ -64,6 +65,11 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     # Only these token ids may be sampled (vLLM's allowed_token_ids).
     allowed_token_ids: list[int] | None = None
+    # Words the output must not contain (vLLM's bad_words). The engine sets
+    # bad_words_token_ids from them with its tokenizer when the request is
+    # added (``core/bad_words.py``); token sequences may also be given alone.
+    bad_words: list[str] | None = None
+    bad_words_token_ids: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.structured_outputs, dict):
@@ -74,6 +80,11 @@ class SamplingParams:
         self.stop_token_ids = _token_list("stop_token_ids", self.stop_token_ids) or []
         self.allowed_token_ids = _token_list("allowed_token_ids", self.allowed_token_ids)
         self.logit_bias = _bias_map(self.logit_bias)
+        if isinstance(self.bad_words, str):
+            self.bad_words = [self.bad_words]
+        self.bad_words = _token_list("bad_words", self.bad_words) or None
+        sequences = _token_list("bad_words_token_ids", self.bad_words_token_ids)
+        self.bad_words_token_ids = [_token_list("bad_words_token_ids", ids) for ids in sequences] if sequences else None
         if self.top_k == -1:
             self.top_k = 0
         self._validate()
@@ -98,7 +109,8 @@ class SamplingParams:
     def edits_logits(self) -> bool:
         """Penalties, a logit bias or an allowed-token list: the sampler changes
         the logits before it picks (never the plain greedy argmax)."""
-        return self.needs_penalties or self.logit_bias is not None or self.allowed_token_ids is not None
+        return (self.needs_penalties or self.logit_bias is not None or self.allowed_token_ids is not None
+                or self.bad_words is not None or self.bad_words_token_ids is not None)
 
     def clone(self) -> "SamplingParams":
         return copy.deepcopy(self)
@@ -172,6 +184,9 @@ def _check_representable(p: SamplingParams) -> None:
         _check_float("logit_bias", bias)
     for token_id in p.allowed_token_ids or ():
         _check_int("allowed_token_ids", token_id)
+    for ids in p.bad_words_token_ids or ():
+        for token_id in ids:
+            _check_int("bad_words_token_ids", token_id)
 
 
 def _check_ranges(p: SamplingParams) -> None:
@@ -205,6 +220,26 @@ def _check_ranges(p: SamplingParams) -> None:
         if any(token_id < 0 for token_id in getattr(p, name) or ()):
             _fail(name, f"{name} must be non-negative integers, got {min(getattr(p, name))}")
     _check_logit_bias(p)
+    _check_bad_words(p)
+
+
+def _check_bad_words(p: SamplingParams) -> None:
+    words = p.bad_words or []
+    if len(words) > MAX_BAD_WORDS:
+        _fail("bad_words", f"{len(words)} bad words exceed the maximum of {MAX_BAD_WORDS}")
+    for word in words:
+        if not isinstance(word, str) or not word.strip() or len(word) > MAX_BAD_WORD_CHARS:
+            _fail("bad_words", f"bad words must be non-blank strings of at most {MAX_BAD_WORD_CHARS} characters, "
+                               f"got {_shown(word)}")
+    sequences = p.bad_words_token_ids or []
+    if len(sequences) > 2 * MAX_BAD_WORDS:
+        _fail("bad_words_token_ids", f"{len(sequences)} token sequences exceed the maximum of {2 * MAX_BAD_WORDS}")
+    for ids in sequences:
+        if not ids or min(ids) < 0:
+            _fail("bad_words_token_ids", f"bad_words_token_ids must be non-empty lists of token ids, got {_shown(ids)}")
+    # The sampler compares every sequence with the output's tail at every step.
+    if sum(len(ids) for ids in sequences) > MAX_BAD_WORDS_TOKENS:
+        _fail("bad_words", f"the bad words come to more than {MAX_BAD_WORDS_TOKENS} tokens")
 
 
 def _check_logit_bias(p: SamplingParams) -> None:

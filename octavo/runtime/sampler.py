@@ -1,7 +1,7 @@
 """Sampling one token per row of logits, batch-independently.
 
-Pipeline: raw logprobs (what ``logprobs`` reports) -> allowed-token lists and
-logit biases -> min_tokens masking ->
+Pipeline: raw logprobs (what ``logprobs`` reports) -> allowed-token lists,
+logit biases and bad words -> min_tokens masking ->
 repetition / presence / frequency penalties -> grammar masks (structured
 outputs: tokens the grammar forbids get -inf, on the device, all constrained
 rows at once) -> greedy argmax, or temperature, top-k, top-p, min-p and a
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from octavo.core.bad_words import banned_last_tokens
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.scheduler_output import TokenLogprobs
 
@@ -214,12 +215,13 @@ def _edit_tensors(row: SamplingRow, upload: HostUpload, device: torch.device) ->
 
 
 def apply_logit_edits(logits: torch.Tensor, rows: list[SamplingRow], upload: HostUpload | None = None) -> torch.Tensor:
-    """Allowed-token lists (every other token -inf) and logit biases (added), in place.
+    """Allowed-token lists (every other token -inf), logit biases (added) and the
+    tokens that would complete a bad word (-inf), in place.
     Token ids were checked against the vocabulary when the request was added."""
     upload = upload or HostUpload()
     for i, row in enumerate(rows):
         params = row.params
-        if params.allowed_token_ids is None and params.logit_bias is None:
+        if params.allowed_token_ids is None and params.logit_bias is None and params.bad_words_token_ids is None:
             continue
         allowed, bias_ids, bias_values = _edit_tensors(row, upload, logits.device)
         if allowed is not None:
@@ -227,6 +229,10 @@ def apply_logit_edits(logits: torch.Tensor, rows: list[SamplingRow], upload: Hos
             logits[i].fill_(float("-inf")).index_copy_(0, allowed, kept)
         if bias_ids is not None:
             logits[i].index_add_(0, bias_ids, bias_values.to(logits.dtype))
+        if params.bad_words_token_ids is not None:
+            banned = banned_last_tokens(params.bad_words_token_ids, row.output_token_ids)
+            if banned:
+                logits[i].index_fill_(0, upload(banned, torch.long, logits.device), float("-inf"))
     return logits
 
 

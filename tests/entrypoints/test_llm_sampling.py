@@ -78,69 +78,6 @@ def test_repetition_penalty_matches_hf(llm, llama_dir):
     assert ours == ref[0, len(PROMPT):].tolist()
 
 
-def test_logit_bias_matches_hf(llm, llama_dir):
-    """Greedy with biases that change the output (the unbiased first tokens
-    banned, one token raised) equals HF's ``sequence_bias`` on the same model."""
-    plain = tokens(llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0])
-    bias = {plain[0]: -100.0, plain[1]: -100.0, 3: 6.0, 11: -2.5}
-    ours = tokens(llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True,
-                                                        logit_bias=bias))[0])
-    assert ours != plain and plain[0] not in ours
-    model = _hf_model(str(llama_dir), torch.float32)
-    ids = torch.tensor([PROMPT])
-    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, min_new_tokens=16,
-                         do_sample=False, sequence_bias={(t,): b for t, b in bias.items()}, pad_token_id=0)
-    assert ours == ref[0, len(PROMPT):].tolist()
-
-
-def test_allowed_token_ids_match_hf_and_bound_sampling(llm, llama_dir):
-    allowed = list(range(10, 60, 3))
-    greedy = tokens(llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True,
-                                                          allowed_token_ids=allowed))[0])
-    model = _hf_model(str(llama_dir), torch.float32)
-    ids = torch.tensor([PROMPT])
-    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12,
-                         do_sample=False, prefix_allowed_tokens_fn=lambda batch, sent: allowed, pad_token_id=0)
-    assert greedy == ref[0, len(PROMPT):].tolist()
-    sampled = llm.generate([PROMPT], SamplingParams(n=4, temperature=1.5, seed=3, max_tokens=24, ignore_eos=True,
-                                                    allowed_token_ids=allowed, logit_bias={10: 3.0}))[0]
-    drawn = [t for completion in sampled.outputs for t in completion.token_ids]
-    assert set(drawn) <= set(allowed) and len(set(drawn)) > 3
-
-
-@pytest.mark.parametrize(
-    "options, param",
-    [
-        (dict(logit_bias={5: 101.0}), "logit_bias"),
-        (dict(logit_bias={-1: 1.0}), "logit_bias"),
-        (dict(logit_bias={"5": 1.0}), "logit_bias"),
-        (dict(logit_bias={5: float("nan")}), "logit_bias"),
-        (dict(allowed_token_ids=[]), "allowed_token_ids"),
-        (dict(allowed_token_ids=[3, -2]), "allowed_token_ids"),
-        (dict(allowed_token_ids="abc"), "allowed_token_ids"),
-        (dict(logit_bias=[(5, 1.0)]), "logit_bias"),
-        (dict(stop_token_ids=7), "stop_token_ids"),
-    ],
-)
-def test_bad_logit_edits_are_refused(options, param):
-    from octavo.errors import InvalidSamplingParamsError
-
-    with pytest.raises(InvalidSamplingParamsError) as error:
-        SamplingParams(**options)
-    assert error.value.param == param
-
-
-def test_logit_edits_past_the_vocabulary_are_refused(llm):
-    from octavo.errors import InvalidArgumentError
-
-    vocab_size = llm.engine.limits.vocab_size
-    for options, param in ((dict(logit_bias={vocab_size: 1.0}), "logit_bias"),
-                           (dict(allowed_token_ids=[1, vocab_size]), "allowed_token_ids")):
-        with pytest.raises(InvalidArgumentError, match=f"token id {vocab_size} is out of range") as error:
-            llm.generate([PROMPT], SamplingParams(max_tokens=2, **options))
-        assert error.value.param == param
-
-
 def test_frequency_and_presence_penalties_reduce_repeats(llm):
     plain = tokens(llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0])
     for params in (

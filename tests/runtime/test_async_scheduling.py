@@ -14,7 +14,7 @@ from tests.runtime.test_decode_overlap import vocab
 MIXED = [
     dict(temperature=0.0),
     dict(temperature=0.8, seed=1, top_k=20),
-    dict(temperature=1.0, seed=2, top_p=0.8),
+    dict(temperature=1.0, seed=2, top_p=0.8, bad_words_token_ids=[[4], [9, 10], [12, 13, 14]]),
     dict(temperature=1.2, seed=3, min_p=0.05, allowed_token_ids=list(range(2, 90, 2))),
     dict(temperature=0.9, seed=4, repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.4),
     dict(temperature=0.0, frequency_penalty=1.0, logprobs=3, logit_bias={3: 5.0, 11: -100.0}),

@@ -71,6 +71,8 @@ class SamplingFields(ConstraintFields):
     logit_bias: dict[str, FiniteFloat] | None = None
     # vLLM's: only these token ids may be sampled.
     allowed_token_ids: list[TokenId] | None = None
+    # vLLM's: words the output must not contain.
+    bad_words: list[str] | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
@@ -97,6 +99,7 @@ class SamplingFields(ConstraintFields):
             "include_stop_str_in_output": self.include_stop_str_in_output,
             "logit_bias": token_biases(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids,
+            "bad_words": self.bad_words,
         }
 
     def request_options(self) -> RequestOptions:

@@ -97,6 +97,8 @@ CASES = [
      openai_error("token id 99999 is out of range for a vocabulary of 465", "logit_bias")),
     ("allowed-token-ids-empty", CHAT, {"messages": USER, "allowed_token_ids": []}, 400,
      sampling_error("allowed_token_ids must name at least one token", "allowed_token_ids")),
+    ("bad-words-blank", CHAT, {"messages": USER, "bad_words": ["  "]}, 400,
+     sampling_error("bad words must be non-blank strings of at most 256 characters, got '  '", "bad_words")),
     ("allowed-token-ids-out-of-vocab", COMPLETIONS, {"prompt": "hi", "allowed_token_ids": [3, 465]}, 400,
      openai_error("token id 465 is out of range for a vocabulary of 465", "allowed_token_ids")),
     # -- models

@@ -203,14 +203,16 @@ def test_anthropic_stream_event_sequence(anthropic_client, expected):
 
 
 def test_logit_bias_and_allowed_tokens_match_llm(openai_client, reference_llm, expected):
-    """OpenAI's ``logit_bias`` (string keys) and vLLM's ``allowed_token_ids`` reach the
+    """OpenAI's ``logit_bias`` (string keys), vLLM's ``allowed_token_ids`` and ``bad_words`` reach the
     sampler: the server's greedy text equals ``LLM.generate`` with the same edits, and
     differs from the unedited output."""
     plain_ids = expected["completions"][0].token_ids
     bias = {plain_ids[0]: -100.0, plain_ids[1]: -100.0, 30: 4.0}
     allowed = list(range(40, 400, 7))
+    words = [reference_llm.get_tokenizer().decode(plain_ids[:1]).strip()]
     for edits, body in ((dict(logit_bias=bias), {"logit_bias": {str(t): b for t, b in bias.items()}}),
-                        (dict(allowed_token_ids=allowed), {"extra_body": {"allowed_token_ids": allowed}})):
+                        (dict(allowed_token_ids=allowed), {"extra_body": {"allowed_token_ids": allowed}}),
+                        (dict(bad_words=words), {"extra_body": {"bad_words": words}})):
         reference = reference_llm.generate(PROMPTS[:1], greedy(**edits))[0].outputs[0]
         assert reference.token_ids != plain_ids
         response = openai_client.completions.create(
