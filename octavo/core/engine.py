@@ -156,7 +156,7 @@ class LLMEngine(EnginePooling, RequestValidator):
             request_id = str(next(self._counter))
         if request_id in self._parent_children:
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
-        prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
+        prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
         if isinstance(params, PoolingParams):
             token_type_ids = prompt.get("token_type_ids") if isinstance(prompt, dict) else None

@@ -57,6 +57,27 @@ class RequestValidator(StructuredOutputValidation):
             f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt"
         )
 
+    def prepare_prompt(
+        self, prompt: str | list[int] | dict, params: SamplingParams | PoolingParams
+    ) -> tuple[str | None, list[int]]:
+        """``tokenize_prompt``, then a generation prompt cut to its last
+        ``truncate_prompt_tokens`` tokens where that asks (a cut prompt has no
+        text: the text of its tokens is not the text given)."""
+        prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
+        keep = getattr(params, "truncate_prompt_tokens", None)
+        if keep is None:
+            return prompt_text, prompt_token_ids
+        max_model_len = self.limits.max_model_len
+        if keep == -1:
+            keep = max_model_len - 1
+        elif keep >= max_model_len:
+            raise InvalidArgumentError(
+                f"truncate_prompt_tokens must be -1 or in [1, {max_model_len - 1}] (max_model_len is {max_model_len}), "
+                f"got {keep}", param="truncate_prompt_tokens")
+        if len(prompt_token_ids) <= keep:
+            return prompt_text, prompt_token_ids
+        return None, prompt_token_ids[-keep:]
+
     def validate(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         limits = self.limits
         if isinstance(params, PoolingParams):

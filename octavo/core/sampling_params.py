@@ -70,6 +70,9 @@ class SamplingParams:
     # added (``core/bad_words.py``); token sequences may also be given alone.
     bad_words: list[str] | None = None
     bad_words_token_ids: list[list[int]] | None = None
+    # Keep only the prompt's last k tokens (vLLM's left truncation; -1: as many
+    # as leave room for one new token). None: a prompt too long is an error.
+    truncate_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.structured_outputs, dict):
@@ -167,7 +170,7 @@ def _check_representable(p: SamplingParams) -> None:
     """Types, int64 range, finiteness: what any value must satisfy to travel and compute."""
     for name in _INT_FIELDS:
         _check_int(name, getattr(p, name))
-    for name in ("max_tokens", "seed", "logprobs", "prompt_logprobs"):
+    for name in ("max_tokens", "seed", "logprobs", "prompt_logprobs", "truncate_prompt_tokens"):
         if getattr(p, name) is not None:
             _check_int(name, getattr(p, name))
     for name in _FLOAT_FIELDS:
@@ -221,6 +224,8 @@ def _check_ranges(p: SamplingParams) -> None:
             _fail(name, f"{name} must be non-negative integers, got {min(getattr(p, name))}")
     _check_logit_bias(p)
     _check_bad_words(p)
+    if p.truncate_prompt_tokens is not None and p.truncate_prompt_tokens < 1 and p.truncate_prompt_tokens != -1:
+        _fail("truncate_prompt_tokens", f"truncate_prompt_tokens must be -1 or at least 1, got {p.truncate_prompt_tokens}")
 
 
 def _check_bad_words(p: SamplingParams) -> None:

@@ -151,7 +151,7 @@ class DataParallelEngine(RequestValidator):
             request_id = f"dp-{next(self._counter)}"
         if self.router.replica_of(request_id) is not None:
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
-        prompt_text, prompt_token_ids = self.tokenize_prompt(prompt)
+        prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
         engine_prompt = {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}
         pooling = params if isinstance(params, PoolingParams) else None

@@ -80,6 +80,10 @@ def test_bad_input_and_abort(dp_llm):
     params = SamplingParams(temperature=0.0, max_tokens=250, ignore_eos=True)
     with pytest.raises(PromptTooLongError):
         engine.add_request(None, [5] * 300, params)
+    # The front cuts the prompt before its checks; the replica gets the cut prompt.
+    cut = engine.add_request(None, list(range(1, 301)), SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True,
+                                                                    truncate_prompt_tokens=20))
+    assert drain(engine)[cut].prompt_token_ids == list(range(281, 301))
     engine.add_request("keep", [5, 6, 7], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
     with pytest.raises(InvalidArgumentError, match="already in use"):
         engine.add_request("keep", [5, 6, 7], params)

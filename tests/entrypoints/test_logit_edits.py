@@ -139,3 +139,25 @@ def test_bad_words_sequences(llm):
     assert banned_last_tokens([[7], [1, 2, 3]], [5, 1, 2]) == [3, 7]
     assert banned_last_tokens([[7], [1, 2, 3]], [1, 2, 5]) == [7]
     assert banned_last_tokens([[1, 2, 3]], [2]) == []
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_end(llm):
+    """vLLM's left truncation: the output is the output of the prompt's last k tokens;
+    -1 keeps as many as leave room for one new token."""
+    from octavo.errors import InvalidArgumentError, InvalidSamplingParamsError
+
+    long_prompt = PROMPT * 40  # 360 tokens, past max_model_len (256)
+    greedy = dict(temperature=0, max_tokens=6, ignore_eos=True)
+    cut = llm.generate([long_prompt], SamplingParams(truncate_prompt_tokens=50, **greedy))[0]
+    assert cut.prompt_token_ids == long_prompt[-50:] and cut.prompt is None
+    assert tokens(cut) == tokens(llm.generate([long_prompt[-50:]], SamplingParams(**greedy))[0])
+    text = llm.get_tokenizer().decode(long_prompt)
+    whole = llm.generate(text, SamplingParams(truncate_prompt_tokens=-1, max_tokens=1, ignore_eos=True))[0]
+    assert len(whole.prompt_token_ids) == 255 and whole.prompt is None
+    short = llm.generate(text[:40], SamplingParams(truncate_prompt_tokens=200, max_tokens=1))[0]
+    assert short.prompt == text[:40]  # nothing cut: the text stays
+    with pytest.raises(InvalidArgumentError, match=r"must be -1 or in \[1, 255\]"):
+        llm.generate([PROMPT], SamplingParams(truncate_prompt_tokens=256, **greedy))
+    for bad in (0, -2):
+        with pytest.raises(InvalidSamplingParamsError):
+            SamplingParams(truncate_prompt_tokens=bad)

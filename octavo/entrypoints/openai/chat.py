@@ -84,8 +84,9 @@ async def create_chat_completion(request: Request):
     check_admissible(ctx, params)
     request_options = body.request_options()
     check_request_options(ctx, request_options)
-    prompt = await render_messages(ctx, body.messages, chat_options(body, features))
-    check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
+    prompt = await render_messages(ctx, body.messages, chat_options(body, features),
+                                   fit_context=params.truncate_prompt_tokens is None)
+    prompt = check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     request_id = new_request_id("chatcmpl")
     streams = await admit_all(ctx, request_id, [prompt], params, request_options)

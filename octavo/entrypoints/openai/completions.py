@@ -73,9 +73,10 @@ async def create_completion(request: Request):
     check_admissible(ctx, params, _num_prompts(body.prompt))
     options = body.request_options()
     check_request_options(ctx, options)
-    prompts = await prompt_inputs(ctx, body.prompt)
-    for prompt in prompts:
-        check_prompt(ctx, prompt, params, "prompt", "max_tokens" if sent_max_tokens else None)
+    # A prompt that truncate_prompt_tokens will cut may be longer than the context.
+    prompts = await prompt_inputs(ctx, body.prompt, fit_context=params.truncate_prompt_tokens is None)
+    prompts = [check_prompt(ctx, prompt, params, "prompt", "max_tokens" if sent_max_tokens else None)
+               for prompt in prompts]
     await check_constraint(ctx.engine.engine, params, constraint_param)
     request_id = new_request_id("cmpl")
     streams = await admit_all(ctx, request_id, prompts, params, options)
@@ -108,14 +109,14 @@ def _num_prompts(prompt) -> int:
     return len(prompt)
 
 
-async def prompt_inputs(ctx: ServingContext, prompt) -> list[PromptInput]:
+async def prompt_inputs(ctx: ServingContext, prompt, fit_context: bool = True) -> list[PromptInput]:
     """The request's prompts, text ones tokenised on the pool (a batch of texts concurrently)."""
     if isinstance(prompt, str):
-        return [await encode_prompt(ctx, prompt)]
+        return [await encode_prompt(ctx, prompt, fit_context=fit_context)]
     if not prompt:
         raise InvalidArgumentError("the prompt is empty", param="prompt")
     if isinstance(prompt[0], str):
-        return list(await asyncio.gather(*(encode_prompt(ctx, item) for item in prompt)))
+        return list(await asyncio.gather(*(encode_prompt(ctx, item, fit_context=fit_context) for item in prompt)))
     if isinstance(prompt[0], int):
         return [PromptInput(None, list(prompt))]
     return [PromptInput(None, list(item)) for item in prompt]

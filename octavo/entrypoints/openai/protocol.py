@@ -73,6 +73,8 @@ class SamplingFields(ConstraintFields):
     allowed_token_ids: list[TokenId] | None = None
     # vLLM's: words the output must not contain.
     bad_words: list[str] | None = None
+    # vLLM's: keep only the prompt's last k tokens (-1: as many as fit).
+    truncate_prompt_tokens: Int64 | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
@@ -100,6 +102,7 @@ class SamplingFields(ConstraintFields):
             "logit_bias": token_biases(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids,
             "bad_words": self.bad_words,
+            "truncate_prompt_tokens": self.truncate_prompt_tokens,
         }
 
     def request_options(self) -> RequestOptions:

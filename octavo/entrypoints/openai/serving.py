@@ -144,8 +144,9 @@ def check_request_options(ctx: ServingContext, options: RequestOptions) -> None:
 def check_prompt(
     ctx: ServingContext, prompt: PromptInput, params: SamplingParams, prompt_param: str = "prompt",
     max_tokens_param: str | None = "max_tokens",
-) -> None:
+) -> PromptInput:
     """The engine's own checks plus the one it does not make: prompt + max_tokens must fit.
+    Returns the prompt as the engine will take it (cut where ``truncate_prompt_tokens`` asks).
 
     ``max_tokens_param`` names the field the client sent ``max_tokens`` as, or is
     None when it sent none: a default is capped at the rest of the context by the
@@ -153,6 +154,8 @@ def check_prompt(
     (The offline engine caps ``max_tokens`` silently; a server refuses instead.)
     """
     max_model_len = ctx.limits.max_model_len
+    text, token_ids = ctx.engine.engine.prepare_prompt(prompt.as_engine_prompt(), params)
+    prompt = PromptInput(text, token_ids)
     num_prompt_tokens = len(prompt.token_ids)
     if num_prompt_tokens >= max_model_len:
         raise prompt_too_long(num_prompt_tokens, max_model_len, prompt_param)
@@ -165,6 +168,7 @@ def check_prompt(
                 f"tokens plus {max_tokens_param}={params.max_tokens} were requested ({total})",
                 param=max_tokens_param,
             )
+    return prompt
 
 
 def new_request_id(prefix: str) -> str:

@@ -99,6 +99,11 @@ CASES = [
      sampling_error("allowed_token_ids must name at least one token", "allowed_token_ids")),
     ("bad-words-blank", CHAT, {"messages": USER, "bad_words": ["  "]}, 400,
      sampling_error("bad words must be non-blank strings of at most 256 characters, got '  '", "bad_words")),
+    ("truncate-prompt-tokens-zero", COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": 0}, 400,
+     sampling_error("truncate_prompt_tokens must be -1 or at least 1, got 0", "truncate_prompt_tokens")),
+    ("truncate-prompt-tokens-past-context", CHAT, {"messages": USER, "truncate_prompt_tokens": MAX_MODEL_LEN}, 400,
+     openai_error(f"truncate_prompt_tokens must be -1 or in [1, {MAX_MODEL_LEN - 1}] (max_model_len is {MAX_MODEL_LEN}), "
+                  f"got {MAX_MODEL_LEN}", "truncate_prompt_tokens")),
     ("allowed-token-ids-out-of-vocab", COMPLETIONS, {"prompt": "hi", "allowed_token_ids": [3, 465]}, 400,
      openai_error("token id 465 is out of range for a vocabulary of 465", "allowed_token_ids")),
     # -- models

@@ -222,3 +222,26 @@ def test_logit_bias_and_allowed_tokens_match_llm(openai_client, reference_llm, e
         chat = openai_client.chat.completions.create(
             model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, **body)
         assert chat.choices[0].message.content == chat_reference.text
+
+
+def test_truncate_prompt_tokens_matches_llm(openai_client, reference_llm):
+    """A prompt past max_model_len is a 400 unless ``truncate_prompt_tokens`` cuts it;
+    cut, the answer is ``LLM.generate``'s on its last k tokens, and echo shows them."""
+    from tests.entrypoints.server.conftest import MAX_MODEL_LEN
+
+    token_ids = reference_llm.get_tokenizer().encode(" ".join(PROMPTS * 160))
+    assert len(token_ids) > MAX_MODEL_LEN
+    reference = reference_llm.generate([token_ids[-40:]], greedy())[0].outputs[0]
+    response = openai_client.completions.create(
+        model=MODEL_NAME, prompt=token_ids, max_tokens=NUM_TOKENS, temperature=0, echo=True,
+        extra_body={"truncate_prompt_tokens": 40})
+    echoed = reference_llm.get_tokenizer().decode(token_ids[-40:])
+    assert response.choices[0].text == echoed + reference.text
+    assert response.usage.prompt_tokens == 40
+    chat = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": " ".join(PROMPTS * 160)}], max_tokens=NUM_TOKENS,
+        temperature=0, extra_body={"truncate_prompt_tokens": 30})
+    assert chat.usage.prompt_tokens == 30
+    text = openai_client.completions.create(
+        model=MODEL_NAME, prompt=" ".join(PROMPTS * 160), max_tokens=2, extra_body={"truncate_prompt_tokens": 20})
+    assert text.usage.prompt_tokens == 20
