@@ -179,23 +179,34 @@ class ChatBuilder:
             shaper, message = self.features.shaper(), ChoiceMessage()
             message.add(shaper.feed(completion.text))
             message.add(shaper.finish())
-            choices.append(
+            choices.append(self._with_token_ids(
                 {
                     "index": completion.index,
                     "message": openai_message(message, self.features.reasoning_parser is not None),
                     "logprobs": self._logprobs(completion),
                     "finish_reason": shaper.finish_reason(completion.finish_reason),
                     "stop_reason": completion.stop_reason,
-                }
-            )
-        return {**self._envelope("chat.completion", choices), "usage": self.usage()}
+                },
+                completion,
+            ))
+        return {**self._envelope("chat.completion", choices), "usage": self.usage(), **self._prompt_token_ids()}
+
+    def _with_token_ids(self, choice: dict, completion: CompletionOutput) -> dict:
+        """vLLM's ``return_token_ids``: the choice's ids (a stream's: this chunk's), stop token included."""
+        if self.body.return_token_ids:
+            choice["token_ids"] = list(completion.token_ids)
+        return choice
+
+    def _prompt_token_ids(self) -> dict:
+        return {"prompt_token_ids": list(self.prompt.token_ids)} if self.body.return_token_ids else {}
 
     def role_chunk(self) -> dict:
         choices = [
-            {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None,
+             **({"token_ids": []} if self.body.return_token_ids else {})}
             for index in range(self.body.n or 1)
         ]
-        return self._envelope("chat.completion.chunk", choices)
+        return {**self._envelope("chat.completion.chunk", choices), **self._prompt_token_ids()}
 
     def chunk(self, output: RequestOutput) -> dict | None:
         choices = []
@@ -209,17 +220,18 @@ class ChatBuilder:
                 shaped = shaped.joined(shaper.finish())
             delta = openai_delta(shaped)
             logprobs = self._logprobs(completion)
-            if not delta and not completion.finish_reason and logprobs is None:
+            if not delta and not completion.finish_reason and logprobs is None and not self.body.return_token_ids:
                 continue  # held back (a possible tag), nothing to send yet
-            choices.append(
+            choices.append(self._with_token_ids(
                 {
                     "index": completion.index,
                     "delta": delta,
                     "logprobs": logprobs,
                     "finish_reason": shaper.finish_reason(completion.finish_reason),
                     "stop_reason": completion.stop_reason,
-                }
-            )
+                },
+                completion,
+            ))
         return self._envelope("chat.completion.chunk", choices) if choices else None
 
     def usage_chunk(self) -> dict:

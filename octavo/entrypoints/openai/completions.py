@@ -164,13 +164,18 @@ class CompletionBuilder:
         if first and self.body.echo:
             text = self._prompt_text(position) + text
         self.num_completion_tokens += len(completion.token_ids)
-        return {
+        choice = {
             "index": index,
             "text": text,
             "logprobs": logprobs,
             "finish_reason": completion.finish_reason,
             "stop_reason": completion.stop_reason,
         }
+        if self.body.return_token_ids:  # a stream's choices: the prompt's ids in their first chunk
+            if first:
+                choice["prompt_token_ids"] = list(self.prompts[position].token_ids)
+            choice["token_ids"] = list(completion.token_ids)
+        return choice
 
     def _envelope(self, choices: list[dict]) -> dict:
         return {

@@ -75,6 +75,9 @@ class SamplingFields(ConstraintFields):
     bad_words: list[str] | None = None
     # vLLM's: keep only the prompt's last k tokens (-1: as many as fit).
     truncate_prompt_tokens: Int64 | None = None
+    # vLLM's: the prompt's and each choice's token ids in the answer (RL and agent frameworks
+    # train on the exact ids); never part of the sampling options.
+    return_token_ids: bool | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).

@@ -67,6 +67,9 @@ class CompletionChoice(ResponseModel):
     logprobs: LegacyLogprobs | None
     finish_reason: FinishReason | None
     stop_reason: int | str | None
+    # With return_token_ids: the prompt's ids and the choice's (its stop token included).
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class CompletionResponse(ResponseModel):
@@ -121,6 +124,7 @@ class ChatChoice(ResponseModel):
     logprobs: ChatLogprobs | None
     finish_reason: FinishReason | None
     stop_reason: int | str | None
+    token_ids: list[int] | None = None  # with return_token_ids
 
 
 class ChatCompletionResponse(ResponseModel):
@@ -131,6 +135,7 @@ class ChatCompletionResponse(ResponseModel):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: None
+    prompt_token_ids: list[int] | None = None  # with return_token_ids
 
 
 # -------------------------------------------------------------- small routes

@@ -245,3 +245,32 @@ def test_truncate_prompt_tokens_matches_llm(openai_client, reference_llm):
     text = openai_client.completions.create(
         model=MODEL_NAME, prompt=" ".join(PROMPTS * 160), max_tokens=2, extra_body={"truncate_prompt_tokens": 20})
     assert text.usage.prompt_tokens == 20
+
+
+def test_return_token_ids(openai_client, reference_llm, expected):
+    """vLLM's ``return_token_ids``: the prompt's ids and each choice's (the stop token
+    included) beside the text, whole and streamed; absent unless asked."""
+    tokenizer = reference_llm.get_tokenizer()
+    ask = {"extra_body": {"return_token_ids": True}}
+    reference = expected["completions"][0]
+    choice = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, **ask).choices[0]
+    assert choice.prompt_token_ids == tokenizer.encode(PROMPTS[0]) and choice.token_ids == reference.token_ids
+    chunks = list(openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, stream=True, **ask))
+    assert chunks[0].choices[0].prompt_token_ids == tokenizer.encode(PROMPTS[0])
+    assert all(getattr(c.choices[0], "prompt_token_ids", None) is None for c in chunks[1:])
+    assert [t for c in chunks for t in c.choices[0].token_ids] == reference.token_ids
+    plain = openai_client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=2, temperature=0)
+    assert "token_ids" not in plain.choices[0].model_dump() and "prompt_token_ids" not in plain.choices[0].model_dump()
+
+    chat_reference = expected["chat"]
+    chat = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, **ask)
+    prompt_ids = reference_llm.chat(MESSAGES, greedy())[0].prompt_token_ids
+    assert chat.prompt_token_ids == prompt_ids and chat.choices[0].token_ids == chat_reference.token_ids
+    chunks = list(openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, stream=True, **ask))
+    assert chunks[0].prompt_token_ids == chat.prompt_token_ids
+    assert all(getattr(c, "prompt_token_ids", None) is None for c in chunks[1:])
+    assert [t for c in chunks for choice in c.choices for t in (choice.token_ids or [])] == chat_reference.token_ids
