@@ -152,7 +152,8 @@ class ChatBuilder:
         if not self.body.logprobs:
             return None
         entries = completion.logprobs or []
-        return {"content": chat_logprobs(self.ctx.tokenizer, completion.token_ids, entries, self.body.top_logprobs or 0)}
+        return {"content": chat_logprobs(self.ctx.tokenizer, completion.token_ids, entries, self.body.top_logprobs or 0,
+                                         bool(self.body.return_tokens_as_token_ids))}
 
     def _envelope(self, object_type: str, choices: list[dict]) -> dict:
         return {

@@ -155,7 +155,8 @@ class CompletionBuilder:
         if self.body.logprobs is not None:
             accumulator = self._logprobs.get(index)
             if accumulator is None:
-                accumulator = self._logprobs[index] = LegacyLogprobs(self.ctx.tokenizer, self.body.logprobs)
+                accumulator = self._logprobs[index] = LegacyLogprobs(
+                    self.ctx.tokenizer, self.body.logprobs, bool(self.body.return_tokens_as_token_ids))
             if first and self.body.echo:
                 prompt_ids = self.prompts[position].token_ids
                 accumulator.extend(prompt_ids, output.prompt_logprobs or [None] * len(prompt_ids))

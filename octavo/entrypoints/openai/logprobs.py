@@ -5,6 +5,9 @@ Completions use the legacy shape (parallel lists ``tokens``,
 the top-k and the chosen token, as OpenAI documents it). Chat uses
 ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}`` with
 exactly the top-k. Both stream: an accumulator takes each new slice of tokens.
+With ``as_ids`` (vLLM's ``return_tokens_as_token_ids``) every token is written
+``token_id:<id>``, so a client gets the exact ids even where a token's text is
+not a whole character.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from octavo.core.outputs import Logprob
 LogprobEntry = dict[int, Logprob] | None
 
 
-def token_text(tokenizer: Any, token_id: int, entry: LogprobEntry) -> str:
+def token_text(tokenizer: Any, token_id: int, entry: LogprobEntry, as_ids: bool = False) -> str:
+    if as_ids:
+        return f"token_id:{token_id}"
     logprob = entry.get(token_id) if entry else None
     if logprob is not None and logprob.decoded_token is not None:
         return logprob.decoded_token
@@ -38,6 +43,7 @@ class LegacyLogprobs:
 
     tokenizer: Any
     num_top: int
+    as_ids: bool = False
     text_offset_start: int = 0
     tokens: list[str] = field(default_factory=list)
     token_logprobs: list[float | None] = field(default_factory=list)
@@ -49,14 +55,15 @@ class LegacyLogprobs:
 
     def extend(self, token_ids: list[int], entries: list[LogprobEntry]) -> None:
         for token_id, entry in zip(token_ids, entries):
-            text = token_text(self.tokenizer, token_id, entry)
+            text = token_text(self.tokenizer, token_id, entry, self.as_ids)
             self.tokens.append(text)
             chosen = entry.get(token_id) if entry else None
             self.token_logprobs.append(chosen.logprob if chosen is not None else None)
             if entry is None:
                 self.top_logprobs.append(None)
             else:
-                top = {token_text(self.tokenizer, t, entry): lp.logprob for t, lp in top_k(entry, self.num_top)}
+                top = {token_text(self.tokenizer, t, entry, self.as_ids): lp.logprob
+                       for t, lp in top_k(entry, self.num_top)}
                 if chosen is not None:
                     top.setdefault(text, chosen.logprob)
                 self.top_logprobs.append(top)
@@ -78,10 +85,12 @@ class LegacyLogprobs:
         return chunk
 
 
-def chat_logprobs(tokenizer: Any, token_ids: list[int], entries: list[LogprobEntry], num_top: int) -> list[dict]:
+def chat_logprobs(
+    tokenizer: Any, token_ids: list[int], entries: list[LogprobEntry], num_top: int, as_ids: bool = False
+) -> list[dict]:
     content = []
     for token_id, entry in zip(token_ids, entries):
-        text = token_text(tokenizer, token_id, entry)
+        text = token_text(tokenizer, token_id, entry, as_ids)
         chosen = entry.get(token_id) if entry else None
         content.append(
             {
@@ -89,7 +98,7 @@ def chat_logprobs(tokenizer: Any, token_ids: list[int], entries: list[LogprobEnt
                 "logprob": chosen.logprob if chosen is not None else -9999.0,
                 "bytes": list(text.encode("utf-8")),
                 "top_logprobs": [
-                    {"token": (t := token_text(tokenizer, tid, entry)), "logprob": lp.logprob, "bytes": list(t.encode("utf-8"))}
+                    {"token": (t := token_text(tokenizer, tid, entry, as_ids)), "logprob": lp.logprob, "bytes": list(t.encode("utf-8"))}
                     for tid, lp in top_k(entry, num_top)
                 ],
             }

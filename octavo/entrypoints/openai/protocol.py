@@ -78,6 +78,8 @@ class SamplingFields(ConstraintFields):
     # vLLM's: the prompt's and each choice's token ids in the answer (RL and agent frameworks
     # train on the exact ids); never part of the sampling options.
     return_token_ids: bool | None = None
+    # vLLM's: logprobs' tokens written "token_id:<id>" instead of their text.
+    return_tokens_as_token_ids: bool | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).

@@ -274,3 +274,25 @@ def test_return_token_ids(openai_client, reference_llm, expected):
     assert chunks[0].prompt_token_ids == chat.prompt_token_ids
     assert all(getattr(c, "prompt_token_ids", None) is None for c in chunks[1:])
     assert [t for c in chunks for choice in c.choices for t in (choice.token_ids or [])] == chat_reference.token_ids
+
+
+def test_return_tokens_as_token_ids(openai_client, reference_llm, expected):
+    """vLLM's ``return_tokens_as_token_ids``: logprobs' tokens (echoed prompt, output, top
+    alternatives; whole and streamed) written ``token_id:<id>``."""
+    as_ids = {"extra_body": {"return_tokens_as_token_ids": True}}
+    reference = expected["completions"][0]
+    prompt_ids = reference_llm.get_tokenizer().encode(PROMPTS[0])
+    logprobs = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, logprobs=2, echo=True,
+        **as_ids).choices[0].logprobs
+    assert logprobs.tokens == [f"token_id:{t}" for t in prompt_ids + reference.token_ids]
+    assert all(key.startswith("token_id:") for top in logprobs.top_logprobs[1:] for key in top)
+    chunks = list(openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=NUM_TOKENS, temperature=0, logprobs=1, stream=True, **as_ids))
+    assert [t for c in chunks for t in c.choices[0].logprobs.tokens] == [f"token_id:{t}" for t in reference.token_ids]
+    chat = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=NUM_TOKENS, temperature=0, logprobs=True, top_logprobs=2,
+        **as_ids)
+    content = chat.choices[0].logprobs.content
+    assert [entry.token for entry in content] == [f"token_id:{t}" for t in expected["chat"].token_ids]
+    assert all(top.token.startswith("token_id:") for entry in content for top in entry.top_logprobs)
