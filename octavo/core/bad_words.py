@@ -5,8 +5,9 @@ byte-level BPE tokenizers spell a word differently at the start of a text
 and inside one (``small`` and `` small``, of different lengths at times).
 Where a tokenizer adds a space of its own (SentencePiece's dummy prefix),
 the spaced form is the word after one more space token: a sequence that
-bans nothing the plain form does not. The sampler bans a sequence's last token wherever the output so far ends
-with the tokens before it; a one-token word is banned everywhere.
+bans nothing the plain form does not. The sampler bans a sequence's last
+token wherever the output so far ends with the tokens before it; a
+one-token word is banned everywhere.
 """
 
 from __future__ import annotations

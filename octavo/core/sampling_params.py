@@ -85,8 +85,8 @@ class SamplingParams:
         self.logit_bias = _bias_map(self.logit_bias)
         if isinstance(self.bad_words, str):
             self.bad_words = [self.bad_words]
-        self.bad_words = _token_list("bad_words", self.bad_words) or None
-        sequences = _token_list("bad_words_token_ids", self.bad_words_token_ids)
+        self.bad_words = _token_list("bad_words", self.bad_words, "strings") or None
+        sequences = _token_list("bad_words_token_ids", self.bad_words_token_ids, "token id lists")
         self.bad_words_token_ids = [_token_list("bad_words_token_ids", ids) for ids in sequences] if sequences else None
         if self.top_k == -1:
             self.top_k = 0
@@ -110,8 +110,8 @@ class SamplingParams:
 
     @property
     def edits_logits(self) -> bool:
-        """Penalties, a logit bias or an allowed-token list: the sampler changes
-        the logits before it picks (never the plain greedy argmax)."""
+        """Penalties, a logit bias, an allowed-token list or bad words: the sampler
+        changes the logits before it picks (never the plain greedy argmax)."""
         return (self.needs_penalties or self.logit_bias is not None or self.allowed_token_ids is not None
                 or self.bad_words is not None or self.bad_words_token_ids is not None)
 
@@ -134,13 +134,13 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]}"
 
 
-def _token_list(name: str, value) -> list | None:
-    """A list of token ids as given (tuples, ranges and the like copied), None
-    kept; a string, a mapping or a single number is refused, not iterated."""
+def _token_list(name: str, value, items: str = "token ids") -> list | None:
+    """A list as given (tuples, ranges and the like copied), None kept; a
+    string, a mapping or a single number is refused, not iterated."""
     if value is None:
         return None
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        _fail(name, f"{name} must be a list of token ids, got {_shown(value)}")
+        _fail(name, f"{name} must be a list of {items}, got {_shown(value)}")
     return list(value)
 
 
