@@ -28,7 +28,7 @@ from octavo.entrypoints.openai.chat_template import ChatOptions
 from octavo.entrypoints.openai.conversation import openai_conversation
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
-from octavo.entrypoints.openai.logprobs import chat_logprobs
+from octavo.entrypoints.openai.logprobs import chat_logprobs, prompt_logprobs_json
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation
 from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, TokenizeRequest
@@ -78,6 +78,7 @@ async def create_chat_completion(request: Request):
         max_tokens,  # None: the rest of the context
         **options,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        prompt_logprobs=body.prompt_logprobs,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
         structured_outputs=features.constraint,
     )
@@ -102,6 +103,7 @@ async def create_chat_completion(request: Request):
 
 def _reject_unsupported(body: ChatCompletionRequest) -> None:
     check_undeclared_fields(body, "chat")
+    body.check_prompt_logprobs()
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidArgumentError("top_logprobs needs logprobs=true", param="top_logprobs")
 
@@ -190,7 +192,12 @@ class ChatBuilder:
                 },
                 completion,
             ))
-        return {**self._envelope("chat.completion", choices), "usage": self.usage(), **self._prompt_token_ids()}
+        answer = {**self._envelope("chat.completion", choices), "usage": self.usage(), **self._prompt_token_ids()}
+        if self.body.prompt_logprobs is not None:
+            answer["prompt_logprobs"] = prompt_logprobs_json(
+                self.ctx.tokenizer, self.prompt.token_ids, final.prompt_logprobs, self.body.prompt_logprobs,
+                bool(self.body.return_tokens_as_token_ids))
+        return answer
 
     def _with_token_ids(self, choice: dict, completion: CompletionOutput) -> dict:
         """vLLM's ``return_token_ids``: the choice's ids (a stream's: this chunk's), stop token included."""

@@ -22,7 +22,7 @@ from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
-from octavo.entrypoints.openai.logprobs import LegacyLogprobs
+from octavo.entrypoints.openai.logprobs import LegacyLogprobs, prompt_logprobs_json
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput
 from octavo.entrypoints.openai.protocol import CompletionRequest
@@ -57,7 +57,10 @@ async def create_completion(request: Request):
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
     constraint, constraint_param = constraint_from_request(body)
-    want_prompt_logprobs = bool(body.echo) and body.logprobs is not None
+    body.check_prompt_logprobs()
+    echo_prompt_logprobs = body.logprobs if body.echo and body.logprobs is not None else None
+    # Asked for (vLLM's prompt_logprobs) and echoed (echo with logprobs): the engine computes the larger.
+    prompt_logprobs = max((n for n in (body.prompt_logprobs, echo_prompt_logprobs) if n is not None), default=None)
     # echo with max_tokens=0 scores the prompt: one token is generated and dropped (as vLLM does).
     echo_only = bool(body.echo) and body.max_tokens == 0
     sent_max_tokens = "max_tokens" in body.model_fields_set and body.max_tokens is not None and not echo_only
@@ -66,7 +69,7 @@ async def create_completion(request: Request):
         1 if echo_only else body.max_tokens,
         **body.sampling_options(),
         logprobs=body.logprobs,
-        prompt_logprobs=body.logprobs if want_prompt_logprobs else None,
+        prompt_logprobs=prompt_logprobs,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
         structured_outputs=constraint,
     )
@@ -172,6 +175,10 @@ class CompletionBuilder:
             "finish_reason": completion.finish_reason,
             "stop_reason": completion.stop_reason,
         }
+        if self.body.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = prompt_logprobs_json(
+                self.ctx.tokenizer, self.prompts[position].token_ids, output.prompt_logprobs, self.body.prompt_logprobs,
+                bool(self.body.return_tokens_as_token_ids))
         if self.body.return_token_ids:  # a stream's choices: the prompt's ids in their first chunk
             if first:
                 choice["prompt_token_ids"] = list(self.prompts[position].token_ids)

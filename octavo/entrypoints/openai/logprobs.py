@@ -85,6 +85,23 @@ class LegacyLogprobs:
         return chunk
 
 
+def prompt_logprobs_json(
+    tokenizer: Any, prompt_token_ids: list[int], entries: list[LogprobEntry] | None, num_top: int, as_ids: bool = False
+) -> list:
+    """vLLM's ``prompt_logprobs`` answer: per prompt position (the first has none),
+    ``{token id: {logprob, rank, decoded_token}}`` for the prompt token and the top
+    ``num_top`` (the engine may have computed more, for echo's logprobs)."""
+    return [
+        None if entry is None else {
+            str(token_id): {"logprob": lp.logprob, "rank": lp.rank,
+                            "decoded_token": token_text(tokenizer, token_id, entry, as_ids)}
+            for token_id, lp in entry.items()
+            if token_id == prompt_id or (lp.rank is not None and lp.rank <= num_top)
+        }
+        for prompt_id, entry in zip(prompt_token_ids, entries or [])
+    ]
+
+
 def chat_logprobs(
     tokenizer: Any, token_ids: list[int], entries: list[LogprobEntry], num_top: int, as_ids: bool = False
 ) -> list[dict]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from octavo.entrypoints.engine_commands import RequestOptions
+from octavo.errors import InvalidArgumentError
 from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId, token_biases
 
 # A salt is a secret per tenant (vLLM suggests 256 random bits, 43 base64
@@ -80,6 +81,8 @@ class SamplingFields(ConstraintFields):
     return_token_ids: bool | None = None
     # vLLM's: logprobs' tokens written "token_id:<id>" instead of their text.
     return_tokens_as_token_ids: bool | None = None
+    # vLLM's: the prompt tokens' logprobs and their top k, in the answer (not streamed).
+    prompt_logprobs: Int64 | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
@@ -109,6 +112,11 @@ class SamplingFields(ConstraintFields):
             "bad_words": self.bad_words,
             "truncate_prompt_tokens": self.truncate_prompt_tokens,
         }
+
+    def check_prompt_logprobs(self) -> None:
+        """vLLM's rule: prompt logprobs come in a whole answer, never in a stream."""
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidArgumentError("prompt_logprobs is not available with stream=true", param="prompt_logprobs")
 
     def request_options(self) -> RequestOptions:
         return RequestOptions(cache_salt=self.cache_salt, priority=self.priority or 0)

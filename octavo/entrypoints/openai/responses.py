@@ -61,6 +61,16 @@ class LegacyLogprobs(ResponseModel):
     text_offset: list[int]
 
 
+class PromptLogprob(ResponseModel):
+    logprob: float
+    rank: int | None
+    decoded_token: str
+
+
+# vLLM's prompt_logprobs: per prompt position (None first), token id -> its logprob.
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+
 class CompletionChoice(ResponseModel):
     index: int
     text: str
@@ -70,6 +80,7 @@ class CompletionChoice(ResponseModel):
     # With return_token_ids: the prompt's ids and the choice's (its stop token included).
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # with prompt_logprobs
 
 
 class CompletionResponse(ResponseModel):
@@ -136,6 +147,7 @@ class ChatCompletionResponse(ResponseModel):
     usage: Usage
     system_fingerprint: None
     prompt_token_ids: list[int] | None = None  # with return_token_ids
+    prompt_logprobs: PromptLogprobs | None = None  # with prompt_logprobs
 
 
 # -------------------------------------------------------------- small routes

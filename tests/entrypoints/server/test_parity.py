@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import openai
 import pytest
 
 from octavo import SamplingParams
@@ -296,3 +297,33 @@ def test_return_tokens_as_token_ids(openai_client, reference_llm, expected):
     content = chat.choices[0].logprobs.content
     assert [entry.token for entry in content] == [f"token_id:{t}" for t in expected["chat"].token_ids]
     assert all(top.token.startswith("token_id:") for entry in content for top in entry.top_logprobs)
+
+
+def test_prompt_logprobs(openai_client, reference_llm):
+    """vLLM's ``prompt_logprobs``: per prompt position, the prompt token and the top k
+    with ``LLM.generate``'s logprobs and ranks; refused with a stream."""
+    reference = reference_llm.generate(PROMPTS[0], greedy(prompt_logprobs=2))[0]
+    ask = {"extra_body": {"prompt_logprobs": 2}}
+    choice = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=2, temperature=0, echo=True, logprobs=3, **ask).choices[0]
+    got = choice.prompt_logprobs
+    assert len(got) == len(reference.prompt_token_ids) and got[0] is None
+    for position, (entry, expected_entry) in enumerate(zip(got[1:], reference.prompt_logprobs[1:]), start=1):
+        prompt_id = reference.prompt_token_ids[position]
+        kept = {t for t, lp in expected_entry.items() if t == prompt_id or lp.rank <= 2}
+        assert {int(t) for t in entry} == kept
+        for token_id, value in entry.items():
+            assert value["logprob"] == pytest.approx(expected_entry[int(token_id)].logprob, abs=1e-4)
+            assert value["rank"] == expected_entry[int(token_id)].rank
+    assert len(choice.logprobs.top_logprobs[1]) >= 3  # echo's own logprobs keep their 3
+    chat = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=2, temperature=0, **ask)
+    chat_reference = reference_llm.chat(MESSAGES, greedy(prompt_logprobs=2))[0]
+    assert len(chat.prompt_logprobs) == len(chat_reference.prompt_token_ids)
+    last_id = chat_reference.prompt_token_ids[-1]
+    assert chat.prompt_logprobs[-1][str(last_id)]["logprob"] == pytest.approx(
+        chat_reference.prompt_logprobs[-1][last_id].logprob, abs=1e-4)
+    for create, body in ((openai_client.completions.create, {"prompt": PROMPTS[0]}),
+                         (openai_client.chat.completions.create, {"messages": MESSAGES})):
+        with pytest.raises(openai.BadRequestError, match="prompt_logprobs is not available with stream=true"):
+            create(model=MODEL_NAME, max_tokens=2, stream=True, **body, **ask)
