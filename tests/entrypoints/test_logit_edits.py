@@ -7,18 +7,12 @@ import pytest
 import torch
 
 from octavo import SamplingParams
+from tests.entrypoints import test_llm_sampling
 from tests.entrypoints.test_llm_sampling import PROMPT, tokens
 from tests.hf_reference import _hf_model
 
-
-@pytest.fixture(scope="module")
-def llm(llama_dir):
-    from octavo import LLM
-
-    llm = LLM(str(llama_dir), dtype="float32", max_model_len=256, max_num_seqs=16)
-    yield llm
-    kv = llm.engine.scheduler.kv
-    assert kv.num_free_blocks == kv.num_blocks
+# The sampling tests' engine fixture (module-scoped: this module builds its own).
+llm = test_llm_sampling.llm
 
 
 def hf_greedy(llama_dir, max_new_tokens: int, **generate_options) -> list[int]:
