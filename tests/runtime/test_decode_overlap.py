@@ -68,8 +68,9 @@ def test_non_greedy_steps_take_the_plain_path(llama_dir, make_llm):
     assert llm.engine.executor.worker.runner.overlap.num_reused == 0
     with_logprobs = run(llm, prompts, [8, 8, 8], logprobs=2)
     assert with_logprobs == run(make_llm(llama_dir, overlap_decode=False), prompts, [8, 8, 8])
-    # Greedy with a logit bias or an allowed-token list is not the plain argmax either.
-    for edit in (dict(logit_bias={3: 8.0, 11: -100.0}), dict(allowed_token_ids=list(range(1, 80, 4)))):
+    # Greedy with a logit bias, an allowed-token list or bad words is not the plain argmax either.
+    for edit in (dict(logit_bias={3: 8.0, 11: -100.0}), dict(allowed_token_ids=list(range(1, 80, 4))),
+                 dict(bad_words_token_ids=[[with_logprobs[0][0]], [with_logprobs[1][0], with_logprobs[1][1]]])):
         edited = run(llm, prompts, [8, 8, 8], **edit)
         assert edited == run(make_llm(llama_dir, overlap_decode=False), prompts, [8, 8, 8], **edit)
         assert edited != with_logprobs
