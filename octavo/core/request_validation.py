@@ -103,9 +103,7 @@ class RequestValidator(StructuredOutputValidation):
             )
         check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
         check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
-        check_token_ids(params.allowed_token_ids or [], limits.vocab_size, "allowed_token_ids")
-        check_token_ids(list(params.logit_bias or ()), limits.vocab_size, "logit_bias")
-        self.resolve_bad_words(params)
+        self._validate_logit_edits(params)
         if params.structured_outputs is not None and limits.async_scheduling:
             raise InvalidArgumentError(
                 "structured outputs need synchronous scheduling; this engine runs with async_scheduling",
@@ -117,6 +115,18 @@ class RequestValidator(StructuredOutputValidation):
                 raise InvalidArgumentError(
                     f"{name}={value} exceeds the maximum of {limits.max_logprobs}", param=name
                 )
+
+    def _validate_logit_edits(self, params: SamplingParams) -> None:
+        """Allowed ids, logit-bias keys and bad words' tokens inside the vocabulary."""
+        vocab_size = self.limits.vocab_size
+        allowed = params.allowed_token_ids or []
+        if len(allowed) > vocab_size:  # the sampler indexes with every entry at every step
+            raise InvalidArgumentError(
+                f"allowed_token_ids has {len(allowed)} entries, more than the vocabulary's {vocab_size}",
+                param="allowed_token_ids")
+        check_token_ids(allowed, vocab_size, "allowed_token_ids")
+        check_token_ids(list(params.logit_bias or ()), vocab_size, "logit_bias")
+        self.resolve_bad_words(params)
 
     def resolve_bad_words(self, params: SamplingParams) -> None:
         """Set ``params.bad_words_token_ids`` from ``params.bad_words`` with this

@@ -83,6 +83,8 @@ def test_logit_edits_past_the_vocabulary_are_refused(llm):
         with pytest.raises(InvalidArgumentError, match=f"token id {vocab_size} is out of range") as error:
             llm.generate([PROMPT], SamplingParams(max_tokens=2, **options))
         assert error.value.param == param
+    with pytest.raises(InvalidArgumentError, match=f"more than the vocabulary's {vocab_size}"):
+        llm.generate([PROMPT], SamplingParams(max_tokens=2, allowed_token_ids=[1] * (vocab_size + 1)))
 
 
 def contains(sequence: list[int], part: list[int]) -> bool:
