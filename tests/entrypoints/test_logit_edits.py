@@ -1,5 +1,6 @@
 """Logit edits through the LLM API on a tiny real model: OpenAI's logit_bias,
-vLLM's allowed_token_ids and bad_words, against HF generate's equivalents."""
+vLLM's allowed_token_ids and bad_words, against HF generate's equivalents;
+and vLLM's truncate_prompt_tokens."""
 
 from __future__ import annotations
 
