@@ -109,11 +109,16 @@ class SamplingParams:
         )
 
     @property
-    def edits_logits(self) -> bool:
-        """Penalties, a logit bias, an allowed-token list or bad words: the sampler
-        changes the logits before it picks (never the plain greedy argmax)."""
-        return (self.needs_penalties or self.logit_bias is not None or self.allowed_token_ids is not None
+    def has_logit_edits(self) -> bool:
+        """A logit bias, an allowed-token list or bad words (``apply_logit_edits``)."""
+        return (self.logit_bias is not None or self.allowed_token_ids is not None
                 or self.bad_words is not None or self.bad_words_token_ids is not None)
+
+    @property
+    def edits_logits(self) -> bool:
+        """Penalties or logit edits: the sampler changes the logits before it
+        picks (never the plain greedy argmax)."""
+        return self.needs_penalties or self.has_logit_edits
 
     def clone(self) -> "SamplingParams":
         return copy.deepcopy(self)

@@ -221,7 +221,7 @@ def apply_logit_edits(logits: torch.Tensor, rows: list[SamplingRow], upload: Hos
     upload = upload or HostUpload()
     for i, row in enumerate(rows):
         params = row.params
-        if params.allowed_token_ids is None and params.logit_bias is None and params.bad_words_token_ids is None:
+        if not params.has_logit_edits:
             continue
         allowed, bias_ids, bias_values = _edit_tensors(row, upload, logits.device)
         if allowed is not None:

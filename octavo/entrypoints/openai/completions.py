@@ -57,7 +57,6 @@ async def create_completion(request: Request):
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
     constraint, constraint_param = constraint_from_request(body)
-    body.check_prompt_logprobs()
     echo_prompt_logprobs = body.logprobs if body.echo and body.logprobs is not None else None
     # Asked for (vLLM's prompt_logprobs) and echoed (echo with logprobs): the engine computes the larger.
     prompt_logprobs = max((n for n in (body.prompt_logprobs, echo_prompt_logprobs) if n is not None), default=None)
@@ -100,6 +99,7 @@ def _close(ctx: ServingContext, streams: list[RequestStream]) -> None:
 
 def _reject_unsupported(body: CompletionRequest) -> None:
     check_undeclared_fields(body, "completions")
+    body.check_prompt_logprobs()
     if body.suffix:
         raise InvalidArgumentError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != (body.n or 1):

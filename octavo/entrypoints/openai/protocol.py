@@ -13,8 +13,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from octavo.entrypoints.engine_commands import RequestOptions
-from octavo.errors import InvalidArgumentError
 from octavo.entrypoints.openai.field_types import FiniteFloat, Int64, Prompt, TokenId, token_biases
+from octavo.errors import InvalidArgumentError
 
 # A salt is a secret per tenant (vLLM suggests 256 random bits, 43 base64
 # characters); the cap only bounds what one request can make the server hash.
