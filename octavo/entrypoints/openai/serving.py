@@ -154,8 +154,8 @@ def check_prompt(
     (The offline engine caps ``max_tokens`` silently; a server refuses instead.)
     """
     max_model_len = ctx.limits.max_model_len
-    text, token_ids = ctx.engine.engine.prepare_prompt(prompt.as_engine_prompt(), params)
-    prompt = PromptInput(text, token_ids)
+    if params.truncate_prompt_tokens is not None:  # the engine cuts the same way; untouched prompts are not copied
+        prompt = PromptInput(*ctx.engine.engine.prepare_prompt(prompt.as_engine_prompt(), params))
     num_prompt_tokens = len(prompt.token_ids)
     if num_prompt_tokens >= max_model_len:
         raise prompt_too_long(num_prompt_tokens, max_model_len, prompt_param)
