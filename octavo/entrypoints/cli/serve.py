@@ -55,6 +55,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--tool-call-parser", default=None, help="how tool calls are read from the output: hermes (or qwen), llama3_json, mistral")
     parser.add_argument("--enable-auto-tool-choice", action="store_true", help="let the model decide to call tools (tool_choice 'auto'); needs --tool-call-parser")
     parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1")
+    parser.add_argument("--max-stored-responses", type=int, default=defaults.max_stored_responses, help="Responses API answers kept in memory for previous_response_id and GET /v1/responses/{id} (0: none)")
+    parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument("--no-ui", dest="enable_ui", action="store_false", help="leave out the web playground (/) and dashboard (/dashboard)")
@@ -74,7 +76,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
     from octavo.default_model import DEFAULT_MODEL_NAME
     from octavo.errors import InvalidArgumentError
 
-    for name in ("max_queued_requests", "shutdown_timeout"):
+    for name in ("max_queued_requests", "shutdown_timeout", "max_stored_responses", "max_stored_response_bytes"):
         if getattr(args, name) < 0:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must not be negative", param=name)
     for name in ("max_request_body_bytes", "max_request_header_bytes", "max_n", "max_stop_sequences",
@@ -117,6 +119,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         tool_call_parser=args.tool_call_parser,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         reasoning_parser=args.reasoning_parser,
+        max_stored_responses=args.max_stored_responses,
+        max_stored_response_bytes=args.max_stored_response_bytes,
     )
 
 

@@ -1,5 +1,5 @@
 """The app factory: one engine (an ``LLMEngine``, or a ``DataParallelEngine``
-over several replicas), one FastAPI app with the OpenAI and Anthropic routes.
+over several replicas), one FastAPI app with the OpenAI (chat, completions, responses) and Anthropic routes.
 
 Middleware, outermost first: the gate (431 for oversized headers, 503 while
 draining), authentication (deny by default: ``/openapi.json`` needs the key
@@ -34,6 +34,8 @@ from octavo.entrypoints.openai.openapi import install_openapi
 from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_chars
 from octavo.entrypoints.openai.serving import ServingContext
 from octavo.entrypoints.openai.task_gate import TaskGateMiddleware
+from octavo.entrypoints.responses_api import route as responses_route
+from octavo.entrypoints.responses_api.store import ResponseStore
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
 from octavo.entrypoints.ui import add_ui_routes
 from octavo.version import __version__
@@ -86,8 +88,9 @@ def build_app(
     )
     app.state.octavo = ctx
     app.state.octavo_body_models = []
+    app.state.octavo_responses = _response_store(config, api_server_index)
     install_exception_handlers(app)
-    for module in (completions, chat, messages, embeddings, score, classify, routes):
+    for module in (completions, chat, messages, responses_route, embeddings, score, classify, routes):
         module.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
@@ -99,3 +102,10 @@ def build_app(
         app.add_middleware(AuthMiddleware, api_key=config.api_key, public_paths=PUBLIC_PATHS | ui_public_paths)
     app.add_middleware(GateMiddleware, max_header_bytes=config.max_request_header_bytes, is_draining=lambda: ctx.draining)
     return app
+
+
+def _response_store(config: ServerConfig, api_server_index: int | None) -> ResponseStore:
+    """Stored responses live in one process's memory: with several API processes none are kept."""
+    if api_server_index is not None:
+        return ResponseStore(0, 0, why_off="several API processes (--api-server-count): a later request may reach another")
+    return ResponseStore(config.max_stored_responses, config.max_stored_response_bytes)

@@ -58,14 +58,17 @@ class ChatOptions:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def render_chat_text(tokenizer: Any, conversation: list[dict[str, Any]], options: ChatOptions) -> str:
-    """The chat template's text for a conversation of ``{"role", "content", ...}`` dicts."""
+def render_chat_text(
+    tokenizer: Any, conversation: list[dict[str, Any]], options: ChatOptions, param: str = "messages"
+) -> str:
+    """The chat template's text for a conversation of ``{"role", "content", ...}`` dicts
+    (``param``: the request field errors name)."""
     if tokenizer is None:
-        raise InvalidArgumentError("this server has no tokenizer, so it cannot render chats", param="messages")
+        raise InvalidArgumentError("this server has no tokenizer, so it cannot render chats", param=param)
     if not getattr(tokenizer, "chat_template", None):
         raise InvalidArgumentError(
             "the model's tokenizer has no chat template; start the server with --chat-template FILE",
-            param="messages",
+            param=param,
         )
     if options.add_generation_prompt and options.continue_final_message:
         raise InvalidArgumentError(
@@ -83,4 +86,4 @@ def render_chat_text(tokenizer: Any, conversation: list[dict[str, Any]], options
             **options.template_kwargs,
         )
     except (TemplateError, ValueError, TypeError) as exc:
-        raise InvalidArgumentError(f"the chat template rejected the messages: {exc}", param="messages") from None
+        raise InvalidArgumentError(f"the chat template rejected the {param}: {exc}", param=param) from None

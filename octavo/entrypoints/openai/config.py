@@ -49,6 +49,9 @@ class ServerConfig:
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
     reasoning_parser: str | None = None
+    # Responses API answers kept for previous_response_id (responses_api/store.py).
+    max_stored_responses: int = 1024
+    max_stored_response_bytes: int = 256 << 20
 
     @property
     def model_name(self) -> str:

@@ -18,6 +18,9 @@ IGNORABLE_FIELDS = {
     "chat": frozenset({"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"}),
     "completions": frozenset({"metadata", "store", "service_tier"}),
     "messages": frozenset({"service_tier"}),
+    "responses": frozenset(
+        {"service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "stream_options"}
+    ),
     "tokenize": frozenset(),
     "detokenize": frozenset(),
 }

@@ -62,9 +62,14 @@ def default_max_prompt_chars(tokenizer: Any, max_model_len: int) -> int | None:
     return max_model_len * max(1, longest) * NORMALIZATION_SLACK
 
 
+# Prompt fields named in the singular in messages ("the input has ...", not "the messages take ...").
+SINGULAR_PARAMS = frozenset({"prompt", "input"})
+
+
 def prompt_too_long(num_tokens: int, max_model_len: int, param: str) -> PromptTooLongError:
-    subject = "the prompt has" if param == "prompt" else f"the {param} take"
-    reason = "the prompt must" if param == "prompt" else "they must"
+    singular = param in SINGULAR_PARAMS
+    subject = f"the {param} has" if singular else f"the {param} take"
+    reason = f"the {param} must" if singular else "they must"
     return PromptTooLongError(
         f"{subject} {num_tokens} tokens but max_model_len is {max_model_len} "
         f"({reason} leave room for at least one new token)",
@@ -75,7 +80,7 @@ def prompt_too_long(num_tokens: int, max_model_len: int, param: str) -> PromptTo
 def check_chars(num_chars: int, limits: PromptLimits, param: str) -> None:
     limit = limits.max_prompt_chars
     if limit is not None and num_chars > limit:
-        verb = "is" if param == "prompt" else "are"
+        verb = "is" if param in SINGULAR_PARAMS else "are"
         raise PromptTooLongError(
             f"the {param} {verb} {num_chars} characters long; the limit is {limit} characters "
             f"(a longer text cannot fit in {limits.max_model_len} tokens)",
@@ -107,9 +112,10 @@ def encode_text(
 
 def encode_conversation(
     tokenizer: Any, conversation: list[dict[str, str]], options: ChatOptions, limits: PromptLimits,
-    fit_context: bool = True,
+    fit_context: bool = True, param: str = "messages",
 ) -> PromptInput:
-    """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS)."""
-    check_chars(sum(len(message["content"]) for message in conversation), limits, "messages")
-    text = render_chat_text(tokenizer, conversation, options)
-    return encode_text(tokenizer, text, False, limits, "messages", fit_context)
+    """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS);
+    ``param`` is the request field errors name."""
+    check_chars(sum(len(message["content"]) for message in conversation), limits, param)
+    text = render_chat_text(tokenizer, conversation, options, param)
+    return encode_text(tokenizer, text, False, limits, param, fit_context)

@@ -1,7 +1,7 @@
 """Routes for the other kind of model answer 400 at once, as ASGI middleware.
 
 A server runs one model, which either generates text or pools (embeddings,
-classification). A generation route (completions, chat, messages) on a
+classification). A generation route (completions, chat, messages, responses) on a
 pooling model, or a pooling route on a generative one, gets a 400 with code
 ``unsupported_task`` in the route's API shape, before its body is read: the
 client learns what is wrong, not whatever the route would have tripped over
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from octavo.entrypoints.openai.errors import ApiError, error_response
 
-GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/messages"})
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses"})
 POOLING_PATHS = frozenset({"/v1/embeddings", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/classify"})
 
 

@@ -71,6 +71,11 @@ def test_two_api_processes_serve_one_engine(llama_dir, tmp_path):
         assert metrics["octavo:request_success_total{finished_reason=length}"] == NUM_REQUESTS
         assert metrics["octavo:generation_tokens_total"] == sum(tokens)
         assert metrics["octavo:kv_cache_free_blocks"] == metrics["octavo:kv_cache_total_blocks"] == 256
+        # A stored response would live in one process only: none is stored, and asking for it is a 400.
+        body = {"input": "Once upon a time", "max_output_tokens": 2}
+        assert httpx.post(f"{server.url}/v1/responses", json=body, headers=headers, timeout=60).json()["store"] is False
+        refused = httpx.post(f"{server.url}/v1/responses", json={**body, "store": True}, headers=headers, timeout=60)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "store"
     finally:
         server.terminate()
         status = server.wait(timeout=120)

@@ -28,6 +28,9 @@ ANTHROPIC_401 = {
     },
 }
 
+# The stored-response routes answer 404 for an id never stored (after the key check).
+UNKNOWN_RESPONSE = "resp_unknown"
+
 # The web UI's pages and their files load without a key (they hold no data; tests/ui).
 UI_PAGES_AND_FILES = public_paths(load_static_files())
 
@@ -39,7 +42,7 @@ def app_routes(reference_llm):
     routes = []
     for route in app.routes:
         for method in sorted(getattr(route, "methods", None) or {"GET"}):
-            path = route.path.replace("{model_id:path}", MODEL_NAME)
+            path = route.path.replace("{model_id:path}", MODEL_NAME).replace("{response_id}", UNKNOWN_RESPONSE)
             assert "{" not in path, f"fill in the path parameters of {route.path}"
             routes.append((method, path))
     return routes
@@ -47,7 +50,7 @@ def app_routes(reference_llm):
 
 def test_the_walk_covers_the_api(app_routes):
     paths = {path for _, path in app_routes}
-    expected = {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/models", "/health", "/metrics",
+    expected = {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/models", "/health", "/metrics",
                 "/tokenize", "/detokenize", "/version"}
     assert expected <= paths
     assert PUBLIC_PATHS == frozenset({"/health", "/version"})
@@ -78,7 +81,8 @@ def test_the_key_opens_every_route(server, app_routes, auth_headers):
     with httpx.Client(base_url=server.url, timeout=60, headers=auth_headers) as client:
         for method, path in app_routes:
             if method == "GET":
-                assert client.get(path).status_code == 200, path
+                expected = 404 if UNKNOWN_RESPONSE in path else 200
+                assert client.get(path).status_code == expected, path
 
 
 def test_x_api_key_only_on_anthropic_routes(server):

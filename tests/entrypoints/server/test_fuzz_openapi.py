@@ -61,7 +61,7 @@ def keep_short(body) -> None:
     """Valid but slow values (thousands of tokens, n of 128) are the load tests' business, not a fuzzer's."""
     if not isinstance(body, dict):
         return
-    for field in ("max_tokens", "max_completion_tokens"):
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if _in_schema_range(body.get(field)) and body[field] > MAX_NEW_TOKENS:
             body[field] = MAX_NEW_TOKENS
     if _in_schema_range(body.get("min_tokens")) and body["min_tokens"] > 0:
@@ -73,22 +73,25 @@ def keep_short(body) -> None:
 
 def test_the_document_covers_every_route(schema):
     labels = {op.label for op in operations(schema)}
-    assert {"POST /v1/completions", "POST /v1/chat/completions", "POST /v1/messages", "POST /tokenize",
+    assert {"POST /v1/completions", "POST /v1/chat/completions", "POST /v1/messages", "POST /v1/responses", "POST /tokenize",
             "POST /detokenize", "GET /v1/models", "GET /health", "HEAD /health", "GET /metrics"} <= labels
 
 
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses"])
 def test_streamed_answers_follow_the_documented_event_schema(schema, any_demo_server, path):
     # schemathesis reads a text/event-stream schema (OpenAPI < 3.2) as one event's: a stream once
     # failed the fuzzer when the document described the whole stream as a string.
     operation = next(op for op in operations(schema) if op.label == f"POST {path}")
     body = {"model": "octavo-demo", "max_tokens": 2, "stream": True}
     body.update({"prompt": "Hello"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hello"}]})
+    if path == "/v1/responses":
+        body = {"model": "octavo-demo", "max_output_tokens": 2, "stream": True, "input": "Hello"}
     case = operation.Case(body=body, media_type="application/json")
     response = case.call_and_validate(base_url=any_demo_server.url, headers=AUTH, checks=CHECKS, timeout=60)
     assert response.headers["content-type"][0].startswith("text/event-stream")
     events = response.text.strip().split("\n\n")
-    assert events[-1] == "data: [DONE]" or events[-1].startswith("event: message_stop")  # OpenAI's / Anthropic's end
+    ends = ("event: message_stop", "event: response.completed", "event: response.incomplete")  # Anthropic's, Responses'
+    assert events[-1] == "data: [DONE]" or events[-1].startswith(ends)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"])

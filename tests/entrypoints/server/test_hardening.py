@@ -24,6 +24,7 @@ ROUTES = {
     "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 2},
     "/v1/chat/completions": {"messages": USER, "max_tokens": 2},
     "/v1/messages": {"model": DEMO_MODEL, "messages": USER, "max_tokens": 2},
+    "/v1/responses": {"model": DEMO_MODEL, "input": "What does a cow say?", "max_output_tokens": 2},
 }
 # Item 1's killers, per route that takes the field (the Anthropic route has no seed or stop token ids).
 KILLERS = [
@@ -33,13 +34,21 @@ KILLERS = [
     ("temperature", 1e999), ("repetition_penalty", 1e999), ("top_p", 1e999),
 ]
 ANTHROPIC_FIELDS = {"max_tokens", "temperature", "top_p", "top_k"}
+# The fields each route takes, where it is not all of them; the Responses API's max_tokens is max_output_tokens.
+ROUTE_FIELDS = {"/v1/messages": ANTHROPIC_FIELDS,
+                "/v1/responses": {"seed", "top_k", "max_tokens", "temperature", "repetition_penalty", "top_p"}}
+RENAMED = {("/v1/responses", "max_tokens"): "max_output_tokens"}
+
+
+def killers(route: str):
+    for field, value in KILLERS:
+        if field in ROUTE_FIELDS.get(route, {field}):
+            yield RENAMED.get((route, field), field), value
 
 
 def cases():
     for route, base in ROUTES.items():
-        for field, value in KILLERS:
-            if route == "/v1/messages" and field not in ANTHROPIC_FIELDS:
-                continue
+        for field, value in killers(route):
             yield pytest.param(route, {**base, field: value}, id=f"{route.rsplit('/', 1)[-1]}-{field}={value!r:.12}")
 
 
@@ -68,9 +77,8 @@ def test_unrepresentable_numbers_are_a_400_and_the_engine_lives(any_demo_server,
 
 def test_the_engine_served_after_every_killer(any_demo_server):
     for route, base in ROUTES.items():
-        for field, value in KILLERS:
-            if route != "/v1/messages" or field in ANTHROPIC_FIELDS:
-                post(any_demo_server, route, {**base, field: value})
+        for field, value in killers(route):
+            post(any_demo_server, route, {**base, field: value})
     assert_serving(any_demo_server)
 
 
