@@ -40,6 +40,7 @@ BASES = {
     "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 1},
     "/v1/chat/completions": {"messages": USER, "max_tokens": 1},
     "/v1/messages": {"model": DEMO_MODEL, "messages": USER, "max_tokens": 1},
+    "/v1/responses": {"model": DEMO_MODEL, "input": "What does a cow say?", "max_output_tokens": 1},
     "/detokenize": {"tokens": [5, 6]},
 }
 SAMPLING = ["n", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -49,6 +50,8 @@ FIELDS = {
     "/v1/completions": [*SAMPLING, "logprobs", "best_of", "stop_token_ids[]", "prompt[]"],
     "/v1/chat/completions": [*SAMPLING, "max_completion_tokens", "top_logprobs", "stop_token_ids[]"],
     "/v1/messages": ["max_tokens", "temperature", "top_p", "top_k"],
+    "/v1/responses": ["temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                      "repetition_penalty", "seed", "max_output_tokens", "top_logprobs", "max_tool_calls"],
     "/detokenize": ["tokens[]"],
 }
 
@@ -117,7 +120,7 @@ def test_each_field_with_each_extreme(client, route):
                 assert 400 <= response.status_code < 500, (route, field, str(value)[:40])
 
 
-@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses"])
 def test_extreme_fields_combined(client, route):
     value = st.sampled_from(SCALARS)
 
