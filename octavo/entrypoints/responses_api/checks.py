@@ -19,6 +19,8 @@ INCLUDABLE = frozenset({"message.output_text.logprobs"})
 UNDECLARED_REASONS = {
     "conversation": "the Conversations API is not supported: send previous_response_id, or the whole input",
     "prompt": "stored prompt templates are not supported: send instructions and input",
+    "response_format": "the Responses API takes the output format as text.format",
+    "messages": "the Responses API takes the conversation as input (items)",
 }
 
 
