@@ -13,6 +13,10 @@ def __getattr__(name: str):
         from octavo.entrypoints.llm import LLM
 
         return LLM
+    if name in ("BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence"):
+        from octavo.entrypoints import beam_search
+
+        return getattr(beam_search, name)
     if name == "EngineArgs":
         from octavo.engine_args import EngineArgs
 
@@ -22,6 +26,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "LLM",
+    "BeamSearchOutput",
+    "BeamSearchParams",
+    "BeamSearchSequence",
     "CompletionOutput",
     "EngineArgs",
     "Logprob",

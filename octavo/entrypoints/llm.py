@@ -17,6 +17,7 @@ from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.tokenizer import encodes_in_python
 from octavo.engine_args import EngineArgs, build_engine
+from octavo.entrypoints.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams
 from octavo.entrypoints.pooling_inputs import (
     PoolingColumns,
     PoolingInput,
@@ -80,6 +81,44 @@ class LLM:
             self.engine.abort_request(request_ids)
             raise
         return self._run(request_ids, use_tqdm)
+
+    def beam_search(
+        self, prompts: PromptType | Sequence[PromptType], params: BeamSearchParams, use_tqdm: bool = False
+    ) -> list[BeamSearchOutput]:
+        """vLLM's ``LLM.beam_search``: each prompt's best ``beam_width`` sequences (``beam_search.py``)."""
+        params.check_limits(self.engine.limits.max_logprobs)
+        searches = [BeamSearch(self._prompt_ids(prompt), params, self.engine.limits.eos_token_ids)
+                    for prompt in normalize_prompts(prompts)]
+        max_model_len = self.engine.limits.max_model_len
+        for search in searches:
+            num_prompt_tokens = search.beams[0].num_prompt_tokens
+            if num_prompt_tokens + params.max_tokens > max_model_len:
+                raise InvalidArgumentError(
+                    f"{num_prompt_tokens} prompt tokens plus max_tokens={params.max_tokens} exceed max_model_len "
+                    f"{max_model_len}", param="max_tokens")
+        step_params = searches[0].step_params() if searches else None
+        while any(not search.done for search in searches):
+            live = [search for search in searches if not search.done]
+            outputs = iter(self.generate([p for s in live for p in s.prompts()], step_params, use_tqdm))
+            for search in live:
+                search.advance([next(outputs).outputs[0] for _ in search.beams])
+        decode = self._decoder()
+        return [search.result(decode) for search in searches]
+
+    def _prompt_ids(self, prompt: PromptType) -> list[int]:
+        if isinstance(prompt, dict):
+            prompt = prompt.get("prompt_token_ids") or prompt.get("prompt")
+        if isinstance(prompt, str):
+            if self.engine.tokenizer is None:
+                raise InvalidArgumentError("a text prompt needs a tokenizer; send token ids", param="prompts")
+            return list(self.engine.tokenizer.encode(prompt))
+        if not _is_token_ids(prompt):
+            raise InvalidArgumentError("a beam search prompt is text or token ids", param="prompts")
+        return list(prompt)
+
+    def _decoder(self):
+        tokenizer = self.engine.tokenizer
+        return None if tokenizer is None else lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
     def chat(
         self,
