@@ -22,6 +22,7 @@ from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
+from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
 from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features
 from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
 from octavo.entrypoints.openai.chat_template import ChatOptions
@@ -63,6 +64,8 @@ async def create_chat_completion(request: Request):
     _reject_unsupported(body)
     features = openai_chat_features(ctx.config, body)
     features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
+    if body.use_beam_search:
+        return await _beam_search_chat(request, ctx, model, body, features)
     max_logprobs = ctx.limits.max_logprobs
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= max_logprobs:
         raise InvalidArgumentError(
@@ -99,6 +102,23 @@ async def create_chat_completion(request: Request):
     finally:
         ctx.engine.close(streams[0])
     return JSONResponse(builder.response(finals[0]))
+
+
+async def _beam_search_chat(request: Request, ctx: ServingContext, model: str, body: ChatCompletionRequest,
+                            features: ChatFeatures):
+    if features.constraint is not None:
+        raise InvalidArgumentError(f"{features.constraint_param} cannot be combined with use_beam_search",
+                                   param=features.constraint_param)
+    max_tokens_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    params = beam_search_params(body, max_tokens, ctx.limits.max_logprobs)
+    options = body.request_options()
+    check_request_options(ctx, options)
+    prompt = await render_messages(ctx, body.messages, chat_options(body, features))
+    prompt = check_prompt(ctx, prompt, length_check_params(params), "messages", max_tokens_param)
+    request_id = new_request_id("chatcmpl")
+    final = await unless_disconnected(request, beam_search(ctx, request_id, prompt, params, options))
+    return JSONResponse(ChatBuilder(ctx, request_id, model, body, prompt, features).response(final))
 
 
 def _reject_unsupported(body: ChatCompletionRequest) -> None:

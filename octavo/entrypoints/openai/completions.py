@@ -20,6 +20,7 @@ from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
+from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import LegacyLogprobs, prompt_logprobs_json
@@ -56,6 +57,8 @@ async def create_completion(request: Request):
     body = await parse_body(request, CompletionRequest)
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
+    if body.use_beam_search:
+        return await _beam_search_completion(request, ctx, model, body)
     constraint, constraint_param = constraint_from_request(body)
     echo_prompt_logprobs = body.logprobs if body.echo and body.logprobs is not None else None
     # Asked for (vLLM's prompt_logprobs) and echoed (echo with logprobs): the engine computes the larger.
@@ -90,6 +93,20 @@ async def create_completion(request: Request):
     finally:
         _close(ctx, streams)
     return JSONResponse(builder.response(finals))
+
+
+async def _beam_search_completion(request: Request, ctx: ServingContext, model: str, body: CompletionRequest):
+    params = beam_search_params(body, body.max_tokens, ctx.limits.max_logprobs)
+    options = body.request_options()
+    check_request_options(ctx, options)
+    prompts = await prompt_inputs(ctx, body.prompt)
+    sent_max_tokens = "max_tokens" in body.model_fields_set
+    prompts = [check_prompt(ctx, prompt, length_check_params(params), "prompt", "max_tokens" if sent_max_tokens else None)
+               for prompt in prompts]
+    request_id = new_request_id("cmpl")
+    searches = [beam_search(ctx, f"{request_id}-{i}", prompt, params, options) for i, prompt in enumerate(prompts)]
+    finals = await unless_disconnected(request, asyncio.gather(*searches))
+    return JSONResponse(CompletionBuilder(ctx, request_id, model, body, prompts).response(finals))
 
 
 def _close(ctx: ServingContext, streams: list[RequestStream]) -> None:

@@ -83,6 +83,9 @@ class SamplingFields(ConstraintFields):
     return_tokens_as_token_ids: bool | None = None
     # vLLM's: the prompt tokens' logprobs and their top k, in the answer (not streamed).
     prompt_logprobs: Int64 | None = None
+    # vLLM's beam search: the n best beams (n is the beam width), ranked with length_penalty.
+    use_beam_search: bool | None = None
+    length_penalty: FiniteFloat | None = None
     user: str | None = None
     # vLLM's request fields for the engine (RequestOptions): the prefix-cache
     # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
