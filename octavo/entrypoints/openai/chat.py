@@ -25,7 +25,7 @@ from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
 from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features
 from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
-from octavo.entrypoints.openai.chat_template import ChatOptions
+from octavo.entrypoints.openai.chat_template import ChatOptions, content_text
 from octavo.entrypoints.openai.conversation import openai_conversation
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
@@ -135,7 +135,12 @@ def chat_options(body: ChatCompletionRequest | TokenizeRequest, features: ChatFe
     if continue_final and "add_generation_prompt" not in body.model_fields_set:
         add_generation_prompt = False
     features = features or ChatFeatures()
-    return ChatOptions(add_generation_prompt, continue_final, features.tool_use.template_tools, features.template_kwargs)
+    # Special tokens on top of the template's only when sent (/tokenize's default of true is for prompts).
+    add_special_tokens = "add_special_tokens" in body.model_fields_set and bool(body.add_special_tokens)
+    return ChatOptions(
+        add_generation_prompt, continue_final, features.tool_use.template_tools, features.template_kwargs,
+        documents=getattr(body, "documents", None), add_special_tokens=add_special_tokens,
+    )
 
 
 async def render_messages(
@@ -161,6 +166,8 @@ class ChatBuilder:
         self.body = body
         self.prompt: PromptInput = prompt
         self.features = features
+        self.with_reasoning = features.reasoning_parser is not None and body.include_reasoning is not False
+        self.echo_text = _echo_text(body)
         self.created = unix_time()
         self.num_completion_tokens = 0
         self.shapers: dict[int, OutputShaper] = {}  # streaming: one per choice
@@ -205,7 +212,7 @@ class ChatBuilder:
             choices.append(self._with_token_ids(
                 {
                     "index": completion.index,
-                    "message": openai_message(message, self.features.reasoning_parser is not None),
+                    "message": self._echoed(openai_message(message, self.with_reasoning)),
                     "logprobs": self._logprobs(completion),
                     "finish_reason": shaper.finish_reason(completion.finish_reason),
                     "stop_reason": completion.stop_reason,
@@ -219,6 +226,11 @@ class ChatBuilder:
                 bool(self.body.return_tokens_as_token_ids))
         return answer
 
+    def _echoed(self, message: dict) -> dict:
+        if self.echo_text:
+            message["content"] = self.echo_text + (message["content"] or "")
+        return message
+
     def _with_token_ids(self, choice: dict, completion: CompletionOutput) -> dict:
         """vLLM's ``return_token_ids``: the choice's ids (a stream's: this chunk's), stop token included."""
         if self.body.return_token_ids:
@@ -230,7 +242,7 @@ class ChatBuilder:
 
     def role_chunk(self) -> dict:
         choices = [
-            {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None,
+            {"index": index, "delta": {"role": "assistant", "content": self.echo_text}, "logprobs": None, "finish_reason": None,
              **({"token_ids": []} if self.body.return_token_ids else {})}
             for index in range(self.body.n or 1)
         ]
@@ -246,6 +258,8 @@ class ChatBuilder:
             shaped = shaper.feed(completion.text)
             if completion.finish_reason:
                 shaped = shaped.joined(shaper.finish())
+            if not self.with_reasoning:
+                shaped.reasoning = ""  # parsed out of the answer, and not sent (include_reasoning: false)
             delta = openai_delta(shaped)
             logprobs = self._logprobs(completion)
             if not delta and not completion.finish_reason and logprobs is None and not self.body.return_token_ids:
@@ -264,6 +278,14 @@ class ChatBuilder:
 
     def usage_chunk(self) -> dict:
         return {**self._envelope("chat.completion.chunk", []), "usage": self.usage()}
+
+
+def _echo_text(body: ChatCompletionRequest) -> str:
+    """vLLM's ``echo``: the last message's text, when it is the assistant's (the answer continues it)."""
+    last = body.messages[-1]
+    if not body.echo or last.role != "assistant":
+        return ""
+    return content_text(last.content, f"messages.{len(body.messages) - 1}.content")
 
 
 async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: ChatBuilder) -> AsyncIterator[str]:

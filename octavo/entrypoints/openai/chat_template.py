@@ -56,6 +56,10 @@ class ChatOptions:
     continue_final_message: bool = False
     tools: list[dict] | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # vLLM's: documents for RAG templates (their ``documents`` variable), and
+    # special tokens (a BOS) added on top of what the template writes.
+    documents: list[dict] | None = None
+    add_special_tokens: bool = False
 
 
 def render_chat_text(
@@ -80,6 +84,7 @@ def render_chat_text(
         return tokenizer.apply_chat_template(
             conversation,
             tools=options.tools,
+            documents=options.documents,
             tokenize=False,
             add_generation_prompt=options.add_generation_prompt,
             continue_final_message=options.continue_final_message,

@@ -114,8 +114,9 @@ def encode_conversation(
     tokenizer: Any, conversation: list[dict[str, str]], options: ChatOptions, limits: PromptLimits,
     fit_context: bool = True, param: str = "messages",
 ) -> PromptInput:
-    """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS);
-    ``param`` is the request field errors name."""
+    """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS,
+    unless ``options.add_special_tokens`` asks for the tokenizer's too); ``param`` is the request
+    field errors name."""
     check_chars(sum(len(message["content"]) for message in conversation), limits, param)
     text = render_chat_text(tokenizer, conversation, options, param)
-    return encode_text(tokenizer, text, False, limits, param, fit_context)
+    return encode_text(tokenizer, text, options.add_special_tokens, limits, param, fit_context)

@@ -164,6 +164,13 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict | None = None
+    # vLLM's: documents for RAG chat templates; the tokenizer's special tokens on top of the
+    # template's; echo the last message when it is the assistant's (a prefill) before the answer;
+    # reasoning_content in the answer (with --reasoning-parser).
+    documents: list[dict[str, str]] | None = None
+    add_special_tokens: bool | None = False
+    echo: bool | None = False
+    include_reasoning: bool | None = True
     add_generation_prompt: bool | None = True
     # vLLM's: the last (assistant) message is continued, not closed.
     continue_final_message: bool | None = False

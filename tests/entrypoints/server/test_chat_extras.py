@@ -1,0 +1,80 @@
+"""vLLM's chat extensions ``echo``, ``add_special_tokens``, ``documents`` and
+``include_reasoning`` through the openai client: what each changes, checked
+against the offline engine on the same prompt or against the plain answer."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from octavo.entrypoints.openai.chat_template import ChatOptions, render_chat_text
+from tests.entrypoints.server.conftest import CHAT_MODEL_NAME, MODEL_NAME
+from tests.entrypoints.server.test_tools_and_reasoning import MESSAGES as CHAT_MESSAGES
+from tests.entrypoints.server.test_tools_and_reasoning import THINKING
+
+PREFILL = [{"role": "user", "content": "Where is the river?"}, {"role": "assistant", "content": "The river is"}]
+GREEDY = {"max_tokens": 8, "temperature": 0}
+
+
+def test_echo_prepends_the_prefill_streamed_and_not(openai_client):
+    continued = {"continue_final_message": True, "add_generation_prompt": False}
+    plain = openai_client.chat.completions.create(model=MODEL_NAME, messages=PREFILL, extra_body=continued, **GREEDY)
+    echoed = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=PREFILL, extra_body={**continued, "echo": True}, **GREEDY
+    )
+    assert echoed.choices[0].message.content == "The river is" + plain.choices[0].message.content
+    stream = openai_client.chat.completions.create(
+        model=MODEL_NAME, messages=PREFILL, extra_body={**continued, "echo": True}, stream=True, **GREEDY
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == (
+        echoed.choices[0].message.content
+    )
+    # The last message is the user's: nothing to echo.
+    asked = openai_client.chat.completions.create(model=MODEL_NAME, messages=PREFILL[:1], extra_body={"echo": True}, **GREEDY)
+    again = openai_client.chat.completions.create(model=MODEL_NAME, messages=PREFILL[:1], **GREEDY)
+    assert asked.choices[0].message.content == again.choices[0].message.content
+
+
+def test_add_special_tokens_puts_the_bos_before_the_template(chat_server, chat_openai):
+    # The chat model has the Llama 2 tokenizer, which writes <s> (id 1) when asked for special tokens.
+    headers = {"Authorization": "Bearer unused"}
+    plain = httpx.post(f"{chat_server.url}/tokenize", json={"messages": CHAT_MESSAGES}, headers=headers, timeout=60).json()
+    with_bos = httpx.post(f"{chat_server.url}/tokenize", json={"messages": CHAT_MESSAGES, "add_special_tokens": True},
+                          headers=headers, timeout=60).json()
+    assert with_bos["tokens"] == [1, *plain["tokens"]]
+    counts = [
+        chat_openai.chat.completions.create(model=CHAT_MODEL_NAME, messages=CHAT_MESSAGES, max_tokens=1,
+                                            extra_body=extra).usage.prompt_tokens
+        for extra in ({}, {"add_special_tokens": True})
+    ]
+    assert counts == [plain["count"], plain["count"] + 1]
+
+
+def test_documents_reach_the_template(llama2_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(llama2_tokenizer_dir))
+    tokenizer.chat_template = (
+        "{% for d in documents or [] %}[{{ d.title }}: {{ d.text }}]{% endfor %}"
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    )
+    documents = [{"title": "Rivers", "text": "The Seine flows through Paris."}]
+    text = render_chat_text(tokenizer, PREFILL[:1], ChatOptions(add_generation_prompt=False, documents=documents))
+    assert text == "[Rivers: The Seine flows through Paris.]user: Where is the river?\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_reasoning_false_leaves_the_reasoning_out(chat_openai, stream):
+    extra = {"structured_outputs": {"regex": THINKING}}
+    kwargs = dict(model=CHAT_MODEL_NAME, messages=CHAT_MESSAGES, max_tokens=60, temperature=0)
+    shown = chat_openai.chat.completions.create(**kwargs, extra_body=extra).choices[0].message
+    response = chat_openai.chat.completions.create(**kwargs, extra_body={**extra, "include_reasoning": False}, stream=stream)
+    if stream:
+        deltas = [chunk.choices[0].delta for chunk in response if chunk.choices]
+        assert not any(getattr(d, "reasoning_content", None) for d in deltas)
+        content = "".join(d.content or "" for d in deltas)
+    else:
+        message = response.choices[0].message
+        assert getattr(message, "reasoning_content", None) is None
+        content = message.content
+    assert shown.reasoning_content and content == shown.content
