@@ -127,19 +127,33 @@ class LLM:
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         use_tqdm: bool = False,
+        **template_options: Any,
     ) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``; ``template_options`` are ``render_chat``'s keyword options."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [self.render_chat(c, chat_template, add_generation_prompt) for c in conversations]
+        prompts = [self.render_chat(c, chat_template, add_generation_prompt, **template_options) for c in conversations]
         return self.generate(prompts, sampling_params, use_tqdm)
 
-    def render_chat(self, conversation, chat_template=None, add_generation_prompt=True) -> dict[str, Any]:
+    def render_chat(
+        self, conversation, chat_template=None, add_generation_prompt=True, *, continue_final_message: bool = False,
+        tools: list[dict] | None = None, documents: list[dict] | None = None, chat_template_kwargs: dict | None = None,
+    ) -> dict[str, Any]:
+        """The prompt of a conversation: ``continue_final_message`` continues the last message instead of
+        opening a turn; ``tools``, ``documents`` and ``chat_template_kwargs`` reach the template."""
+        from octavo.entrypoints.openai.conversation import template_kwargs
+
         tokenizer = self.engine.tokenizer
         if tokenizer is None:
             raise InvalidArgumentError("chat needs a tokenizer")
         if chat_template is None and not getattr(tokenizer, "chat_template", None):
             raise InvalidArgumentError("the tokenizer has no chat template; pass chat_template=...")
+        if add_generation_prompt and continue_final_message:
+            raise InvalidArgumentError(
+                "add_generation_prompt and continue_final_message exclude each other", param="continue_final_message")
         text = tokenizer.apply_chat_template(
-            conversation, chat_template=chat_template, tokenize=False, add_generation_prompt=add_generation_prompt
+            conversation, chat_template=chat_template, tokenize=False, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, tools=tools, documents=documents,
+            **template_kwargs(chat_template_kwargs),
         )
         # The template already holds any BOS it wants.
         return {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
