@@ -158,3 +158,36 @@ def test_grammar_enforced_calls_are_read_back():
         {"index": 0, "id": first.tool_calls[0].id, "type": "function", "function": {"name": "h", "arguments": '{"a": '}}
     ]}
     assert openai_delta(shaper.feed("1}")) == {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}
+
+
+def test_granite_and_phi4_mini_arrays():
+    text = 'Checking.<|tool_call|>[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]'
+    assert same_whole_and_streamed("granite", text) == ("Checking.", [("a", '{"x": 1}'), ("b", "{}")])
+    text = '<tool_call>[{"name": "a", "arguments": {"x": "]"}}] after'
+    assert same_whole_and_streamed("granite", text) == ("after", [("a", '{"x": "]"}')])  # spaces after the calls go
+    text = 'functools[{"name": "get_time", "arguments": {"zone": "utc"}}]'
+    assert same_whole_and_streamed("phi4_mini_json", text) == ("", [("get_time", '{"zone": "utc"}')])
+
+
+def test_pythonic_calls_and_text():
+    text = '[get_weather(city="Paris", days=[1, 2]), tools.get_time(zone=\'utc\', exact=True), noop()]'
+    content, calls = same_whole_and_streamed("pythonic", text)
+    assert content == "" and [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "Paris", "days": [1, 2]}), ("tools.get_time", {"zone": "utc", "exact": True}),
+        ("noop", {}),
+    ]
+    text = '<|python_start|>[f(x="a]b")]<|python_end|> done'
+    assert same_whole_and_streamed("llama4_pythonic", text) == (" done", [("f", '{"x": "a]b"}')])
+    for plain in ("[1, 2] is a list", "[f(1)]", "[f(x=open('y'))]", "[unclosed(x=1)", "Hello [f(x=1)]"):
+        assert same_whole_and_streamed("pythonic", plain) == (plain, [])
+
+
+def test_deepseek_v3_and_v31():
+    call = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"
+    text = f"Sure.<｜tool▁calls▁begin｜>{call}\n{call}<｜tool▁calls▁end｜> ok"
+    assert same_whole_and_streamed("deepseek_v3", text) == ("Sure. ok", [("get_weather", '{"city": "Paris"}')] * 2)
+    text = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": \"utc\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    assert same_whole_and_streamed("deepseek_v31", text) == ("", [("get_time", '{"zone": "utc"}')])
+    # Cut off inside a call: it keeps what arrived.
+    text = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": "
+    assert same_whole_and_streamed("deepseek_v31", text) == ("", [("get_time", '{"zone":')])

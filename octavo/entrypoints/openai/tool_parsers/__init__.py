@@ -5,15 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from octavo.entrypoints.openai.tool_parsers.base import ParsedDelta, ToolCallDelta, ToolParser
+from octavo.entrypoints.openai.tool_parsers.deepseek_v3 import DeepSeekV3ToolParser
 from octavo.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
+from octavo.entrypoints.openai.tool_parsers.marked_array import GraniteToolParser, Phi4MiniJsonToolParser
 from octavo.entrypoints.openai.tool_parsers.mistral import MistralToolParser
+from octavo.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
 
 TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "hermes": HermesToolParser,
     "qwen": HermesToolParser,
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
+    "granite": GraniteToolParser,
+    "phi4_mini_json": Phi4MiniJsonToolParser,
+    "pythonic": PythonicToolParser,
+    "llama4_pythonic": PythonicToolParser,
+    "deepseek_v3": DeepSeekV3ToolParser,
+    "deepseek_v31": DeepSeekV3ToolParser,
 }
 
 __all__ = ["TOOL_PARSERS", "ParsedDelta", "ToolCallDelta", "ToolParser"]
