@@ -116,6 +116,11 @@ def split_reasoning(name: str, text: str, chunk: int | None = None, seed: int = 
         ("deepseek_r1", "reasoning here</think>answer", ("reasoning here", "answer")),
         ("deepseek_r1", "<think>reasoning</think>\n\nanswer </think>", ("reasoning", "answer </think>")),
         ("deepseek_r1", "all reasoning", ("all reasoning", "")),
+        ("mistral", "[THINK]a [b] c[/THINK]\nAnswer.", ("a [b] c", "Answer.")),
+        ("mistral", "No thinking [THINK] here.", ("", "No thinking [THINK] here.")),
+        ("granite", "Here is my thought process:\nI think.\nHere is my response:\nAnswer.", ("\nI think.\n", "Answer.")),
+        ("granite", "Here's my thought process: x. Here's my response: y", (" x. ", " y")),
+        ("granite", "Here is my answer.", ("", "Here is my answer.")),
     ],
 )
 def test_reasoning_split(name, text, expected):
@@ -191,3 +196,10 @@ def test_deepseek_v3_and_v31():
     # Cut off inside a call: it keeps what arrived.
     text = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": "
     assert same_whole_and_streamed("deepseek_v31", text) == ("", [("get_time", '{"zone":')])
+
+
+def test_a_reasoning_parser_that_reads_special_tokens_keeps_them():
+    from octavo.entrypoints.openai.chat_features import ChatFeatures
+
+    assert ChatFeatures(reasoning_parser="mistral").skip_special_tokens is False
+    assert ChatFeatures(reasoning_parser="qwen3").skip_special_tokens is None

@@ -40,6 +40,8 @@ class ChatFeatures:
         factory = tool_reader_factory(self.tool_use, self.tool_parser)
         if factory is not None and getattr(factory, "needs_special_tokens", False):
             return False
+        if self.reasoning_parser and getattr(REASONING_PARSERS[self.reasoning_parser], "needs_special_tokens", False):
+            return False
         return None
 
     def shaper(self) -> OutputShaper:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octavo.entrypoints.openai.reasoning.base import DeepSeekR1ReasoningParser, Qwen3ReasoningParser, ReasoningParser
+from octavo.entrypoints.openai.reasoning.base import (
+    DeepSeekR1ReasoningParser,
+    GraniteReasoningParser,
+    MistralReasoningParser,
+    Qwen3ReasoningParser,
+    ReasoningParser,
+)
 
 REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "qwen3": Qwen3ReasoningParser,
     "deepseek_r1": DeepSeekR1ReasoningParser,
+    "mistral": MistralReasoningParser,
+    "granite": GraniteReasoningParser,
 }
 
 __all__ = ["REASONING_PARSERS", "ReasoningParser"]

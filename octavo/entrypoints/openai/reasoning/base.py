@@ -18,9 +18,13 @@ START, END = "<think>", "</think>"
 class ReasoningParser:
     """``starts_in_reasoning``: the prompt opened the ``<think>`` block (the
     output begins with reasoning even without the tag). Otherwise reasoning
-    happens only if the output starts with ``<think>``."""
+    happens only if the output starts with ``<think>``. ``starts`` and
+    ``ends`` are the tags a model family writes (any of each)."""
 
     starts_in_reasoning = False
+    starts: tuple[str, ...] = (START,)
+    ends: tuple[str, ...] = (END,)
+    needs_special_tokens = False  # its tags are special tokens: the output must keep them
 
     def __init__(self) -> None:
         self.text = ""
@@ -41,13 +45,14 @@ class ReasoningParser:
             return "", ""
         text = self.text
         if self.mode == "reasoning":
-            found = text.find(END, self.position)
-            if found < 0:
-                stop = len(text) if final else held_back(text, self.position, END)
+            found = min(((at, tag) for tag in self.ends if (at := text.find(tag, self.position)) >= 0), default=None)
+            if found is None:
+                stop = len(text) if final else min(held_back(text, self.position, tag) for tag in self.ends)
                 reasoning, self.position = text[self.position : stop], stop
                 return reasoning, ""
-            reasoning = text[self.position : found]
-            self.mode, self.position, self.strip_blank = "content", found + len(END), True
+            at, tag = found
+            reasoning = text[self.position : at]
+            self.mode, self.position, self.strip_blank = "content", at + len(tag), True
         if self.strip_blank:
             rest = text[self.position :].lstrip("\r\n")
             if not rest and not final:
@@ -61,10 +66,11 @@ class ReasoningParser:
     def _decide(self, final: bool) -> bool:
         text = self.text
         stripped = text.lstrip()
-        if stripped.startswith(START):
-            self.mode, self.position = "reasoning", len(text) - len(stripped) + len(START)
-        elif START.startswith(stripped) and not final:
-            return False  # nothing but (part of) the start tag yet
+        opening = next((tag for tag in self.starts if stripped.startswith(tag)), None)
+        if opening is not None:
+            self.mode, self.position = "reasoning", len(text) - len(stripped) + len(opening)
+        elif any(tag.startswith(stripped) for tag in self.starts) and not final:
+            return False  # nothing but (part of) a start tag yet
         else:
             self.mode = "reasoning" if self.starts_in_reasoning else "content"
         return True
@@ -80,3 +86,18 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     output is reasoning until ``</think>`` (a leading ``<think>`` is dropped)."""
 
     starts_in_reasoning = True
+
+
+class MistralReasoningParser(ReasoningParser):
+    """Magistral: ``[THINK] ... [/THINK]`` (special tokens), opened by the model."""
+
+    starts, ends = ("[THINK]",), ("[/THINK]",)
+    needs_special_tokens = True
+
+
+class GraniteReasoningParser(ReasoningParser):
+    """Granite 3.2+ with ``thinking=True``: "Here is my thought process:" opens
+    the reasoning and "Here is my response:" the answer ("Here's" too)."""
+
+    starts = ("Here is my thought process:", "Here's my thought process:")
+    ends = ("Here is my response:", "Here's my response:")
