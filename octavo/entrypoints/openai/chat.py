@@ -170,6 +170,7 @@ class ChatBuilder:
         self.echo_text = _echo_text(body)
         self.created = unix_time()
         self.num_completion_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens read from the prefix cache
         self.shapers: dict[int, OutputShaper] = {}  # streaming: one per choice
 
     def _shaper(self, index: int) -> OutputShaper:
@@ -200,9 +201,11 @@ class ChatBuilder:
             "prompt_tokens": num_prompt_tokens,
             "completion_tokens": self.num_completion_tokens,
             "total_tokens": num_prompt_tokens + self.num_completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens},
         }
 
     def response(self, final: RequestOutput) -> dict:
+        self.num_cached_tokens = final.num_cached_tokens
         choices = []
         for completion in sorted(final.outputs, key=lambda c: c.index):
             self.num_completion_tokens += len(completion.token_ids)
@@ -249,6 +252,7 @@ class ChatBuilder:
         return {**self._envelope("chat.completion.chunk", choices), **self._prompt_token_ids()}
 
     def chunk(self, output: RequestOutput) -> dict | None:
+        self.num_cached_tokens = output.num_cached_tokens
         choices = []
         for completion in output.outputs:
             if not (completion.token_ids or completion.text or completion.finish_reason):

@@ -158,6 +158,7 @@ class CompletionBuilder:
         self.n = body.n or 1
         self.created = unix_time()
         self.num_completion_tokens = 0
+        self.num_cached_tokens: dict[int, int] = {}  # per prompt: its tokens read from the prefix cache
         self._logprobs: dict[int, LegacyLogprobs] = {}
 
     def _prompt_text(self, position: int) -> str:
@@ -218,17 +219,20 @@ class CompletionBuilder:
             "prompt_tokens": num_prompt_tokens,
             "completion_tokens": self.num_completion_tokens,
             "total_tokens": num_prompt_tokens + self.num_completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": sum(self.num_cached_tokens.values())},
         }
 
     def response(self, finals: list[RequestOutput]) -> dict:
         choices = []
         for position, output in enumerate(finals):
+            self.num_cached_tokens[position] = output.num_cached_tokens
             for completion in output.outputs:
                 choices.append(self._choice(position, output, completion, first=True))
         choices.sort(key=lambda choice: choice["index"])
         return {**self._envelope(choices), "usage": self.usage()}
 
     def chunk(self, position: int, output: RequestOutput, started: set[int]) -> dict | None:
+        self.num_cached_tokens[position] = output.num_cached_tokens
         choices = []
         for completion in output.outputs:
             index = position * self.n + completion.index

@@ -48,10 +48,15 @@ class AnthropicErrorResponse(ResponseModel):
 # -------------------------------------------------------------- completions
 
 
+class PromptTokensDetails(ResponseModel):
+    cached_tokens: int  # read from the prefix cache
+
+
 class Usage(ResponseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class LegacyLogprobs(ResponseModel):

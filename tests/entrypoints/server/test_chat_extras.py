@@ -78,3 +78,22 @@ def test_include_reasoning_false_leaves_the_reasoning_out(chat_openai, stream):
         assert getattr(message, "reasoning_content", None) is None
         content = message.content
     assert shown.reasoning_content and content == shown.content
+
+
+def test_usage_counts_the_prompt_tokens_read_from_the_prefix_cache(openai_client):
+    story = "The cached fox walks along the long river bank every single morning. " * 6
+    for route in ("chat", "completions"):
+        counts = []
+        for _ in range(2):
+            if route == "chat":
+                usage = openai_client.chat.completions.create(
+                    model=MODEL_NAME, messages=[{"role": "user", "content": story}], max_tokens=1).usage
+            else:
+                usage = openai_client.completions.create(model=MODEL_NAME, prompt=story + "!", max_tokens=1).usage
+            counts.append((usage.prompt_tokens_details.cached_tokens, usage.prompt_tokens))
+        (first, num_prompt_tokens), (second, _) = counts
+        assert first == 0 and 0 < second < num_prompt_tokens, (route, counts)
+    stream = openai_client.completions.create(model=MODEL_NAME, prompt=story + "!", max_tokens=1, stream=True,
+                                              stream_options={"include_usage": True})
+    usage = [chunk.usage for chunk in stream if chunk.usage][0]
+    assert usage.prompt_tokens_details.cached_tokens == second
