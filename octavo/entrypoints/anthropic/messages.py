@@ -98,9 +98,10 @@ async def create_message(request: Request):
     message.add(shaper.feed(completion.text))
     message.add(shaper.finish())
     stop_reason, stop_sequence = stop_info(completion, shaper)
+    usage = {"cache_read_input_tokens": finals[0].num_cached_tokens}
     return JSONResponse(
         {
-            **_message(message_id, model, len(prompt.token_ids), len(completion.token_ids)),
+            **_message(message_id, model, len(prompt.token_ids), len(completion.token_ids), usage),
             "content": content_blocks(message),
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
@@ -128,7 +129,7 @@ async def count_tokens(request: Request):
     return JSONResponse({"input_tokens": len(prompt.token_ids)})
 
 
-def _message(message_id: str, model: str, num_input_tokens: int, num_output_tokens: int) -> dict:
+def _message(message_id: str, model: str, num_input_tokens: int, num_output_tokens: int, usage: dict | None = None) -> dict:
     return {
         "id": message_id,
         "type": "message",
@@ -137,7 +138,7 @@ def _message(message_id: str, model: str, num_input_tokens: int, num_output_toke
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": num_input_tokens, "output_tokens": num_output_tokens},
+        "usage": {"input_tokens": num_input_tokens, "output_tokens": num_output_tokens, **(usage or {})},
     }
 
 
@@ -161,7 +162,8 @@ async def _stream(
                 message_delta = {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": {"output_tokens": num_output_tokens},
+                    # The prompt tokens the prefix cache served, known once the request ran.
+                    "usage": {"output_tokens": num_output_tokens, "cache_read_input_tokens": output.num_cached_tokens},
                 }
                 yield sse(message_delta, "message_delta")
                 yield sse({"type": "message_stop"}, "message_stop")

@@ -89,6 +89,7 @@ class ToolUseBlock(ResponseModel):
 class MessageUsage(ResponseModel):
     input_tokens: int
     output_tokens: int
+    cache_read_input_tokens: int | None = None  # prompt tokens read from the prefix cache
 
 
 class MessageResponse(ResponseModel):

@@ -97,3 +97,14 @@ def test_usage_counts_the_prompt_tokens_read_from_the_prefix_cache(openai_client
                                               stream_options={"include_usage": True})
     usage = [chunk.usage for chunk in stream if chunk.usage][0]
     assert usage.prompt_tokens_details.cached_tokens == second
+
+
+def test_anthropic_usage_counts_cache_reads(anthropic_client):
+    story = "The anthropic fox reads the cached river map again and again. " * 6
+    kwargs = dict(model=MODEL_NAME, max_tokens=1, messages=[{"role": "user", "content": story}])
+    first = anthropic_client.messages.create(**kwargs).usage
+    second = anthropic_client.messages.create(**kwargs).usage
+    assert first.cache_read_input_tokens == 0 and 0 < second.cache_read_input_tokens < second.input_tokens
+    with anthropic_client.messages.stream(**kwargs) as stream:
+        streamed = stream.get_final_message().usage
+    assert streamed.cache_read_input_tokens == second.cache_read_input_tokens
