@@ -141,3 +141,15 @@ def test_a_server_that_stores_nothing_refuses_what_needs_the_store():
         assert caught.value.param == param and "--max-stored-responses 0" in caught.value.message
     on = ResponseStore(4, 1 << 20)
     assert wants_stored(ResponsesRequest(input="hi"), on) and not wants_stored(ResponsesRequest(input="hi", store=False), on)
+
+
+def test_a_chain_too_long_for_the_context_is_refused_before_it_is_assembled():
+    from octavo.errors import PromptTooLongError
+
+    store = ResponseStore(max_entries=10, max_bytes=1 << 20)
+    store.put(response("r1", text="x" * 600), [{"content": "y" * 300}])
+    store.put(response("r2", "r1", text="z" * 200), [])
+    assert len(store.history("r2", max_chars=2000)) == 3
+    with pytest.raises(PromptTooLongError) as caught:
+        store.history("r2", max_chars=1000)
+    assert caught.value.param == "previous_response_id"

@@ -82,7 +82,9 @@ async def create_response(request: Request):
     check_admissible(ctx, params)
     check_request_options(ctx, body.request_options())
     items = request_items(body)
-    history = store.history(body.previous_response_id) if body.previous_response_id else []
+    history = []
+    if body.previous_response_id is not None:
+        history = store.history(body.previous_response_id, ctx.prompt_limits.max_prompt_chars)
     prompt = await ctx.pool.run(render_items, body.instructions, history, items, features, ctx.prompt_limits)
     check_prompt(ctx, prompt, params, "input", "max_output_tokens" if body.max_output_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)

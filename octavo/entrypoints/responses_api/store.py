@@ -17,7 +17,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from octavo.errors import OctavoError
+from octavo.errors import OctavoError, PromptTooLongError
 
 
 class ResponseNotFoundError(OctavoError):
@@ -31,6 +31,17 @@ class StoredResponse:
     response: dict  # the response object, as answered
     input_items: list[dict]  # this request's input (instructions excluded: they are not carried over)
     num_bytes: int
+    num_chars: int  # the characters of every string in its items: a bound on the text it replays
+
+
+def string_chars(value: object) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(string_chars(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(string_chars(v) for v in value)
+    return 0
 
 
 class ResponseStore:
@@ -51,7 +62,8 @@ class ResponseStore:
         if not self.enabled or num_bytes > self.max_bytes:
             return False
         self.delete(response["id"])
-        self.entries[response["id"]] = StoredResponse(response, input_items, num_bytes)
+        num_chars = string_chars(input_items) + string_chars(response["output"])
+        self.entries[response["id"]] = StoredResponse(response, input_items, num_bytes, num_chars)
         self.num_bytes += num_bytes
         while len(self.entries) > self.max_entries or self.num_bytes > self.max_bytes:
             _, evicted = self.entries.popitem(last=False)
@@ -76,14 +88,22 @@ class ResponseStore:
         self.num_bytes -= entry.num_bytes
         return True
 
-    def history(self, previous_response_id: str) -> list[dict]:
+    def history(self, previous_response_id: str, max_chars: int | None = None) -> list[dict]:
         """The items of the chain that ends at ``previous_response_id``, oldest first: each
-        response's input items, then its output."""
+        response's input items, then its output. A chain whose strings alone are longer than
+        ``max_chars`` is refused before it is assembled (it could never fit the context)."""
         chain: list[StoredResponse] = []
         response_id: str | None = previous_response_id
+        num_chars = 0
         while response_id is not None:
             entry = self.get(response_id, param="previous_response_id")
             chain.append(entry)
+            num_chars += entry.num_chars
+            if max_chars is not None and num_chars > max_chars:
+                raise PromptTooLongError(
+                    f"the conversation of previous_response_id holds more than {max_chars} characters, "
+                    f"more than can fit the context", param="previous_response_id",
+                )
             response_id = entry.response.get("previous_response_id")
             if len(chain) > len(self.entries):  # cannot happen (ids are new), but never loop
                 break
