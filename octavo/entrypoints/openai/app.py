@@ -107,5 +107,6 @@ def build_app(
 def _response_store(config: ServerConfig, api_server_index: int | None) -> ResponseStore:
     """Stored responses live in one process's memory: with several API processes none are kept."""
     if api_server_index is not None:
-        return ResponseStore(0, 0, why_off="several API processes (--api-server-count): a later request may reach another")
+        why = "several API processes (--api-server-count): a later request may reach another"
+        return ResponseStore(0, 0, why_off=why)
     return ResponseStore(config.max_stored_responses, config.max_stored_response_bytes)

@@ -90,7 +90,9 @@ class ResponseBuilder:
 
     def response(self) -> dict[str, Any]:
         body = self.body
-        text_format = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else None
+        text_format = None
+        if body.text is not None and body.text.format is not None:
+            text_format = body.text.format.model_dump(by_alias=True, exclude_none=True)
         return {
             "id": self.response_id,
             "object": "response",

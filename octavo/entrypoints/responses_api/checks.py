@@ -32,10 +32,13 @@ def reject_unsupported(body: ResponsesRequest, max_logprobs: int) -> None:
     if isinstance(body.input, list) and not body.input:
         raise InvalidArgumentError("input is empty", param="input")
     if body.background:
-        raise InvalidArgumentError("background responses are not supported: send stream=true to follow a long answer", param="background")
+        raise InvalidArgumentError(
+            "background responses are not supported: send stream=true to follow a long answer", param="background"
+        )
     if body.truncation not in (None, "disabled"):
         raise InvalidArgumentError(
-            f"truncation {body.truncation!r} is not supported: the conversation must fit the context", param="truncation"
+            f"truncation {body.truncation!r} is not supported: the conversation must fit the context",
+            param="truncation",
         )
     _reject_reasoning_options(body)
     for index, value in enumerate(body.include or []):
@@ -44,9 +47,13 @@ def reject_unsupported(body: ResponsesRequest, max_logprobs: int) -> None:
                 f"include {value!r} is not supported (only {', '.join(sorted(INCLUDABLE))})", param=f"include.{index}"
             )
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= max_logprobs:
-        raise InvalidArgumentError(f"top_logprobs must be in [0, {max_logprobs}], got {body.top_logprobs}", param="top_logprobs")
+        raise InvalidArgumentError(
+            f"top_logprobs must be in [0, {max_logprobs}], got {body.top_logprobs}", param="top_logprobs"
+        )
     if body.max_tool_calls is not None and body.max_tool_calls < 1:
-        raise InvalidArgumentError(f"max_tool_calls must be at least 1, got {body.max_tool_calls}", param="max_tool_calls")
+        raise InvalidArgumentError(
+            f"max_tool_calls must be at least 1, got {body.max_tool_calls}", param="max_tool_calls"
+        )
 
 
 def _reject_reasoning_options(body: ResponsesRequest) -> None:
@@ -71,5 +78,7 @@ def wants_stored(body: ResponsesRequest, store: ResponseStore) -> bool:
         return body.store is not False
     if body.store or body.previous_response_id is not None:
         param = "store" if body.store else "previous_response_id"
-        raise InvalidArgumentError(f"{param} needs stored responses, which this server does not keep ({store.why_off})", param=param)
+        raise InvalidArgumentError(
+            f"{param} needs stored responses, which this server does not keep ({store.why_off})", param=param
+        )
     return False

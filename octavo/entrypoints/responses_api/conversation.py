@@ -59,12 +59,17 @@ class ConversationBuilder:
             self.turn = None
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise InvalidArgumentError("a function_call_output needs the call_id it answers", param=f"{where}.call_id")
-            self.turns.append({"role": "tool", "tool_call_id": call_id, "content": part_texts(item.get("output"), f"{where}.output")})
+                raise InvalidArgumentError(
+                    "a function_call_output needs the call_id it answers", param=f"{where}.call_id"
+                )
+            output = part_texts(item.get("output"), f"{where}.output")
+            self.turns.append({"role": "tool", "tool_call_id": call_id, "content": output})
         elif kind == "reasoning":
             self._reasoning(item, where)
         elif kind == "item_reference":
-            raise InvalidArgumentError("item_reference is not supported: send the item, or previous_response_id", param=f"{where}.type")
+            raise InvalidArgumentError(
+                "item_reference is not supported: send the item, or previous_response_id", param=f"{where}.type"
+            )
         else:
             raise InvalidArgumentError(f"input items of type {kind!r} are not supported", param=f"{where}.type")
 
