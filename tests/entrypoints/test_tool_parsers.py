@@ -203,3 +203,38 @@ def test_a_reasoning_parser_that_reads_special_tokens_keeps_them():
 
     assert ChatFeatures(reasoning_parser="mistral").skip_special_tokens is False
     assert ChatFeatures(reasoning_parser="qwen3").skip_special_tokens is None
+
+
+QWEN3_CODER_CALL = (
+    "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n007 Paris\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n</function>\n</tool_call>\n"
+)
+
+
+def test_qwen3_coder_xml_calls_typed_by_the_schema():
+    from octavo.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
+    from octavo.entrypoints.openai.tools import Tool
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                               "opts": {"type": "object"}}}
+    content, calls = same_whole_and_streamed("qwen3_coder", QWEN3_CODER_CALL + "Done.")
+    assert content == "Let me check.\nDone." and [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "007 Paris", "days": 3, "opts": {"unit": "c"}})]
+    parser = Qwen3CoderToolParser([Tool("get_weather", None, schema)])
+    delta = parser.feed(QWEN3_CODER_CALL.replace("007 Paris", "42"))
+    delta.extend(parser.finish())
+    assert json.loads(delta.tool_calls[0].arguments) == {"city": "42", "days": 3, "opts": {"unit": "c"}}
+    # Not a function inside: text. Cut off inside a call: what arrived.
+    assert same_whole_and_streamed("qwen3_coder", "<tool_call>oops</tool_call>") == ("<tool_call>oops</tool_call>", [])
+    _, calls = same_whole_and_streamed("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\nx")
+    assert calls == [("f", '{"a": "x"}')]
+
+
+def test_schema_typed_parsers_get_the_requests_tools():
+    from octavo.entrypoints.openai.chat_output import tool_reader_factory
+    from octavo.entrypoints.openai.tools import Tool, ToolUse
+
+    use = ToolUse(tools=[Tool("f", None, {"type": "object", "properties": {"n": {"type": "string"}}})], mode="auto")
+    parser = tool_reader_factory(use, "qwen3_coder")()
+    delta = parser.feed("<tool_call>\n<function=f>\n<parameter=n>\n12\n</parameter>\n</function>\n</tool_call>")
+    assert json.loads(delta.tool_calls[0].arguments) == {"n": "12"}

@@ -37,8 +37,8 @@ class ChatFeatures:
     @property
     def skip_special_tokens(self) -> bool | None:
         """False when a parser reads markers that are special tokens (None: no opinion)."""
-        factory = tool_reader_factory(self.tool_use, self.tool_parser)
-        if factory is not None and getattr(factory, "needs_special_tokens", False):
+        # Only a --tool-call-parser reads markers; the grammar-enforced readers read plain JSON.
+        if self.tool_use.mode == "auto" and self.tool_parser and TOOL_PARSERS[self.tool_parser].needs_special_tokens:
             return False
         if self.reasoning_parser and getattr(REASONING_PARSERS[self.reasoning_parser], "needs_special_tokens", False):
             return False

@@ -11,6 +11,7 @@ two always agree.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -101,7 +102,8 @@ def tool_reader_factory(use: ToolUse, parser_name: str | None) -> Callable[[], T
     if use.mode == "named":
         return lambda: NamedCallReader(use.name)
     if use.mode == "auto" and parser_name is not None:
-        return TOOL_PARSERS[parser_name]
+        parser = TOOL_PARSERS[parser_name]
+        return functools.partial(parser, use.tools) if getattr(parser, "wants_tools", False) else parser
     return None
 
 

@@ -1,4 +1,6 @@
-"""Tool-call parsers by name (vLLM's ``--tool-call-parser`` names)."""
+"""Tool-call parsers by name (vLLM's ``--tool-call-parser`` names). A parser
+class with ``wants_tools`` is built with the request's tools (their schemas
+type what it reads)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolPar
 from octavo.entrypoints.openai.tool_parsers.marked_array import GraniteToolParser, Phi4MiniJsonToolParser
 from octavo.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from octavo.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
+from octavo.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
 
 TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "hermes": HermesToolParser,
@@ -23,6 +26,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "llama4_pythonic": PythonicToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV3ToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,
 }
 
 __all__ = ["TOOL_PARSERS", "ParsedDelta", "ToolCallDelta", "ToolParser"]
