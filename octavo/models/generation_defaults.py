@@ -64,6 +64,21 @@ def parse_sampling_defaults(raw: dict[str, Any], source: Path | str) -> dict[str
     return defaults
 
 
+def override_sampling_defaults(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """``--override-generation-config``: sampling values over the config's; other keys are refused."""
+    if not overrides:
+        return {}
+    if not isinstance(overrides, dict):
+        raise InvalidArgumentError("--override-generation-config must be a JSON object", param="override_generation_config")
+    unknown = sorted(set(overrides) - set(SAMPLING_KEYS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"--override-generation-config: {', '.join(unknown)} not supported (only {', '.join(SAMPLING_KEYS)})",
+            param="override_generation_config",
+        )
+    return parse_sampling_defaults(overrides, "--override-generation-config")
+
+
 def with_sampling_defaults(options: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """``options`` (None meaning unset) with ``defaults`` filled in where unset; unset keys are dropped."""
     merged = dict(defaults)

@@ -7,6 +7,29 @@ import argparse
 from octavo.engine_args import EngineArgs
 
 
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+class RefuseRemoteCode(argparse.Action):
+    """vLLM's --trust-remote-code: refused with the reason, not argparse's "unrecognized argument"."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(
+            "--trust-remote-code is not supported: Octavo never runs code from a checkpoint; it loads the "
+            "architectures it implements itself (octavo env --model DIR says whether one loads)"
+        )
+
+
 def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
     model_help = (
         "a Hub id (org/name, or org/name:Q4_K_M for one GGUF file of the repo), a checkpoint directory or a "
@@ -24,13 +47,21 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--generation-config", default="auto",
         help="sampling defaults: auto (the model's generation_config.json), vllm (none), or a directory",
     )
+    parser.add_argument(
+        "--override-generation-config", type=json_object, default=None,
+        help='sampling defaults over the generation config\'s, as JSON (e.g. \'{"temperature": 0.6}\')',
+    )
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
-    parser.add_argument("--no-enable-chunked-prefill", dest="enable_chunked_prefill", action="store_false")
-    parser.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--trust-remote-code", action=RefuseRemoteCode, nargs=0,
+        help="refused: Octavo never runs a checkpoint's code (its models are its own)",
+    )
     parser.add_argument(
         "--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
         help="fcfs, or priority: requests' priority field orders the queue (lower first) and preempts",

@@ -27,7 +27,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def add_parser(sub) -> None:
-    from octavo.entrypoints.cli.common import add_engine_args
+    from octavo.entrypoints.cli.common import add_engine_args, json_object
     from octavo.entrypoints.openai.operations import add_operations_args
 
     defaults = ServerConfig()
@@ -55,6 +55,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--tool-call-parser", default=None, help="how tool calls are read from the output: hermes (or qwen), llama3_json, mistral, granite, phi4_mini_json, pythonic (or llama4_pythonic), deepseek_v3 (or deepseek_v31), qwen3_coder")
     parser.add_argument("--enable-auto-tool-choice", action="store_true", help="let the model decide to call tools (tool_choice 'auto'); needs --tool-call-parser")
     parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1, mistral, granite")
+    parser.add_argument("--default-chat-template-kwargs", type=json_object, default=None, help="chat template variables for every request, as JSON (e.g. '{\"enable_thinking\": false}'); a request's chat_template_kwargs win")
+    parser.add_argument("--enable-force-include-usage", action="store_true", help="end every stream with a usage chunk, asked for or not")
+    parser.add_argument("--enable-prompt-tokens-details", action="store_true", help="accepted for vLLM's command lines: usage.prompt_tokens_details is always sent")
     parser.add_argument("--max-stored-responses", type=int, default=defaults.max_stored_responses, help="Responses API answers kept in memory for previous_response_id and GET /v1/responses/{id} (0: none)")
     parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -94,6 +97,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
     from octavo.entrypoints.openai.chat_features import check_parser_names
+    from octavo.entrypoints.openai.conversation import template_kwargs
 
     check_parser_names(args.tool_call_parser, args.reasoning_parser)
     if args.enable_auto_tool_choice and args.tool_call_parser is None:
@@ -120,6 +124,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         reasoning_parser=args.reasoning_parser,
         max_stored_responses=args.max_stored_responses,
+        default_chat_template_kwargs=template_kwargs(args.default_chat_template_kwargs, "default_chat_template_kwargs"),
+        enable_force_include_usage=args.enable_force_include_usage,
         max_stored_response_bytes=args.max_stored_response_bytes,
     )
 

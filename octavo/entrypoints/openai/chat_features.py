@@ -71,7 +71,7 @@ def features_for(config: ServerConfig, tool_use: ToolUse, constraint, constraint
         tool_use=tool_use,
         constraint=constraint,
         constraint_param=constraint_param,
-        template_kwargs=kwargs,
+        template_kwargs={**config.default_chat_template_kwargs, **kwargs},
         reasoning_parser=config.reasoning_parser,
         tool_parser=config.tool_call_parser,
     )

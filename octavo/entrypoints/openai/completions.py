@@ -253,7 +253,7 @@ async def _stream(ctx: ServingContext, streams: list[RequestStream], builder: Co
             chunk = builder.chunk(position, output, started)
             if chunk is not None:
                 yield sse(chunk)
-        if builder.body.include_usage:
+        if builder.body.include_usage or ctx.config.enable_force_include_usage:
             yield sse(builder.usage_chunk())
     except OctavoError as exc:
         record_failure(ctx.metrics, builder.request_id, exc)

@@ -49,6 +49,10 @@ class ServerConfig:
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
     reasoning_parser: str | None = None
+    # Chat template variables for every request (a request's chat_template_kwargs win).
+    default_chat_template_kwargs: dict = field(default_factory=dict)
+    # A usage chunk at the end of every stream, asked for or not.
+    enable_force_include_usage: bool = False
     # Responses API answers kept for previous_response_id (responses_api/store.py).
     max_stored_responses: int = 1024
     max_stored_response_bytes: int = 256 << 20

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from octavo.core.engine import check_token_ids
 from octavo.entrypoints.metrics import CONTENT_TYPE
 from octavo.entrypoints.openai.chat import chat_options, render_messages
+from octavo.entrypoints.openai.chat_features import ChatFeatures
 from octavo.entrypoints.openai.errors import ApiError, error_response, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
@@ -77,7 +78,8 @@ async def tokenize(request: Request):
         raise InvalidArgumentError("send exactly one of prompt and messages", param="prompt")
     # Any length is counted (that is what clients ask /tokenize for); the character limit still applies.
     if body.messages is not None:
-        prompt = await render_messages(ctx, body.messages, chat_options(body), fit_context=False)
+        features = ChatFeatures(template_kwargs=dict(ctx.config.default_chat_template_kwargs))
+        prompt = await render_messages(ctx, body.messages, chat_options(body, features), fit_context=False)
     else:
         prompt = await encode_prompt(ctx, body.prompt, body.add_special_tokens is not False, fit_context=False)
     token_ids = prompt.token_ids
