@@ -35,6 +35,7 @@ from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_c
 from octavo.entrypoints.openai.serving import ServingContext
 from octavo.entrypoints.openai.task_gate import TaskGateMiddleware
 from octavo.entrypoints.responses_api import route as responses_route
+from octavo.entrypoints.responses_api.background import BackgroundRuns
 from octavo.entrypoints.responses_api.store import ResponseStore
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
 from octavo.entrypoints.ui import add_ui_routes
@@ -79,6 +80,7 @@ def build_app(
     async def lifespan(app: FastAPI):
         async_engine.start()
         yield
+        await app.state.octavo_background.shutdown()
         await async_engine.shutdown()
         ctx.pool.shutdown()
 
@@ -89,6 +91,7 @@ def build_app(
     app.state.octavo = ctx
     app.state.octavo_body_models = []
     app.state.octavo_responses = _response_store(config, api_server_index)
+    app.state.octavo_background = BackgroundRuns()
     install_exception_handlers(app)
     for module in (completions, chat, messages, responses_route, embeddings, score, classify, routes):
         module.add_routes(app)

@@ -41,7 +41,8 @@ class ResponseBuilder:
         self.items = ItemStream(params.logprobs is not None, body.max_tool_calls)
         self.created_at = unix_time()
         self.completed_at: int | None = None
-        self.status = "in_progress"
+        self.status = "in_progress"  # queued (background), completed, incomplete, failed, cancelled
+        self.error: dict | None = None
         self.num_output_tokens = 0
         self.num_cached_tokens = 0
         self.sequence_number = 0
@@ -72,9 +73,8 @@ class ResponseBuilder:
 
     def failed_event(self, code: str, message: str) -> dict:
         self.status = "failed"
-        self.store = False
-        response = {**self.response(), "error": {"code": code, "message": message}}
-        return {"type": "response.failed", "response": response}
+        self.error = {"code": code, "message": message}
+        return {"type": "response.failed", "response": self.response()}
 
     def _logprobs(self, completion: CompletionOutput) -> list[dict] | None:
         if self.params.logprobs is None:
@@ -99,8 +99,9 @@ class ResponseBuilder:
             "created_at": self.created_at,
             "completed_at": self.completed_at,
             "status": self.status,
-            "error": None,
+            "error": self.error,
             "incomplete_details": {"reason": "max_output_tokens"} if self.status == "incomplete" else None,
+            "background": bool(body.background),
             "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens,
             "max_tool_calls": body.max_tool_calls,

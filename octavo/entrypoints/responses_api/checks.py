@@ -1,7 +1,7 @@
 """What a Responses request may not ask of this server, refused (400) before
 anything runs: each with the field it came from and why.
 
-Nothing that would change the answer is ignored: background runs, automatic
+Nothing that would change the answer is ignored: streamed background runs, automatic
 truncation, reasoning effort and summaries, verbosity, ``include`` values
 other than the output's logprobs, and the Conversations API's
 ``conversation`` are refused; fields that change nothing generated (routing
@@ -31,9 +31,10 @@ def reject_unsupported(body: ResponsesRequest, max_logprobs: int) -> None:
     check_undeclared_fields(body, "responses")
     if isinstance(body.input, list) and not body.input:
         raise InvalidArgumentError("input is empty", param="input")
-    if body.background:
+    if body.background and body.stream:
         raise InvalidArgumentError(
-            "background responses are not supported: send stream=true to follow a long answer", param="background"
+            "a background response is not streamed: poll GET /v1/responses/{id}, or send stream without background",
+            param="background",
         )
     if body.truncation not in (None, "disabled"):
         raise InvalidArgumentError(
@@ -74,6 +75,9 @@ def _reject_reasoning_options(body: ResponsesRequest) -> None:
 
 def wants_stored(body: ResponsesRequest, store: ResponseStore) -> bool:
     """Whether the response will be stored (``store`` defaults to true where the server stores)."""
+    if body.background and (body.store is False or not store.enabled):
+        why = "store is false" if store.enabled else f"this server keeps no responses ({store.why_off})"
+        raise InvalidArgumentError(f"a background response is kept for polling, but {why}", param="background")
     if store.enabled:
         return body.store is not False
     if body.store or body.previous_response_id is not None:

@@ -180,9 +180,10 @@ class ResponseObject(ResponseModel):
     object: Literal["response"]
     created_at: int
     completed_at: int | None
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ResponseError | None
     incomplete_details: IncompleteDetails | None
+    background: bool
     instructions: str | None
     max_output_tokens: int | None
     max_tool_calls: int | None

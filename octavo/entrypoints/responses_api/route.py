@@ -9,7 +9,8 @@ and ``text.format`` work as they do there (``conversation.py``). A stream is
 the documented event sequence: ``response.created``, ``response.in_progress``,
 the items' events (``output.py``), then ``response.completed`` (or
 ``response.incomplete`` when ``max_output_tokens`` cut it); a failure sends an
-``error`` event and ``response.failed``. Errors use OpenAI's error object.
+``error`` event and ``response.failed``. ``background: true`` answers at once
+and generates in a task (``background.py``). Errors use OpenAI's error object.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ async def create_response(request: Request):
     response_id = new_request_id("resp_")
     streams = await admit_all(ctx, response_id, [prompt], params, body.request_options())
     builder = ResponseBuilder(ctx, response_id, model, body, params, len(prompt.token_ids), features, keep)
+    if body.background:
+        return JSONResponse(request.app.state.octavo_background.start(ctx, store, streams[0], builder, items))
     if body.stream:
         events = _stream(ctx, streams[0], builder, store, items)
         return SSEResponse(events, on_close=lambda: ctx.engine.close(streams[0]))
@@ -158,6 +161,10 @@ async def retrieve_response(request: Request, response_id: str):
     return JSONResponse(get_store(request).get(response_id).response)
 
 
+async def cancel_response(request: Request, response_id: str):
+    return JSONResponse(await request.app.state.octavo_background.cancel(get_store(request), response_id))
+
+
 async def delete_response(request: Request, response_id: str):
     store = get_store(request)
     store.get(response_id)  # 404 if unknown
@@ -189,5 +196,7 @@ def add_routes(app: FastAPI) -> None:
                    response=ResponseObject, statuses=[401, 404])
     add_json_route(app, "/v1/responses/{response_id}", delete_response, methods=["DELETE"], body=None,
                    response=DeletedResponse, statuses=[401, 404])
+    add_json_route(app, "/v1/responses/{response_id}/cancel", cancel_response, body=None, response=ResponseObject,
+                   statuses=[400, 401, 404])
     add_json_route(app, "/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"], body=None,
                    response=InputItemList, statuses=[400, 401, 404])

@@ -128,7 +128,8 @@ UNSUPPORTED = [
     ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "allowed_tools", "tools": []}, "tools": [{"type": "function", "name": "f"}]}, "tool_choice"),
     ({"include": ["reasoning.encrypted_content"]}, "include.0"),
-    ({"background": True}, "background"),
+    ({"background": True, "stream": True}, "background"),
+    ({"background": True, "store": False}, "background"),
     ({"truncation": "auto"}, "truncation"),
     ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
     ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
@@ -170,3 +171,34 @@ def test_unknown_ids_are_404s(server):
             assert response.status_code == 404 and response.json()["error"]["code"] == "response_not_found"
         body = {"model": MODEL_NAME, "input": "hi", "previous_response_id": "resp_nope"}
         assert client.post("/v1/responses", json=body).json()["error"]["param"] == "previous_response_id"
+
+
+def poll(client, response_id: str):
+    import time
+
+    deadline = time.monotonic() + 120
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+def test_background_response_is_polled_to_the_answer(openai_client):
+    whole = create(openai_client, input=QUESTION, store=False)
+    queued = create(openai_client, input=QUESTION, background=True)
+    assert queued.background and queued.status == "queued" and queued.output == []
+    done = poll(openai_client, queued.id)
+    assert done.status == whole.status and done.output_text == whole.output_text
+    assert done.usage.output_tokens == whole.usage.output_tokens
+    with pytest.raises(openai.BadRequestError):  # finished: nothing to cancel
+        openai_client.responses.cancel(queued.id)
+
+
+def test_background_response_cancelled(openai_client):
+    long = create(openai_client, input=QUESTION, background=True, max_output_tokens=1900)
+    cancelled = openai_client.responses.cancel(long.id)
+    assert cancelled.status == "cancelled" and cancelled.id == long.id
+    assert openai_client.responses.retrieve(long.id).status == "cancelled"
+    with pytest.raises(openai.BadRequestError):  # not a background response
+        openai_client.responses.cancel(create(openai_client, input=QUESTION).id)
