@@ -12,6 +12,7 @@ naming the field, as is a ``temperature`` other than 0.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from octavo.core.outputs import RequestOutput
@@ -56,6 +57,20 @@ def beam_search_params(body: Any, max_tokens: int | None, max_logprobs: int) -> 
 def length_check_params(params: BeamSearchParams) -> SamplingParams:
     """What ``check_prompt`` checks a beam search's prompt with: it must leave room for ``max_tokens``."""
     return SamplingParams(max_tokens=params.max_tokens)
+
+
+async def beam_search_all(
+    ctx: ServingContext, request_id: str, prompts: list[PromptInput], params: BeamSearchParams, options: RequestOptions,
+) -> list[RequestOutput]:
+    """Each prompt's search, concurrently; when one fails the others are cancelled (their requests aborted)."""
+    tasks = [asyncio.ensure_future(beam_search(ctx, f"{request_id}-{i}", prompt, params, options))
+             for i, prompt in enumerate(prompts)]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def beam_search(

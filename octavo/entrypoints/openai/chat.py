@@ -245,8 +245,8 @@ class ChatBuilder:
 
     def role_chunk(self) -> dict:
         choices = [
-            {"index": index, "delta": {"role": "assistant", "content": self.echo_text}, "logprobs": None, "finish_reason": None,
-             **({"token_ids": []} if self.body.return_token_ids else {})}
+            {"index": index, "delta": {"role": "assistant", "content": self.echo_text}, "logprobs": None,
+             "finish_reason": None, **({"token_ids": []} if self.body.return_token_ids else {})}
             for index in range(self.body.n or 1)
         ]
         return {**self._envelope("chat.completion.chunk", choices), **self._prompt_token_ids()}

@@ -20,7 +20,7 @@ from octavo.core.outputs import CompletionOutput, RequestOutput
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
-from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
+from octavo.entrypoints.openai.beam_serving import beam_search_all, beam_search_params, length_check_params
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import LegacyLogprobs, prompt_logprobs_json
@@ -104,8 +104,7 @@ async def _beam_search_completion(request: Request, ctx: ServingContext, model: 
     prompts = [check_prompt(ctx, prompt, length_check_params(params), "prompt", "max_tokens" if sent_max_tokens else None)
                for prompt in prompts]
     request_id = new_request_id("cmpl")
-    searches = [beam_search(ctx, f"{request_id}-{i}", prompt, params, options) for i, prompt in enumerate(prompts)]
-    finals = await unless_disconnected(request, asyncio.gather(*searches))
+    finals = await unless_disconnected(request, beam_search_all(ctx, request_id, prompts, params, options))
     return JSONResponse(CompletionBuilder(ctx, request_id, model, body, prompts).response(finals))
 
 
