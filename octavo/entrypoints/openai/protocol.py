@@ -183,6 +183,12 @@ class TokenizeRequest(OpenAIModel):
     add_special_tokens: bool | None = True
     add_generation_prompt: bool | None = True
     continue_final_message: bool | None = False
+    # vLLM's: with messages, what else the chat template sees (so that a count matches the chat route's).
+    tools: list[dict] | None = None
+    chat_template_kwargs: dict | None = None
+    documents: list[dict[str, str]] | None = None
+    # vLLM's: each token's string too.
+    return_token_strs: bool | None = False
 
 
 class DetokenizeRequest(OpenAIModel):

@@ -176,6 +176,7 @@ class TokenizeResponse(ResponseModel):
     count: int
     max_model_len: int
     tokens: list[int]
+    token_strs: list[str] | None = None  # with return_token_strs
 
 
 class DetokenizeResponse(ResponseModel):

@@ -9,6 +9,7 @@ from octavo.core.engine import check_token_ids
 from octavo.entrypoints.metrics import CONTENT_TYPE
 from octavo.entrypoints.openai.chat import chat_options, render_messages
 from octavo.entrypoints.openai.chat_features import ChatFeatures
+from octavo.entrypoints.openai.conversation import template_kwargs
 from octavo.entrypoints.openai.errors import ApiError, error_response, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
@@ -22,6 +23,7 @@ from octavo.entrypoints.openai.responses import (
     VersionResponse,
 )
 from octavo.entrypoints.openai.serving import ServingContext, encode_prompt, get_context, parse_body, resolve_model
+from octavo.entrypoints.openai.tools import ToolUse, parse_tools
 from octavo.errors import EngineDeadError, InvalidArgumentError, ModelNotFoundError
 from octavo.version import __version__
 
@@ -78,12 +80,18 @@ async def tokenize(request: Request):
         raise InvalidArgumentError("send exactly one of prompt and messages", param="prompt")
     # Any length is counted (that is what clients ask /tokenize for); the character limit still applies.
     if body.messages is not None:
-        features = ChatFeatures(template_kwargs=dict(ctx.config.default_chat_template_kwargs))
+        kwargs = {**ctx.config.default_chat_template_kwargs, **template_kwargs(body.chat_template_kwargs)}
+        features = ChatFeatures(tool_use=ToolUse(tools=parse_tools(body.tools)), template_kwargs=kwargs)
         prompt = await render_messages(ctx, body.messages, chat_options(body, features), fit_context=False)
+    elif body.tools or body.chat_template_kwargs or body.documents:
+        raise InvalidArgumentError("tools, chat_template_kwargs and documents go with messages", param="prompt")
     else:
         prompt = await encode_prompt(ctx, body.prompt, body.add_special_tokens is not False, fit_context=False)
     token_ids = prompt.token_ids
-    return JSONResponse({"count": len(token_ids), "max_model_len": ctx.limits.max_model_len, "tokens": token_ids})
+    answer = {"count": len(token_ids), "max_model_len": ctx.limits.max_model_len, "tokens": token_ids}
+    if body.return_token_strs:
+        answer["token_strs"] = ctx.tokenizer.convert_ids_to_tokens(token_ids)
+    return JSONResponse(answer)
 
 
 async def detokenize(request: Request):

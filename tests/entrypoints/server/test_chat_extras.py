@@ -108,3 +108,21 @@ def test_anthropic_usage_counts_cache_reads(anthropic_client):
     with anthropic_client.messages.stream(**kwargs) as stream:
         streamed = stream.get_final_message().usage
     assert streamed.cache_read_input_tokens == second.cache_read_input_tokens
+
+
+def test_tokenize_counts_a_chat_with_its_tools_and_returns_token_strings(chat_server, chat_openai):
+    from tests.entrypoints.server.test_tools_and_reasoning import TOOLS
+
+    headers = {"Authorization": "Bearer unused"}
+    body = {"messages": CHAT_MESSAGES, "tools": TOOLS, "chat_template_kwargs": {"enable_thinking": False},
+            "return_token_strs": True}
+    counted = httpx.post(f"{chat_server.url}/tokenize", json=body, headers=headers, timeout=60).json()
+    chat = chat_openai.chat.completions.create(
+        model=CHAT_MODEL_NAME, messages=CHAT_MESSAGES, tools=TOOLS, tool_choice="none", max_tokens=1,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert counted["count"] == chat.usage.prompt_tokens == len(counted["token_strs"])
+    plain = httpx.post(f"{chat_server.url}/tokenize", json={"messages": CHAT_MESSAGES}, headers=headers, timeout=60).json()
+    assert counted["count"] > plain["count"] and "token_strs" not in plain
+    refused = httpx.post(f"{chat_server.url}/tokenize", json={"prompt": "x", "tools": TOOLS}, headers=headers, timeout=60)
+    assert refused.status_code == 400
