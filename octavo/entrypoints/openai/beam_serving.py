@@ -28,7 +28,7 @@ BEAM_FIELDS = frozenset({
     "model", "prompt", "messages", "n", "max_tokens", "max_completion_tokens", "use_beam_search", "length_penalty",
     "ignore_eos", "temperature", "stream", "user", "cache_salt", "priority", "return_token_ids", "echo",
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "tools", "tool_choice",
-    "skip_special_tokens", "logprobs", "documents", "add_special_tokens", "include_reasoning",
+    "skip_special_tokens", "logprobs", "documents", "add_special_tokens", "include_reasoning", "reasoning_effort",
 })
 
 

@@ -23,7 +23,7 @@ from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
-from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features
+from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features, reasoning_effort_kwargs
 from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
 from octavo.entrypoints.openai.chat_template import ChatOptions, content_text
 from octavo.entrypoints.openai.conversation import openai_conversation
@@ -63,6 +63,7 @@ async def create_chat_completion(request: Request):
     model = resolve_model(ctx, body.model)
     _reject_unsupported(body)
     features = openai_chat_features(ctx.config, body)
+    features.template_kwargs.update(reasoning_effort_kwargs(ctx.tokenizer, body.reasoning_effort, "reasoning_effort"))
     features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
     if body.use_beam_search:
         return await _beam_search_chat(request, ctx, model, body, features)

@@ -85,6 +85,22 @@ def openai_chat_features(config: ServerConfig, body: Any) -> ChatFeatures:
     return features_for(config, use, constraint, param, template_kwargs(body.chat_template_kwargs))
 
 
+def reasoning_effort_kwargs(tokenizer: Any, effort: str | None, param: str) -> dict[str, Any]:
+    """vLLM hands ``reasoning_effort`` to the chat template; here only where the template reads
+    it (gpt-oss-style templates), so that it never goes silently unused: otherwise a 400."""
+    if effort is None:
+        return {}
+    template = getattr(tokenizer, "chat_template", None)
+    texts = list(template.values()) if isinstance(template, dict) else [template or ""]
+    if not any("reasoning_effort" in text for text in texts):
+        raise InvalidArgumentError(
+            f"{param} is not supported by this model: its chat template does not read reasoning_effort "
+            "(use chat_template_kwargs where the template has its own switch, e.g. enable_thinking)",
+            param=param,
+        )
+    return {"reasoning_effort": effort}
+
+
 def check_parser_names(tool_call_parser: str | None, reasoning_parser: str | None) -> None:
     """At startup: the parsers named on the command line exist."""
     if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:

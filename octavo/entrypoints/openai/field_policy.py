@@ -32,7 +32,6 @@ REFUSED_FIELDS = {
     "web_search_options": "web search is not supported",
     "functions": "the legacy 'functions' field is not supported; send 'tools'",
     "function_call": "the legacy 'function_call' field is not supported; send 'tool_choice'",
-    "reasoning_effort": "reasoning_effort is not supported; use chat_template_kwargs where the template has such a switch",
     "verbosity": "verbosity is not supported",
     "guided_decoding_backend": "the structured-output backend is always xgrammar",
 }

@@ -171,6 +171,8 @@ class ChatCompletionRequest(SamplingFields):
     add_special_tokens: bool | None = False
     echo: bool | None = False
     include_reasoning: bool | None = True
+    # OpenAI's; reaches the chat template as reasoning_effort where the template reads it.
+    reasoning_effort: str | None = None
     add_generation_prompt: bool | None = True
     # vLLM's: the last (assistant) message is continued, not closed.
     continue_final_message: bool | None = False

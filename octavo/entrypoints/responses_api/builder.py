@@ -109,7 +109,8 @@ class ResponseBuilder:
             "output": self.items.items if self.completed_at is not None else [],
             "parallel_tool_calls": body.parallel_tool_calls is not False,
             "previous_response_id": body.previous_response_id,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": body.reasoning.effort, "summary": body.reasoning.summary} if body.reasoning
+            else {"effort": None, "summary": None},
             "store": self.store,
             "temperature": self.params.temperature,
             "text": {"format": text_format or {"type": "text"}},

@@ -15,7 +15,10 @@ from octavo.entrypoints.responses_api.protocol import ResponsesRequest
 from octavo.entrypoints.responses_api.store import ResponseStore
 from octavo.errors import InvalidArgumentError
 
-INCLUDABLE = frozenset({"message.output_text.logprobs"})
+# reasoning.encrypted_content: reasoning items carry their text in content (no encrypted copy), which is
+# what a stateless client sends back; nothing generated depends on it.
+INCLUDABLE = frozenset({"message.output_text.logprobs", "reasoning.encrypted_content"})
+SUMMARIES = frozenset({"auto", "concise", "detailed"})
 UNDECLARED_REASONS = {
     "conversation": "the Conversations API is not supported: send previous_response_id, or the whole input",
     "prompt": "stored prompt templates are not supported: send instructions and input",
@@ -58,17 +61,16 @@ def reject_unsupported(body: ResponsesRequest, max_logprobs: int) -> None:
 
 
 def _reject_reasoning_options(body: ResponsesRequest) -> None:
+    """``reasoning.effort`` is checked against the chat template by the route; a summary is
+    accepted (no summarizer: reasoning items carry the whole reasoning as content, and
+    an empty summary, as OpenAI's models without one answer)."""
     reasoning = body.reasoning
-    if reasoning is not None and reasoning.effort is not None:
-        raise InvalidArgumentError(
-            "reasoning.effort is not supported: a --reasoning-parser server returns the reasoning the model writes",
-            param="reasoning.effort",
-        )
-    if reasoning is not None and (reasoning.summary or reasoning.generate_summary) is not None:
-        raise InvalidArgumentError(
-            "reasoning summaries are not supported: the reasoning comes whole, as the reasoning item's content",
-            param="reasoning.summary",
-        )
+    for name in ("summary", "generate_summary"):
+        value = getattr(reasoning, name, None) if reasoning is not None else None
+        if value is not None and value not in SUMMARIES:
+            raise InvalidArgumentError(
+                f"reasoning.{name} must be one of {', '.join(sorted(SUMMARIES))}, got {value!r}", param=f"reasoning.{name}"
+            )
     if body.text is not None and body.text.verbosity is not None:
         raise InvalidArgumentError("text.verbosity is not supported", param="text.verbosity")
 

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
-from octavo.entrypoints.openai.chat_features import ChatFeatures
+from octavo.entrypoints.openai.chat_features import ChatFeatures, reasoning_effort_kwargs
 from octavo.entrypoints.openai.chat_template import ChatOptions
 from octavo.entrypoints.openai.errors import ApiError, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
@@ -71,6 +71,8 @@ async def create_response(request: Request):
     reject_unsupported(body, ctx.limits.max_logprobs)
     keep = wants_stored(body, store)
     features = responses_features(ctx.config, body)
+    effort = body.reasoning.effort if body.reasoning is not None else None
+    features.template_kwargs.update(reasoning_effort_kwargs(ctx.tokenizer, effort, "reasoning.effort"))
     features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
     wants_logprobs = body.top_logprobs is not None or "message.output_text.logprobs" in (body.include or [])
     params = make_sampling_params(

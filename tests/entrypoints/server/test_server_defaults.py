@@ -77,3 +77,33 @@ def test_vllm_flags(capsys):
 
     with pytest.raises(InvalidArgumentError):
         serve.server_config_from(parse(["--default-chat-template-kwargs", '{"tools": []}']))
+
+
+EFFORT_TEMPLATE = "{% if reasoning_effort is defined %}Reasoning: {{ reasoning_effort }}\n{% endif %}"
+
+
+@pytest.fixture(scope="module")
+def effort_client(chat_model_dir, tmp_path_factory):
+    from tests.checkpoints import TOOL_CHAT_TEMPLATE
+
+    path = tmp_path_factory.mktemp("template") / "effort.jinja"
+    path.write_text(EFFORT_TEMPLATE + TOOL_CHAT_TEMPLATE.strip())
+    llm = LLM(str(chat_model_dir), dtype="float32", max_model_len=256, num_kv_blocks=64, chat_template=str(path))
+    with TestClient(build_app(llm.engine, ServerConfig(served_model_names=["m"]))) as test_client:
+        yield test_client
+    llm.engine.shutdown()
+
+
+def test_reasoning_effort_reaches_a_template_that_reads_it(effort_client, client):
+    body = {"messages": MESSAGES, "max_tokens": 1}
+    plain = effort_client.post("/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+    high = effort_client.post("/v1/chat/completions", json={**body, "reasoning_effort": "high"}).json()
+    assert high["usage"]["prompt_tokens"] > plain
+    answer = effort_client.post("/v1/responses", json={
+        "input": MESSAGES, "max_output_tokens": 1, "reasoning": {"effort": "high", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"]}).json()
+    assert answer["usage"]["input_tokens"] == high["usage"]["prompt_tokens"]
+    assert answer["reasoning"] == {"effort": "high", "summary": "auto"}
+    # A template that does not read it: a 400 naming the field, never a silent no-op.
+    refused = client.post("/v1/chat/completions", json={**body, "reasoning_effort": "high"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
