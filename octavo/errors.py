@@ -87,6 +87,12 @@ class QuantizationError(OctavoError):
     """A quantization method is unknown or unsupported on this platform."""
 
 
+class PrefixCacheBusyError(OctavoError):
+    """The prefix cache cannot be reset while requests hold its blocks."""
+
+    http_status = 409
+
+
 class QueueFullError(OctavoError):
     """The server's queue is full; retry later."""
 

@@ -387,6 +387,10 @@ class LLMEngine(EnginePooling, RequestValidator):
             raise self._dead
         self.executor.check_health()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (vLLM's); False, and nothing forgotten, while a request holds blocks."""
+        return self.scheduler.kv.reset_prefix_cache()
+
     def get_stats(self) -> SchedulerStats:
         stats = self.scheduler.get_stats()
         stats.compilations = self.compilations

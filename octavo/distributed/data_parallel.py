@@ -216,6 +216,10 @@ class DataParallelEngine(RequestValidator):
         """The replicas' stats combined (see ``combine_replica_stats``)."""
         return combine_replica_stats(self.get_replica_report())
 
+    def reset_prefix_cache(self) -> bool:
+        """Every replica forgets its cached prefixes; False if one could not (a request holds blocks)."""
+        return all([self._ask(replica, "reset_prefix_cache") for replica in self._replicas])
+
     def get_replica_stats(self) -> list[SchedulerStats]:
         return [self._ask(replica, "stats") for replica in self._replicas]
 

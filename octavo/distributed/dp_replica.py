@@ -9,7 +9,7 @@ front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
 ``["add_pooling", ids, texts, token ids, segment ids, params]`` (many
 pooling inputs, ``dp_pooling``),
 ``["abort", ids]``, ``["finish", child ids]`` (stop strings the front
-found), ``["stats"]``, ``["health"]``, ``["shutdown"]``.
+found), ``["stats"]``, ``["reset_prefix_cache"]``, ``["health"]``, ``["shutdown"]``.
 
 replica -> front: ``["outputs", rows]`` after each step that produced any
 for that front: the engine's per-child progress (an ``EngineCore``: token
@@ -154,6 +154,8 @@ class ReplicaServer:
             self._finish(front, message[1], RequestStatus.FINISHED_STOPPED)
         elif kind == "stats":
             reply(encode(["stats", self.engine.get_stats()]))
+        elif kind == "reset_prefix_cache":
+            reply(encode(["reset_prefix_cache", self.engine.reset_prefix_cache()]))
         elif kind == "health":
             try:
                 self.engine.check_health()

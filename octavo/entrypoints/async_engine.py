@@ -55,6 +55,7 @@ from octavo.entrypoints.engine_commands import (
     RequestFailedError,
     RequestOptions,
     RequestStream,
+    ResetPrefixCacheCommand,
     ServerShuttingDownError,
     StatsCommand,
     deliver,
@@ -217,6 +218,12 @@ class AsyncEngine(EngineAdmission):
         except OctavoError:
             return self.last_snapshot
 
+    async def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, on the engine thread; False while requests hold blocks."""
+        future = asyncio.get_running_loop().create_future()
+        self._submit(ResetPrefixCacheCommand(future))
+        return await future
+
     def _release(self, stream: RequestStream) -> None:
         if stream.released:
             return
@@ -290,6 +297,14 @@ class AsyncEngine(EngineAdmission):
                 self.last_snapshot = take_snapshot(self.engine)
             finally:  # a replica that died while answering still leaves the scrape an answer
                 self._call_in_loop(resolve, command.result, self.last_snapshot, None)
+        elif isinstance(command, ResetPrefixCacheCommand):
+            try:
+                done = self.engine.reset_prefix_cache()
+            except BaseException as exc:  # a dead replica: the caller hears it, the loop dies as usual
+                error = exc if isinstance(exc, OctavoError) else EngineDeadError(f"{type(exc).__name__}: {exc}")
+                self._call_in_loop(resolve, command.result, None, error)
+                raise
+            self._call_in_loop(resolve, command.result, done, None)
 
     def _publish(self, outputs: list[RequestOutput]) -> None:
         if not outputs:
@@ -332,6 +347,8 @@ class AsyncEngine(EngineAdmission):
         for command in pending:
             if isinstance(command, StatsCommand):
                 resolve(command.result, self.last_snapshot, None)
+            elif isinstance(command, ResetPrefixCacheCommand):
+                resolve(command.result, None, self._error)
         # Admissions still waiting for an answer, including the one the engine died on.
         for added in list(self._adding):
             resolve(added, None, self._error)

@@ -90,6 +90,11 @@ class StatsCommand:
     result: asyncio.Future
 
 
+@dataclass
+class ResetPrefixCacheCommand:
+    result: asyncio.Future  # True once every cached prefix is forgotten
+
+
 STOP = object()
 
 

@@ -60,6 +60,10 @@ class LLM:
     def get_tokenizer(self):
         return self.engine.tokenizer
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's: forget every cached prefix (between benchmark runs, say); False while requests run."""
+        return self.engine.reset_prefix_cache()
+
     def generate(
         self,
         prompts: PromptType | Sequence[PromptType],

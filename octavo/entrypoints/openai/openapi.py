@@ -26,7 +26,8 @@ REF = "#/components/schemas/{model}"
 ERROR_STATUSES = {
     400: "invalid request: bad JSON, a field of the wrong type or out of range, a prompt that does not fit",
     401: "missing or wrong API key",
-    404: "unknown model",
+    404: "unknown model, or unknown stored response",
+    409: "the prefix cache is in use by running requests (POST /reset_prefix_cache)",
     413: "request body too large, or a request that can never fit in the KV cache",
     431: "request headers too large",
     500: "a bug (never bad input): the engine failed this request",

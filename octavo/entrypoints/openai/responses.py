@@ -187,5 +187,9 @@ class HealthResponse(ResponseModel):
     status: Literal["ok"]
 
 
+class ResetResponse(ResponseModel):
+    reset: Literal[True]
+
+
 class VersionResponse(ResponseModel):
     version: str

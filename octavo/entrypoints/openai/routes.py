@@ -19,12 +19,13 @@ from octavo.entrypoints.openai.responses import (
     HealthResponse,
     ModelCard,
     ModelList,
+    ResetResponse,
     TokenizeResponse,
     VersionResponse,
 )
 from octavo.entrypoints.openai.serving import ServingContext, encode_prompt, get_context, parse_body, resolve_model
 from octavo.entrypoints.openai.tools import ToolUse, parse_tools
-from octavo.errors import EngineDeadError, InvalidArgumentError, ModelNotFoundError
+from octavo.errors import EngineDeadError, InvalidArgumentError, ModelNotFoundError, PrefixCacheBusyError
 from octavo.version import __version__
 
 
@@ -69,6 +70,14 @@ async def metrics(request: Request):
     snapshot = await ctx.engine.get_snapshot()
     ctx.metrics.update_engine_stats(snapshot, ctx.engine.is_alive, ctx.engine.num_inflight_seqs)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def reset_prefix_cache(request: Request):
+    """vLLM's ``POST /reset_prefix_cache``: every replica forgets its cached prefixes (409 while requests
+    hold blocks: nothing is forgotten then)."""
+    if not await get_context(request).engine.reset_prefix_cache():
+        raise PrefixCacheBusyError("requests are running: the prefix cache was left as it is; retry when idle")
+    return JSONResponse({"reset": True})
 
 
 async def tokenize(request: Request):
@@ -124,4 +133,6 @@ def add_routes(app: FastAPI) -> None:
         responses={200: {"description": "Prometheus text format"}, 401: {"description": "missing or wrong API key"}},
     )
     add_json_route(app, "/tokenize", tokenize, body=TokenizeRequest, response=TokenizeResponse)
+    add_json_route(app, "/reset_prefix_cache", reset_prefix_cache, body=None, response=ResetResponse,
+                   statuses=[401, 409, 503])
     add_json_route(app, "/detokenize", detokenize, body=DetokenizeRequest, response=DetokenizeResponse)

@@ -126,3 +126,42 @@ def test_tokenize_counts_a_chat_with_its_tools_and_returns_token_strings(chat_se
     assert counted["count"] > plain["count"] and "token_strs" not in plain
     refused = httpx.post(f"{chat_server.url}/tokenize", json={"prompt": "x", "tools": TOOLS}, headers=headers, timeout=60)
     assert refused.status_code == 400
+
+
+def test_reset_prefix_cache_forgets_cached_prefixes(server, openai_client):
+    from tests.entrypoints.server.conftest import API_KEY
+
+    story = "The forgetful fox counts the stones along the river, one by one, every day. " * 6
+
+    def cached() -> int:
+        usage = openai_client.completions.create(model=MODEL_NAME, prompt=story, max_tokens=1).usage
+        return usage.prompt_tokens_details.cached_tokens
+
+    cached()
+    assert cached() > 0
+    reset = httpx.post(f"{server.url}/reset_prefix_cache", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
+    assert reset.status_code == 200 and reset.json() == {"reset": True}
+    assert cached() == 0
+
+
+def test_llm_reset_prefix_cache(reference_llm):
+    from octavo import SamplingParams
+
+    prompt = "The offline fox caches the same long story about rivers and stones, again. " * 6
+    params = SamplingParams(temperature=0.0, max_tokens=1)
+    reference_llm.generate([prompt], params)
+    assert reference_llm.generate([prompt], params)[0].num_cached_tokens > 0
+    assert reference_llm.reset_prefix_cache() is True
+    assert reference_llm.generate([prompt], params)[0].num_cached_tokens == 0
+    # While a request holds blocks nothing is forgotten (the server answers 409, prefix_cache_busy).
+    engine = reference_llm.engine
+    engine.add_request("holding", prompt, SamplingParams(max_tokens=50, ignore_eos=True))
+    engine.step()
+    assert engine.reset_prefix_cache() is False
+    engine.abort_request(["holding"])
+    assert engine.reset_prefix_cache() is True
+    from octavo.entrypoints.openai.errors import from_octavo
+    from octavo.errors import PrefixCacheBusyError
+
+    error = from_octavo(PrefixCacheBusyError("busy"))
+    assert (error.status, error.code) == (409, "prefix_cache_busy")
