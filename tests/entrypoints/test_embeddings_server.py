@@ -119,3 +119,15 @@ def test_the_pooling_routes_keep_their_openapi_contract(minilm_server):
 
             check()
     assert httpx.get(f"{minilm_server.url}/health", timeout=60).status_code == 200
+
+
+def test_sagemaker_invocations_pick_the_pooling_route(minilm_server):
+    query, documents = SENTENCES[4], SENTENCES[5:8]
+    for body, path in (({"input": SENTENCES[:2]}, "/v1/embeddings"), ({"query": query, "documents": documents}, "/v1/rerank"),
+                       ({"text_1": query, "text_2": documents}, "/v1/score")):
+        got, expected = post(minilm_server, "/invocations", body).json(), post(minilm_server, path, body).json()
+        for volatile in ("id", "created"):
+            got.pop(volatile, None), expected.pop(volatile, None)
+        assert got == expected, path
+    refused = post(minilm_server, "/invocations", {"messages": [{"role": "user", "content": "hi"}]})
+    assert refused.status_code == 400 and "input" in refused.json()["error"]["message"]

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     add_engine_args(parser, model_positional=True)
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--api-key", default=None, help=f"require this key on every route but /health, /version and the web UI's pages (also ${API_KEY_ENV})")
+    parser.add_argument("--api-key", default=None, help=f"require this key on every route but /health, /ping, /version and the web UI's pages (also ${API_KEY_ENV})")
     parser.add_argument("--served-model-name", nargs="+", default=None, help="name(s) clients use for the model (default: the model path)")
     parser.add_argument("--max-queued-requests", type=int, default=defaults.max_queued_requests, help="sequences allowed to wait beyond --max-num-seqs; past it, 503")
     parser.add_argument("--shutdown-timeout", type=float, default=defaults.shutdown_timeout, help="seconds to drain on SIGTERM before aborting")

@@ -25,7 +25,7 @@ from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
 from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
-from octavo.entrypoints.openai import chat, classify, completions, embeddings, routes, score
+from octavo.entrypoints.openai import chat, classify, completions, embeddings, routes, sagemaker, score
 from octavo.entrypoints.openai.auth import AuthMiddleware
 from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
 from octavo.entrypoints.openai.errors import install_exception_handlers
@@ -93,7 +93,7 @@ def build_app(
     app.state.octavo_responses = _response_store(config, api_server_index)
     app.state.octavo_background = BackgroundRuns()
     install_exception_handlers(app)
-    for module in (completions, chat, messages, responses_route, embeddings, score, classify, routes):
+    for module in (completions, chat, messages, responses_route, embeddings, score, classify, routes, sagemaker):
         module.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()

@@ -8,7 +8,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 # Routes that answer without an API key. Every other route, including any
 # added later, requires one (deny by default).
-PUBLIC_PATHS = frozenset({"/health", "/version"})
+PUBLIC_PATHS = frozenset({"/health", "/version", "/ping"})
 
 
 @dataclass

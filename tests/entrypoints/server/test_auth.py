@@ -53,7 +53,7 @@ def test_the_walk_covers_the_api(app_routes):
     expected = {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/models", "/health", "/metrics",
                 "/tokenize", "/detokenize", "/version"}
     assert expected <= paths
-    assert PUBLIC_PATHS == frozenset({"/health", "/version"})
+    assert PUBLIC_PATHS == frozenset({"/health", "/version", "/ping"})
 
 
 def test_every_route_needs_the_key(server, app_routes):
