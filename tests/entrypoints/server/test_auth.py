@@ -1,5 +1,5 @@
 """Deny by default: every route of the app answers 401 without the key, except the
-explicit allowlist (/health, /version, the web UI's pages and files); the key is checked for Bearer and, on
+explicit allowlist (/health, /ping, /version, the web UI's pages and files); the key is checked for Bearer and, on
 the Anthropic routes, x-api-key."""
 
 from __future__ import annotations
