@@ -47,11 +47,9 @@ class ConstraintFields(OpenAIModel):
     guided_grammar: str | None = None
 
 
-class SamplingFields(ConstraintFields):
-    """Sampling fields shared by completions and chat (OpenAI's and the usual extras)."""
+class SamplingKnobs(OpenAIModel):
+    """The sampling settings every generation route of the OpenAI API takes (vLLM's extras included)."""
 
-    model: str | None = None
-    n: Int64 | None = 1
     temperature: FiniteFloat | None = None
     top_p: FiniteFloat | None = None
     top_k: Int64 | None = None
@@ -61,6 +59,27 @@ class SamplingFields(ConstraintFields):
     repetition_penalty: FiniteFloat | None = None
     seed: Int64 | None = None
     stop: str | list[str] | None = None
+
+    def knob_options(self) -> dict:
+        return {name: getattr(self, name) for name in SamplingKnobs.model_fields}
+
+
+class EngineRequestFields(OpenAIModel):
+    """vLLM's request fields for the engine (RequestOptions): the prefix-cache salt and the
+    scheduling priority (lower first, needs --scheduling-policy priority)."""
+
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
+    priority: Int64 | None = None
+
+    def request_options(self) -> RequestOptions:
+        return RequestOptions(cache_salt=self.cache_salt, priority=self.priority or 0)
+
+
+class SamplingFields(ConstraintFields, SamplingKnobs, EngineRequestFields):
+    """Sampling fields shared by completions and chat (OpenAI's and the usual extras)."""
+
+    model: str | None = None
+    n: Int64 | None = 1
     stop_token_ids: list[TokenId] | None = None
     min_tokens: Int64 | None = None
     ignore_eos: bool | None = None
@@ -87,24 +106,12 @@ class SamplingFields(ConstraintFields):
     use_beam_search: bool | None = None
     length_penalty: FiniteFloat | None = None
     user: str | None = None
-    # vLLM's request fields for the engine (RequestOptions): the prefix-cache
-    # salt and the scheduling priority (lower first, needs --scheduling-policy priority).
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
-    priority: Int64 | None = None
     response_format: ResponseFormat | None = None
 
     def sampling_options(self) -> dict:
         return {
             "n": self.n,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": self.min_p,
-            "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.repetition_penalty,
-            "seed": self.seed,
-            "stop": self.stop,
+            **self.knob_options(),
             "stop_token_ids": self.stop_token_ids,
             "min_tokens": self.min_tokens,
             "ignore_eos": self.ignore_eos,
@@ -120,9 +127,6 @@ class SamplingFields(ConstraintFields):
         """vLLM's rule: prompt logprobs come in a whole answer, never in a stream."""
         if self.prompt_logprobs is not None and self.stream:
             raise InvalidArgumentError("prompt_logprobs is not available with stream=true", param="prompt_logprobs")
-
-    def request_options(self) -> RequestOptions:
-        return RequestOptions(cache_salt=self.cache_salt, priority=self.priority or 0)
 
     @property
     def include_usage(self) -> bool:

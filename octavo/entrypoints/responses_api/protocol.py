@@ -14,9 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from octavo.entrypoints.engine_commands import RequestOptions
-from octavo.entrypoints.openai.field_types import FiniteFloat, Int64
-from octavo.entrypoints.openai.protocol import MAX_CACHE_SALT_CHARS, ConstraintFields, OpenAIModel
+from octavo.entrypoints.openai.field_types import Int64
+from octavo.entrypoints.openai.protocol import ConstraintFields, EngineRequestFields, OpenAIModel, SamplingKnobs
 from octavo.entrypoints.openai.responses import ResponseModel, TokenLogprob
 
 
@@ -56,14 +55,14 @@ class InputItem(OpenAIModel):
     encrypted_content: str | None = None
 
 
-class ResponsesRequest(ConstraintFields):
+class ResponsesRequest(ConstraintFields, SamplingKnobs, EngineRequestFields):
+    """OpenAI's fields, and vLLM's sampling and engine extensions as on the chat route."""
+
     model: str | None = None
     input: str | list[InputItem]
     instructions: str | None = None
     # None: the rest of the context, as on the chat route.
     max_output_tokens: Int64 | None = None
-    temperature: FiniteFloat | None = None
-    top_p: FiniteFloat | None = None
     top_logprobs: Int64 | None = None
     include: list[str] | None = None
     tools: list[dict] | None = None
@@ -79,32 +78,6 @@ class ResponsesRequest(ConstraintFields):
     user: str | None = None
     truncation: str | None = None
     background: bool | None = None
-    # vLLM's sampling extensions, as on the chat route.
-    top_k: Int64 | None = None
-    min_p: FiniteFloat | None = None
-    presence_penalty: FiniteFloat | None = None
-    frequency_penalty: FiniteFloat | None = None
-    repetition_penalty: FiniteFloat | None = None
-    seed: Int64 | None = None
-    stop: str | list[str] | None = None
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
-    priority: Int64 | None = None
-
-    def sampling_options(self) -> dict:
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": self.min_p,
-            "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.repetition_penalty,
-            "seed": self.seed,
-            "stop": self.stop,
-        }
-
-    def request_options(self) -> RequestOptions:
-        return RequestOptions(cache_salt=self.cache_salt, priority=self.priority or 0)
 
 
 # ------------------------------------------------------------ responses

@@ -76,7 +76,7 @@ async def create_response(request: Request):
     features.keep_special_tokens_for(ctx.tokenizer, ctx.limits.eos_token_ids)
     wants_logprobs = body.top_logprobs is not None or "message.output_text.logprobs" in (body.include or [])
     params = make_sampling_params(
-        ctx, body.max_output_tokens, **body.sampling_options(),
+        ctx, body.max_output_tokens, **body.knob_options(),
         skip_special_tokens=features.skip_special_tokens,
         logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
         output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
