@@ -93,6 +93,13 @@ class ServerMetrics:
             )
         self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r, **engine_gauge)
         self.engine_restarts = Counter("octavo:engine_restarts", "Engines rebuilt after a failure (--restart-engine)", registry=r)
+        # The Responses API's store (one API process only: with several, nothing is stored).
+        self.responses_stored = Gauge("octavo:responses_stored", "Responses kept for previous_response_id", registry=r,
+                                      multiprocess_mode="livesum")
+        self.responses_stored_bytes = Gauge("octavo:responses_stored_bytes", "Their JSON size (bytes)", registry=r,
+                                            multiprocess_mode="livesum")
+        self.responses_background = Gauge("octavo:responses_background_running", "Background responses running",
+                                          registry=r, multiprocess_mode="livesum")
         self.api_server_requests = Counter(
             "octavo:api_server_requests", "Requests admitted, by API process (--api-server-count)", ["api_server"], registry=r
         )
@@ -227,6 +234,11 @@ class ServerMetrics:
         self.compilations.inc(max(0, compiled.total - self._last_compilations.total))
         self.compilations_after_warmup.inc(max(0, compiled.after_warmup - self._last_compilations.after_warmup))
         self._last_compilations = compiled
+
+    def update_response_store(self, num_stored: int, num_bytes: int, num_background: int) -> None:
+        self.responses_stored.set(num_stored)
+        self.responses_stored_bytes.set(num_bytes)
+        self.responses_background.set(num_background)
 
     def render(self) -> bytes:
         if not self.multiprocess:

@@ -69,6 +69,8 @@ async def metrics(request: Request):
     ctx = get_context(request)
     snapshot = await ctx.engine.get_snapshot()
     ctx.metrics.update_engine_stats(snapshot, ctx.engine.is_alive, ctx.engine.num_inflight_seqs)
+    store, background = request.app.state.octavo_responses, request.app.state.octavo_background
+    ctx.metrics.update_response_store(len(store.entries), store.num_bytes, len(background.tasks))
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE)
 
 

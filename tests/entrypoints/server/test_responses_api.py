@@ -107,6 +107,15 @@ def test_previous_response_id_continues_and_the_store_keeps_it(openai_client, re
     assert caught.value.body["param"] == "previous_response_id"
 
 
+def test_the_store_shows_in_the_metrics(server, openai_client, auth_headers):
+    from tests.entrypoints.server.conftest import read_metrics
+
+    create(openai_client, input=QUESTION)
+    metrics = read_metrics(server, auth_headers)
+    assert metrics["octavo:responses_stored"] >= 1 and metrics["octavo:responses_stored_bytes"] > 1000
+    assert metrics["octavo:responses_background_running"] >= 0
+
+
 def test_store_false_is_not_kept(openai_client):
     response = create(openai_client, input=QUESTION, store=False)
     assert response.store is False
