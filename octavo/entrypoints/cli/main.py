@@ -1,4 +1,4 @@
-"""The ``octavo`` command: generate, env, serve, bench, plugins, and the chat / complete clients."""
+"""The ``octavo`` command: generate, env, serve, bench, plugins, run-batch, and the chat / complete clients."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
 
     generate.add_parser(sub)
     env.add_parser(sub)
-    for optional in ("serve", "bench", "plugins", "client"):
+    for optional in ("serve", "bench", "plugins", "client", "run_batch"):
         try:
             module = __import__(f"octavo.entrypoints.cli.{optional}", fromlist=["add_parser"])
         except ImportError:
