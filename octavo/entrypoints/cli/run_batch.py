@@ -41,6 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from octavo.errors import OctavoError
+
+    try:
+        import fastapi  # noqa: F401
+        import httpx  # noqa: F401
+    except ImportError as exc:
+        raise OctavoError(f"octavo run-batch needs the serve extra ({exc.name} is missing): pip install 'octavo[serve]'")
     from octavo.default_model import DEFAULT_MODEL_NAME
     from octavo.entrypoints.cli.serve import start_engine
     from octavo.entrypoints.openai.app import build_app
