@@ -57,6 +57,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1, mistral, granite")
     parser.add_argument("--default-chat-template-kwargs", type=json_object, default=None, help="chat template variables for every request, as JSON (e.g. '{\"enable_thinking\": false}'); a request's chat_template_kwargs win")
     parser.add_argument("--enable-force-include-usage", action="store_true", help="end every stream with a usage chunk, asked for or not")
+    parser.add_argument("--enable-log-requests", action="store_true", help="log each request's prompt and parameters (prompts are your users' data)")
+    parser.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: the characters and token ids of a prompt logged")
     parser.add_argument("--enable-prompt-tokens-details", action="store_true", help="accepted for vLLM's command lines: usage.prompt_tokens_details is always sent")
     parser.add_argument("--max-stored-responses", type=int, default=defaults.max_stored_responses, help="Responses API answers kept in memory for previous_response_id and GET /v1/responses/{id} (0: none)")
     parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
@@ -126,6 +128,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_stored_responses=args.max_stored_responses,
         default_chat_template_kwargs=template_kwargs(args.default_chat_template_kwargs, "default_chat_template_kwargs"),
         enable_force_include_usage=args.enable_force_include_usage,
+        enable_log_requests=args.enable_log_requests,
+        max_log_len=args.max_log_len,
         max_stored_response_bytes=args.max_stored_response_bytes,
     )
 

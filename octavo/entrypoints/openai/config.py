@@ -53,6 +53,9 @@ class ServerConfig:
     default_chat_template_kwargs: dict = field(default_factory=dict)
     # A usage chunk at the end of every stream, asked for or not.
     enable_force_include_usage: bool = False
+    # Log each request's prompt and parameters (off: prompts are the users' data), cut at max_log_len.
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
     # Responses API answers kept for previous_response_id (responses_api/store.py).
     max_stored_responses: int = 1024
     max_stored_response_bytes: int = 256 << 20

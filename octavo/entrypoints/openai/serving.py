@@ -16,6 +16,7 @@ body-size limit.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -48,6 +49,7 @@ from octavo.errors import (
 )
 from octavo.models.generation_defaults import engine_sampling_defaults, with_sampling_defaults
 
+logger = logging.getLogger(__name__)
 ModelT = TypeVar("ModelT", bound=BaseModel)
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -187,6 +189,8 @@ async def admit_all(
     options: RequestOptions = RequestOptions(),
 ) -> list[RequestStream]:
     """Admit every prompt or none: on any failure the ones already admitted are aborted."""
+    if ctx.config.enable_log_requests:
+        log_requests(request_id, prompts, params, ctx.config.max_log_len)
     streams: list[RequestStream] = []
     try:
         for index, prompt in enumerate(prompts):
@@ -199,6 +203,16 @@ async def admit_all(
             ctx.metrics.requests_rejected.labels(reason="queue_full").inc()
         raise
     return streams
+
+
+def log_requests(request_id: str, prompts: list[PromptInput], params: SamplingParams, max_log_len: int | None) -> None:
+    """vLLM's --enable-log-requests: each prompt (text and ids, cut at ``max_log_len``) and its parameters."""
+    for index, prompt in enumerate(prompts):
+        text, ids = prompt.text, list(prompt.token_ids)
+        if max_log_len is not None:
+            text, ids = (text[:max_log_len] if text is not None else None), ids[:max_log_len]
+        engine_id = request_id if len(prompts) == 1 else f"{request_id}-{index}"
+        logger.info("received request %s: prompt: %r, params: %s, prompt_token_ids: %s", engine_id, text, params, ids)
 
 
 async def merge_outputs(

@@ -107,3 +107,19 @@ def test_reasoning_effort_reaches_a_template_that_reads_it(effort_client, client
     # A template that does not read it: a 400 naming the field, never a silent no-op.
     refused = client.post("/v1/chat/completions", json={**body, "reasoning_effort": "high"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
+
+
+def test_log_requests_logs_prompts_cut_at_max_log_len(chat_model_dir, caplog):
+    import logging
+
+    llm = LLM(str(chat_model_dir), dtype="float32", max_model_len=256, num_kv_blocks=64)
+    config = ServerConfig(served_model_names=["m"], enable_log_requests=True, max_log_len=5)
+    try:
+        with TestClient(build_app(llm.engine, config)) as test_client, caplog.at_level(logging.INFO):
+            assert test_client.post("/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 1}).status_code == 200
+    finally:
+        llm.engine.shutdown()
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("received request")]
+    message = record.getMessage()
+    assert "prompt: 'Once '" in message and "max_tokens=1" in message
+    assert message.endswith("]") and len(message.rsplit("[", 1)[1].split(",")) == 5  # five token ids
