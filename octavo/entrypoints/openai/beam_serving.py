@@ -6,8 +6,9 @@ Each search step is a batch of one-token requests to the async engine (their
 shared prefixes come from the prefix cache), so the engine's request counters
 count steps, not searches. A beam search is not streamed, and fields that
 would change a beam's score or tokens (sampling settings, penalties, stop
-strings, constraints, logprobs) cannot be combined with it: each is a 400
-naming the field, as is a ``temperature`` other than 0.
+strings, constraints) cannot be combined with it: each is a 400
+naming the field, as is a ``temperature`` other than 0. Logprobs come from
+the search's steps: up to ``2 * n`` alternatives a token.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ BEAM_FIELDS = frozenset({
     "model", "prompt", "messages", "n", "max_tokens", "max_completion_tokens", "use_beam_search", "length_penalty",
     "ignore_eos", "temperature", "stream", "user", "cache_salt", "priority", "return_token_ids", "echo",
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "tools", "tool_choice",
-    "skip_special_tokens", "logprobs", "documents", "add_special_tokens", "include_reasoning", "reasoning_effort",
+    "skip_special_tokens", "logprobs", "top_logprobs", "documents", "add_special_tokens", "include_reasoning", "reasoning_effort",
 })
 
 
@@ -37,9 +38,10 @@ def beam_search_params(body: Any, max_tokens: int | None, max_logprobs: int) -> 
     for name in sorted(body.model_fields_set - BEAM_FIELDS):
         if getattr(body, name) is not None:
             raise InvalidArgumentError(f"{name} cannot be combined with use_beam_search", param=name)
-    for name in ("stream", "echo", "logprobs"):  # false / None only
+    for name in ("stream", "echo"):  # false / None only
         if getattr(body, name, None) not in (None, False):
             raise InvalidArgumentError(f"{name} cannot be combined with use_beam_search", param=name)
+    _check_beam_logprobs(body)
     if max_tokens is None:
         raise InvalidArgumentError("use_beam_search needs max_tokens (the number of search steps)", param="max_tokens")
     params = BeamSearchParams(
@@ -52,6 +54,20 @@ def beam_search_params(body: Any, max_tokens: int | None, max_logprobs: int) -> 
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(exc.message.replace("beam_width", "n (the beam width)"), param="n") from None
     return params
+
+
+def _check_beam_logprobs(body: Any) -> None:
+    """Logprobs come from the search's own steps, which rank 2 * n alternatives a token."""
+    width = body.n or 1
+    asked = body.top_logprobs if hasattr(body, "top_logprobs") and body.logprobs else body.logprobs
+    if isinstance(asked, bool) or asked is None:
+        return
+    param = "top_logprobs" if hasattr(body, "top_logprobs") else "logprobs"
+    if not 0 <= asked <= 2 * width:
+        raise InvalidArgumentError(
+            f"with use_beam_search, {param} is at most 2 * n ({2 * width}): a step ranks that many, got {asked}",
+            param=param,
+        )
 
 
 def length_check_params(params: BeamSearchParams) -> SamplingParams:

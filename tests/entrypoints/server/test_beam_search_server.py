@@ -30,6 +30,19 @@ def test_completions_choices_are_the_beams(openai_client, reference_llm):
     assert response.usage.completion_tokens == sum(len(b.output_token_ids) for o in expected for b in o.sequences)
 
 
+def test_beam_logprobs_are_the_steps(openai_client, reference_llm):
+    response = openai_client.completions.create(
+        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4, n=2, logprobs=3, extra_body=BEAM
+    )
+    (expected,) = expected_beams(reference_llm, PROMPTS[:1], 2, 4)
+    for choice, beam in zip(response.choices, expected.sequences):
+        assert sum(choice.logprobs.token_logprobs) == pytest.approx(beam.cum_logprob, abs=1e-4)
+        assert all(len(top) >= 3 for top in choice.logprobs.top_logprobs)
+    chat = openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=3, n=2, logprobs=True,
+                                                 top_logprobs=4, extra_body=BEAM)
+    assert all(len(entry.top_logprobs) == 4 for choice in chat.choices for entry in choice.logprobs.content)
+
+
 def test_chat_choices_are_the_beams(openai_client, reference_llm):
     response = openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4, n=2,
                                                      extra_body=BEAM)
@@ -39,7 +52,7 @@ def test_chat_choices_are_the_beams(openai_client, reference_llm):
 
 
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"stream": True}, "stream"), ({"top_p": 0.5}, "top_p"), ({"logprobs": 2}, "logprobs"),
+    ({"stream": True}, "stream"), ({"top_p": 0.5}, "top_p"), ({"logprobs": 5}, "logprobs"),
     ({"temperature": 0.5}, "temperature"), ({"n": 11}, "n"), ({"stop": ["x"]}, "stop"),
     ({"structured_outputs": {"regex": "a+"}}, "structured_outputs"), ({"max_tokens": 5000}, "max_tokens"),
 ])
