@@ -59,6 +59,7 @@ class SamplingKnobs(OpenAIModel):
     repetition_penalty: FiniteFloat | None = None
     seed: Int64 | None = None
     stop: str | list[str] | None = None
+    ignore_eos: bool | None = None
 
     def knob_options(self) -> dict:
         return {name: getattr(self, name) for name in SamplingKnobs.model_fields}
@@ -82,7 +83,6 @@ class SamplingFields(ConstraintFields, SamplingKnobs, EngineRequestFields):
     n: Int64 | None = 1
     stop_token_ids: list[TokenId] | None = None
     min_tokens: Int64 | None = None
-    ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     stream: bool | None = False
@@ -114,7 +114,6 @@ class SamplingFields(ConstraintFields, SamplingKnobs, EngineRequestFields):
             **self.knob_options(),
             "stop_token_ids": self.stop_token_ids,
             "min_tokens": self.min_tokens,
-            "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output,
             "logit_bias": token_biases(self.logit_bias),

@@ -1,5 +1,6 @@
-"""Many clients at once: 200 concurrent streaming requests (completions and chat, through the
-async OpenAI client) all finish with exactly the tokens they asked for, while /health stays 200."""
+"""Many clients at once: 200 concurrent streaming requests (completions, chat and responses,
+through the async OpenAI client) all finish with exactly the tokens they asked for, while
+/health stays 200."""
 
 from __future__ import annotations
 
@@ -39,10 +40,26 @@ async def one_chat(client, index: int) -> tuple[int, int, str]:
     return max_tokens, usage.completion_tokens, "chat"
 
 
+async def one_response(client, index: int) -> tuple[int, int, str]:
+    max_tokens = 1 + index % 4
+    stream = await client.responses.create(
+        model=MODEL_NAME, input=f"hi {index}", max_output_tokens=max_tokens, stream=True, store=False,
+        extra_body={"ignore_eos": True},
+    )
+    types, final = [], None
+    async for event in stream:
+        types.append(event.type)
+        final = getattr(event, "response", None) or final
+    assert types[0] == "response.created" and final.status == "incomplete"
+    return max_tokens, final.usage.output_tokens, "response"
+
+
 def test_200_concurrent_streams(server, auth_headers):
+    kinds = (one_completion, one_chat, one_response)
+
     async def run_jobs():
         async with async_openai(server) as client:
-            jobs = [(one_chat if i % 2 else one_completion)(client, i) for i in range(NUM_REQUESTS)]
+            jobs = [kinds[i % 3](client, i) for i in range(NUM_REQUESTS)]
             return await asyncio.gather(*jobs)
 
     results, health_codes = run_while_polling_health(server.url, run_jobs)
