@@ -61,3 +61,20 @@ def test_what_cannot_be_combined_is_a_400(server, fields, param):
     response = httpx.post(f"{server.url}/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"},
                           timeout=60)
     assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+def test_a_client_that_leaves_stops_the_search(server, auth_headers):
+    from tests.entrypoints.server.conftest import read_metrics, wait_for
+
+    body = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 1500, "n": 4, "ignore_eos": True, **BEAM}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server.url}/v1/completions", json=body, headers=auth_headers, timeout=1.0)
+    wait_for(lambda: read_metrics(server, auth_headers)["octavo:num_inflight_sequences"] == 0)
+    metrics = read_metrics(server, auth_headers)
+    assert metrics["octavo:kv_cache_free_blocks"] == metrics["octavo:kv_cache_total_blocks"]
+    # No step comes after: between two steps nothing is in flight either, so look again a moment later.
+    import time
+
+    time.sleep(0.5)
+    later = read_metrics(server, auth_headers)
+    assert later["octavo:prompt_tokens_total"] == metrics["octavo:prompt_tokens_total"]
