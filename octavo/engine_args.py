@@ -29,7 +29,7 @@ from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
-from octavo.models.generation_defaults import describe, override_sampling_defaults, sampling_defaults
+from octavo.models.generation_defaults import describe, sampling_defaults
 from octavo.models.hub import HubOptions, resolve_model, resolve_tokenizer
 from octavo.ops.resolution import check_layer_op_overrides
 from octavo.plugins.selection import select_platform
@@ -227,8 +227,8 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
         arch, generation_config = gguf_arch_config(model_path), {}
     else:
         arch, generation_config = load_arch_config(model_path), load_generation_config(model_path)
-    defaults = sampling_defaults(args.generation_config, model_path if load_format != "gguf" else None)
-    defaults.update(override_sampling_defaults(args.override_generation_config))
+    config_dir = model_path if load_format != "gguf" else None
+    defaults = sampling_defaults(args.generation_config, config_dir, args.override_generation_config)
     selection = select_platform(args.platform)
     platform = selection.platform
     logger.info("platform %s: %s", platform.name, selection.reason)

@@ -28,8 +28,13 @@ SAMPLING_KEYS: dict[str, type] = {
 GENERATION_CONFIG = "generation_config.json"
 
 
-def sampling_defaults(mode: str, model_dir: Path | None) -> dict[str, Any]:
-    """The sampling defaults ``mode`` asks for (``model_dir``: the checkpoint, None for a GGUF file)."""
+def sampling_defaults(mode: str, model_dir: Path | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sampling defaults ``mode`` asks for (``model_dir``: the checkpoint, None for a GGUF file),
+    with ``overrides`` (``--override-generation-config``) over them."""
+    return {**config_sampling_defaults(mode, model_dir), **override_sampling_defaults(overrides)}
+
+
+def config_sampling_defaults(mode: str, model_dir: Path | None) -> dict[str, Any]:
     if mode == "vllm":
         return {}
     if mode == "auto":

@@ -30,6 +30,20 @@ class RefuseRemoteCode(argparse.Action):
         )
 
 
+def add_vllm_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """vLLM's engine flags whose meaning Octavo has too (and --trust-remote-code, refused with the reason)."""
+    parser.add_argument(
+        "--override-generation-config", type=json_object, default=None,
+        help='sampling defaults over the generation config\'s, as JSON (e.g. \'{"temperature": 0.6}\')',
+    )
+    parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--trust-remote-code", action=RefuseRemoteCode, nargs=0,
+        help="refused: Octavo never runs a checkpoint's code (its models are its own)",
+    )
+
+
 def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
     model_help = (
         "a Hub id (org/name, or org/name:Q4_K_M for one GGUF file of the repo), a checkpoint directory or a "
@@ -47,21 +61,12 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--generation-config", default="auto",
         help="sampling defaults: auto (the model's generation_config.json), vllm (none), or a directory",
     )
-    parser.add_argument(
-        "--override-generation-config", type=json_object, default=None,
-        help='sampling defaults over the generation config\'s, as JSON (e.g. \'{"temperature": 0.6}\')',
-    )
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
-    parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument(
-        "--trust-remote-code", action=RefuseRemoteCode, nargs=0,
-        help="refused: Octavo never runs a checkpoint's code (its models are its own)",
-    )
+    add_vllm_engine_flags(parser)
     parser.add_argument(
         "--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
         help="fcfs, or priority: requests' priority field orders the queue (lower first) and preempts",
