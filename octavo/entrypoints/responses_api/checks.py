@@ -1,8 +1,7 @@
 """What a Responses request may not ask of this server, refused (400) before
 anything runs: each with the field it came from and why.
 
-Nothing that would change the answer is ignored: streamed background runs, automatic
-truncation, reasoning effort and summaries, verbosity, ``include`` values
+Nothing that would change the answer is ignored: automatic truncation, reasoning effort and summaries, verbosity, ``include`` values
 other than the output's logprobs, and the Conversations API's
 ``conversation`` are refused; fields that change nothing generated (routing
 hints, cache keys) pass (``field_policy``).
@@ -34,11 +33,6 @@ def reject_unsupported(body: ResponsesRequest, max_logprobs: int) -> None:
     check_undeclared_fields(body, "responses")
     if isinstance(body.input, list) and not body.input:
         raise InvalidArgumentError("input is empty", param="input")
-    if body.background and body.stream:
-        raise InvalidArgumentError(
-            "a background response is not streamed: poll GET /v1/responses/{id}, or send stream without background",
-            param="background",
-        )
     if body.truncation not in (None, "disabled"):
         raise InvalidArgumentError(
             f"truncation {body.truncation!r} is not supported: the conversation must fit the context",

@@ -79,7 +79,8 @@ async def create_response(request: Request):
         ctx, body.max_output_tokens, **body.knob_options(),
         skip_special_tokens=features.skip_special_tokens,
         logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
-        output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+        # A background run keeps its events for streams that follow it.
+        output_kind=RequestOutputKind.DELTA if body.stream or body.background else RequestOutputKind.FINAL_ONLY,
         structured_outputs=features.constraint,
     )
     check_admissible(ctx, params)
@@ -95,7 +96,10 @@ async def create_response(request: Request):
     streams = await admit_all(ctx, response_id, [prompt], params, body.request_options())
     builder = ResponseBuilder(ctx, response_id, model, body, params, len(prompt.token_ids), features, keep)
     if body.background:
-        return JSONResponse(request.app.state.octavo_background.start(ctx, store, streams[0], builder, items))
+        run = request.app.state.octavo_background.start(ctx, store, streams[0], builder, items)
+        if body.stream:  # the run goes on if this client leaves
+            return SSEResponse(run.follow(), on_close=lambda: None)
+        return JSONResponse(builder.response())
     if body.stream:
         events = _stream(ctx, streams[0], builder, store, items)
         return SSEResponse(events, on_close=lambda: ctx.engine.close(streams[0]))
@@ -159,8 +163,13 @@ def _failure(builder: ResponseBuilder, error: ApiError) -> list[dict]:
 # ---------------------------------------------------------------- stored
 
 
-async def retrieve_response(request: Request, response_id: str):
-    return JSONResponse(get_store(request).get(response_id).response)
+async def retrieve_response(request: Request, response_id: str, stream: bool = False, starting_after: int = -1):
+    """The stored response; with ``stream``, a running background response's events after ``starting_after``."""
+    store = get_store(request)
+    if stream:
+        run = request.app.state.octavo_background.following(store, response_id)
+        return SSEResponse(run.follow(starting_after), on_close=lambda: None)
+    return JSONResponse(store.get(response_id).response)
 
 
 async def cancel_response(request: Request, response_id: str):
@@ -195,7 +204,7 @@ async def list_input_items(
 def add_routes(app: FastAPI) -> None:
     add_json_route(app, "/v1/responses", create_response, body=ResponsesRequest, response=ResponseObject, streams=True)
     add_json_route(app, "/v1/responses/{response_id}", retrieve_response, methods=["GET"], body=None,
-                   response=ResponseObject, statuses=[401, 404])
+                   response=ResponseObject, statuses=[400, 401, 404], streams=True)
     add_json_route(app, "/v1/responses/{response_id}", delete_response, methods=["DELETE"], body=None,
                    response=DeletedResponse, statuses=[401, 404])
     add_json_route(app, "/v1/responses/{response_id}/cancel", cancel_response, body=None, response=ResponseObject,

@@ -137,7 +137,6 @@ UNSUPPORTED = [
     ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "allowed_tools", "tools": []}, "tools": [{"type": "function", "name": "f"}]}, "tool_choice"),
     ({"include": ["file_search_call.results"]}, "include.0"),
-    ({"background": True, "stream": True}, "background"),
     ({"background": True, "store": False}, "background"),
     ({"truncation": "auto"}, "truncation"),
     ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
@@ -211,3 +210,35 @@ def test_background_response_cancelled(openai_client):
     assert openai_client.responses.retrieve(long.id).status == "cancelled"
     with pytest.raises(openai.BadRequestError):  # not a background response
         openai_client.responses.cancel(create(openai_client, input=QUESTION).id)
+
+
+def sse_events(lines) -> list[dict]:
+    import json
+
+    return [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ")]
+
+
+def test_a_streamed_background_response_is_resumed_after_a_disconnect(server, auth_headers, openai_client):
+    body = {"model": MODEL_NAME, "input": QUESTION, "max_output_tokens": 1500, "background": True, "stream": True,
+            "temperature": 0, "ignore_eos": True}
+    with httpx.Client(base_url=server.url, headers=auth_headers, timeout=120) as client:
+        with client.stream("POST", "/v1/responses", json=body) as response:
+            lines = response.iter_lines()
+            first = []
+            for line in lines:
+                first += sse_events([line])
+                if len(first) == 6:
+                    break  # the client leaves; the run goes on
+        response_id = first[0]["response"]["id"]
+        after = first[-1]["sequence_number"]
+        with client.stream("GET", f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": after}) as resumed:
+            rest = sse_events(resumed.iter_lines())
+    events = first + rest
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete" and final["status"] == "incomplete"
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == final["output"][0]["content"][0]["text"] == openai_client.responses.retrieve(response_id).output_text
+    assert openai_client.responses.retrieve(response_id).usage.output_tokens == 1500
+    with pytest.raises(openai.BadRequestError):  # finished: nothing left to follow
+        openai_client.responses.retrieve(response_id, stream=True)
