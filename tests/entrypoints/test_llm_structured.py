@@ -92,3 +92,37 @@ def test_decode_overlap_gives_the_same_constrained_tokens(chat_model_dir, make_l
     assert overlapped == plain
     assert overlap.num_reused > 10
     check_json(overlapped_llm.get_tokenizer().decode(overlapped[0], skip_special_tokens=True))
+
+
+def test_a_constraint_waits_for_the_think_block_to_end(llm):
+    """Markers stand for a reasoning model's think tags: a newline opens the block and a tab
+    closes it (neither can appear in compact JSON). Biased to write them, the model opens the
+    block while the mask allows the grammar's tokens and the start marker, reasons unmasked,
+    closes it, and only then does the grammar hold."""
+    tokenizer = llm.get_tokenizer()
+    start, end = ([tokenizer.convert_tokens_to_ids(byte)] for byte in ("<0x0A>", "<0x09>"))  # Llama 2's byte tokens
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["a"], "additionalProperties": False}
+    markers = {"reasoning_start_id": start[0], "reasoning_end_id": end[0]}
+    params = SamplingParams(temperature=0.0, max_tokens=40, logit_bias={start[0]: 40.0, end[0]: 50.0},
+                            structured_outputs=constrained(json=schema, **markers))
+    output = llm.generate([PROMPTS[0]], params)[0].outputs[0]
+    assert output.token_ids[:2] == [start[0], end[0]] and output.finish_reason == "stop"
+    assert json.loads(tokenizer.decode(output.token_ids[2:], skip_special_tokens=True)) in ({"a": n} for n in range(10))
+    # Without the markers the same bias cannot open a block: the grammar holds from the first token.
+    plain = SamplingParams(temperature=0.0, max_tokens=40, logit_bias={start[0]: 40.0, end[0]: 50.0},
+                           structured_outputs=constrained(json=schema))
+    assert json.loads(llm.generate([PROMPTS[0]], plain)[0].outputs[0].text) in ({"a": n} for n in range(10))
+
+
+def test_a_prompt_that_opened_the_block_starts_in_it():
+    from octavo.core.structured_output.manager import _first_phase
+
+    params = constrained(json_object=True, reasoning_start_id=7, reasoning_end_id=8)
+    assert _first_phase(params, [1, 7, 5]) == "reasoning"  # the template opened it
+    assert _first_phase(params, [1, 7, 5, 8]) == "undecided"  # closed (thinking off): the model may still open one
+    assert _first_phase(params, [1, 5]) == "undecided"
+    deepseek = constrained(json_object=True, reasoning_start_id=7, reasoning_end_id=8, starts_in_reasoning=True)
+    assert _first_phase(deepseek, [1, 5]) == "reasoning"
+    with pytest.raises(Exception):
+        constrained(json_object=True, reasoning_start_id=7)

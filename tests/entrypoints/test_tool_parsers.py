@@ -238,3 +238,30 @@ def test_schema_typed_parsers_get_the_requests_tools():
     parser = tool_reader_factory(use, "qwen3_coder")()
     delta = parser.feed("<tool_call>\n<function=f>\n<parameter=n>\n12\n</parameter>\n</function>\n</tool_call>")
     assert json.loads(delta.tool_calls[0].arguments) == {"n": "12"}
+
+
+def test_a_constraint_waits_for_reasoning_where_the_tags_are_single_tokens():
+    from octavo.core.structured_output.params import StructuredOutputsParams
+    from octavo.entrypoints.openai.chat_features import ChatFeatures
+    from octavo.entrypoints.openai.tools import ToolUse
+
+    class Tokenizer:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def encode(self, text, add_special_tokens=False):
+            return self.vocab[text]
+
+    single = Tokenizer({"<think>": [7], "</think>": [8]})
+    features = ChatFeatures(constraint=StructuredOutputsParams(json_object=True), reasoning_parser="deepseek_r1")
+    features.constrain_after_reasoning(single)
+    c = features.constraint
+    assert (c.reasoning_start_id, c.reasoning_end_id, c.starts_in_reasoning, c.json_object) == (7, 8, True, True)
+    split = Tokenizer({"<think>": [1, 2], "</think>": [3, 4]})  # not single tokens: the constraint holds from the start
+    features = ChatFeatures(constraint=StructuredOutputsParams(json_object=True), reasoning_parser="qwen3")
+    features.constrain_after_reasoning(split)
+    assert features.constraint.reasoning_start_id is None
+    named = ChatFeatures(tool_use=ToolUse(mode="named", name="f"), constraint=StructuredOutputsParams(json_object=True),
+                         reasoning_parser="qwen3")
+    named.constrain_after_reasoning(single)  # a grammar-enforced call has no room for reasoning
+    assert named.constraint.reasoning_start_id is None

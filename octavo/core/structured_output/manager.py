@@ -30,26 +30,68 @@ logger = logging.getLogger(__name__)
 
 
 class RequestGrammar:
-    """One request's way through its grammar."""
+    """One request's way through its grammar.
 
-    def __init__(self, job: CompileJob) -> None:
+    With a reasoning model's markers (``params.reasoning_start_id`` / ``_end_id``) the grammar
+    waits for the think block to end: ``phase`` is ``reasoning`` (no mask: the model reasons
+    freely) until the end marker, ``undecided`` while the output may still open a block (the
+    mask is the grammar's plus the start marker), then ``active``. The markers themselves never
+    reach the matcher."""
+
+    def __init__(self, job: CompileJob, params: StructuredOutputsParams | None = None,
+                 prompt_token_ids: list[int] | None = None) -> None:
         self.job = job
         self.matcher: Any = None
+        self.start_id = params.reasoning_start_id if params is not None else None
+        self.end_id = params.reasoning_end_id if params is not None else None
+        self.phase = "active" if self.start_id is None else _first_phase(params, prompt_token_ids or [])
 
     def start(self) -> None:
         import xgrammar as xgr
 
         self.matcher = xgr.GrammarMatcher(self.job.result())
 
+    @property
+    def constrains(self) -> bool:
+        """Whether the next token gets a mask."""
+        return self.phase != "reasoning"
+
     def accept(self, token_id: int) -> bool:
+        if self.phase == "active":
+            return self.matcher.accept_token(token_id)
+        if self.phase == "reasoning":
+            if token_id == self.end_id:
+                self.phase = "active"
+            return True
+        if token_id == self.start_id:  # undecided: the model opened a think block
+            self.phase = "reasoning"
+            return True
+        self.phase = "active"
         return self.matcher.accept_token(token_id)
 
     @property
     def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
+        return self.phase == "active" and self.matcher.is_terminated()
 
     def fill(self, bitmask: Any, row: int) -> None:
         self.matcher.fill_next_token_bitmask(bitmask, row)
+        if self.phase == "undecided":
+            word, bit = divmod(self.start_id, 32)
+            bitmask[row, word] |= bit_value(bit)
+
+
+def bit_value(bit: int) -> int:
+    """``1 << bit`` as an int32 word holds it (bit 31 is the sign)."""
+    return -(1 << 31) if bit == 31 else 1 << bit
+
+
+def _first_phase(params: StructuredOutputsParams, prompt_token_ids: list[int]) -> str:
+    """Inside a think block the prompt left open (or the template's implicit one), else undecided."""
+    last_start = max((i for i, t in enumerate(prompt_token_ids) if t == params.reasoning_start_id), default=-1)
+    last_end = max((i for i, t in enumerate(prompt_token_ids) if t == params.reasoning_end_id), default=-1)
+    if last_start > last_end or (params.starts_in_reasoning and last_start == last_end == -1):
+        return "reasoning"
+    return "undecided"
 
 
 class StructuredOutputManager:
@@ -61,7 +103,7 @@ class StructuredOutputManager:
     # ------------------------------------------------------------ requests
 
     def add(self, request: Request, params: StructuredOutputsParams) -> None:
-        request.grammar = RequestGrammar(self.compiler.submit(params))
+        request.grammar = RequestGrammar(self.compiler.submit(params), params, request.prompt_token_ids)
         self.awaiting.append(request)
 
     def take_ready(self) -> tuple[list[Request], list[tuple[Request, str]]]:
@@ -96,7 +138,8 @@ class StructuredOutputManager:
         sampling = []
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = requests[request_id]
-            if request.grammar is not None and request.num_computed_tokens + num_tokens == request.num_tokens:
+            grammar = request.grammar
+            if grammar is not None and grammar.constrains and request.num_computed_tokens + num_tokens == request.num_tokens:
                 sampling.append(request)
         if not sampling:
             return None

@@ -31,6 +31,12 @@ class StructuredOutputsParams:
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool = False
+    # A reasoning model's think block, as single token ids: the constraint holds only after the
+    # block ends, so that the model may reason first (vLLM's reasoning-aware structured outputs).
+    # ``starts_in_reasoning``: the output begins inside the block (the template opened it).
+    reasoning_start_id: int | None = None
+    reasoning_end_id: int | None = None
+    starts_in_reasoning: bool = False
 
     def __post_init__(self) -> None:
         set_kinds = [kind for kind in KINDS if self._value(kind) not in (None, False)]
@@ -40,6 +46,13 @@ class StructuredOutputsParams:
                 f"structured_outputs needs exactly one of {', '.join(KINDS)} (got {found})", param="structured_outputs"
             )
         self._check_types(set_kinds[0])
+        markers = (self.reasoning_start_id, self.reasoning_end_id)
+        if (markers[0] is None) != (markers[1] is None) or any(
+            m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0) for m in markers
+        ):
+            raise InvalidSamplingParamsError(
+                "reasoning_start_id and reasoning_end_id are two token ids, or neither", param="structured_outputs"
+            )
 
     def _value(self, kind: str):
         return getattr(self, kind)

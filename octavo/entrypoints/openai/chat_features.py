@@ -9,6 +9,7 @@ explicit output constraint (``response_format`` ...) cannot both hold: 400.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +54,27 @@ class ChatFeatures:
         return OutputShaper(reasoning, factory() if factory else None, self.tool_use.parallel, self.eos_texts)
 
     def keep_special_tokens_for(self, tokenizer: Any, eos_token_ids: frozenset[int]) -> None:
-        """Where a parser reads special tokens, the EOS token's text must not reach the content."""
+        """Where a parser reads special tokens, the EOS token's text must not reach the content;
+        and an output constraint waits for the model's reasoning to end (``constrain_after_reasoning``)."""
         if self.skip_special_tokens is False and tokenizer is not None:
             self.eos_texts = tuple(tokenizer.convert_ids_to_tokens(sorted(eos_token_ids)))
+        self.constrain_after_reasoning(tokenizer)
+
+    def constrain_after_reasoning(self, tokenizer: Any) -> None:
+        """With a reasoning parser, a constraint the request asked for (not a grammar-enforced tool
+        call, which leaves no room for reasoning) holds after the think block, where the parser's
+        tags are single tokens; otherwise from the first token, as before."""
+        if self.constraint is None or self.reasoning_parser is None or tokenizer is None:
+            return
+        if self.tool_use.mode in ("required", "named"):
+            return
+        parser = REASONING_PARSERS[self.reasoning_parser]
+        ids = [tokenizer.encode(tag, add_special_tokens=False) for tag in (parser.starts[0], parser.ends[0])]
+        if all(len(token_ids) == 1 for token_ids in ids):
+            self.constraint = dataclasses.replace(
+                self.constraint, reasoning_start_id=ids[0][0], reasoning_end_id=ids[1][0],
+                starts_in_reasoning=parser.starts_in_reasoning,
+            )
 
 
 def features_for(config: ServerConfig, tool_use: ToolUse, constraint, constraint_param, kwargs: dict) -> ChatFeatures:
