@@ -79,24 +79,22 @@ class BackgroundRuns:
         run.task.add_done_callback(lambda _: self.runs.pop(builder.response_id, None))
         return run
 
-    def following(self, store: ResponseStore, response_id: str) -> BackgroundRun:
-        """The running background response to stream again (``GET ...?stream=true``)."""
-        entry = store.get(response_id)
-        run = self.runs.get(response_id)
-        if run is None:
-            reason = "it is not a background response" if not entry.response.get("background") else "it has finished"
-            raise InvalidArgumentError(
-                f"response {response_id!r} cannot be streamed: {reason} (GET it without stream)", param="stream"
-            )
-        return run
-
-    async def cancel(self, store: ResponseStore, response_id: str) -> dict:
-        """Abort a running background response; its stored snapshot says ``cancelled``."""
+    def running(self, store: ResponseStore, response_id: str, action: str, param: str) -> BackgroundRun:
+        """The running background response ``response_id`` (404 if unknown, 400 if it is not running)."""
         entry = store.get(response_id)
         run = self.runs.get(response_id)
         if run is None or run.task is None:
             reason = "it is not a background response" if not entry.response.get("background") else "it has finished"
-            raise InvalidArgumentError(f"response {response_id!r} cannot be cancelled: {reason}", param="response_id")
+            raise InvalidArgumentError(f"response {response_id!r} cannot be {action}: {reason}", param=param)
+        return run
+
+    def following(self, store: ResponseStore, response_id: str) -> BackgroundRun:
+        """The running background response to stream again (``GET ...?stream=true``)."""
+        return self.running(store, response_id, "streamed (GET it without stream)", "stream")
+
+    async def cancel(self, store: ResponseStore, response_id: str) -> dict:
+        """Abort a running background response; its stored snapshot says ``cancelled``."""
+        run = self.running(store, response_id, "cancelled", "response_id")
         run.task.cancel()
         await asyncio.gather(run.task, return_exceptions=True)
         return store.get(response_id).response
