@@ -1,10 +1,12 @@
 """What a Responses request may not ask of this server, refused (400) before
 anything runs: each with the field it came from and why.
 
-Nothing that would change the answer is ignored: automatic truncation, reasoning effort and summaries, verbosity, ``include`` values
-other than the output's logprobs, and the Conversations API's
-``conversation`` are refused; fields that change nothing generated (routing
-hints, cache keys) pass (``field_policy``).
+Nothing that would change the answer is ignored: automatic truncation,
+verbosity, ``include`` values other than the two it honours, unknown summary
+modes, stored prompts and the Conversations API's ``conversation`` are
+refused (``reasoning.effort`` is checked against the chat template by the
+route); fields that change nothing generated (routing hints, cache keys)
+pass (``field_policy``).
 """
 
 from __future__ import annotations
