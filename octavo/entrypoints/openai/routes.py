@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from octavo.core.engine import check_token_ids
 from octavo.entrypoints.metrics import CONTENT_TYPE
 from octavo.entrypoints.openai.chat import chat_options, render_messages
-from octavo.entrypoints.openai.chat_features import ChatFeatures
+from octavo.entrypoints.openai.chat_features import features_for
 from octavo.entrypoints.openai.conversation import template_kwargs
 from octavo.entrypoints.openai.errors import ApiError, error_response, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
@@ -91,8 +91,9 @@ async def tokenize(request: Request):
         raise InvalidArgumentError("send exactly one of prompt and messages", param="prompt")
     # Any length is counted (that is what clients ask /tokenize for); the character limit still applies.
     if body.messages is not None:
-        kwargs = {**ctx.config.default_chat_template_kwargs, **template_kwargs(body.chat_template_kwargs)}
-        features = ChatFeatures(tool_use=ToolUse(tools=parse_tools(body.tools)), template_kwargs=kwargs)
+        # What the template sees, as the chat route builds it (the server's default variables included).
+        tool_use = ToolUse(tools=parse_tools(body.tools))
+        features = features_for(ctx.config, tool_use, None, None, template_kwargs(body.chat_template_kwargs))
         prompt = await render_messages(ctx, body.messages, chat_options(body, features), fit_context=False)
     elif body.tools or body.chat_template_kwargs or body.documents:
         raise InvalidArgumentError("tools, chat_template_kwargs and documents go with messages", param="prompt")

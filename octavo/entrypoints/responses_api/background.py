@@ -109,13 +109,15 @@ class BackgroundRuns:
 async def _generate(ctx: ServingContext, store: ResponseStore, stream: RequestStream, run: BackgroundRun,
                     items: list[dict]) -> None:
     builder = run.builder
+    saved = False
     try:
         builder.status = "in_progress"
         run.emit(builder.opening_events())
         async for _, output in merge_outputs(ctx, [stream]):
             events = builder.feed(output)
             if output.finished:  # stored before a follower hears it is done, so that its GET finds it
-                builder.save(store, items)
+                events[-1]["response"] = builder.save(store, items)
+                saved = True
             run.emit(events)
     except asyncio.CancelledError:
         builder.status = "cancelled"
@@ -130,6 +132,7 @@ async def _generate(ctx: ServingContext, store: ResponseStore, stream: RequestSt
         builder.failed_event("internal_error", f"internal server error: {type(exc).__name__}")
     finally:
         ctx.engine.close(stream)
-        builder.save(store, items)
+        if not saved:  # cancelled or failed: the snapshot says so
+            builder.save(store, items)
         run.done = True
         run.changed.set()

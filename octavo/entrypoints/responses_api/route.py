@@ -132,12 +132,9 @@ async def _stream(
         for event in builder.opening_events():
             yield _sse(builder, event)
         async for _, output in merge_outputs(ctx, [stream]):
-            if output.finished:
-                events = builder.feed(output)
-                builder.save(store, items)
-                events[-1]["response"] = builder.response()  # store false where it did not fit
-            else:
-                events = builder.feed(output)
+            events = builder.feed(output)
+            if output.finished:  # the stored answer (store false where it did not fit)
+                events[-1]["response"] = builder.save(store, items)
             for event in events:
                 yield _sse(builder, event)
     except OctavoError as exc:
