@@ -1,5 +1,6 @@
 """Octavo: a small, fast, pluggable LLM inference and serving engine."""
 
+from octavo.core.lora_request import LoRARequest
 from octavo.core.outputs import CompletionOutput, Logprob, PoolingOutput, PoolingRequestOutput, RequestOutput
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
@@ -32,6 +33,7 @@ __all__ = [
     "CompletionOutput",
     "EngineArgs",
     "Logprob",
+    "LoRARequest",
     "PoolingOutput",
     "PoolingParams",
     "PoolingRequestOutput",

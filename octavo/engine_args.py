@@ -105,6 +105,13 @@ class EngineArgs:
     skip_tokenizer_init: bool = False
     # auto (the checkpoint's own), generate, embed or classify.
     task: str = "auto"
+    # LoRA adapters (vLLM's flags): on with enable_lora; max_loras adapters in
+    # one batch, ranks up to max_lora_rank; max_cpu_loras loaded adapters
+    # kept in host memory per worker (None: max_loras).
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -133,6 +140,7 @@ class EngineArgs:
                 param="structured_outputs_compile_timeout",
             )
 
+        self._validate_lora()
         from octavo.models.pooling_config import TASKS
 
         if self.task not in TASKS:
@@ -140,6 +148,23 @@ class EngineArgs:
         if self.load_format not in ("auto", "safetensors", "dummy", "gguf"):
             raise InvalidArgumentError(
                 f"load_format must be auto, safetensors, dummy or gguf, got {self.load_format!r}", param="load_format"
+            )
+
+
+    def _validate_lora(self) -> None:
+        if not self.enable_lora:
+            return
+        for name in ("max_loras", "max_lora_rank"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"{name} must be at least 1, got {getattr(self, name)}", param=name)
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise InvalidArgumentError(
+                f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})", param="max_cpu_loras"
+            )
+        if self.pipeline_parallel_size > 1:
+            raise InvalidArgumentError(
+                "LoRA adapters run with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
+                param="enable_lora",
             )
 
 
@@ -248,6 +273,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
             uses_kv_cache=uses_kv_cache,
             policy=args.scheduling_policy,
+            max_loras=worker_config.max_loras,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )
@@ -263,6 +289,9 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
         ),
         pooler=pooler,
         async_scheduling=args.async_scheduling,
+        max_loras=worker_config.max_loras,
+        max_lora_rank=worker_config.max_lora_rank if worker_config.max_loras else 0,
+        lora_targets=executor.lora_targets() if worker_config.max_loras else {},
     )
     info = ModelInfo(
         str(model_path),

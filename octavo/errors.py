@@ -124,3 +124,9 @@ class GrammarTooLargeError(StructuredOutputError):
 
 class GrammarTimeoutError(StructuredOutputError):
     """Compiling a constraint took longer than the time limit."""
+
+
+class LoRAAdapterError(InvalidArgumentError):
+    """A LoRA adapter that cannot be served: LoRA off, a missing or pickled
+    adapter, a rank above ``max_lora_rank``, a module the model has no LoRA
+    for, or tensors of the wrong shape."""

@@ -85,4 +85,7 @@ def worker_config_for(
         async_scheduling=args.async_scheduling,
         device_index_offset=args.data_parallel_rank * args.tensor_parallel_size * args.pipeline_parallel_size,
         task=pooler.task if pooler is not None else "generate",
+        max_loras=args.max_loras if args.enable_lora else 0,
+        max_lora_rank=args.max_lora_rank,
+        max_cpu_loras=args.max_cpu_loras or args.max_loras,
     )

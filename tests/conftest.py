@@ -27,6 +27,18 @@ SHARED_LLAMA2_TOKENIZER = next(
 )
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread: the model tests' matmuls are tiny, and on a shared
+    2-core machine a second intra-op thread only contends (many times slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
     return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))

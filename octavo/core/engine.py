@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from octavo.core.engine_limits import EngineLimits, ModelInfo
 from octavo.core.executor import Executor
+from octavo.core.lora_request import LoRARequest, request_cache_key
 from octavo.core.output_processor import OutputProcessor, ParentRequest
 from octavo.core.outputs import CompletionOutput, PoolingRequestOutput, RequestOutput
 from octavo.core.engine_pooling import EnginePooling
@@ -141,6 +142,7 @@ class LLMEngine(EnginePooling, RequestValidator):
         params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
         priority: int = 0,
+        lora_request: LoRARequest | None = None,
     ) -> str:
         """Validate and queue a request; returns its id. Raises before scheduling.
 
@@ -158,12 +160,13 @@ class LLMEngine(EnginePooling, RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
+        self.check_lora_request(lora_request, pooling=isinstance(params, PoolingParams))
         if isinstance(params, PoolingParams):
             token_type_ids = prompt.get("token_type_ids") if isinstance(prompt, dict) else None
             self.validate_token_type_ids(prompt_token_ids, token_type_ids)
             return self._add_pooling_request(request_id, prompt_text, prompt_token_ids, params, token_type_ids)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
-        children = self._make_children(request_id, prompt_token_ids, params, cache_salt, priority)
+        children = self._make_children(request_id, prompt_token_ids, params, cache_salt, priority, lora_request)
         # Children are identical in size, so the first one's admission check
         # (KV capacity) decides for all of them before any is queued.
         constraint = params.structured_outputs
@@ -187,7 +190,8 @@ class LLMEngine(EnginePooling, RequestValidator):
         return request_id
 
     def _make_children(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, cache_salt: str | None, priority: int
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, cache_salt: str | None, priority: int,
+        lora_request: LoRARequest | None = None,
     ) -> list[Request]:
         """The scheduler's requests for a request's ``n`` children (``child_requests``)."""
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
@@ -199,8 +203,9 @@ class LLMEngine(EnginePooling, RequestValidator):
                 eos_token_ids=self.limits.eos_token_ids,
                 max_tokens=max_tokens,
                 block_size=self.limits.block_size,
-                cache_key=cache_salt.encode() if cache_salt else b"",
+                cache_key=request_cache_key(cache_salt, lora_request),
                 priority=priority,
+                lora_request=lora_request,
             )
             for child_id, child_params in child_requests(request_id, params)
         ]

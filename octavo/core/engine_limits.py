@@ -45,6 +45,11 @@ class EngineLimits:
     # Async scheduling computes a step's inputs before the step before it
     # samples, so grammar masks (which follow every sampled token) cannot apply.
     async_scheduling: bool = False
+    # LoRA (0: off): adapters served at once, their largest rank, and the
+    # modules an adapter may name with their whole (in, out) sizes.
+    max_loras: int = 0
+    max_lora_rank: int = 0
+    lora_targets: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def task(self) -> str:

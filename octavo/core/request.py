@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.prefix_hash import extend_block_hashes
 from octavo.core.sampling_params import SamplingParams
@@ -68,6 +69,8 @@ class Request:
     token_type_ids: list[int] | None = None
     # Under the priority policy, lower values are served first (vLLM's meaning).
     priority: int = 0
+    # The LoRA adapter the request runs with (its id is also in ``cache_key``).
+    lora_request: LoRARequest | None = None
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
@@ -96,6 +99,10 @@ class Request:
     @property
     def is_pooling(self) -> bool:
         return self.pooling_params is not None
+
+    @property
+    def lora_int_id(self) -> int:
+        return self.lora_request.lora_int_id if self.lora_request is not None else 0
 
     @property
     def num_prompt_tokens(self) -> int:

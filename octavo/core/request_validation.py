@@ -7,6 +7,7 @@ from typing import Any
 
 from octavo.core.bad_words import MAX_BAD_WORDS_TOKENS, bad_words_token_ids
 from octavo.core.engine_limits import EngineLimits
+from octavo.core.lora_validation import LoRAValidation
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import SamplingParams
 from octavo.core.structured_output.validation import StructuredOutputValidation
@@ -32,7 +33,7 @@ def check_priority(priority: int, policy: str) -> None:
         )
 
 
-class RequestValidator(StructuredOutputValidation):
+class RequestValidator(StructuredOutputValidation, LoRAValidation):
     """Prompt -> token ids, and the checks every request passes before it is
     queued. Shared by ``LLMEngine`` and by front ends that route requests to
     several engines (``DataParallelEngine``), so both refuse the same input

@@ -83,4 +83,5 @@ class RunnerView:
             num_computed_tokens=request.num_computed_tokens,
             pooling_params=request.pooling_params,
             token_type_ids=request.token_type_ids,
+            lora_request=request.lora_request,
         )

@@ -231,8 +231,13 @@ class Scheduler(BlockAllocation, PoolingSteps):
         max_num_seqs, uses_kv_cache = self.config.max_num_seqs, self.config.uses_kv_cache
         if not self.config.even_batches_in_flight:  # each batch in flight as large as a lone one
             max_num_seqs *= self.config.max_concurrent_batches
+        adapters = self._running_adapters()
+        skipped: list[Request] = []  # waiting for an adapter slot: back in line, in order, after the loop
         while waiting and token_budget > 0 and len(running) < max_num_seqs and len(scheduled) < max_requests:
             request = waiting.peek()
+            if adapters is not None and not self._fits_adapters(request, adapters):
+                skipped.append(waiting.pop())
+                continue
             is_pooling = request.pooling_params is not None
             # A pooling request never reads the prefix cache (``get_computed_blocks``).
             computed_blocks, num_computed_tokens = ([], 0) if is_pooling else self.kv.get_computed_blocks(request)
@@ -253,7 +258,22 @@ class Scheduler(BlockAllocation, PoolingSteps):
             scheduled[request.request_id] = num_new_tokens
             requests[request.request_id] = request
             token_budget -= num_new_tokens
+            if adapters is not None and request.lora_request is not None:
+                adapters.add(request.lora_request.lora_int_id)
+        for request in reversed(skipped):
+            waiting.requeue(request)
         return token_budget
+
+    def _running_adapters(self) -> set[int] | None:
+        """The LoRA adapters of the running requests (None with LoRA off)."""
+        if not self.config.max_loras:
+            return None
+        return {r.lora_request.lora_int_id for r in self.running if r.lora_request is not None}
+
+    def _fits_adapters(self, request: Request, adapters: set[int]) -> bool:
+        """Whether ``request`` may start: its adapter is running already or a slot is free."""
+        lora = request.lora_request
+        return lora is None or lora.lora_int_id in adapters or len(adapters) < self.config.max_loras
 
     # ----------------------------------------------------------------- update
 

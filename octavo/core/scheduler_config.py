@@ -33,6 +33,8 @@ class SchedulerConfig:
     async_scheduling: bool = False
     # Order of the waiting queue and choice of preemption victims: "fcfs" or "priority".
     policy: str = "fcfs"
+    # LoRA adapters the running requests may use at once (the runner's slots); 0: LoRA off.
+    max_loras: int = 0
 
 
 @dataclass

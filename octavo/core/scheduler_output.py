@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
 
@@ -29,6 +30,8 @@ class NewRequestData:
     # A pooling request: pooled once its prompt is computed, never sampled.
     pooling_params: PoolingParams | None = None
     token_type_ids: list[int] | None = None
+    # The LoRA adapter the request runs with (the runner loads it on first use).
+    lora_request: LoRARequest | None = None
 
 
 @dataclass

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from octavo.core.engine import POOLING_SAMPLING_PARAMS, RequestValidator, check_priority, failed_output
+from octavo.core.lora_request import LoRARequest, request_cache_key
 from octavo.core.outputs import RequestOutput
 from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams
@@ -144,6 +145,7 @@ class DataParallelEngine(RequestValidator):
         params: SamplingParams | PoolingParams,
         cache_salt: str | None = None,
         priority: int = 0,
+        lora_request: LoRARequest | None = None,
     ) -> str:
         self._raise_if_dead()
         check_priority(priority, self.scheduler_config.policy)
@@ -153,8 +155,9 @@ class DataParallelEngine(RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
-        engine_prompt = {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}
         pooling = params if isinstance(params, PoolingParams) else None
+        self.check_lora_request(lora_request, pooling=pooling is not None)
+        engine_prompt = {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}
         if pooling is not None and isinstance(prompt, dict) and prompt.get("token_type_ids") is not None:
             self.validate_token_type_ids(prompt_token_ids, prompt["token_type_ids"])
             engine_prompt["token_type_ids"] = list(prompt["token_type_ids"])
@@ -164,12 +167,12 @@ class DataParallelEngine(RequestValidator):
         probe = Request(
             RequestId(request_id), prompt_token_ids, params if pooling is None else POOLING_SAMPLING_PARAMS,
             max_tokens=max_tokens, block_size=self.limits.block_size,
-            cache_key=cache_salt.encode() if cache_salt else b"", pooling_params=pooling,
+            cache_key=request_cache_key(cache_salt, lora_request), pooling_params=pooling,
         )
         check_admissible(probe, self.scheduler_config, self.num_kv_blocks, self.limits.block_size)
         decision = self.router.choose(probe.block_hashes)
         replica = self._replicas[decision.replica]
-        message = ["add", request_id, engine_prompt, params, cache_salt, priority]
+        message = ["add", request_id, engine_prompt, params, cache_salt, priority, lora_request]
         self._send(replica, message)
         cost = self.router.cost(len(prompt_token_ids), max_tokens) * params.n
         self.router.add(request_id, decision, probe.block_hashes, cost)

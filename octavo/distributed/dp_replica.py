@@ -5,7 +5,7 @@ and its own workers when it is tensor/pipeline parallel itself) and serves
 its fronts (a ``DataParallelEngine`` in each API process; one unless
 ``octavo serve --api-server-count N``) over pipes of msgpack messages:
 
-front -> replica: ``["add", id, prompt, params, cache_salt, priority]``,
+front -> replica: ``["add", id, prompt, params, cache_salt, priority, lora_request]``,
 ``["add_pooling", ids, texts, token ids, segment ids, params]`` (many
 pooling inputs, ``dp_pooling``),
 ``["abort", ids]``, ``["finish", child ids]`` (stop strings the front
@@ -143,8 +143,10 @@ class ReplicaServer:
         """Run one command of ``front``; False once that front leaves."""
         kind, reply = message[0], self.outboxes[front].send
         if kind == "add":
-            _, request_id, prompt, params, cache_salt, priority = message
-            self._add(front, [request_id], lambda: self.engine.add_request(request_id, prompt, params, cache_salt, priority))
+            _, request_id, prompt, params, cache_salt, priority, lora = message
+            self._add(
+                front, [request_id], lambda: self.engine.add_request(request_id, prompt, params, cache_salt, priority, lora)
+            )
         elif kind == "add_pooling":
             self._add_pooling(front, *message[1:])
         elif kind == "abort":

@@ -30,6 +30,7 @@ from octavo.core.outputs import (
     RequestMetrics,
     RequestOutput,
 )
+from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolerConfig, PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerConfig, SchedulerStats
@@ -93,6 +94,7 @@ for _cls in (
     PoolerConfig,
     PoolingOutput,
     PoolingRequestOutput,
+    LoRARequest,
 ):
     register(_cls)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from octavo.core.gc_heap import freeze_startup_heap
+from octavo.core.lora_request import LoRARequest
 from octavo.core.outputs import PoolingOutput, PoolingRequestOutput, RequestOutput
 from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
@@ -69,22 +70,36 @@ class LLM:
         prompts: PromptType | Sequence[PromptType],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
+        """vLLM's ``LLM.generate``; ``lora_request``: one adapter for every prompt, or one (or None) per prompt."""
         prompt_list = normalize_prompts(prompts)
         params_list = self._params_list(sampling_params, len(prompt_list))
+        lora_list = self._lora_list(lora_request, len(prompt_list))
         for params in params_list:
             # A constraint that does not compile is refused before anything is queued.
             self.engine.check_structured_outputs(params)
         request_ids = []
         try:
-            for prompt, params in zip(prompt_list, params_list):
+            for prompt, params, lora in zip(prompt_list, params_list, lora_list):
                 params = params.clone()
                 params.output_kind = RequestOutputKind.FINAL_ONLY
-                request_ids.append(self.engine.add_request(self._new_id(), prompt, params))
+                request_ids.append(self.engine.add_request(self._new_id(), prompt, params, lora_request=lora))
         except BaseException:
             self.engine.abort_request(request_ids)
             raise
         return self._run(request_ids, use_tqdm)
+
+    @staticmethod
+    def _lora_list(lora_request, count: int) -> list[LoRARequest | None]:
+        if lora_request is None or isinstance(lora_request, LoRARequest):
+            return [lora_request] * count
+        loras = list(lora_request)
+        if len(loras) != count:
+            raise InvalidArgumentError(
+                f"lora_request has {len(loras)} entries for {count} prompts", param="lora_request"
+            )
+        return loras
 
     def beam_search(
         self, prompts: PromptType | Sequence[PromptType], params: BeamSearchParams, use_tqdm: bool = False
@@ -131,12 +146,13 @@ class LLM:
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         use_tqdm: bool = False,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
         **template_options: Any,
     ) -> list[RequestOutput]:
         """vLLM's ``LLM.chat``; ``template_options`` are ``render_chat``'s keyword options."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts = [self.render_chat(c, chat_template, add_generation_prompt, **template_options) for c in conversations]
-        return self.generate(prompts, sampling_params, use_tqdm)
+        return self.generate(prompts, sampling_params, use_tqdm, lora_request)
 
     def render_chat(
         self, conversation, chat_template=None, add_generation_prompt=True, *, continue_final_message: bool = False,

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from octavo.core.attention import AttentionSpec
+from octavo.lora.layer import lora_build_scope
 from octavo.models.base import ModelInitContext
 from octavo.models.layers.attention import Attention, ForwardContext
 from octavo.models.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
@@ -72,8 +73,10 @@ class MLAttention(nn.Module):
             self.q_proj = column("q_proj", hidden, heads * qk)
         self.kv_a_proj_with_mqa = ReplicatedLinear(hidden, self.kv_lora + self.rope, bias, quant, f"{prefix}.kv_a_proj_with_mqa", dtype)
         self.kv_a_layernorm = RMSNorm(self.kv_lora, config.rms_norm_eps, dtype)
-        # Used as a matrix (absorbed into q and the output): never quantized.
-        self.kv_b_proj = column("kv_b_proj", self.kv_lora, heads * (self.nope + self.v_dim), quant_config=None)
+        # Used as a matrix (absorbed into q and the output): never quantized,
+        # and never given LoRA (its updates would need the product it skips).
+        with lora_build_scope(None):
+            self.kv_b_proj = column("kv_b_proj", self.kv_lora, heads * (self.nope + self.v_dim), quant_config=None)
         self.o_proj = RowParallelLinear(heads * self.v_dim, hidden, bias, quant, f"{prefix}.o_proj", dtype)
         self.num_heads = self.kv_b_proj.shard_sizes[0] // (self.nope + self.v_dim)
         self.rotary_emb = RotaryEmbedding(self.rope, ctx.max_model_len, config.rope_theta, config.rope_parameters)

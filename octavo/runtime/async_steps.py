@@ -74,7 +74,7 @@ class AsyncStepper:
 
     def execute(self, scheduler_output: SchedulerOutput) -> LaunchedSamples:
         runner = self.runner
-        runner.states.apply(scheduler_output)
+        runner.apply_scheduler_output(scheduler_output)
         previous = self.previous
         if scheduler_output.is_empty:
             self.collect(previous)

@@ -61,6 +61,11 @@ class WorkerConfig:
     device_index_offset: int = 0
     # generate, or a pooling task (embed, classify): resolved by the engine.
     task: str = "generate"
+    # LoRA (``--enable-lora``): adapters served at once (0: LoRA off), their
+    # largest rank, and how many loaded adapters a worker keeps in host memory.
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    max_cpu_loras: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -43,6 +43,9 @@ class UniProcExecutor:
     def attention_backend_names(self) -> list[str]:
         return self.worker.attention_backend_names()
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        return self.worker.lora_targets()
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         if self.async_scheduling:
             pending = self.worker.execute_model_async(scheduler_output)

@@ -99,6 +99,8 @@ class InputPreparer:
         # Recorded after each step's uploads: the pinned staging buffers may
         # be rewritten only once the copies out of them have run.
         self._staging_event = None
+        # With LoRA on, the runner's ``LoRASlots``: each token's adapter slot is uploaded with the step.
+        self.lora = None
 
     def prepare(
         self, scheduler_output: SchedulerOutput, padded_num_reqs: int | None = None, padded_num_tokens: int | None = None
@@ -193,6 +195,7 @@ class InputPreparer:
         elif padded_num_reqs is not None and padded_num_reqs > num_reqs:
             total_reqs = total_tokens = padded_num_reqs
             self._pad_decode(num_reqs, padded_num_reqs)
+        self._upload_lora_slots(token_rows, total_tokens)
         # Only the columns the longest request uses are gathered and uploaded:
         # with a long max_model_len the full width would be megabytes a step.
         width = max(1, -(-int(ends.max()) // block_size))
@@ -226,6 +229,7 @@ class InputPreparer:
         pad_requests = shape.block_table_width > 0
         total_reqs = shape.num_reqs if pad_requests else num_reqs
         self._pad_tokens(num_reqs, num_tokens, total_reqs, shape.num_tokens)
+        self._upload_lora_slots(step.token_rows, shape.num_tokens)
         max_seq_len = int(step.ends.max())
         width = shape.block_table_width or max(1, -(-max_seq_len // block_size))
         table = buffers.block_table.np[: total_reqs * width].reshape(total_reqs, width)
@@ -239,6 +243,11 @@ class InputPreparer:
             max_seq_len=width * block_size if pad_requests else max_seq_len,
         )
         return self._staged_batch(attn_batch, shape.num_tokens, num_tokens)
+
+    def _upload_lora_slots(self, token_rows: np.ndarray, total_tokens: int) -> None:
+        """Each token's LoRA slot (padding tokens: none), for every LoRA layer of the step."""
+        if self.lora is not None:
+            self.lora.inputs.set_token_slots(self.lora.token_slots(token_rows, total_tokens))
 
     def _staged_batch(self, attn_batch: AttentionBatch, total_tokens: int, num_tokens: int) -> PreparedBatch:
         """The step's token inputs uploaded from the staging buffers, around ``attn_batch``."""

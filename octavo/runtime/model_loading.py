@@ -17,6 +17,7 @@ from octavo.core.attention import AttentionBackend, AttentionSpec
 from octavo.core.pooling_params import PoolerConfig
 from octavo.core.tokenizer import eos_token_ids
 from octavo.errors import ModelLoadError
+from octavo.lora.layer import LinearLoRA, LoRABuildScope, LoRAShape, LoRAStepInputs, lora_build_scope
 from octavo.models.base import ModelInitContext
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
 from octavo.models.layers.attention import Attention
@@ -48,6 +49,9 @@ class LoadedModel:
     ops: LayerOps | None = None
     # Set for pooling models (embeddings, classification).
     pooler: PoolerConfig | None = None
+    # With LoRA on: every LoRA layer by prefix, and the step's slot inputs they share.
+    lora_layers: dict[str, LinearLoRA] | None = None
+    lora_inputs: LoRAStepInputs | None = None
 
     @property
     def uses_kv_cache(self) -> bool:
@@ -135,7 +139,8 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         ops=ops,
         pooler=pooler,
     )
-    with timed_phase("build model"), torch.device(device), layer_ops_scope(ops):
+    lora = _lora_scope(config, pooler, dtype, device)
+    with timed_phase("build model"), torch.device(device), layer_ops_scope(ops), lora_build_scope(lora):
         model = model_class(ctx)
     with timed_phase(f"load weights ({config.load_format})"):
         _load_weights(model, config, arch)
@@ -153,4 +158,18 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         weight_bytes=weight_bytes(model),
         ops=ops,
         pooler=pooler,
+        lora_layers=lora.layers if lora is not None else None,
+        lora_inputs=lora.inputs if lora is not None else None,
     )
+
+
+def _lora_scope(config: WorkerConfig, pooler: PoolerConfig | None, dtype: torch.dtype, device) -> LoRABuildScope | None:
+    """The scope that gives the model's linear layers LoRA slots (None: LoRA off)."""
+    if config.max_loras <= 0:
+        return None
+    if pooler is not None:
+        raise ModelLoadError("LoRA adapters are served for text generation only, not for pooling models")
+    # As many rows as the runner's input buffers have tokens (padded steps included).
+    max_tokens = max(config.max_num_batched_tokens, config.max_num_seqs)
+    shape = LoRAShape(config.max_loras, config.max_lora_rank)
+    return LoRABuildScope(LoRAStepInputs(max_tokens, shape, dtype, torch.device(device)))

@@ -64,6 +64,7 @@ class ModelRunner:
         self.pooling = None
         self.overlap = None
         self.static_steps: StaticSteps | None = None
+        self.lora = None  # the adapters' slots, with LoRA on (``LoRASlots``)
         self.compilations = CompilationTracker(platform)
         self._step_open = False
         self.async_steps = None
@@ -82,6 +83,12 @@ class ModelRunner:
         started = time.perf_counter()
         self.loaded = load_model(self.config, self.platform, self.device)
         self.model = self.loaded.model
+        if self.loaded.lora_layers is not None:
+            from octavo.lora.slots import LoRASlots
+
+            self.lora = self.inputs.lora = LoRASlots(
+                self.loaded.lora_layers, self.loaded.lora_inputs, self.config.max_num_seqs, self.config.max_cpu_loras
+            )
         self.eos_token_ids = self.loaded.eos_token_ids
         if self.loaded.pooler is not None:
             from octavo.runtime.pooling_runner import PoolingRunner
@@ -234,7 +241,7 @@ class ModelRunner:
         ``intermediate`` (hidden, residual); one other than the last returns
         its (hidden, residual) for the next stage instead of sampling."""
         if self.pooling is None or not self.pooling.keeps_no_state:
-            self.states.apply(scheduler_output)
+            self.apply_scheduler_output(scheduler_output)
         if scheduler_output.is_empty:
             return ModelRunnerOutput()
         before = self.compilations.read()
@@ -249,6 +256,16 @@ class ModelRunner:
         if isinstance(result, ModelRunnerOutput):
             result.compilations = counts
         return result
+
+    def apply_scheduler_output(self, scheduler_output: SchedulerOutput) -> None:
+        """The runner's request states after this step's changes, and the step's adapters in their slots."""
+        self.states.apply(scheduler_output)
+        if self.lora is not None and not scheduler_output.is_empty:
+            self.lora.prepare_step(scheduler_output, self.states)
+
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """The modules a LoRA adapter may name, with their whole (in, out) sizes; {} with LoRA off."""
+        return self.lora.targets() if self.lora is not None else {}
 
     def _end_step(self) -> None:
         """The platform's ``end_step``, once per step, before any host read of results."""

@@ -30,6 +30,7 @@ class RunnerRequestState:
     row: int
     pooling_params: PoolingParams | None = None
     token_type_ids: list[int] | None = None
+    lora_int_id: int = 0  # the request's LoRA adapter; 0: none
     # The sampler's ``SamplingRow`` for this request, built on first use
     # (``ModelRunner.sampling_rows``); it shares ``token_ids``.
     sampling_row: Any = None
@@ -105,6 +106,7 @@ class RequestStates(dict[str, RunnerRequestState]):
             row=self._free_rows.pop(),
             pooling_params=new.pooling_params,
             token_type_ids=new.token_type_ids,
+            lora_int_id=new.lora_request.lora_int_id if new.lora_request is not None else 0,
         )
         if new.block_ids:  # none for an encoder's pooling request: no numpy call for nothing
             self._set_blocks(state, new.block_ids)

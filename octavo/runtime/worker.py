@@ -74,6 +74,10 @@ class Worker:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.runner.initialize_kv_cache(num_blocks)
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """The modules a LoRA adapter may name: whole (in, out) sizes; {} with LoRA off."""
+        return self.runner.lora_targets()
+
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
         pp = get_pp_group()
         if pp.world_size == 1:

@@ -1,12 +1,9 @@
 """Shared fixtures of the model tests: pooling checkpoints (one per
-architecture, built on first use), and one torch thread for the family
-tests (their matmuls are tiny, and on a shared 2-core machine a second
-intra-op thread only contends: they ran many times slower with two)."""
+architecture, built on first use). ``one_thread`` lives in tests/conftest.py."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.models.pooling_checkpoints import POOLING_ARCHS, build_pooling_checkpoint, build_wordpiece_tokenizer
 
@@ -29,11 +26,3 @@ def pooling_dirs(tmp_path_factory, wordpiece_dir, tokenizer_dir):
         return built[name]
 
     return get
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -16,6 +16,7 @@ from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
 from octavo.errors import ModelLoadError
+from octavo.lora.layer import LinearLoRA, LoRATarget, current_lora_scope
 from octavo.models.weight_loading import fill_parameter, place_shard
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
@@ -56,6 +57,8 @@ class LinearBase(nn.Module):
         self.quant_method = (
             quant_config.get_linear_method(self, prefix) if quant_config is not None else UnquantizedLinearMethod()
         )
+        # Built inside a LoRA scope (``--enable-lora``): room for adapters' updates (set by ``_create``).
+        self.lora: LinearLoRA | None = None
 
     def _create(self, input_size: int, output_partition_sizes: list[int], bias: bool, dtype: torch.dtype) -> None:
         self.output_partition_sizes = output_partition_sizes
@@ -65,9 +68,24 @@ class LinearBase(nn.Module):
             # reshapes the checkpoint tensor, then usually calls this layer's).
             if getattr(param, "weight_loader", None) is None:
                 param.weight_loader = self.weight_loader
+        scope = current_lora_scope()
+        if scope is not None:
+            self.lora = scope.attach(self, self._make_lora(scope))
+
+    def _make_lora(self, scope) -> LinearLoRA:
+        """One shard, the whole layer: the module a PEFT adapter names by this layer's own name."""
+        target = LoRATarget(0, self.input_size, self.output_size)
+        return LinearLoRA(self, scope.inputs, [(0, 0, self.output_size)], (0, self.input_size), False, {self.prefix: target})
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        """This layer's output for ``x`` (this rank's part), LoRA updates included."""
+        out = self.quant_method.apply(self, x)
+        if self.lora is not None:
+            out = self.lora.add_update(x, out)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.quant_method.apply(self, x)
+        return self.product(x)
 
     def weight_loader(self, param: torch.Tensor, loaded: torch.Tensor, shard_id=None) -> None:
         _copy_checked(param, loaded, self.prefix)
@@ -127,6 +145,25 @@ class ColumnParallelLinear(LinearBase):
     def _shard_index(self, shard_id) -> int:
         return int(shard_id)
 
+    # The modules a PEFT adapter names for each shard of a fused layer, by the
+    # fused layer's own name (None: one shard, named as the layer).
+    _LORA_SHARD_NAMES = {"qkv_proj": (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v")),
+                         "gate_up_proj": (("gate_proj", 0), ("up_proj", 1))}
+
+    def _make_lora(self, scope) -> LinearLoRA:
+        parent, _, own = self.prefix.rpartition(".")
+        shards = self._LORA_SHARD_NAMES.get(own, ((own, None),))
+        out_slices, targets = [], {}
+        for index, (name, shard_id) in enumerate(shards):
+            offset, start, size = self._shard_offset_and_rank_slice(shard_id)
+            out_slices.append((offset, start, size))
+            whole = self._whole_shard_size(shard_id)
+            targets[f"{parent}.{name}" if parent else name] = LoRATarget(index, self.input_size, whole)
+        return LinearLoRA(self, scope.inputs, out_slices, (0, self.input_size), False, targets)
+
+    def _whole_shard_size(self, shard_id) -> int:
+        return self.shard_sizes[0 if shard_id is None else self._shard_index(shard_id)] * self.tp_size
+
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column layers fused along the output (gate and up projections)."""
@@ -170,6 +207,11 @@ class QKVParallelLinear(ColumnParallelLinear):
         rank = self.tp_rank if index == 0 else self.tp_rank // self.kv_replicas
         return offset, rank * size, size
 
+    def _whole_shard_size(self, shard_id) -> int:
+        if self._SHARDS[shard_id] == 0:
+            return self.num_heads * self.head_size * self.tp_size
+        return self.total_num_kv_heads * self.head_size
+
 
 class RowParallelLinear(LinearBase):
     """Input features split across ranks; partial outputs are summed."""
@@ -192,8 +234,16 @@ class RowParallelLinear(LinearBase):
             loaded = loaded.narrow(input_dim, self.tp_rank * size, size)
         _copy_checked(param, loaded, self.prefix)
 
+    def _make_lora(self, scope) -> LinearLoRA:
+        size = self.input_size_per_partition
+        target = LoRATarget(0, self.input_size, self.output_size)
+        return LinearLoRA(
+            self, scope.inputs, [(0, 0, self.output_size)], (self.tp_rank * size, size), True, {self.prefix: target}
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.reduced(lambda: self.quant_method.apply(self, x))
+        # The LoRA update joins this rank's partial output before the sum over ranks.
+        return self.reduced(lambda: self.product(x))
 
     def reduced(self, product) -> torch.Tensor:
         """``product()``, this rank's partial output (computed from this

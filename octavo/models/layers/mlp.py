@@ -41,15 +41,17 @@ class DecoderMLP(nn.Module):
         # resolved linear, then the activation op). Exact-GELU MLPs and
         # quantized projections take the projection, then their activation op.
         self.linear_act_and_mul = None
-        if type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod:
+        # A layer with LoRA computes through its own ``product`` (the fused ops skip the updates).
+        if type(self.gate_up_proj.quant_method) is UnquantizedLinearMethod and self.gate_up_proj.lora is None:
             if isinstance(self.act_fn, SiluAndMul):
                 self.linear_act_and_mul = ctx.ops.linear_silu_and_mul
             elif isinstance(self.act_fn, GeluAndMul) and self.act_fn.approximate == "tanh":
                 self.linear_act_and_mul = ctx.ops.linear_gelu_tanh_and_mul
         # SiLU-and-mul and an fp8 down projection are one op,
         # ``silu_and_mul_fp8_linear`` (the activation quantized in its own pass).
-        self.silu_fp8_down = isinstance(self.act_fn, SiluAndMul) and isinstance(
-            self.down_proj.quant_method, Fp8LinearMethod
+        self.silu_fp8_down = (
+            isinstance(self.act_fn, SiluAndMul) and isinstance(self.down_proj.quant_method, Fp8LinearMethod)
+            and self.down_proj.lora is None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

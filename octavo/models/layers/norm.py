@@ -82,6 +82,7 @@ def feeds_linear(norm: nn.Module, linear: nn.Module | None) -> bool:
     return (
         type(norm) is RMSNorm and type(getattr(linear, "quant_method", None)) is UnquantizedLinearMethod
         and linear.weight.dtype == norm.weight.dtype and _served(norm, "fused_add_rms_norm_linear")
+        and linear.lora is None  # the fused op never sees the normed input a LoRA update needs
     )
 
 
@@ -103,7 +104,10 @@ def feeds_fp8_linear(norm: nn.Module, linear: nn.Module | None) -> bool:
     linear layer with per-channel fp8 weights."""
     from octavo.quantization.fp8 import Fp8LinearMethod
 
-    return type(norm) is RMSNorm and isinstance(getattr(linear, "quant_method", None), Fp8LinearMethod)
+    return (
+        type(norm) is RMSNorm and isinstance(getattr(linear, "quant_method", None), Fp8LinearMethod)
+        and linear.lora is None  # as ``feeds_linear``
+    )
 
 
 class Float32ScaleRMSNorm(nn.Module):

@@ -77,6 +77,9 @@ class ExternalLauncherExecutor:
     def attention_backend_names(self) -> list[str]:
         return self.worker.attention_backend_names()  # this rank's (ranks agree unless stages differ)
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        return self.worker.lora_targets()
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         output = self.worker.execute_model(scheduler_output)
         if self._control is None:

@@ -142,6 +142,10 @@ class MultiprocExecutor:
         # Pipeline stages hold different layers: the union over ranks.
         return sorted(set().union(*self._call_all("attention_backend_names", timeout=START_TIMEOUT_S)))
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        # Asked once at start-up, before any step is in flight; every rank holds every layer (no PP with LoRA).
+        return {name: tuple(sizes) for name, sizes in self._call_all("lora_targets", timeout=START_TIMEOUT_S)[0].items()}
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         self._send_all(encode_call("execute_model", scheduler_output))

@@ -173,6 +173,9 @@ class RayExecutor:
     def attention_backend_names(self) -> list[str]:
         return sorted(set().union(*self._call_all("attention_backend_names")))
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        return {name: tuple(sizes) for name, sizes in self._call_all("lora_targets")[0].items()}
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         message = encode_call("execute_model", scheduler_output)

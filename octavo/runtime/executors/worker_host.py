@@ -33,7 +33,10 @@ from octavo.runtime.worker import RankInfo, Worker
 logger = logging.getLogger(__name__)
 
 METHODS = frozenset(
-    {"load_model", "determine_num_kv_blocks", "initialize_kv_cache", "attention_backend_names", "execute_model", "shutdown"}
+    {
+        "load_model", "determine_num_kv_blocks", "initialize_kv_cache", "attention_backend_names", "lora_targets",
+        "execute_model", "shutdown",
+    }
 )
 
 
