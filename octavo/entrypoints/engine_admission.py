@@ -100,7 +100,8 @@ class EngineAdmission:
             return
         options = command.options
         if not self._added(command.added, command.request_id, lambda: self.engine.add_request(
-                command.request_id, command.prompt, command.params, options.cache_salt, options.priority)):
+                command.request_id, command.prompt, command.params, options.cache_salt, options.priority,
+                options.lora_request)):
             return
         self._engine_streams[command.request_id] = command.stream
         self._observe("on_request_added", command.request_id, self._num_prompt_tokens(command.prompt), command.params)

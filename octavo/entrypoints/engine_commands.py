@@ -12,6 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from octavo.core.lora_request import LoRARequest
 from octavo.core.outputs import RequestOutput
 from octavo.core.pooling_batch import PoolingBatch
 from octavo.core.pooling_params import PoolingParams
@@ -57,6 +58,8 @@ class RequestOptions:
     cache_salt: str | None = None
     # Lower first under --scheduling-policy priority; must be 0 under fcfs.
     priority: int = 0
+    # The LoRA adapter the request's ``model`` names (--lora-modules); None: the base model.
+    lora_request: LoRARequest | None = None
 
 
 @dataclass

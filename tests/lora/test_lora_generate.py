@@ -16,31 +16,9 @@ import pytest
 
 from octavo import LoRARequest, SamplingParams
 from octavo.errors import LoRAAdapterError
-from tests.lora.adapters import build_adapter, peft_greedy
+from tests.lora.conftest import NUM_NEW_TOKENS, PROMPTS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-NUM_NEW_TOKENS = 12
-PROMPTS = [[5, 17, 33, 9, 70, 41], [100, 3, 56, 88, 21, 7, 64, 12, 30, 45, 11, 2, 90, 8, 77, 19, 23, 54]]
-
-
-@pytest.fixture(scope="module")
-def adapters(llama_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("adapters")
-    every = build_adapter(llama_dir, root / "every", seed=1, r=8, lora_alpha=16)
-    qv = build_adapter(
-        llama_dir, root / "qv", seed=2, r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj"],
-        alpha_pattern={"v_proj": 4},
-    )
-    return {"every": every, "qv": qv}
-
-
-@pytest.fixture(scope="module")
-def references(llama_dir, adapters):
-    refs = {name: [peft_greedy(llama_dir, path, p, NUM_NEW_TOKENS) for p in PROMPTS] for name, path in adapters.items()}
-    refs[None] = [peft_greedy(llama_dir, None, p, NUM_NEW_TOKENS) for p in PROMPTS]
-    assert refs["every"] != refs[None] and refs["qv"] != refs[None], "the adapters must change the greedy tokens"
-    return refs
 
 
 def greedy() -> SamplingParams:
@@ -135,3 +113,18 @@ def test_refused_adapters(llama_dir, adapters, make_llm, tmp_path):
             llm.generate([PROMPTS[0]], greedy(), lora_request=request)
     # Nothing was queued by the refused requests, and the engine still serves the adapter it has.
     assert len(llm.generate([PROMPTS[0]], greedy(), lora_request=LoRARequest("qv", 1, str(adapters["qv"])))) == 1
+
+
+def test_tensor_parallel_adapters_match_peft(llama_dir, adapters, references):
+    # Two worker processes over gloo: q/k/v and gate/up B matrices split by
+    # rows (the KV heads' by KV rank), o/down A matrices by columns with the
+    # update summed with the partial outputs.
+    from octavo import LLM
+
+    llm = LLM(str(llama_dir), dtype="float32", max_model_len=256, max_num_seqs=16, num_kv_blocks=64,
+              tensor_parallel_size=2, enable_lora=True, max_loras=2, max_lora_rank=8)
+    try:
+        names = ["qv", None, "every"]
+        assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
+    finally:
+        llm.engine.shutdown()

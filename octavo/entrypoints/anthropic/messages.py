@@ -85,7 +85,7 @@ async def create_message(request: Request):
     check_prompt(ctx, prompt, params, "messages", "max_tokens")
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     message_id = new_request_id("msg_")
-    streams = await admit_all(ctx, message_id, [prompt], params)
+    streams = await admit_all(ctx, message_id, [prompt], params, model=model)
     if body.stream:
         events = _stream(ctx, streams[0], message_id, model, len(prompt.token_ids), features)
         return SSEResponse(events, on_close=lambda: ctx.engine.close(streams[0]))

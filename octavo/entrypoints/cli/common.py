@@ -114,6 +114,12 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--structured-outputs-max-grammar-bytes", type=int, default=64 << 20,
         help="largest compiled grammar (bytes) a structured-output constraint may become",
     )
+    parser.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (PEFT directories) on the base model")
+    parser.add_argument("--max-loras", type=int, default=1, help="with --enable-lora: adapters in one batch")
+    parser.add_argument("--max-lora-rank", type=int, default=16, help="with --enable-lora: the largest adapter rank")
+    parser.add_argument(
+        "--max-cpu-loras", type=int, default=None, help="with --enable-lora: loaded adapters kept in host memory (default: --max-loras)"
+    )
     parser.add_argument(
         "--task", default="auto", choices=["auto", "generate", "embed", "classify"],
         help="what the model serves (default: the checkpoint's own: embeddings for BertModel or a "

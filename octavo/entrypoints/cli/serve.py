@@ -13,6 +13,7 @@ make the server repeat are rate-limited in the log.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -59,6 +60,11 @@ def add_parser(sub) -> None:
     parser.add_argument("--enable-force-include-usage", action="store_true", help="end every stream with a usage chunk, asked for or not")
     parser.add_argument("--enable-log-requests", action="store_true", help="log each request's prompt and parameters (prompts are your users' data)")
     parser.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: the characters and token ids of a prompt logged")
+    parser.add_argument(
+        "--lora-modules", nargs="+", default=None, metavar="NAME=PATH",
+        help="LoRA adapters served as models of their own (needs --enable-lora): name=path or a JSON object "
+        '{"name": ..., "path": ...}',
+    )
     parser.add_argument("--enable-prompt-tokens-details", action="store_true", help="accepted for vLLM's command lines: usage.prompt_tokens_details is always sent")
     parser.add_argument("--max-stored-responses", type=int, default=defaults.max_stored_responses, help="Responses API answers kept in memory for previous_response_id and GET /v1/responses/{id} (0: none)")
     parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
@@ -131,7 +137,34 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         enable_log_requests=args.enable_log_requests,
         max_log_len=args.max_log_len,
         max_stored_response_bytes=args.max_stored_response_bytes,
+        lora_modules=parse_lora_modules(args.lora_modules, args.enable_lora),
     )
+
+
+def parse_lora_modules(specs: list[str] | None, enable_lora: bool) -> dict[str, str]:
+    """vLLM's --lora-modules: ``name=path`` or ``{"name": ..., "path": ...}`` each."""
+    from octavo.errors import InvalidArgumentError
+
+    if not specs:
+        return {}
+    if not enable_lora:
+        raise InvalidArgumentError("--lora-modules needs --enable-lora", param="lora_modules")
+    modules: dict[str, str] = {}
+    for spec in specs:
+        if spec.lstrip().startswith("{"):
+            try:
+                entry = json.loads(spec)
+                name, path = entry["name"], entry["path"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise InvalidArgumentError(f"--lora-modules {spec!r}: a JSON entry needs name and path", param="lora_modules") from None
+        else:
+            name, sep, path = spec.partition("=")
+            if not sep:
+                raise InvalidArgumentError(f"--lora-modules {spec!r}: expected name=path", param="lora_modules")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path or name in modules:
+            raise InvalidArgumentError(f"--lora-modules {spec!r}: a name and a path, each name once", param="lora_modules")
+        modules[name] = path
+    return modules
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from octavo.core.engine import LLMEngine
+from octavo.core.lora_request import LoRARequest
 from octavo.entrypoints.anthropic import messages
 from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
 from octavo.entrypoints.engine_restart import EngineRestarter
@@ -39,6 +40,7 @@ from octavo.entrypoints.responses_api.background import BackgroundRuns
 from octavo.entrypoints.responses_api.store import ResponseStore
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
 from octavo.entrypoints.ui import add_ui_routes
+from octavo.errors import InvalidArgumentError
 from octavo.version import __version__
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ def build_app(
         metrics=metrics,
         pool=TokenizerPool(tokenizer, config.tokenizer_pool_size or default_pool_size()),
         prompt_limits=PromptLimits(engine.limits.max_model_len, max_prompt_chars),
+        lora_requests=_checked_adapters(engine, config),
     )
 
     @asynccontextmanager
@@ -97,7 +100,7 @@ def build_app(
         module.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
-    install_openapi(app, config.served_model_names, PUBLIC_PATHS | ui_public_paths)
+    install_openapi(app, [*config.served_model_names, *config.lora_modules], PUBLIC_PATHS | ui_public_paths)
     # add_middleware puts each new one outside the previous ones.
     app.add_middleware(TaskGateMiddleware, task=lambda: ctx.limits.task)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)
@@ -105,6 +108,17 @@ def build_app(
         app.add_middleware(AuthMiddleware, api_key=config.api_key, public_paths=PUBLIC_PATHS | ui_public_paths)
     app.add_middleware(GateMiddleware, max_header_bytes=config.max_request_header_bytes, is_draining=lambda: ctx.draining)
     return app
+
+
+def _checked_adapters(engine, config: ServerConfig) -> dict[str, LoRARequest]:
+    """The --lora-modules adapters, each checked by the engine now (a bad one stops the start-up)."""
+    adapters = config.lora_requests()
+    clashes = sorted(set(adapters) & set(config.served_model_names))
+    if clashes:
+        raise InvalidArgumentError(f"--lora-modules name {clashes[0]!r} is also a served model name", param="lora_modules")
+    for lora in adapters.values():
+        engine.check_lora_request(lora)
+    return adapters
 
 
 def _response_store(config: ServerConfig, api_server_index: int | None) -> ResponseStore:

@@ -41,6 +41,7 @@ from octavo.entrypoints.openai.serving import (
     admit_all,
     check_admissible,
     check_request_options,
+    with_adapter,
     check_prompt,
     final_outputs,
     get_context,
@@ -94,7 +95,7 @@ async def create_chat_completion(request: Request):
     prompt = check_prompt(ctx, prompt, params, "messages", max_tokens_param if max_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     request_id = new_request_id("chatcmpl")
-    streams = await admit_all(ctx, request_id, [prompt], params, request_options)
+    streams = await admit_all(ctx, request_id, [prompt], params, request_options, model)
     builder = ChatBuilder(ctx, request_id, model, body, prompt, features)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: ctx.engine.close(streams[0]))
@@ -113,7 +114,7 @@ async def _beam_search_chat(request: Request, ctx: ServingContext, model: str, b
     max_tokens_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_search_params(body, max_tokens, ctx.limits.max_logprobs)
-    options = body.request_options()
+    options = with_adapter(ctx, body.request_options(), model)
     check_request_options(ctx, options)
     prompt = await render_messages(ctx, body.messages, chat_options(body, features))
     prompt = check_prompt(ctx, prompt, length_check_params(params), "messages", max_tokens_param)

@@ -35,6 +35,7 @@ from octavo.entrypoints.openai.serving import (
     admit_all,
     check_admissible,
     check_request_options,
+    with_adapter,
     check_prompt,
     encode_prompt,
     final_outputs,
@@ -84,7 +85,7 @@ async def create_completion(request: Request):
                for prompt in prompts]
     await check_constraint(ctx.engine.engine, params, constraint_param)
     request_id = new_request_id("cmpl")
-    streams = await admit_all(ctx, request_id, prompts, params, options)
+    streams = await admit_all(ctx, request_id, prompts, params, options, model)
     builder = CompletionBuilder(ctx, request_id, model, body, prompts, echo_only)
     if body.stream:
         return SSEResponse(_stream(ctx, streams, builder), on_close=lambda: _close(ctx, streams))
@@ -97,7 +98,7 @@ async def create_completion(request: Request):
 
 async def _beam_search_completion(request: Request, ctx: ServingContext, model: str, body: CompletionRequest):
     params = beam_search_params(body, body.max_tokens, ctx.limits.max_logprobs)
-    options = body.request_options()
+    options = with_adapter(ctx, body.request_options(), model)
     check_request_options(ctx, options)
     prompts = await prompt_inputs(ctx, body.prompt)
     sent_max_tokens = "max_tokens" in body.model_fields_set

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from octavo.core.lora_request import LoRARequest
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 # Routes that answer without an API key. Every other route, including any
@@ -59,7 +61,13 @@ class ServerConfig:
     # Responses API answers kept for previous_response_id (responses_api/store.py).
     max_stored_responses: int = 1024
     max_stored_response_bytes: int = 256 << 20
+    # LoRA adapters served as models of their own (--lora-modules): name -> PEFT adapter directory.
+    lora_modules: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_name(self) -> str:
         return self.served_model_names[0]
+
+    def lora_requests(self) -> dict[str, LoRARequest]:
+        """Each adapter's ``LoRARequest``, its id fixed by its place in ``lora_modules``."""
+        return {name: LoRARequest(name, index + 1, path) for index, (name, path) in enumerate(self.lora_modules.items())}

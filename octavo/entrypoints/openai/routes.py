@@ -31,7 +31,7 @@ from octavo.version import __version__
 
 def _model_card(ctx: ServingContext, name: str) -> dict:
     # ``root`` is the model as the operator named it, never a resolved path on this machine.
-    return {
+    card = {
         "id": name,
         "object": "model",
         "created": ctx.engine.started_at,
@@ -39,16 +39,23 @@ def _model_card(ctx: ServingContext, name: str) -> dict:
         "root": ctx.config.model_root or ctx.config.model_name,
         "max_model_len": ctx.limits.max_model_len,
     }
+    if name in ctx.lora_requests:  # an adapter (vLLM's card): its directory as given, on the base model
+        card.update(root=ctx.lora_requests[name].lora_path, parent=ctx.config.model_name)
+    return card
+
+
+def _model_names(ctx: ServingContext) -> list[str]:
+    return [*ctx.config.served_model_names, *ctx.lora_requests]
 
 
 async def list_models(request: Request):
     ctx = get_context(request)
-    return JSONResponse({"object": "list", "data": [_model_card(ctx, name) for name in ctx.config.served_model_names]})
+    return JSONResponse({"object": "list", "data": [_model_card(ctx, name) for name in _model_names(ctx)]})
 
 
 async def retrieve_model(request: Request, model_id: str):
     ctx = get_context(request)
-    if model_id not in ctx.config.served_model_names:
+    if model_id not in _model_names(ctx):
         raise ModelNotFoundError(f"the model `{model_id}` does not exist", param="model")
     return JSONResponse(_model_card(ctx, model_id))
 

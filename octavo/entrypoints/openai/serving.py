@@ -20,7 +20,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import StreamingResponse
 
 from octavo.core.engine import EngineLimits, check_priority
+from octavo.core.lora_request import LoRARequest
 from octavo.core.outputs import RequestOutput
 from octavo.core.sampling_params import SamplingParams
 from octavo.entrypoints import fast_json
@@ -66,6 +68,8 @@ class ServingContext:
     pool: TokenizerPool
     prompt_limits: PromptLimits
     draining: bool = False
+    # The LoRA adapters served by name (--lora-modules), checked by the engine at start-up.
+    lora_requests: dict[str, LoRARequest] = field(default_factory=dict)
 
 
 def get_context(request: Request) -> ServingContext:
@@ -90,9 +94,10 @@ def _body_error(exc: ValidationError) -> InvalidRequestBodyError:
 
 
 def resolve_model(ctx: ServingContext, requested: str | None) -> str:
+    """The served name a request asks for: the base model's or an adapter's (--lora-modules)."""
     if requested is None:
         return ctx.config.model_name
-    if requested not in ctx.config.served_model_names:
+    if requested not in ctx.config.served_model_names and requested not in ctx.config.lora_modules:
         raise ModelNotFoundError(f"the model `{requested}` does not exist", param="model")
     return requested
 
@@ -136,6 +141,12 @@ def check_admissible(ctx: ServingContext, params: SamplingParams, num_prompts: i
             f"this request asks for {num_seqs} sequences ({asked}); the server admits at most {cap} at once",
             param="n",
         )
+
+
+def with_adapter(ctx: ServingContext, options: RequestOptions, model: str | None) -> RequestOptions:
+    """``options`` with the LoRA adapter ``model`` names, if it names one (--lora-modules)."""
+    lora = ctx.lora_requests.get(model) if model is not None else None
+    return options if lora is None else dataclasses.replace(options, lora_request=lora)
 
 
 def check_request_options(ctx: ServingContext, options: RequestOptions) -> None:
@@ -186,9 +197,11 @@ def unix_time() -> int:
 
 async def admit_all(
     ctx: ServingContext, request_id: str, prompts: list[PromptInput], params: SamplingParams,
-    options: RequestOptions = RequestOptions(),
+    options: RequestOptions = RequestOptions(), model: str | None = None,
 ) -> list[RequestStream]:
-    """Admit every prompt or none: on any failure the ones already admitted are aborted."""
+    """Admit every prompt or none: on any failure the ones already admitted are aborted.
+    ``model`` (from ``resolve_model``) may name a LoRA adapter: the prompts then run with it."""
+    options = with_adapter(ctx, options, model)
     if ctx.config.enable_log_requests:
         log_requests(request_id, prompts, params, ctx.config.max_log_len)
     streams: list[RequestStream] = []

@@ -93,7 +93,7 @@ async def create_response(request: Request):
     check_prompt(ctx, prompt, params, "input", "max_output_tokens" if body.max_output_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     response_id = new_request_id("resp_")
-    streams = await admit_all(ctx, response_id, [prompt], params, body.request_options())
+    streams = await admit_all(ctx, response_id, [prompt], params, body.request_options(), model)
     builder = ResponseBuilder(ctx, response_id, model, body, params, len(prompt.token_ids), features, keep)
     if body.background:
         run = request.app.state.octavo_background.start(ctx, store, streams[0], builder, items)

@@ -1,0 +1,55 @@
+"""LoRA adapters served by ``octavo serve --enable-lora --lora-modules`` (the
+engine in its own process), driven by the openai SDK: each adapter is a model
+of its own in /v1/models and in requests, with PEFT's greedy tokens; a bad
+adapter stops the start-up with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.entrypoints.server.server_process import ServerProcess
+from tests.lora.conftest import NUM_NEW_TOKENS, PROMPTS
+
+API_KEY = "lora-test-key"
+
+
+@pytest.fixture(scope="module")
+def lora_server(llama_dir, adapters, tmp_path_factory):
+    args = [
+        "--max-model-len", "256", "--num-kv-blocks", "64", "--api-key", API_KEY, "--served-model-name", "base",
+        "--enable-lora", "--max-loras", "2", "--max-lora-rank", "8",
+        "--lora-modules", f"every={adapters['every']}", json.dumps({"name": "qv", "path": str(adapters["qv"])}),
+    ]
+    with ServerProcess.running(llama_dir, args, tmp_path_factory.mktemp("lora-server") / "server.log") as process:
+        yield process
+
+
+def test_adapters_are_models(lora_server, adapters, references):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{lora_server.url}/v1", api_key=API_KEY)
+    cards = {card.id: card for card in client.models.list().data}
+    assert list(cards) == ["base", "every", "qv"]
+    assert cards["every"].root == str(adapters["every"]) and cards["every"].parent == "base"
+    for model, name in (("base", None), ("every", "every"), ("qv", "qv")):
+        for prompt, expected in zip(PROMPTS, references[name]):
+            completion = client.completions.create(
+                model=model, prompt=prompt, max_tokens=NUM_NEW_TOKENS, temperature=0.0,
+                extra_body={"min_tokens": NUM_NEW_TOKENS, "return_token_ids": True},
+            )
+            assert completion.choices[0].token_ids == expected, model
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="missing-adapter", prompt=PROMPTS[0], max_tokens=2)
+
+
+def test_bad_adapter_stops_the_start(llama_dir, adapters, tmp_path):
+    args = ["--max-model-len", "256", "--num-kv-blocks", "64", "--enable-lora", "--max-lora-rank", "4",
+            "--lora-modules", f"every={adapters['every']}"]
+    process = ServerProcess(llama_dir, args, tmp_path / "server.log")
+    try:
+        with pytest.raises(RuntimeError, match="above max_lora_rank=4"):
+            process.wait_healthy()
+    finally:
+        process.stop()
