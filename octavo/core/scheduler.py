@@ -47,6 +47,11 @@ reach its last token (``max_tokens``, ``max_model_len``) is not scheduled
 again. The runner appends its own samples (it sampled them), so deltas carry
 no token ids.
 
+LoRA (``max_loras`` > 0): the runner holds ``max_loras`` adapters at once, so
+a waiting request starts only if its adapter is already running or fewer
+than ``max_loras`` distinct adapters are; one that cannot is set aside for
+this step and goes back to the head of the queue in its order.
+
 Beside this file: ``scheduler_config.py`` (options, statistics, admission),
 ``runner_view.py`` (what the runner has been sent), ``stop_check.py`` (whether
 a sampled token ends a request), ``scheduler_preemption.py`` (blocks for a
