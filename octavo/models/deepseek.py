@@ -116,6 +116,9 @@ def deinterleave_rows(tensor: torch.Tensor, start: int, size: int, period: int) 
 class DeepseekV2ForCausalLM(MoEForCausalLM):
     checkpoint_renames = ((".shared_experts.", ".shared_expert."),)
     interleaved_rope = True
+    # The loader reorders the rope rows of q and kv_a (and kv_b is used as a
+    # matrix): an adapter's B rows would not line up with them.
+    supports_lora = False
 
     @classmethod
     def decoder_options(cls, config, dtype) -> DecoderOptions:

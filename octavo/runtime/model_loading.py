@@ -139,6 +139,8 @@ def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -
         ops=ops,
         pooler=pooler,
     )
+    if config.max_loras > 0 and not getattr(model_class, "supports_lora", True):
+        raise ModelLoadError(f"LoRA adapters are not supported for {arch.architecture} yet")
     lora = _lora_scope(config, pooler, dtype, device)
     with timed_phase("build model"), torch.device(device), layer_ops_scope(ops), lora_build_scope(lora):
         model = model_class(ctx)

@@ -128,3 +128,12 @@ def test_tensor_parallel_adapters_match_peft(llama_dir, adapters, references):
         assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
     finally:
         llm.engine.shutdown()
+
+
+def test_models_whose_loader_reorders_rows_refuse_lora(family_dir):
+    # DeepSeek reorders q's rope rows at load: an adapter's B rows would not line up.
+    from octavo import LLM
+    from octavo.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="not supported for DeepseekV3ForCausalLM"):
+        LLM(str(family_dir("deepseek_v3")), dtype="float32", max_model_len=256, enable_lora=True)
