@@ -65,6 +65,12 @@ def add_parser(sub) -> None:
         help="LoRA adapters served as models of their own (needs --enable-lora): name=path or a JSON object "
         '{"name": ..., "path": ...}',
     )
+    parser.add_argument(
+        "--allow-runtime-lora-updating", action="store_true",
+        default=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
+        help="POST /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --enable-lora; one API process); "
+        "also on with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true",
+    )
     parser.add_argument("--enable-prompt-tokens-details", action="store_true", help="accepted for vLLM's command lines: usage.prompt_tokens_details is always sent")
     parser.add_argument("--max-stored-responses", type=int, default=defaults.max_stored_responses, help="Responses API answers kept in memory for previous_response_id and GET /v1/responses/{id} (0: none)")
     parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
@@ -102,6 +108,11 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be positive", param=name)
     if args.api_server_count < 1:
         raise InvalidArgumentError("--api-server-count must be at least 1", param="api_server_count")
+    if args.allow_runtime_lora_updating and (not args.enable_lora or args.api_server_count > 1):
+        raise InvalidArgumentError(
+            "--allow-runtime-lora-updating needs --enable-lora and one API process (each would keep its own adapters)",
+            param="allow_runtime_lora_updating",
+        )
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
     from octavo.entrypoints.openai.chat_features import check_parser_names
@@ -138,6 +149,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_log_len=args.max_log_len,
         max_stored_response_bytes=args.max_stored_response_bytes,
         lora_modules=parse_lora_modules(args.lora_modules, args.enable_lora),
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
 
 

@@ -26,7 +26,7 @@ from octavo.entrypoints.async_engine import AsyncEngine, AsyncEngineConfig
 from octavo.entrypoints.engine_restart import EngineRestarter
 from octavo.entrypoints.engine_stats import engine_capacity
 from octavo.entrypoints.metrics import ServerMetrics
-from octavo.entrypoints.openai import chat, classify, completions, embeddings, routes, sagemaker, score
+from octavo.entrypoints.openai import chat, classify, completions, embeddings, lora_routes, routes, sagemaker, score
 from octavo.entrypoints.openai.auth import AuthMiddleware
 from octavo.entrypoints.openai.config import PUBLIC_PATHS, ServerConfig
 from octavo.entrypoints.openai.errors import install_exception_handlers
@@ -77,6 +77,7 @@ def build_app(
         pool=TokenizerPool(tokenizer, config.tokenizer_pool_size or default_pool_size()),
         prompt_limits=PromptLimits(engine.limits.max_model_len, max_prompt_chars),
         lora_requests=_checked_adapters(engine, config),
+        next_lora_id=len(config.lora_modules) + 1,
     )
 
     @asynccontextmanager
@@ -98,9 +99,13 @@ def build_app(
     install_exception_handlers(app)
     for module in (completions, chat, messages, responses_route, embeddings, score, classify, routes, sagemaker):
         module.add_routes(app)
+    if config.allow_runtime_lora_updating:
+        lora_routes.add_routes(app)
     # The web UI's pages and files load without a key (they hold no data); its data calls need one.
     ui_public_paths = add_ui_routes(app) if config.enable_ui else frozenset()
-    install_openapi(app, [*config.served_model_names, *config.lora_modules], PUBLIC_PATHS | ui_public_paths)
+    # Adapters loaded at run time change the names a request may use: then the document lists none.
+    model_names = None if config.allow_runtime_lora_updating else [*config.served_model_names, *config.lora_modules]
+    install_openapi(app, model_names, PUBLIC_PATHS | ui_public_paths)
     # add_middleware puts each new one outside the previous ones.
     app.add_middleware(TaskGateMiddleware, task=lambda: ctx.limits.task)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_request_body_bytes)

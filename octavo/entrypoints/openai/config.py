@@ -63,6 +63,8 @@ class ServerConfig:
     max_stored_response_bytes: int = 256 << 20
     # LoRA adapters served as models of their own (--lora-modules): name -> PEFT adapter directory.
     lora_modules: dict[str, str] = field(default_factory=dict)
+    # POST /v1/load_lora_adapter and /v1/unload_lora_adapter (--allow-runtime-lora-updating).
+    allow_runtime_lora_updating: bool = False
 
     @property
     def model_name(self) -> str:

@@ -75,7 +75,7 @@ def add_json_route(
     )
 
 
-def install_openapi(app: FastAPI, served_model_names: list[str], public_paths: frozenset[str]) -> None:
+def install_openapi(app: FastAPI, served_model_names: list[str] | None, public_paths: frozenset[str]) -> None:
     """Serve the document at ``/openapi.json`` (built once, on first request)."""
 
     def openapi() -> dict:
@@ -86,7 +86,7 @@ def install_openapi(app: FastAPI, served_model_names: list[str], public_paths: f
     app.openapi = openapi
 
 
-def _build(app: FastAPI, served_model_names: list[str], public_paths: frozenset[str]) -> dict:
+def _build(app: FastAPI, served_model_names: list[str] | None, public_paths: frozenset[str]) -> dict:
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     components = schema.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
@@ -94,7 +94,7 @@ def _build(app: FastAPI, served_model_names: list[str], public_paths: frozenset[
     schemas.update(defs.get("$defs", {}))
     for name in {m.__name__ for m in app.state.octavo_body_models}:
         model_field = schemas[name].get("properties", {}).get("model")
-        if model_field is not None:
+        if model_field is not None and served_model_names is not None:  # None: any name (they change)
             _restrict_to(model_field, served_model_names)
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     schema["security"] = [{"bearer": []}]

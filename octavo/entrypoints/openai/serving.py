@@ -68,8 +68,10 @@ class ServingContext:
     pool: TokenizerPool
     prompt_limits: PromptLimits
     draining: bool = False
-    # The LoRA adapters served by name (--lora-modules), checked by the engine at start-up.
+    # The LoRA adapters served by name (--lora-modules, checked by the engine at
+    # start-up, and those loaded at run time), and the id the next load takes.
     lora_requests: dict[str, LoRARequest] = field(default_factory=dict)
+    next_lora_id: int = 1
 
 
 def get_context(request: Request) -> ServingContext:
@@ -97,7 +99,7 @@ def resolve_model(ctx: ServingContext, requested: str | None) -> str:
     """The served name a request asks for: the base model's or an adapter's (--lora-modules)."""
     if requested is None:
         return ctx.config.model_name
-    if requested not in ctx.config.served_model_names and requested not in ctx.config.lora_modules:
+    if requested not in ctx.config.served_model_names and requested not in ctx.lora_requests:
         raise ModelNotFoundError(f"the model `{requested}` does not exist", param="model")
     return requested
 
