@@ -54,7 +54,7 @@ class StubEngine:
         self.aborted: list[str] = []
         self.shut_down = False
 
-    def add_request(self, request_id, prompt, params, cache_salt=None, priority=0) -> None:
+    def add_request(self, request_id, prompt, params, cache_salt=None, priority=0, lora_request=None) -> None:
         self.requests[request_id] = 0
 
     def children_of(self, request_id) -> list[str]:
@@ -104,12 +104,12 @@ def test_a_replica_routes_outputs_to_the_front_that_added_the_request():
     thread = threading.Thread(target=server.serve, daemon=True)
     thread.start()
     params = SamplingParams()
-    front_a.send_bytes(encode(["add", "a1", {"prompt_token_ids": [1]}, params, None, 0]))
-    front_b.send_bytes(encode(["add", "b1", {"prompt_token_ids": [1]}, params, None, 0]))
+    front_a.send_bytes(encode(["add", "a1", {"prompt_token_ids": [1]}, params, None, 0, None]))
+    front_b.send_bytes(encode(["add", "b1", {"prompt_token_ids": [1]}, params, None, 0, None]))
     assert read_until_finished(front_a, {"a1"}) == {"a1": -3}
     assert read_until_finished(front_b, {"b1"}) == {"b1": -3}
     # Front A leaves with a request in flight: it is aborted; front B goes on.
-    front_a.send_bytes(encode(["add", "slow-a2", {"prompt_token_ids": [1]}, params, None, 0]))
+    front_a.send_bytes(encode(["add", "slow-a2", {"prompt_token_ids": [1]}, params, None, 0, None]))
     assert decode(front_a.recv_bytes())[0] == "outputs"
     front_a.close()
     for _ in range(100):  # each answer comes after the replica handled what was queued before it

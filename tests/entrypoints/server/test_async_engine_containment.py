@@ -42,10 +42,10 @@ def llm(make_llm, llama_dir):
 def test_a_request_that_cannot_be_added_fails_alone(llm):
     add_request = llm.engine.add_request
 
-    def add_or_overflow(request_id, prompt, params, *rest):
+    def add_or_overflow(request_id, prompt, params, *rest, **options):
         if request_id == "bad":  # what msgpack raises for an integer it cannot pack
             raise OverflowError("Integer value out of range")
-        return add_request(request_id, prompt, params, *rest)
+        return add_request(request_id, prompt, params, *rest, **options)
 
     llm.engine.add_request = add_or_overflow
 
@@ -180,5 +180,5 @@ def test_a_replica_contains_a_failed_add():
     outbox = Outbox()
     server = ReplicaServer.__new__(ReplicaServer)
     server.engine, server.outboxes, server.owner = Engine(), [outbox], {}
-    assert server.handle(0, ["add", "r1", {"prompt": "hi"}, SamplingParams(), None, 0]) is True
+    assert server.handle(0, ["add", "r1", {"prompt": "hi"}, SamplingParams(), None, 0, None]) is True
     assert outbox.sent == [["add_failed", "r1", "OverflowError", "Integer value out of range"]]

@@ -31,7 +31,7 @@ class WaitingEngine:
         self.num_wakes += 1
         self._woken.set()
 
-    def add_request(self, request_id, prompt, params, cache_salt=None, priority=0) -> str:
+    def add_request(self, request_id, prompt, params, cache_salt=None, priority=0, lora_request=None) -> str:
         self.request_ids.append(request_id)
         return request_id
 
