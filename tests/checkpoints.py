@@ -78,6 +78,18 @@ FAMILY_OVERRIDES = {
              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                               "short_factor": [1.0 + i / 8 for i in range(8)], "long_factor": [4.0] * 8}),
     ),
+    # Phi-4-mini: RoPE over 12 of each head's 16 dims (LongRoPE factors for those), tied embeddings.
+    "phi4_mini": (
+        "Phi3Config",
+        dict(max_position_embeddings=8192, original_max_position_embeddings=4096, partial_rotary_factor=0.75,
+             tie_word_embeddings=True,
+             rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                              "short_factor": [1.0 + i / 6 for i in range(6)], "long_factor": [4.0] * 6}),
+    ),
+    # GLM: interleaved RoPE pairs over half of each head (HF's default 0.5), q/k/v biases;
+    # GLM-4-0414 adds norms after attention and MLP, and a head_dim unlike hidden / heads.
+    "glm": ("GlmConfig", dict(head_dim=16)),
+    "glm4": ("Glm4Config", dict(head_dim=32)),
     "olmo2": ("Olmo2Config", dict()),
     "granite": (
         "GraniteConfig",
@@ -99,6 +111,24 @@ FAMILY_OVERRIDES = {
              n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True,
              routed_scaling_factor=2.5),
     ),
+    # A sliding layer with plain RoPE, a full one with YaRN (RoPE per layer type).
+    "olmo3": (
+        "Olmo3Config",
+        dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+                                                 "original_max_position_embeddings": 1024}}),
+    ),
+    # q/k/v and MLP biases, none on o_proj; head_dim unlike hidden / heads.
+    "seed_oss": ("SeedOssConfig", dict(head_dim=32, attention_bias=True, attention_out_bias=False, mlp_bias=True)),
+    # Layer 0: RoPE and a sliding window; layer 1: NoPE, full attention.
+    "smollm3": (
+        "SmolLM3Config",
+        dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=8,
+             layer_types=["sliding_attention", "full_attention"]),
+    ),
+    # Interleaved RoPE pairs, biases on every projection, tied embeddings.
+    "ernie4_5": ("Ernie4_5Config", dict(head_dim=32, use_bias=True, tie_word_embeddings=True)),
 }
 FAMILIES = tuple(FAMILY_OVERRIDES)
 

@@ -49,6 +49,7 @@ MODEL_TYPES = frozenset(
     {
         "llama", "granite", "granitemoe", "olmo2", "olmoe", "phi3", "deepseek_v2", "deepseek_v3",
         "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+        "olmo3", "seed_oss", "smollm3", "ernie4_5",
     }
 )
 

@@ -24,8 +24,12 @@ from octavo.models.moe_config import MoEConfig, parse_moe_config
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 SUPPORTED_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh")
 # Sliding-window layers when ``layer_types`` is absent: every other layer
-# (Gemma 2) or five of every six (Gemma 3).
-_SLIDING_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "gemma3": 6}
+# (Gemma 2), five of every six (Gemma 3) or three of every four (OLMo 3).
+_SLIDING_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "gemma3": 6, "olmo3": 4}
+# ``partial_rotary_factor`` where config.json leaves it out (HF's defaults).
+_PARTIAL_ROTARY_DEFAULTS = {"glm": 0.5, "glm4": 0.5}
+# Model types whose HF config ties the embeddings when ``tie_word_embeddings`` is absent.
+_TIED_BY_DEFAULT = ("ernie4_5", "smollm3")
 
 
 @dataclass
@@ -58,10 +62,19 @@ class ModelArchConfig:
     # (Gemma 3's local base); None: the same as every other layer.
     local_rope_theta: float | None = None
     local_rope_parameters: dict[str, Any] | None = None
+    # Layers that apply no rotary embedding at all (NoPE: SmolLM3).
+    nope_layers: frozenset[int] = frozenset()
+    # The fraction of each q/k head that RoPE rotates (Phi-4-mini 0.75, GLM 0.5).
+    partial_rotary_factor: float = 1.0
 
     @property
     def bos_token_id(self) -> int | None:
         return self.raw.get("bos_token_id")
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dims of each q/k head RoPE rotates (HF's ``int(head_dim * factor)``)."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
 
 def _rope(raw: dict[str, Any], layer_type: str = "full_attention") -> tuple[float, dict[str, Any] | None]:
@@ -83,16 +96,42 @@ def _local_rope(raw: dict[str, Any]) -> tuple[float | None, dict[str, Any] | Non
         return _rope(raw, "sliding_attention")
     if "rope_local_base_freq" in raw:
         return float(raw["rope_local_base_freq"]), None
+    if raw.get("model_type") == "olmo3" and raw.get("rope_scaling"):
+        # OLMo 3's older configs: HF applies ``rope_scaling`` to the full-attention layers only.
+        return float(raw.get("rope_theta", 10000.0)), None
     return None, None
+
+
+def _nope_layers(raw: dict[str, Any], num_layers: int) -> frozenset[int]:
+    """The layers without RoPE. HF's ``no_rope_layers`` flags each layer
+    with 1 where it *does* apply RoPE; SmolLM3's default leaves it out of
+    every ``no_rope_layer_interval``-th layer (4th, 8th, ...)."""
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        if raw.get("model_type") != "smollm3":
+            return frozenset()
+        interval = raw.get("no_rope_layer_interval") or 4
+        if not isinstance(interval, int) or interval < 1:
+            raise ModelLoadError(f"config.json: no_rope_layer_interval must be a positive integer, got {interval!r}")
+        return frozenset(i for i in range(num_layers) if (i + 1) % interval == 0)
+    if len(flags) < num_layers:
+        raise ModelLoadError(f"config.json: no_rope_layers has {len(flags)} entries for {num_layers} layers")
+    return frozenset(i for i in range(num_layers) if not flags[i])
 
 
 def _sliding_windows(raw: dict[str, Any], num_layers: int) -> list[int | None]:
     window = raw.get("sliding_window")
-    if raw.get("use_sliding_window") is False or not window:
+    smollm3 = raw.get("model_type") == "smollm3"
+    # SmolLM3 slides only when asked (HF's default is off), in its NoPE layers
+    # unless ``layer_types`` says otherwise.
+    if raw.get("use_sliding_window") is False or not window or (smollm3 and not raw.get("use_sliding_window")):
         return [None] * num_layers
     layer_types = raw.get("layer_types")
     if layer_types:
         return [window if kind == "sliding_attention" else None for kind in layer_types]
+    if smollm3:
+        nope = _nope_layers(raw, num_layers)
+        return [window if i in nope else None for i in range(num_layers)]
     pattern = raw.get("sliding_window_pattern") or _SLIDING_PATTERNS.get(raw.get("model_type", ""))
     if pattern:
         return [window if (i + 1) % pattern else None for i in range(num_layers)]
@@ -111,12 +150,26 @@ def _complete_longrope(params: dict[str, Any], raw: dict[str, Any]) -> None:
         params["factor"] = int(raw.get("max_position_embeddings", original)) / int(original)
 
 
+def _partial_rotary_factor(raw: dict[str, Any], rope_parameters: dict[str, Any] | None) -> float:
+    """``partial_rotary_factor`` from ``rope_parameters`` (transformers 5) or the
+    top level; GLM's configs default to 0.5 when they leave it out, as HF's do."""
+    factor = (rope_parameters or {}).get("partial_rotary_factor")
+    if factor is None:
+        factor = raw.get("partial_rotary_factor")
+    if factor is None:
+        factor = _PARTIAL_ROTARY_DEFAULTS.get(raw.get("model_type", ""), 1.0)
+    return float(factor)
+
+
 def _check_supported(config: "ModelArchConfig") -> None:
     """Refuse options the layers do not implement, naming the option."""
     raw = config.raw
-    partial = (config.rope_parameters or {}).get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    if partial not in (None, 1, 1.0):
-        raise UnsupportedModelError(f"config.json: partial_rotary_factor {partial} is not supported (only 1.0 is)")
+    partial, rotary_dim = config.partial_rotary_factor, config.rotary_dim
+    if partial != 1 and (not 0 < partial < 1 or rotary_dim < 2 or rotary_dim % 2):
+        raise UnsupportedModelError(
+            f"config.json: partial_rotary_factor {partial} with head_dim {config.head_dim} rotates {rotary_dim} dims "
+            "(a factor in (0, 1] giving an even, nonzero number of dims is supported)"
+        )
     for what, params in (("", config.rope_parameters), (" of the sliding-window layers", config.local_rope_parameters)):
         rope_type = (params or {}).get("rope_type") or (params or {}).get("type") or "default"
         if rope_type in ("su", "longrope"):  # "su": Phi-3's first name for LongRoPE
@@ -159,9 +212,10 @@ def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
             rope_theta=theta,
             rope_parameters=rope_parameters,
             max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            attention_bias=bool(raw.get("attention_bias", False)),
-            mlp_bias=bool(raw.get("mlp_bias", False)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", raw.get("model_type") in _TIED_BY_DEFAULT)),
+            # ERNIE 4.5 names both ``use_bias`` (every projection).
+            attention_bias=bool(raw.get("attention_bias", raw.get("use_bias", False))),
+            mlp_bias=bool(raw.get("mlp_bias", raw.get("use_bias", False))),
             # Gemma names its activation hidden_activation (hidden_act is legacy).
             hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
             sliding_windows=_sliding_windows(raw, num_layers),
@@ -171,6 +225,8 @@ def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
             moe=parse_moe_config(raw, num_layers),
             local_rope_theta=local_theta,
             local_rope_parameters=local_parameters,
+            nope_layers=_nope_layers(raw, num_layers),
+            partial_rotary_factor=_partial_rotary_factor(raw, rope_parameters),
         )
     except KeyError as exc:
         raise ModelLoadError(f"config.json is missing the field {exc.args[0]!r}") from exc

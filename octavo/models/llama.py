@@ -6,6 +6,8 @@ copying it: biases on q/k/v (Qwen2), q/k RMSNorm per head (Qwen3, Gemma 3)
 or over all heads (OLMo 2, OLMoE), the norm's rounding (Gemma, OLMo 2), the
 layer's norm placement (pre-norm; Gemma's sandwich of four norms; OLMo 2's
 post-norms), attention scale and logit soft-capping, multipliers (Granite),
+RoPE over interleaved pairs (ERNIE 4.5), or none at all in the layers the
+config names (SmolLM3's NoPE layers, ``config.nope_layers``),
 and the MLP of each layer (``build_mlp``: a dense SwiGLU/GeGLU MLP or a
 mixture of experts). Projections are fused (qkv, gate-up) and split across
 tensor-parallel ranks by their weight loaders (``models/weights.py``).
@@ -38,7 +40,7 @@ from octavo.models.layers.norm import (
     Float32ScaleRMSNorm, RMSNorm, feeds_fp8_linear, feeds_linear, feeds_router, fuses_with, post_norm_add_norm,
 )
 from octavo.models.layers.qk_norm import ShardedRMSNorm
-from octavo.models.layers.rotary import RotaryEmbedding
+from octavo.models.layers.rotary import InterleavedRotaryEmbedding, RotaryEmbedding
 from octavo.models.weights import load_decoder_weights
 
 
@@ -55,6 +57,7 @@ class DecoderOptions:
     attention_scale: float | None = None  # None: head_size ** -0.5
     attn_soft_cap: float | None = None
     clip_qkv: float | None = None  # OLMoE clamps q, k and v
+    rope_interleaved: bool = False  # RoPE over pairs (x[2i], x[2i+1]) (ERNIE 4.5), not halves
     embed_scale: float = 1.0
     residual_scale: float = 1.0  # Granite scales each block's output
     final_soft_cap: float | None = None  # Gemma 2 caps the logits
@@ -102,9 +105,14 @@ class DecoderAttention(nn.Module):
             self.k_norm = ShardedRMSNorm(kv_total, eps, ctx.dtype, f32, num_replicas=self.qkv_proj.kv_replicas)
         window = config.sliding_windows[layer_index]
         theta, rope = config.rope_theta, config.rope_parameters
-        if window is not None and config.local_rope_theta is not None:  # Gemma 3's local layers
+        if window is not None and config.local_rope_theta is not None:  # Gemma 3's and OLMo 3's local layers
             theta, rope = config.local_rope_theta, config.local_rope_parameters
-        self.rotary_emb = RotaryEmbedding(self.head_size, ctx.max_model_len, theta, rope)
+        # None: a NoPE layer (SmolLM3), whose q and k are never rotated.
+        rotary = InterleavedRotaryEmbedding if options.rope_interleaved else RotaryEmbedding
+        nope = layer_index in config.nope_layers
+        self.rotary_emb = None if nope else rotary(
+            self.head_size, ctx.max_model_len, theta, rope, rotary_dim=config.rotary_dim  # < head_size: partial rotary
+        )
         spec = AttentionSpec(
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,

@@ -110,6 +110,9 @@ def rotary_embedding(
     ``positions``: int64 ``[T]``, each in ``[0, max_position)``. ``query`` and
     ``key`` may be strided views (last dimension contiguous). An
     implementation may rotate them in place: callers use the returned pair.
+    A partial rotary (Phi-4-mini, GLM) passes views of each head's first
+    ``D`` dims only (the head stride is then larger than ``D``), with a
+    table ``D`` wide; the rest of the head is not the op's.
     """
     cos_sin = cos_sin_cache[positions]  # [T, D] = cat(cos_half, sin_half)
     half = cos_sin.shape[-1] // 2

@@ -2,9 +2,13 @@
 float32 on the CPU: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE (8 or 16 experts,
 top-2/4/8, a shared expert, dense layers among sparse ones), Gemma 2 (logit
 soft-capping, alternating sliding window), Gemma 3 (head size 256, local
-and global RoPE), Phi-3 (LongRoPE), OLMo 2, Granite, and DeepSeek V2 / V3
+and global RoPE), Phi-3 (LongRoPE), Phi-4-mini (LongRoPE over 3/4 of each
+head), GLM and GLM-4 (interleaved RoPE over half of each head; GLM-4's
+post-attention and post-MLP norms), OLMo 2, Granite, DeepSeek V2 / V3
 (latent attention, YaRN with mscale, grouped routing by softmax or by
-sigmoid with a correction bias, shared experts, a dense first layer).
+sigmoid with a correction bias, shared experts, a dense first layer),
+OLMo 3 (a sliding layer, RoPE per layer type), Seed-OSS (q/k/v biases apart
+from o_proj's), SmolLM3 (a NoPE layer) and ERNIE 4.5 (interleaved RoPE).
 
 Per family, greedy with EOS masked as HF's ``min_new_tokens`` does: token
 ids identical to HF ``generate`` and chosen-token logprobs within 1e-4;

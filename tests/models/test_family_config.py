@@ -50,13 +50,55 @@ def test_sliding_layers_hf_derives():
     assert (gemma3.rope_theta, gemma3.local_rope_theta) == (1e6, 1e4)
 
 
+def test_olmo3_layers_and_rope_per_layer_type():
+    from transformers import Olmo3Config
+
+    yarn = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192}
+    olmo3 = parse_arch_config(config(model_type="olmo3", sliding_window=8, num_hidden_layers=8, rope_theta=5e5,
+                                     rope_scaling=yarn))
+    hf_types = Olmo3Config(num_hidden_layers=8).layer_types
+    assert olmo3.sliding_windows == [8 if kind == "sliding_attention" else None for kind in hf_types]
+    # Older configs: the scaling is the full-attention layers'; the sliding ones keep plain RoPE.
+    assert olmo3.rope_parameters["rope_type"] == "yarn"
+    assert (olmo3.local_rope_theta, olmo3.local_rope_parameters) == (5e5, None)
+
+
+def test_smollm3_nope_layers_and_windows_hf_derives():
+    from transformers import SmolLM3Config
+
+    from octavo.models.smollm3 import SmolLM3ForCausalLM
+
+    hf = SmolLM3Config(num_hidden_layers=8, no_rope_layer_interval=3, use_sliding_window=True, sliding_window=8)
+    ours = parse_arch_config(config(model_type="smollm3", num_hidden_layers=8, no_rope_layer_interval=3,
+                                    use_sliding_window=True, sliding_window=8))
+    assert ours.nope_layers == {i for i, uses_rope in enumerate(hf.no_rope_layers) if not uses_rope} == {2, 5}
+    assert ours.sliding_windows == [8 if kind == "sliding_attention" else None for kind in hf.layer_types]
+    default = parse_arch_config(config(model_type="smollm3", num_hidden_layers=8, sliding_window=8))
+    assert default.nope_layers == {3, 7} and default.sliding_windows == [None] * 8  # HF: no window unless asked
+    explicit = parse_arch_config(config(model_type="smollm3", num_hidden_layers=4, no_rope_layers=[1, 0, 0, 1]))
+    assert explicit.nope_layers == {1, 2} and parse_arch_config(config()).nope_layers == frozenset()
+    ambiguous = parse_arch_config(config(model_type="smollm3", sliding_window=8,
+                                         layer_types=["sliding_attention", "full_attention"]))
+    with pytest.raises(UnsupportedModelError, match="use_sliding_window"):
+        SmolLM3ForCausalLM.decoder_options(ambiguous, torch.float32)
+
+
+def test_ernie_use_bias_and_tied_embeddings_by_default():
+    ernie = parse_arch_config(config(model_type="ernie4_5", use_bias=True))
+    assert ernie.attention_bias and ernie.mlp_bias and ernie.tie_word_embeddings
+    untied = parse_arch_config(config(model_type="ernie4_5", tie_word_embeddings=False))
+    assert not (untied.attention_bias or untied.mlp_bias or untied.tie_word_embeddings)
+
+
 @pytest.mark.parametrize(
     "fields,option",
     [
         (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_type 'dynamic'"),
         (dict(hidden_act="relu"), "hidden_act 'relu'"),
         (dict(hidden_act="gelu_new"), "hidden_act 'gelu_new'"),
-        (dict(partial_rotary_factor=0.75), "partial_rotary_factor 0.75"),
+        # Partial rotary is supported; a factor that rotates no even number of dims is not.
+        (dict(partial_rotary_factor=1.5), "partial_rotary_factor 1.5"),
+        (dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.1}), "partial_rotary_factor 0.1"),
         (dict(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2, scoring_func="sigmoid"), "scoring_func 'sigmoid'"),
     ],
 )

@@ -125,13 +125,16 @@ class Attention(nn.Module):
         rotary: nn.Module | None = None,
     ) -> torch.Tensor:
         """Attention of ``q`` over the cached context, after ``rotary`` (a
-        ``RotaryEmbedding``) rotates ``q`` and ``k`` at ``positions`` if given."""
+        ``RotaryEmbedding``) rotates ``q`` and ``k`` at ``positions`` if given
+        (None: no rotation at all, e.g. SmolLM3's NoPE layers). The backend's
+        fused rotary path is taken only for a rotation it computes
+        (``rotary.fusable``: rotate-half over the whole head)."""
         num_tokens = q.shape[0]
         q = q.view(num_tokens, self.num_heads, self.head_size)
         k = k.view(num_tokens, self.num_kv_heads, self.head_size)
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
         kv_cache = ctx.kv_caches[self.layer_index]
-        if rotary is not None and self.fuses_rotary:
+        if rotary is not None and self.fuses_rotary and getattr(rotary, "fusable", True):
             out = self.backend.forward_with_rotary(
                 q, k, v, kv_cache, ctx.attn_metadata, positions, rotary.cos_sin_cache, *self.rotary_args
             )

@@ -7,6 +7,16 @@ parameters share one table (computing it per layer was a measurable part of
 a small model's start-up). The rotation is the ``rotary_embedding`` layer op
 (``octavo.ops``).
 
+Partial rotary (``partial_rotary_factor`` < 1: Phi-4-mini, GLM) rotates the
+first ``rotary_dim`` dims of each q/k head and passes the rest through, as
+HF does; the table and the frequencies are ``rotary_dim`` wide
+(``RotaryEmbedding.rotate_leading``).
+
+The interleaved-pairs layout (ERNIE 4.5: ``(x[2i], x[2i+1])`` rotate
+together) is ``InterleavedRotaryEmbedding``, plain torch from the same
+table: the op and the fused ``rotary_and_cache`` rotate halves, so layers
+of this layout never reach them (``fusable``).
+
 LongRoPE has two sets of per-dimension factors: Hugging Face uses the long
 ones for a whole forward pass once the sequence passes
 ``original_max_position_embeddings``, the short ones otherwise. A paged
@@ -30,7 +40,10 @@ from octavo.errors import UnsupportedModelError
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.ops.reference import rotary_embedding as apply_rotary_reference
 
-__all__ = ["RotaryEmbedding", "apply_rotary_reference", "compute_inv_freq", "cos_sin_table"]
+__all__ = [
+    "InterleavedRotaryEmbedding", "RotaryEmbedding", "apply_rotary_interleaved", "apply_rotary_reference",
+    "compute_inv_freq", "cos_sin_table",
+]
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
@@ -129,6 +142,11 @@ def cos_sin_table(head_size: int, max_position: int, base: float, rope_params: d
 
 
 class RotaryEmbedding(nn.Module):
+    # Whether an attention backend's fused ``rotary_and_cache`` (rotate-half
+    # over the whole head) computes this rotation; the attention layer
+    # rotates with the module itself, then plain ``forward``s, where not.
+    fusable: bool = True
+
     def __init__(
         self,
         head_size: int,
@@ -136,12 +154,83 @@ class RotaryEmbedding(nn.Module):
         base: float,
         rope_params: dict[str, Any] | None,
         ops: LayerOps | None = None,
+        rotary_dim: int | None = None,
     ) -> None:
+        """``rotary_dim``: how many leading dims of each head rotate (None: all);
+        the table is that wide."""
         super().__init__()
         self.head_size = head_size
-        self.register_buffer("cos_sin_cache", cos_sin_table(head_size, max_position, base, rope_params), persistent=False)
+        self.rotary_dim = head_size if rotary_dim is None else rotary_dim
+        if not 0 < self.rotary_dim <= head_size or self.rotary_dim % 2:
+            raise UnsupportedModelError(
+                f"rotary_dim {self.rotary_dim} for heads of {head_size}: must be even, in (0, {head_size}]"
+            )
+        self.is_partial = self.rotary_dim < head_size
+        if self.is_partial:
+            # ``rotary_and_cache`` writes whole heads rotated from a table as
+            # wide as the head: a partial rotary rotates first, then writes.
+            self.fusable = False
+        table = cos_sin_table(self.rotary_dim, max_position, base, rope_params)
+        self.register_buffer("cos_sin_cache", table, persistent=False)
         self.ops = ops or current_layer_ops()
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
         """``(query, key)`` rotated at ``positions`` (possibly in place: use the result)."""
-        return self.ops.rotary_embedding(positions, query, key, self.cos_sin_cache)
+        if not self.is_partial:
+            return self.ops.rotary_embedding(positions, query, key, self.cos_sin_cache)
+        return self.rotate_leading(positions, query, key)
+
+    def rotate_leading(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        """Partial rotary: the ``rotary_embedding`` op on views of each head's
+        first ``rotary_dim`` dims with the table as wide, which is the op's
+        plain contract (strided views, last dim contiguous), so that every
+        implementation serves it as is; the other dims pass through."""
+        q_rot, k_rot = query[..., : self.rotary_dim], key[..., : self.rotary_dim]
+        q_out, k_out = self.ops.rotary_embedding(positions, q_rot, k_rot, self.cos_sin_cache)
+        # An implementation that rotated the views in place returns them; one
+        # that made new tensors has its result copied over them.
+        if q_out is not q_rot:
+            q_rot.copy_(q_out)
+        if k_out is not k_rot:
+            k_rot.copy_(k_out)
+        return query, key
+
+
+def apply_rotary_interleaved(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate ``query`` ``[T, H, D]`` and ``key`` ``[T, Hkv, D]`` at ``positions``,
+    interleaved-pairs layout (GPT-J, ERNIE 4.5): pair ``(x[2i], x[2i+1])``
+    turns by frequency ``i``'s angle, ``x[2i]' = x[2i] cos - x[2i+1] sin``,
+    ``x[2i+1]' = x[2i+1] cos + x[2i] sin``, with ``cos_sin_cache`` as for
+    ``rotary_embedding`` (``[max_position, D]``: cos then sin halves).
+    Computed in float32 and rounded once to the input dtype, as HF's ERNIE
+    does. A table narrower than the head (partial rotary, as GLM's) rotates
+    the leading dims it covers and passes the rest through. Positions are
+    clamped to the table (as the Triton kernels do), so padding tokens of a
+    captured graph stay in bounds. Returns new tensors."""
+    cos_sin = cos_sin_cache[positions.clamp(0, cos_sin_cache.shape[0] - 1)].float()
+    rotary_dim = cos_sin.shape[-1]
+    half = rotary_dim // 2
+    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        pairs = x[..., :rotary_dim].float().unflatten(-1, (half, 2))
+        even, odd = pairs[..., 0], pairs[..., 1]
+        rotated = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2).to(x.dtype)
+        return rotated if rotary_dim == x.shape[-1] else torch.cat([rotated, x[..., rotary_dim:]], dim=-1)
+
+    return rotate(query), rotate(key)
+
+
+class InterleavedRotaryEmbedding(RotaryEmbedding):
+    """RoPE over interleaved pairs (``apply_rotary_interleaved``). The
+    ``rotary_embedding`` op and the fused ``rotary_and_cache`` rotate halves,
+    so this one rotates in plain torch on every platform (a few more launches
+    than the fused kernel), and backends' fused path is not taken
+    (``fusable``)."""
+
+    fusable = False
+
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        return apply_rotary_interleaved(positions, query, key, self.cos_sin_cache)

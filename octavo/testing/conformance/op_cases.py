@@ -109,13 +109,18 @@ def _qkv_views(gen, tokens, heads, kv_heads, head_size, dtype, device):
     return q, k, v
 
 
-def _rotary_case(tokens: int, heads: int, kv_heads: int, head_size: int) -> OpCase:
+def _rotary_case(tokens: int, heads: int, kv_heads: int, head_size: int, rotary_dim: int | None = None) -> OpCase:
+    """With ``rotary_dim``: views of each head's first ``rotary_dim`` dims, as
+    a partial rotary (Phi-4-mini, GLM) passes them, and a table as wide."""
+    rotary_dim = rotary_dim or head_size
+
     def make(dtype, device, gen):
         q, k, _ = _qkv_views(gen, tokens, heads, kv_heads, head_size, dtype, device)
         positions = torch.randint(0, 256, (tokens,), generator=gen).to(device)
-        return positions, q, k, cos_sin_table(head_size, 256).to(device)
+        return positions, q[..., :rotary_dim], k[..., :rotary_dim], cos_sin_table(rotary_dim, 256).to(device)
 
-    return OpCase(f"{tokens} tokens, heads {heads}/{kv_heads} x {head_size} (qkv views)", tokens, make)
+    views = "qkv views" if rotary_dim == head_size else f"the first {rotary_dim} dims of each head"
+    return OpCase(f"{tokens} tokens, heads {heads}/{kv_heads} x {head_size} ({views})", tokens, make)
 
 
 def _rotary_cache_case(tokens: int, heads: int, kv_heads: int, head_size: int, block_size: int = 16) -> OpCase:
@@ -335,7 +340,8 @@ OP_CASES: dict[str, list[OpCase]] = {
     "fused_add_rms_norm_f32_scale": [_with_offset(case, 1.0) for case in _tokens_grid(_fused_add_case, 96)],
     "post_norm_add_rms_norm_f32_scale": [_sandwich_case(1, 96, 1.0), _sandwich_case(3, 200, 0.0),
                                          _sandwich_case(17, 96, 1.0)],
-    "rotary_embedding": [_rotary_case(1, 4, 2, 32), _rotary_case(3, 8, 1, 64), _rotary_case(17, 4, 4, 128)],
+    "rotary_embedding": [_rotary_case(1, 4, 2, 32), _rotary_case(3, 8, 1, 64), _rotary_case(17, 4, 4, 128),
+                         _rotary_case(5, 4, 2, 32, rotary_dim=24)],
     "rotary_and_cache": [_rotary_cache_case(1, 4, 2, 32), _rotary_cache_case(3, 8, 1, 64), _rotary_cache_case(17, 4, 4, 128)],
     "silu_and_mul": _tokens_grid(_gated_case, 300),
     "gelu_and_mul": _tokens_grid(_gated_case, 300),
