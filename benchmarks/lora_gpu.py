@@ -40,15 +40,16 @@ def _head_dim(config: dict) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
-def write_adapter(config: dict, rank: int, out_dir: Path, seed: int) -> Path:
+def write_adapter(config: dict, rank: int, out_dir: Path, seed: int, scale: float = 0.01) -> Path:
+    """A random PEFT adapter on all seven projections of every layer (tests/gpu uses it too)."""
     generator = torch.Generator().manual_seed(seed)
     tensors = {}
     for layer in range(config["num_hidden_layers"]):
         for module, sizes in PROJECTIONS.items():
             in_size, out_size = sizes(config)
             prefix = f"base_model.model.model.layers.{layer}.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, in_size, generator=generator) * 0.01
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_size, rank, generator=generator) * 0.01
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, in_size, generator=generator) * scale
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_size, rank, generator=generator) * scale
     out_dir.mkdir(parents=True)
     save_file(tensors, str(out_dir / "adapter_model.safetensors"))
     targets = sorted({m.split(".")[-1] for m in PROJECTIONS})
