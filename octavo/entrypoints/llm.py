@@ -47,6 +47,16 @@ def normalize_prompts(prompts: PromptType | Sequence[PromptType]) -> list[Prompt
     raise InvalidArgumentError(f"prompts must be a string, token ids, or a list of them; got {type(prompts).__name__}")
 
 
+def per_prompt(value: Any, single: type, count: int, what: str, param: str) -> list:
+    """``value`` for each of ``count`` prompts: one (or None) for all, or a sequence of one each."""
+    if value is None or isinstance(value, single):
+        return [value] * count
+    values = list(value)
+    if len(values) != count:
+        raise InvalidArgumentError(f"got {len(values)} {what} for {count} prompts", param=param)
+    return values
+
+
 class LLM:
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         unknown = set(kwargs) - EngineArgs.field_names()
@@ -75,7 +85,7 @@ class LLM:
         """vLLM's ``LLM.generate``; ``lora_request``: one adapter for every prompt, or one (or None) per prompt."""
         prompt_list = normalize_prompts(prompts)
         params_list = self._params_list(sampling_params, len(prompt_list))
-        lora_list = self._lora_list(lora_request, len(prompt_list))
+        lora_list = per_prompt(lora_request, LoRARequest, len(prompt_list), "LoRARequest", "lora_request")
         for params in params_list:
             # A constraint that does not compile is refused before anything is queued.
             self.engine.check_structured_outputs(params)
@@ -89,17 +99,6 @@ class LLM:
             self.engine.abort_request(request_ids)
             raise
         return self._run(request_ids, use_tqdm)
-
-    @staticmethod
-    def _lora_list(lora_request, count: int) -> list[LoRARequest | None]:
-        if lora_request is None or isinstance(lora_request, LoRARequest):
-            return [lora_request] * count
-        loras = list(lora_request)
-        if len(loras) != count:
-            raise InvalidArgumentError(
-                f"lora_request has {len(loras)} entries for {count} prompts", param="lora_request"
-            )
-        return loras
 
     def beam_search(
         self, prompts: PromptType | Sequence[PromptType], params: BeamSearchParams, use_tqdm: bool = False
@@ -327,14 +326,7 @@ class LLM:
         if sampling_params is None:
             # The model's generation-config defaults (--generation-config), as vLLM does.
             return [SamplingParams(**engine_sampling_defaults(self.engine))] * num_prompts
-        if isinstance(sampling_params, SamplingParams):
-            return [sampling_params] * num_prompts
-        params_list = list(sampling_params)
-        if len(params_list) != num_prompts:
-            raise InvalidArgumentError(
-                f"got {len(params_list)} SamplingParams for {num_prompts} prompts", param="sampling_params"
-            )
-        return params_list
+        return per_prompt(sampling_params, SamplingParams, num_prompts, "SamplingParams", "sampling_params")
 
     def _new_id(self) -> str:
         self._next_id += 1
