@@ -62,13 +62,18 @@ class LoRAStepInputs:
         self.slot_onehot[:count].copy_(slots.unsqueeze(1) == self._slot_ids)
 
 
+# A target that covers every shard of a fused layer (its B rows: the shards' in order).
+ALL_SHARDS = -1
+
+
 @dataclass
 class LoRATarget:
     """One module a PEFT adapter may name, and where it lands in the layer."""
 
-    shard: int  # index into the layer's shards
+    shard: int  # index into the layer's shards, or ALL_SHARDS
     in_features: int  # the whole (unsharded) input size
-    out_features: int  # the whole output size of this shard
+    out_features: int  # the whole output size of this shard (of all of them)
+    shard_sizes: tuple[int, ...] = ()  # with ALL_SHARDS: each shard's whole output size
 
 
 @dataclass

@@ -20,7 +20,7 @@ import torch
 
 from octavo.core.lora_request import LoRARequest
 from octavo.core.scheduler_output import SchedulerOutput
-from octavo.lora.layer import LinearLoRA, LoRAStepInputs
+from octavo.lora.layer import ALL_SHARDS, LinearLoRA, LoRAStepInputs
 from octavo.lora.peft_adapter import AdapterModule, Targets, load_adapter
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ class LoRASlots:
         self.inputs = inputs
         self.max_loras = inputs.shape.max_loras
         self.max_cpu_loras = max(max_cpu_loras, self.max_loras)
-        # PEFT module name -> (its layer's LoRA, the shard it fills).
-        self.by_module = {name: (lora, t.shard) for lora in layers.values() for name, t in lora.targets.items()}
+        # PEFT module name -> (its layer's LoRA, its target there).
+        self.by_module = {name: (lora, t) for lora in layers.values() for name, t in lora.targets.items()}
         self.layers = list(layers.values())
         self.dtype = inputs.slot_onehot.dtype
         self.slot_of: OrderedDict[int, int] = OrderedDict()  # adapter id -> slot, least recently used first
@@ -45,7 +45,7 @@ class LoRASlots:
 
     def targets(self) -> Targets:
         """What adapters may name: module -> whole (in, out) sizes."""
-        return {name: (lora.targets[name].in_features, lora.targets[name].out_features) for name, (lora, _) in self.by_module.items()}
+        return {name: (target.in_features, target.out_features) for name, (_, target) in self.by_module.items()}
 
     def prepare_step(self, scheduler_output: SchedulerOutput, states) -> None:
         for new in scheduler_output.new_requests:
@@ -96,6 +96,11 @@ class LoRASlots:
         for lora in self.layers:
             lora.clear_slot(slot)
         for module in modules:
-            lora, shard = self.by_module[module.name]
-            device = lora.a_stack.device
-            lora.write_slot(slot, shard, module.lora_a.to(device), module.lora_b.to(device))
+            lora, target = self.by_module[module.name]
+            lora_a, lora_b = module.lora_a.to(lora.a_stack.device), module.lora_b.to(lora.a_stack.device)
+            if target.shard != ALL_SHARDS:
+                lora.write_slot(slot, target.shard, lora_a, lora_b)
+                continue
+            # A fused module's update: one A, its B's rows split shard by shard.
+            for shard, shard_b in enumerate(lora_b.split(list(target.shard_sizes))):
+                lora.write_slot(slot, shard, lora_a, shard_b)

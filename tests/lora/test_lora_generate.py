@@ -137,3 +137,17 @@ def test_models_whose_loader_reorders_rows_refuse_lora(family_dir):
 
     with pytest.raises(ModelLoadError, match="not supported for DeepseekV3ForCausalLM"):
         LLM(str(family_dir("deepseek_v3")), dtype="float32", max_model_len=256, enable_lora=True)
+
+
+def test_adapter_of_fused_projections_matches_peft(family_dir, make_llm, tmp_path):
+    # Phi-3's checkpoint fuses q/k/v and gate/up, so its adapters name qkv_proj and gate_up_proj.
+    from tests.lora.adapters import build_adapter, peft_greedy
+
+    path = family_dir("phi3")
+    adapter = build_adapter(path, tmp_path / "phi3", seed=3, r=8, lora_alpha=16,
+                            target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+    expected = [peft_greedy(path, adapter, p, NUM_NEW_TOKENS) for p in PROMPTS]
+    assert expected != [peft_greedy(path, None, p, NUM_NEW_TOKENS) for p in PROMPTS]
+    llm = make_llm(path, enable_lora=True, max_lora_rank=8)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy(), lora_request=LoRARequest("phi", 1, str(adapter)))
+    assert [o.outputs[0].token_ids for o in outputs] == expected

@@ -16,7 +16,7 @@ from torch import nn
 
 from octavo.distributed.parallel_state import get_tp_group, tensor_model_parallel_all_reduce
 from octavo.errors import ModelLoadError
-from octavo.lora.layer import LinearLoRA, LoRATarget, current_lora_scope
+from octavo.lora.layer import ALL_SHARDS, LinearLoRA, LoRATarget, current_lora_scope
 from octavo.models.weight_loading import fill_parameter, place_shard
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.quantization.base import QuantizationConfig, UnquantizedLinearMethod
@@ -153,12 +153,14 @@ class ColumnParallelLinear(LinearBase):
     def _make_lora(self, scope) -> LinearLoRA:
         parent, _, own = self.prefix.rpartition(".")
         shards = self._LORA_SHARD_NAMES.get(own, ((own, None),))
-        out_slices, targets = [], {}
+        out_slices, targets, wholes = [], {}, []
         for index, (name, shard_id) in enumerate(shards):
             offset, start, size = self._shard_offset_and_rank_slice(shard_id)
             out_slices.append((offset, start, size))
-            whole = self._whole_shard_size(shard_id)
-            targets[f"{parent}.{name}" if parent else name] = LoRATarget(index, self.input_size, whole)
+            wholes.append(self._whole_shard_size(shard_id))
+            targets[f"{parent}.{name}" if parent else name] = LoRATarget(index, self.input_size, wholes[-1])
+        if len(shards) > 1:  # checkpoints with the projections fused (Phi-3) name the fused module
+            targets[self.prefix] = LoRATarget(ALL_SHARDS, self.input_size, sum(wholes), tuple(wholes))
         return LinearLoRA(self, scope.inputs, out_slices, (0, self.input_size), False, targets)
 
     def _whole_shard_size(self, shard_id) -> int:
