@@ -151,3 +151,12 @@ def test_adapter_of_fused_projections_matches_peft(family_dir, make_llm, tmp_pat
     llm = make_llm(path, enable_lora=True, max_lora_rank=8)
     outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy(), lora_request=LoRARequest("phi", 1, str(adapter)))
     assert [o.outputs[0].token_ids for o in outputs] == expected
+
+
+@pytest.mark.parametrize("mode", ["async_scheduling", "overlap_decode"])
+def test_adapters_with_steps_launched_ahead(mode, llama_dir, adapters, references, make_llm):
+    # The next step is prepared before this one's tokens reach the host: the
+    # token slots are uploaded with each step's inputs all the same.
+    llm = make_llm(llama_dir, enable_lora=True, max_loras=2, max_lora_rank=8, **{mode: True})
+    names = ["every", None, "qv"]
+    assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
