@@ -129,8 +129,43 @@ FAMILY_OVERRIDES = {
     ),
     # Interleaved RoPE pairs, biases on every projection, tied embeddings.
     "ernie4_5": ("Ernie4_5Config", dict(head_dim=32, use_bias=True, tie_word_embeddings=True)),
+    # gpt-oss: a sliding layer (window 8) then a full one, attention sinks, biased
+    # router and experts (all nonzero after build_checkpoint's re-init), YaRN
+    # without truncation, and a SwiGLU limit low enough that the clamps bite.
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(head_dim=32, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, sliding_window=8,
+             swiglu_limit=0.5, rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                                "original_max_position_embeddings": 128}),
+    ),
+    # Granite's multipliers around 8 fused experts, top-2; the shared variant adds a shared MLP.
+    "granitemoe": (
+        "GraniteMoeConfig",
+        dict(intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, embedding_multiplier=12.0,
+             attention_multiplier=0.0625, residual_multiplier=0.22, logits_scaling=8.0),
+    ),
+    "granitemoe_shared": (
+        "GraniteMoeSharedConfig",
+        dict(intermediate_size=32, num_local_experts=8, num_experts_per_tok=4, shared_intermediate_size=48,
+             embedding_multiplier=6.0, attention_multiplier=0.125, residual_multiplier=0.5, logits_scaling=4.0),
+    ),
+    # The LayerNorm families below get norm weights and biases away from 1 and 0 (``PERTURBED_NORMS``).
+    # LayerNorms with biases, an ungated MLP, biases everywhere, a sliding window in every layer.
+    "starcoder2": ("Starcoder2Config", dict(sliding_window=8, norm_epsilon=1e-2)),
+    # Parallel attention and MLP, a LayerNorm per q/k head, interleaved RoPE, logits scaled.
+    "cohere": ("CohereConfig", dict(use_qk_norm=True, layer_norm_eps=1e-2, logit_scale=0.3)),
+    # Layer 0: sliding window with RoPE; layer 1: global, no RoPE.
+    "cohere2": (
+        "Cohere2Config",
+        dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"], layer_norm_eps=1e-2,
+             logit_scale=0.25),
+    ),
 }
 FAMILIES = tuple(FAMILY_OVERRIDES)
+# Families whose norms get random weights (and biases) too: with HF's init
+# (weights 1, biases 0) a LayerNorm's bias and a per-head weight would go untested.
+PERTURBED_NORMS = ("starcoder2", "cohere", "cohere2")
 
 
 def _config_and_model(arch: str, vocab_size: int, **overrides):
@@ -171,6 +206,8 @@ def build_checkpoint(out_dir: Path, arch: str, tokenizer_dir: Path, seed: int = 
         for name, param in model.named_parameters():
             if "norm" not in name:
                 param.normal_(0.0, 0.08)
+            elif arch in PERTURBED_NORMS:
+                param.normal_(1.0 if name.endswith("weight") else 0.0, 0.2)
     model.save_pretrained(str(out_dir))
     for file in tokenizer_dir.iterdir():
         shutil.copy(file, out_dir / file.name)

@@ -34,6 +34,11 @@ class AttentionSpec:
     sliding_window: int | None = None
     # Scores become ``cap * tanh(scores / cap)`` after scaling (Gemma 2).
     logits_soft_cap: float | None = None
+    # A learned logit per query head joins each row's softmax denominator
+    # (gpt-oss's attention sinks): it takes probability mass but adds no
+    # value. The layer hands its ``[num_heads]`` tensor to ``forward`` as
+    # ``sinks=`` (per layer; layers of one spec share a backend).
+    sinks: bool = False
 
 
 @dataclass
@@ -78,6 +83,9 @@ class AttentionBackend(ABC):
     # than left to ``supports`` so that a backend written before the option
     # existed is never chosen for a model that needs it.
     supports_logits_soft_cap: ClassVar[bool] = False
+    # True when ``forward`` takes ``sinks=`` (``spec.sinks``), declared for
+    # the same reason. Layers with sinks never call ``forward_with_rotary``.
+    supports_sinks: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionSpec) -> None:
         self.spec = spec
@@ -118,7 +126,10 @@ class AttentionBackend(ABC):
         kv_cache: torch.Tensor,
         metadata: Any,
     ) -> torch.Tensor:  # [T, num_heads, head_size]
-        """Write ``key``/``value`` into ``kv_cache`` and attend over the context."""
+        """Write ``key``/``value`` into ``kv_cache`` and attend over the context.
+
+        A backend with ``supports_sinks`` also takes ``sinks=`` (``[num_heads]``,
+        this rank's heads; passed only for a spec with ``sinks``)."""
 
     def forward_with_rotary(
         self,
@@ -149,6 +160,8 @@ def backend_refusal(backend_class: type[AttentionBackend], spec: AttentionSpec) 
     """Why ``backend_class`` cannot run ``spec`` (None: it can)."""
     if spec.logits_soft_cap is not None and not backend_class.supports_logits_soft_cap:
         return "no logit soft-capping"
+    if spec.sinks and not backend_class.supports_sinks:
+        return "no attention sinks"
     return backend_class.supports(spec)
 
 

@@ -130,14 +130,14 @@ def _attend_span(
 @triton.jit(do_not_specialize=["num_reqs", "num_tokens", "stride_table", "skip_req"])
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, k_new_ptr, v_new_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
+    query_start_loc_ptr, seq_lens_ptr, block_table_ptr, sinks_ptr,
     num_reqs, num_tokens, skip_req, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_block, stride_slot, stride_head, stride_table, stride_new_t, stride_new_h,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-    FRESH_KV: tl.constexpr, CACHE_DOT_DTYPE: tl.constexpr,
+    FRESH_KV: tl.constexpr, CACHE_DOT_DTYPE: tl.constexpr, USE_SINKS: tl.constexpr,
 ):
     # Heaviest first: a causal prompt's last tiles see the most keys, and
     # blocks start in program order, so the light tiles fill the last wave.
@@ -183,6 +183,12 @@ def _paged_attention_kernel(
 
     m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
+    if USE_SINKS:
+        # A head's sink is one more logit (base 2 here) with a zero value:
+        # the running max and sum start from it.
+        # log2(e) as a literal: a kernel reads no global that is not a constexpr.
+        m_i = tl.load(sinks_ptr + head, mask=row_valid, other=float("-inf")).to(tl.float32) * 1.4426950408889634
+        l_i = tl.where(row_valid, 1.0, 0.0)
     acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
     # FRESH_KV: the step's own keys (positions from context_len on) come from
@@ -233,6 +239,7 @@ def paged_attention(
     out: torch.Tensor | None = None,
     fresh_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     skip_request: int = -1,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of ``query`` [T, H, D] over the paged ``kv_cache``; returns [T, H, D].
 
@@ -242,7 +249,8 @@ def paged_attention(
     with ``k_scale == v_scale == 1``), read for each request's new tokens
     instead of the cache (which must hold them too, for later steps).
     ``skip_request``: that request's rows are left unwritten (another kernel
-    computes them).
+    computes them). ``sinks``: ``[H]`` float32 logits that join each row's
+    softmax denominator with no value (gpt-oss), or None.
     """
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -259,7 +267,7 @@ def paged_attention(
     grid = (num_query_tiles(num_tokens, batch.num_reqs, block_q), num_kv_heads)
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache, new_key, new_value,
-        batch.query_start_loc, batch.seq_lens, batch.block_table,
+        batch.query_start_loc, batch.seq_lens, batch.block_table, query if sinks is None else sinks,
         batch.num_reqs, num_tokens, skip_request, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
@@ -269,7 +277,7 @@ def paged_attention(
         BLOCK_N=tiles.block_n, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None, DOT_DTYPE=dot_dtype(query.dtype), PRECISION=dot_precision(query.dtype),
         FRESH_KV=fresh_kv is not None, CACHE_DOT_DTYPE=cache_dot_dtype(query.dtype, kv_cache.dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        USE_SINKS=sinks is not None, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 

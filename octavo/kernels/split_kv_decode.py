@@ -97,13 +97,13 @@ class SplitWorkspace:
 @triton.jit(do_not_specialize=["num_reqs", "stride_table"])
 def _split_kv_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-    seq_lens_ptr, block_table_ptr,
+    seq_lens_ptr, block_table_ptr, sinks_ptr,
     num_reqs, qk_scale, v_scale, sliding_window, soft_cap,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_block, stride_slot, stride_head, stride_table,
     GROUP: tl.constexpr, ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFT_CAP: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr, USE_SINKS: tl.constexpr,
 ):
     token = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -135,6 +135,13 @@ def _split_kv_kernel(
 
     m_i = tl.full([ROWS], float("-inf"), tl.float32)
     l_i = tl.zeros([ROWS], tl.float32)
+    if USE_SINKS:
+        # The sink (one more logit, base 2, no value) joins the first split's
+        # partial only: the merge then counts it once.
+        first = row_valid & ((rows * 0 + split) == 0)  # a vector: the interpreter refused a scalar mask term
+        # log2(e) as a literal: a kernel reads no global that is not a constexpr.
+        m_i = tl.load(sinks_ptr + head, mask=first, other=float("-inf")).to(tl.float32) * 1.4426950408889634
+        l_i = tl.where(first, 1.0, 0.0)
     acc = tl.zeros([ROWS, HEAD_PAD], tl.float32)
     table_row = block_table_ptr + req.to(tl.int64) * stride_table
     # The query is the last token: every key of the chunk is allowed, and
@@ -196,10 +203,12 @@ def split_kv_decode(
     workspace: SplitWorkspace | None,
     tiles: TileConfig | None = None,
     out: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention of ``query`` [T, H, D] (one token per request); returns [T, H, D].
 
     ``workspace`` None: one program per (token, KV head), no merge.
+    ``sinks``: ``[H]`` float32 sink logits (gpt-oss), or None.
     """
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -223,7 +232,7 @@ def split_kv_decode(
     pdl = pdl_enabled(query.device, num_tokens)
     _split_kv_kernel[(num_tokens, num_kv_heads, num_splits)](
         out, *partials, query, key_cache, value_cache,
-        batch.seq_lens, batch.block_table,
+        batch.seq_lens, batch.block_table, query if sinks is None else sinks,
         batch.num_reqs, params.qk_scale, params.v_scale, params.sliding_window or 0, params.soft_cap or 1.0,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), batch.block_table.stride(0),
@@ -232,7 +241,8 @@ def split_kv_decode(
         NUM_SPLITS=num_splits, USE_WINDOW=params.sliding_window is not None,
         USE_SOFT_CAP=params.soft_cap is not None,
         DOT_DTYPE=cache_dot_dtype(query.dtype, kv_cache.dtype), PRECISION=dot_precision(query.dtype),
-        PDL=pdl, num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
+        PDL=pdl, USE_SINKS=sinks is not None, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        launch_pdl=pdl,
     )
     if num_splits > 1:  # one split wrote the output itself
         _merge_splits_kernel[(num_tokens, num_heads)](

@@ -24,12 +24,24 @@ from octavo.models.moe_config import MoEConfig, parse_moe_config
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 SUPPORTED_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh")
 # Sliding-window layers when ``layer_types`` is absent: every other layer
-# (Gemma 2), five of every six (Gemma 3) or three of every four (OLMo 3).
-_SLIDING_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "gemma3": 6, "olmo3": 4}
+# (Gemma 2), five of every six (Gemma 3) or three of every four (OLMo 3, Cohere2).
+_SLIDING_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "gemma3": 6, "olmo3": 4, "cohere2": 4}
 # ``partial_rotary_factor`` where config.json leaves it out (HF's defaults).
 _PARTIAL_ROTARY_DEFAULTS = {"glm": 0.5, "glm4": 0.5}
 # Model types whose HF config ties the embeddings when ``tie_word_embeddings`` is absent.
-_TIED_BY_DEFAULT = ("ernie4_5", "smollm3")
+_TIED_BY_DEFAULT = ("ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2")
+# Quantized formats a family dequantizes to the model dtype while loading
+# (gpt-oss's MXFP4 experts): no quantization method runs for them.
+_DEQUANTIZED_ON_LOAD = {"gpt_oss": ("mxfp4",)}
+
+
+def _quantization_config(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """``quantization_config``, unless the family dequantizes it on load
+    (still in ``raw`` for the model to read)."""
+    quant = raw.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") in _DEQUANTIZED_ON_LOAD.get(raw.get("model_type"), ()):
+        return None
+    return quant
 
 
 @dataclass
@@ -102,10 +114,23 @@ def _local_rope(raw: dict[str, Any]) -> tuple[float | None, dict[str, Any] | Non
     return None, None
 
 
+def _cohere2_nope_layers(raw: dict[str, Any], num_layers: int) -> frozenset[int]:
+    """Command-R7B rotates q and k in its sliding-window layers only: its
+    global layers (``layer_types``, else every ``sliding_window_pattern``-th)
+    have no RoPE, and without a window HF rotates in none of them."""
+    if not raw.get("sliding_window"):
+        return frozenset(range(num_layers))
+    windows = _sliding_windows(raw, num_layers)
+    return frozenset(i for i in range(num_layers) if windows[i] is None)
+
+
 def _nope_layers(raw: dict[str, Any], num_layers: int) -> frozenset[int]:
     """The layers without RoPE. HF's ``no_rope_layers`` flags each layer
     with 1 where it *does* apply RoPE; SmolLM3's default leaves it out of
-    every ``no_rope_layer_interval``-th layer (4th, 8th, ...)."""
+    every ``no_rope_layer_interval``-th layer (4th, 8th, ...); Cohere2's are
+    its global layers."""
+    if raw.get("model_type") == "cohere2":
+        return _cohere2_nope_layers(raw, num_layers)
     flags = raw.get("no_rope_layers")
     if flags is None:
         if raw.get("model_type") != "smollm3":
@@ -220,7 +245,7 @@ def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
             hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
             sliding_windows=_sliding_windows(raw, num_layers),
             torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
-            quantization_config=raw.get("quantization_config"),
+            quantization_config=_quantization_config(raw),
             raw=raw,
             moe=parse_moe_config(raw, num_layers),
             local_rope_theta=local_theta,

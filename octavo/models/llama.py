@@ -3,14 +3,17 @@
 Llama 2/3/3.1 and Mistral are this class as is; the other families set a
 few hooks (``DecoderOptions``, built by ``decoder_options``) rather than
 copying it: biases on q/k/v (Qwen2), q/k RMSNorm per head (Qwen3, Gemma 3)
-or over all heads (OLMo 2, OLMoE), the norm's rounding (Gemma, OLMo 2), the
-layer's norm placement (pre-norm; Gemma's sandwich of four norms; OLMo 2's
-post-norms), attention scale and logit soft-capping, multipliers (Granite),
+or over all heads (OLMo 2, OLMoE), the norm's rounding (Gemma, OLMo 2) or
+kind (LayerNorm: StarCoder 2, Cohere), the layer's norm placement
+(pre-norm; Gemma's sandwich of four norms; OLMo 2's post-norms; Cohere's
+attention and MLP in parallel), attention scale and logit soft-capping,
+multipliers (Granite, Cohere's logit scale),
 RoPE over interleaved pairs (ERNIE 4.5), or none at all in the layers the
 config names (SmolLM3's NoPE layers, ``config.nope_layers``),
-and the MLP of each layer (``build_mlp``: a dense SwiGLU/GeGLU MLP or a
-mixture of experts). Projections are fused (qkv, gate-up) and split across
-tensor-parallel ranks by their weight loaders (``models/weights.py``).
+and the MLP of each layer (``build_mlp``: a dense SwiGLU/GeGLU MLP, an
+ungated one (StarCoder 2) or a mixture of experts). Projections are fused
+(qkv, gate-up) and split across tensor-parallel ranks by their weight
+loaders (``models/weights.py``).
 
 Every layer returns ``(delta, residual)``: the residual stream after the
 layer is ``delta + residual``, so that the next layer's first norm can fuse
@@ -32,8 +35,9 @@ from torch import nn
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
 from octavo.models.base import ModelInitContext
-from octavo.models.layers.attention import Attention, ForwardContext
+from octavo.models.layers.attention import Attention, ForwardContext, attention_sinks_param
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from octavo.models.layers.layer_norm import HeadLayerNorm, LayerNorm
 from octavo.models.layers.linear import QKVParallelLinear, RowParallelLinear
 from octavo.models.layers.mlp import DecoderMLP
 from octavo.models.layers.norm import (
@@ -50,18 +54,26 @@ class DecoderOptions:
 
     qkv_bias: bool = False
     o_bias: bool = False
-    qk_norm: str | None = None  # "head": each head (Qwen3, Gemma 3); "full": all heads at once (OLMo)
+    qk_norm: str | None = None  # "head": each head (Qwen3, Gemma 3); "full": all heads at once (OLMo);
+    # "head_layer": LayerNorm of each head by a weight per head (Cohere)
     norm_in_float32: bool = False  # scale in float32 before casting back (Gemma, OLMo 2)
     norm_weight_offset: float = 0.0  # Gemma scales by 1 + weight
-    layer_kind: str = "pre_norm"  # "pre_norm", "sandwich" (Gemma 2/3) or "post_norm" (OLMo 2)
+    # "rms"; "layer" / "layer_bias": LayerNorm without / with a bias (Cohere / StarCoder 2)
+    norm_kind: str = "rms"
+    norm_eps: float | None = None  # None: config.rms_norm_eps (LayerNorm families name theirs otherwise)
+    # "pre_norm", "sandwich" (Gemma 2/3), "post_norm" (OLMo 2) or "parallel"
+    # (Cohere: attention and MLP side by side on one norm's output)
+    layer_kind: str = "pre_norm"
     attention_scale: float | None = None  # None: head_size ** -0.5
     attn_soft_cap: float | None = None
     clip_qkv: float | None = None  # OLMoE clamps q, k and v
     rope_interleaved: bool = False  # RoPE over pairs (x[2i], x[2i+1]) (ERNIE 4.5), not halves
+    attention_sinks: bool = False  # a learned logit per head joins each softmax (gpt-oss's ``self_attn.sinks``)
     embed_scale: float = 1.0
     residual_scale: float = 1.0  # Granite scales each block's output
     final_soft_cap: float | None = None  # Gemma 2 caps the logits
     logits_divisor: float = 1.0  # Granite divides the logits
+    logits_scale: float = 1.0  # Cohere multiplies them (``logit_scale``)
     # The attention module's class (ctx, options, layer_index, prefix); None:
     # DecoderAttention (DeepSeek brings its latent attention).
     attention: Callable[..., nn.Module] | None = None
@@ -69,8 +81,13 @@ class DecoderOptions:
     def make_attention(self, ctx: ModelInitContext, layer_index: int, prefix: str) -> nn.Module:
         return (self.attention or DecoderAttention)(ctx, self, layer_index, prefix)
 
+    def eps(self, config) -> float:
+        return config.rms_norm_eps if self.norm_eps is None else self.norm_eps
+
     def norm(self, ctx: ModelInitContext, size: int) -> nn.Module:
-        eps = ctx.config.rms_norm_eps
+        eps = self.eps(ctx.config)
+        if self.norm_kind != "rms":
+            return LayerNorm(size, eps, ctx.dtype, bias=self.norm_kind == "layer_bias")
         if self.norm_in_float32:
             return Float32ScaleRMSNorm(size, eps, ctx.dtype, self.norm_weight_offset)
         return RMSNorm(size, eps, ctx.dtype)
@@ -103,6 +120,10 @@ class DecoderAttention(nn.Module):
             self.q_norm = ShardedRMSNorm(config.num_attention_heads * self.head_size, eps, ctx.dtype, f32)
             kv_total = config.num_key_value_heads * self.head_size
             self.k_norm = ShardedRMSNorm(kv_total, eps, ctx.dtype, f32, num_replicas=self.qkv_proj.kv_replicas)
+        elif options.qk_norm == "head_layer":
+            eps, replicas = options.eps(config), self.qkv_proj.kv_replicas
+            self.q_norm = HeadLayerNorm(config.num_attention_heads, self.head_size, eps, ctx.dtype)
+            self.k_norm = HeadLayerNorm(config.num_key_value_heads, self.head_size, eps, ctx.dtype, replicas)
         window = config.sliding_windows[layer_index]
         theta, rope = config.rope_theta, config.rope_parameters
         if window is not None and config.local_rope_theta is not None:  # Gemma 3's and OLMo 3's local layers
@@ -123,8 +144,10 @@ class DecoderAttention(nn.Module):
             block_size=ctx.block_size,
             sliding_window=window,
             logits_soft_cap=options.attn_soft_cap,
+            sinks=options.attention_sinks,
         )
         self.attn = Attention(ctx.attention_backend(spec), layer_index)
+        self.sinks = attention_sinks_param(self.num_heads) if options.attention_sinks else None
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, fctx: ForwardContext) -> torch.Tensor:
         return self.attend(positions, self.qkv_proj(hidden), fctx)
@@ -142,8 +165,10 @@ class DecoderAttention(nn.Module):
         if self.qk_norm == "head":
             offset = getattr(self.q_norm, "weight_offset", None)  # Float32ScaleRMSNorm's; None: Llama's rounding
             q, k = self.head_norms_op(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, offset)
+        elif self.qk_norm == "head_layer":
+            q, k = self.q_norm(q), self.k_norm(k)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_size)
-        out = self.attn(q, k, v, fctx, positions=positions, rotary=self.rotary_emb)
+        out = self.attn(q, k, v, fctx, positions=positions, rotary=self.rotary_emb, sinks=self.sinks)
         return self.o_proj(out)
 
 
@@ -251,7 +276,28 @@ class PostNormDecoderLayer(nn.Module):
         return self.post_feedforward_layernorm(self.mlp(stream)), stream
 
 
-LAYER_KINDS = {"pre_norm": DecoderLayer, "sandwich": SandwichDecoderLayer, "post_norm": PostNormDecoderLayer}
+class ParallelDecoderLayer(nn.Module):
+    """Cohere: one norm, then attention and MLP side by side on its output;
+    both blocks' outputs join the residual stream together."""
+
+    def __init__(self, ctx: ModelInitContext, options: DecoderOptions, mlp: nn.Module, layer_index: int, prefix: str):
+        super().__init__()
+        self.self_attn = options.make_attention(ctx, layer_index, f"{prefix}.self_attn")
+        self.mlp = mlp
+        self.input_layernorm = options.norm(ctx, ctx.config.hidden_size)
+
+    def forward(self, positions, hidden, residual, fctx: ForwardContext):
+        if residual is None:
+            normed, residual = self.input_layernorm(hidden), hidden
+        else:
+            normed, residual = self.input_layernorm(hidden, residual)
+        return self.self_attn(positions, normed, fctx) + self.mlp(normed), residual
+
+
+LAYER_KINDS = {
+    "pre_norm": DecoderLayer, "sandwich": SandwichDecoderLayer, "post_norm": PostNormDecoderLayer,
+    "parallel": ParallelDecoderLayer,
+}
 
 
 def layer_range(num_layers: int) -> tuple[int, int]:
@@ -361,6 +407,8 @@ class LlamaForCausalLM(nn.Module):
         logits = self.lm_head.compute_logits(hidden_states)
         if self.options.logits_divisor != 1.0:
             logits = logits / self.options.logits_divisor
+        if self.options.logits_scale != 1.0:
+            logits = logits * self.options.logits_scale
         cap = self.options.final_soft_cap
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap

@@ -104,6 +104,20 @@ def _olmoe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     )
 
 
+def _granitemoe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
+    """Granite MoE: Mixtral's routing (a softmax over the top-k logits is the
+    renormalised top-k of the softmax); the shared variant's MLP, which every
+    token goes through unscaled (no sigmoid gate)."""
+    return MoEConfig(
+        num_experts=_num_experts(raw),
+        top_k=int(raw["num_experts_per_tok"]),
+        intermediate_size=int(raw["intermediate_size"]),
+        renormalize=True,
+        sparse_layers=(True,) * num_layers,
+        shared_expert_intermediate_size=int(raw.get("shared_intermediate_size") or 0),
+    )
+
+
 def _deepseek(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     v3 = raw.get("model_type") == "deepseek_v3"
     method = raw.get("topk_method") or ("noaux_tc" if v3 else "greedy")
@@ -130,6 +144,9 @@ def _deepseek(raw: dict[str, Any], num_layers: int) -> MoEConfig:
 
 _PARSERS = {
     "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "olmoe": _olmoe,
+    # gpt-oss: a softmax over the top-k logits is the top-k of the softmax, renormalised.
+    "gpt_oss": _mixtral,
+    "granitemoe": _granitemoe, "granitemoeshared": _granitemoe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
 }
 

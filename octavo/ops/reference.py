@@ -99,6 +99,25 @@ def post_norm_add_rms_norm_f32_scale(
     return fused_add_rms_norm_f32_scale(normed, residual, weight, eps, weight_offset)
 
 
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dimension: ``(x - mean) / sqrt(var + eps) *
+    weight + bias`` (biased variance), all in float32, rounded once to
+    ``x.dtype`` (as Hugging Face's Cohere norm and torch's ``LayerNorm``
+    round; StarCoder 2 has a bias, Cohere none: ``bias`` None).
+
+    ``x``: ``[num_tokens, hidden]``, or ``[num_tokens, heads, hidden]`` (a
+    per-head norm, possibly a strided view of the qkv row; the last
+    dimension contiguous). ``weight`` and ``bias``: ``[hidden]``, or
+    ``[heads, hidden]`` for a 3-D ``x`` (Cohere's q/k norms have a weight
+    per head). Returns a new tensor; ``x`` is not modified.
+    """
+    x32 = F.layer_norm(x.to(torch.float32), x.shape[-1:], None, None, eps)
+    out = x32 * weight.to(torch.float32)
+    if bias is not None:
+        out = out + bias.to(torch.float32)
+    return out.to(x.dtype)
+
+
 def rotary_embedding(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

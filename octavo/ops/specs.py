@@ -256,6 +256,11 @@ _SPECS = (
         "residual add and RMSNorm before a MoE layer, its router and top-k (one launch at decode)",
         compose=_compose_norm_route, composed_of=("fused_add_rms_norm_linear", "moe_topk_softmax"), since=(1, 5),
     ),
+    OpSpec(
+        "layer_norm", reference.layer_norm, ELEMENTWISE,
+        "LayerNorm, with or without a bias, scaled in float32 (StarCoder 2, Cohere; Cohere's per-head q/k norms)",
+        since=(1, 6),
+    ),
 )
 
 # In resolution order: an op composed of others comes after them.

@@ -112,6 +112,7 @@ class LayerOps:
     qk_rms_norm: Callable
     fused_add_rms_norm_linear: Callable
     fused_add_rms_norm_route: Callable
+    layer_norm: Callable
     choices: dict[str, OpChoice] = field(default_factory=dict, compare=False)
     layouts: dict[str, WeightLayout] = field(default_factory=dict, compare=False)
 

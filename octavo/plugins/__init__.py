@@ -25,8 +25,9 @@ ENTRY_POINT_GROUP = "octavo.plugins"
 # is one built for a newer minor version. 1.1 added the octavo_layer_ops hook;
 # 1.2 the fp8 layer ops that fuse the activation quantizer into the op before;
 # 1.3 the encoder_attention layer op; 1.4 the fused_moe_routed layer op;
-# 1.5 the layer ops that fuse the residual add and norm into the GEMV after.
-API_VERSION = "1.5"
+# 1.5 the layer ops that fuse the residual add and norm into the GEMV after;
+# 1.6 the layer_norm layer op.
+API_VERSION = "1.6"
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

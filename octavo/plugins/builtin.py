@@ -37,7 +37,13 @@ def octavo_models():
         "SeedOssForCausalLM": "octavo.models.seed_oss:SeedOssForCausalLM",
         "SmolLM3ForCausalLM": "octavo.models.smollm3:SmolLM3ForCausalLM",
         "Ernie4_5ForCausalLM": "octavo.models.ernie4_5:Ernie4_5ForCausalLM",
+        "GptOssForCausalLM": "octavo.models.gpt_oss:GptOssForCausalLM",
         "GraniteForCausalLM": "octavo.models.granite:GraniteForCausalLM",
+        "GraniteMoeForCausalLM": "octavo.models.granitemoe:GraniteMoeForCausalLM",
+        "GraniteMoeSharedForCausalLM": "octavo.models.granitemoe:GraniteMoeSharedForCausalLM",
+        "Starcoder2ForCausalLM": "octavo.models.starcoder2:Starcoder2ForCausalLM",
+        "CohereForCausalLM": "octavo.models.cohere:CohereForCausalLM",
+        "Cohere2ForCausalLM": "octavo.models.cohere:Cohere2ForCausalLM",
         "DeepseekV2ForCausalLM": "octavo.models.deepseek:DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM": "octavo.models.deepseek:DeepseekV3ForCausalLM",
         # Pooling models (embeddings, classification, reranking).

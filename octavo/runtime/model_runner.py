@@ -179,6 +179,9 @@ class ModelRunner:
         if not all(getattr(b, "supports_graph_capture", False) for b in backends):
             logger.info("not capturing graphs: attention backend %s cannot be captured", backends[0].name)
             return
+        if not getattr(self.model, "supports_graph_capture", True):  # e.g. gpt-oss's experts read counts on the host
+            logger.info("not capturing graphs: %s cannot be captured", type(self.model).__name__)
+            return
         from octavo.runtime.cuda_graphs import graph_batch_sizes
 
         self.graphs = factory(self, graph_batch_sizes(self.config.max_num_seqs))

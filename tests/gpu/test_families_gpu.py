@@ -1,6 +1,8 @@
 """On a CUDA GPU: the families with their own RoPE layouts (partial,
-interleaved, none in some layers, a local RoPE per layer type) through the
-Triton backend, with CUDA graphs and eagerly, against the CPU path in
+interleaved, none in some layers, a local RoPE per layer type) or their own
+layers (LayerNorm, an ungated MLP, parallel attention and MLP, Granite's
+fused experts; gpt-oss's attention sinks in the Triton kernels and its
+plain-torch experts) through the Triton backend, with CUDA graphs and eagerly, against the CPU path in
 float32: greedy tokens identical. Skipped without a GPU."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from octavo import SamplingParams
 from tests.models.test_hf_parity import make_prompts
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-FAMILIES = ["phi4_mini", "glm", "glm4", "olmo3", "seed_oss", "smollm3", "ernie4_5"]
+FAMILIES = ["phi4_mini", "glm", "glm4", "olmo3", "seed_oss", "smollm3", "ernie4_5", "granitemoe_shared", "starcoder2",
+            "cohere", "cohere2", "gpt_oss"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

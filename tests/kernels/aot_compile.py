@@ -27,7 +27,8 @@ from octavo.kernels.quant import int4_triton
 INT_POINTERS = {"query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
                 "slot_mapping_ptr": "*i64", "positions_ptr": "*i64", "sorted_slots_ptr": "*i32",
                 "block_experts_ptr": "*i32", "ids_ptr": "*i32"}
-FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr", "lse_a_ptr", "lse_b_ptr"}
+FP32_POINTERS = {"acc_ptr", "max_ptr", "sum_ptr", "cache_ptr", "cos_sin_ptr", "weights_ptr", "lse_a_ptr", "lse_b_ptr",
+                 "sinks_ptr"}
 FP32_SCALARS = ("qk_scale", "eps", "weight_offset", "soft_cap", "v_scale", "k_scale_inv", "v_scale_inv")
 # Pointers whose type differs by kernel: the grouped int4 layout's packed words and zero points.
 KERNEL_POINTERS = {
@@ -101,7 +102,7 @@ def cases(attention_only: bool = False):
             consts = dict(GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16,
                           BLOCK_Q=tiles.block_m // group_pad, BLOCK_N=tiles.block_n, USE_WINDOW=window,
                           USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, FRESH_KV=False,
-                          CACHE_DOT_DTYPE=tl.bfloat16)
+                          CACHE_DOT_DTYPE=tl.bfloat16, USE_SINKS=False)
             yield f"paged_attention G{group} {tiles}", pa._paged_attention_kernel, consts, tiles
     # Prefill over an fp8 cache: the step's own keys from its bf16 K/V.
     # (its cached context in float16 products: cache_dot_dtype)
@@ -111,11 +112,19 @@ def cases(attention_only: bool = False):
     tiles = pa.LARGE_HEAD_PREFILL_TILES
     consts = dict(GROUP=2, GROUP_PAD=2, HEAD_SIZE=256, HEAD_PAD=256, BLOCK_SIZE=16, BLOCK_Q=tiles.block_m // 2,
                   BLOCK_N=tiles.block_n, USE_WINDOW=True, USE_SOFT_CAP=True, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                  FRESH_KV=False, CACHE_DOT_DTYPE=tl.bfloat16)
+                  FRESH_KV=False, CACHE_DOT_DTYPE=tl.bfloat16, USE_SINKS=False)
     yield f"paged_attention gemma2 {tiles}", pa._paged_attention_kernel, consts, tiles
+    # gpt-oss: attention sinks, 8 query heads per KV head, head 64, a window.
+    tiles = pa.PREFILL_TILES
+    consts = dict(consts, GROUP=8, GROUP_PAD=8, HEAD_SIZE=64, HEAD_PAD=64, BLOCK_Q=tiles.block_m // 8,
+                  BLOCK_N=tiles.block_n, USE_SOFT_CAP=False, USE_SINKS=True)
+    yield "paged_attention gpt-oss sinks", pa._paged_attention_kernel, consts, tiles
     consts = dict(GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=64, NUM_SPLITS=16,
-                  USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False)
+                  USE_WINDOW=True, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False,
+                  USE_SINKS=False)
     yield "split_kv", sk._split_kv_kernel, consts, sk.SPLIT_TILES
+    yield "split_kv gpt-oss sinks", sk._split_kv_kernel, dict(consts, GROUP=8, HEAD_SIZE=64, HEAD_PAD=64,
+                                                              USE_SINKS=True), sk.SPLIT_TILES
     # An fp8 cache: float16 products (cache_dot_dtype).
     fp8 = dict(consts, BLOCK_N=sk.FP8_SPLIT_TILES.block_n, USE_WINDOW=False, NUM_SPLITS=32, DOT_DTYPE=tl.float16)
     yield "split_kv fp8", sk._split_kv_kernel, fp8, sk.FP8_SPLIT_TILES
@@ -142,7 +151,8 @@ def cases(attention_only: bool = False):
         PRE_ROUND=False, PDL=False), None
     yield "direct decode", sk._split_kv_kernel, dict(
         GROUP=4, ROWS=16, HEAD_SIZE=128, HEAD_PAD=128, BLOCK_SIZE=16, BLOCK_N=32, NUM_SPLITS=1,
-        USE_WINDOW=False, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False), sk.FULL_GPU_DECODE_TILES
+        USE_WINDOW=False, USE_SOFT_CAP=False, DOT_DTYPE=tl.bfloat16, PRECISION=None, PDL=False,
+        USE_SINKS=False), sk.FULL_GPU_DECODE_TILES
     # The batch-1 decode chain with programmatic dependent launch (octavo/kernels/pdl.py).
     yield "split_kv pdl", sk._split_kv_kernel, dict(consts, PDL=True), sk.SPLIT_TILES
     yield "merge_splits pdl", sk._merge_splits_kernel, dict(HEAD_SIZE=128, HEAD_PAD=128, NUM_SPLITS=16, PDL=True), None

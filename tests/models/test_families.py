@@ -8,7 +8,12 @@ post-attention and post-MLP norms), OLMo 2, Granite, DeepSeek V2 / V3
 (latent attention, YaRN with mscale, grouped routing by softmax or by
 sigmoid with a correction bias, shared experts, a dense first layer),
 OLMo 3 (a sliding layer, RoPE per layer type), Seed-OSS (q/k/v biases apart
-from o_proj's), SmolLM3 (a NoPE layer) and ERNIE 4.5 (interleaved RoPE).
+from o_proj's), SmolLM3 (a NoPE layer), ERNIE 4.5 (interleaved RoPE),
+Granite MoE with and without a shared MLP (fused experts, top-k softmax),
+StarCoder 2 (LayerNorms with biases, an ungated MLP), Cohere (parallel
+attention and MLP, per-head q/k LayerNorms, logit scale), Cohere2
+(a sliding layer with RoPE, a global one without) and gpt-oss (attention
+sinks, biased router and experts, clamped SwiGLU, YaRN, a sliding layer).
 
 Per family, greedy with EOS masked as HF's ``min_new_tokens`` does: token
 ids identical to HF ``generate`` and chosen-token logprobs within 1e-4;

@@ -90,6 +90,36 @@ def test_ernie_use_bias_and_tied_embeddings_by_default():
     assert not (untied.attention_bias or untied.mlp_bias or untied.tie_word_embeddings)
 
 
+def test_granitemoe_routing_and_shared_mlp():
+    plain = parse_arch_config(config(model_type="granitemoe", num_local_experts=8, num_experts_per_tok=2)).moe
+    # HF: the softmax of the top-k logits, i.e. the renormalised top-k of the softmax.
+    assert (plain.num_experts, plain.top_k, plain.renormalize, plain.plain_routing) == (8, 2, True, True)
+    assert plain.shared_expert_intermediate_size == 0 and plain.sparse_layers == (True, True)
+    shared = parse_arch_config(config(model_type="granitemoeshared", num_local_experts=8, num_experts_per_tok=2,
+                                      shared_intermediate_size=48)).moe
+    assert (shared.shared_expert_intermediate_size, shared.shared_expert_gate) == (48, False)
+
+
+def test_cohere2_global_layers_have_no_rope_hf_derives():
+    from transformers import Cohere2Config
+
+    hf_types = Cohere2Config(num_hidden_layers=8).layer_types  # every 4th layer global
+    ours = parse_arch_config(config(model_type="cohere2", num_hidden_layers=8, sliding_window=8))
+    assert ours.sliding_windows == [8 if kind == "sliding_attention" else None for kind in hf_types]
+    assert ours.nope_layers == {i for i, kind in enumerate(hf_types) if kind == "full_attention"} == {3, 7}
+    explicit = parse_arch_config(config(model_type="cohere2", sliding_window=8,
+                                        layer_types=["full_attention", "sliding_attention"]))
+    assert explicit.nope_layers == {0} and explicit.sliding_windows == [None, 8]
+    # Without a window HF rotates in no layer at all.
+    assert parse_arch_config(config(model_type="cohere2", sliding_window=None)).nope_layers == {0, 1}
+
+
+@pytest.mark.parametrize("model_type", ["starcoder2", "cohere", "cohere2"])
+def test_tied_embeddings_by_default(model_type):
+    assert parse_arch_config(config(model_type=model_type)).tie_word_embeddings
+    assert not parse_arch_config(config(model_type=model_type, tie_word_embeddings=False)).tie_word_embeddings
+
+
 @pytest.mark.parametrize(
     "fields,option",
     [
@@ -134,7 +164,7 @@ def test_latent_attention_caches_one_latent_per_token(family_dir):
     assert arch.moe.sparse_layers == (False, True) and arch.moe.num_groups == 4
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe_shared"])
 def test_parameter_counts_match_hf(family, family_dir):
     from transformers import AutoModelForCausalLM
 

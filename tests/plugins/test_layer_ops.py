@@ -205,8 +205,8 @@ def test_overrides_are_checked_in_the_engine_process(sandbox, monkeypatch, llama
     monkeypatch.setenv("OCTAVO_LAYER_OPS", "rms_norm")
     with pytest.raises(InvalidArgumentError, match="malformed entry 'rms_norm'"):
         make_llm(llama_dir)
-    monkeypatch.setenv("OCTAVO_LAYER_OPS", "layer_norm=reference")
-    with pytest.raises(InvalidArgumentError, match="unknown layer op 'layer_norm'"):
+    monkeypatch.setenv("OCTAVO_LAYER_OPS", "group_norm=reference")
+    with pytest.raises(InvalidArgumentError, match="unknown layer op 'group_norm'"):
         make_llm(llama_dir)
 
 

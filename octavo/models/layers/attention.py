@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from octavo.core.attention import AttentionBackend
+from octavo.distributed.parallel_state import get_tp_group
 from octavo.errors import ModelLoadError
 from octavo.ops import LayerOps, current_layer_ops
 
@@ -60,6 +61,23 @@ def _scale_param() -> nn.Parameter:
             )
         target.data.copy_(loaded.reshape(()).to(torch.float32))
         target.loaded = True
+
+    param.weight_loader = load
+    return param
+
+
+def attention_sinks_param(num_heads: int) -> nn.Parameter:
+    """A layer's sink logits (gpt-oss's ``self_attn.sinks``): this
+    tensor-parallel rank's ``num_heads`` of them, kept in float32 (the
+    softmax's dtype; a 16-bit checkpoint's values are exact in it)."""
+    tp = get_tp_group()
+    param = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32), requires_grad=False)
+
+    def load(target: torch.Tensor, loaded: torch.Tensor, shard_id=None) -> None:
+        total = num_heads * tp.world_size
+        if tuple(loaded.shape) != (total,):
+            raise ModelLoadError(f"attention sinks of shape {tuple(loaded.shape)}, expected ({total},)")
+        target.data.copy_(loaded.narrow(0, tp.rank * num_heads, num_heads).to(torch.float32))
 
     param.weight_loader = load
     return param
@@ -123,23 +141,29 @@ class Attention(nn.Module):
         ctx: ForwardContext,
         positions: torch.Tensor | None = None,
         rotary: nn.Module | None = None,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attention of ``q`` over the cached context, after ``rotary`` (a
         ``RotaryEmbedding``) rotates ``q`` and ``k`` at ``positions`` if given
         (None: no rotation at all, e.g. SmolLM3's NoPE layers). The backend's
         fused rotary path is taken only for a rotation it computes
-        (``rotary.fusable``: rotate-half over the whole head)."""
+        (``rotary.fusable``: rotate-half over the whole head), and never with
+        ``sinks`` (this layer's ``[num_heads]`` sink logits, gpt-oss), which
+        only ``forward`` takes."""
         num_tokens = q.shape[0]
         q = q.view(num_tokens, self.num_heads, self.head_size)
         k = k.view(num_tokens, self.num_kv_heads, self.head_size)
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
         kv_cache = ctx.kv_caches[self.layer_index]
-        if rotary is not None and self.fuses_rotary and getattr(rotary, "fusable", True):
+        if rotary is not None and self.fuses_rotary and getattr(rotary, "fusable", True) and sinks is None:
             out = self.backend.forward_with_rotary(
                 q, k, v, kv_cache, ctx.attn_metadata, positions, rotary.cos_sin_cache, *self.rotary_args
             )
         else:
             if rotary is not None:
                 q, k = rotary(positions, q, k)
-            out = self.backend.forward(q, k, v, kv_cache, ctx.attn_metadata)
+            if sinks is None:
+                out = self.backend.forward(q, k, v, kv_cache, ctx.attn_metadata)
+            else:
+                out = self.backend.forward(q, k, v, kv_cache, ctx.attn_metadata, sinks=sinks)
         return out.reshape(num_tokens, self.num_heads * self.head_size)

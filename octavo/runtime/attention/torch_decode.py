@@ -80,14 +80,19 @@ def attend_decode(
     spec: AttentionSpec,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[T, H, D] attention output: row ``i < B`` is request ``i``'s, padding rows are zero."""
+    """[T, H, D] attention output: row ``i < B`` is request ``i``'s, padding
+    rows are zero. ``sinks``: ``[H]`` sink logits, or None."""
     num_reqs, kv_heads, head_size = view.block_ids.shape[0], spec.num_kv_heads, spec.head_size
     group = spec.num_heads // kv_heads
     # Query head h reads KV head h // group, as repeat_interleave would arrange it.
     q = query[:num_reqs].view(num_reqs, kv_heads, group, head_size)
     k, v = _gather(kv_cache, view, query.dtype)
-    out = masked_attention(q, k, v, _mask(view, spec.sliding_window, query.device), spec, k_scale, v_scale)
+    # Rows are (KV head, group member): the sinks take the query's layout.
+    head_sinks = None if sinks is None else sinks.view(kv_heads, group, 1)
+    mask = _mask(view, spec.sliding_window, query.device)
+    out = masked_attention(q, k, v, mask, spec, k_scale, v_scale, head_sinks)
     # Contiguous: a compiled graph around the opaque op expects the query's layout.
     out = out.reshape(num_reqs, spec.num_heads, head_size).contiguous()
     if query.shape[0] == num_reqs:

@@ -4,8 +4,9 @@ Each step the metadata gathers, for every request, the cache slots of its
 whole context and builds one boolean mask (causal, context length, padding);
 ``forward`` then writes the new keys and values and runs one masked
 ``scaled_dot_product_attention`` over the padded batch (with logit
-soft-capping, the same math spelled out: scores, ``cap * tanh(s / cap)``,
-mask, softmax in float32, as Hugging Face's eager attention does). Simple and exact, not
+soft-capping or attention sinks, the same math spelled out: scores,
+``cap * tanh(s / cap)``, mask, a sink column, softmax in float32, as
+Hugging Face's eager attention does; ``torch_math.py``). Simple and exact, not
 fast: every other backend is tested against this one. Decode steps (one
 token per request) take a shorter road to the same math
 (``torch_decode.py``): whole-block gathers, grouped heads by reshape, no
@@ -117,6 +118,7 @@ class TorchPagedAttention(AttentionBackend):
     name = "torch_paged"
     supports_kv_scales = True
     supports_logits_soft_cap = True
+    supports_sinks = True
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> str | None:
@@ -131,12 +133,12 @@ class TorchPagedAttention(AttentionBackend):
     def build_metadata(self, batch: AttentionBatch) -> TorchPagedMetadata:
         return build_torch_paged_metadata(batch, self.spec.block_size)
 
-    def forward(self, query, key, value, kv_cache, metadata: TorchPagedMetadata) -> torch.Tensor:
+    def forward(self, query, key, value, kv_cache, metadata: TorchPagedMetadata, sinks=None) -> torch.Tensor:
         num_tokens = metadata.num_actual_tokens
         write_kv_cache(key[:num_tokens], value[:num_tokens], kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         if metadata.decode is not None:
-            return attend_decode(query, kv_cache, metadata.decode, self.spec, self.k_scale, self.v_scale)
-        return paged_attention_reference(query, kv_cache, metadata, self.spec, self.k_scale, self.v_scale)
+            return attend_decode(query, kv_cache, metadata.decode, self.spec, self.k_scale, self.v_scale, sinks)
+        return paged_attention_reference(query, kv_cache, metadata, self.spec, self.k_scale, self.v_scale, sinks)
 
 
 def attend_padded(
@@ -148,10 +150,12 @@ def attend_padded(
     spec: AttentionSpec,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Masked attention over a padded batch: queries ``query[query_index]``
     ([B, max_q]) against the cache slots ``key_slots`` ([B, max_s]); returns
-    [B, max_q, H, D]. Shared by the torch reference and the static-shape backend."""
+    [B, max_q, H, D]. ``sinks``: ``[H]`` sink logits, or None. Shared by the
+    torch reference and the static-shape backend."""
     key_cache = kv_cache[0].view(-1, spec.num_kv_heads, spec.head_size)
     value_cache = kv_cache[1].view(-1, spec.num_kv_heads, spec.head_size)
     q = query[query_index].transpose(1, 2)  # [B, H, max_q, D]
@@ -161,7 +165,8 @@ def attend_padded(
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    return masked_attention(q, k, v, mask, spec, k_scale, v_scale).transpose(1, 2)
+    head_sinks = None if sinks is None else sinks.view(spec.num_heads, 1, 1)
+    return masked_attention(q, k, v, mask, spec, k_scale, v_scale, head_sinks).transpose(1, 2)
 
 
 def paged_attention_reference(
@@ -171,10 +176,11 @@ def paged_attention_reference(
     spec: AttentionSpec,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of each query token over its request's cached context."""
     mask = metadata.mask(spec.sliding_window)
-    out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec, k_scale, v_scale)
+    out = attend_padded(query, kv_cache, metadata.query_index, metadata.key_slots, mask, spec, k_scale, v_scale, sinks)
     out = out[metadata.query_valid]  # [T, H, D] in batch order
     result = torch.zeros_like(query)
     # Tokens past the requests' query tokens (padding) stay zero.

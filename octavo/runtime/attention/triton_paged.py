@@ -65,6 +65,7 @@ class TritonPagedAttention(AttentionBackend):
     fuses_rotary = True
     supports_kv_scales = True
     supports_logits_soft_cap = True
+    supports_sinks = True  # in both kernels; layers with sinks never take forward_with_rotary
 
     def __init__(self, spec: AttentionSpec, split_policy: SplitKvPolicy | None = None) -> None:
         super().__init__(spec)
@@ -124,13 +125,13 @@ class TritonPagedAttention(AttentionBackend):
             metadata.split_workspace(batch.slot_mapping.shape[0], spec.num_heads, spec.head_size, device)
         return metadata
 
-    def forward(self, query, key, value, kv_cache, metadata: TritonPagedMetadata) -> torch.Tensor:
+    def forward(self, query, key, value, kv_cache, metadata: TritonPagedMetadata, sinks=None) -> torch.Tensor:
         from octavo.kernels.kv_cache_write import reshape_and_cache
 
         self._check_slots(key, metadata)
         reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         fresh = (key, value) if self._attends_fresh(metadata) else None
-        return self._attend(query, kv_cache, metadata, fresh)
+        return self._attend(query, kv_cache, metadata, fresh, sinks)
 
     def forward_with_rotary(
         self, query, key, value, kv_cache, metadata, positions, cos_sin_cache, rotary_and_cache
@@ -165,7 +166,7 @@ class TritonPagedAttention(AttentionBackend):
         if metadata.slot_mapping.shape[0] < key.shape[0]:
             raise ValueError(f"slot_mapping has {metadata.slot_mapping.shape[0]} slots for {key.shape[0]} tokens")
 
-    def _attend(self, query, kv_cache, metadata: TritonPagedMetadata, fresh_kv=None) -> torch.Tensor:
+    def _attend(self, query, kv_cache, metadata: TritonPagedMetadata, fresh_kv=None, sinks=None) -> torch.Tensor:
         from octavo.kernels.paged_attention import paged_attention
         from octavo.kernels.split_kv_decode import split_kv_decode
 
@@ -173,5 +174,5 @@ class TritonPagedAttention(AttentionBackend):
             query = query.contiguous()
         if metadata.max_query_len == 1:
             workspace = metadata.split_workspace(*query.shape, query.device) if metadata.num_splits > 1 else None
-            return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace, metadata.tiles)
-        return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles, fresh_kv=fresh_kv)
+            return split_kv_decode(query, kv_cache, metadata.batch, self.params, workspace, metadata.tiles, sinks=sinks)
+        return paged_attention(query, kv_cache, metadata.batch, self.params, metadata.tiles, fresh_kv=fresh_kv, sinks=sinks)

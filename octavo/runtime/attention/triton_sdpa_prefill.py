@@ -15,8 +15,8 @@ new) into contiguous K/V, and attends through torch's fused kernels, cuDNN
 first (``sdpa_parts``: a chunk after cached context in two parts merged by
 their log-sum-exps); the step's other requests go through the Triton
 kernel, which skips the long one's rows. Every other step
-(decode, shorter prompts, sliding windows, soft-capping, fp8 caches, KV
-scales, float32 on a GPU) is ``triton_paged``'s.
+(decode, shorter prompts, sliding windows, soft-capping, attention sinks,
+fp8 caches, KV scales, float32 on a GPU) is ``triton_paged``'s.
 
 Graph capture: a batch built for capture (``runtime/cuda_graphs.py``'s
 ``graph_inputs``) carries no per-request host lengths, so a captured prefill
@@ -70,7 +70,7 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
         super().__init__(spec, split_policy)
         # What the fused kernels take, fixed by the layer (the dtype also depends on the device).
         self._fused_kernels_fit = (
-            spec.sliding_window is None and spec.logits_soft_cap is None
+            spec.sliding_window is None and spec.logits_soft_cap is None and not spec.sinks
             and spec.kv_cache_dtype not in FP8_KV_DTYPES
             and spec.head_size % 8 == 0 and spec.head_size <= 256  # not MLA's latent heads, odd sizes
         )
@@ -99,11 +99,12 @@ class TritonSdpaPrefillAttention(TritonPagedAttention):
             return None
         return LongPrompt(index=longest, token_start=token_start, query_len=query_len, seq_len=seq_len)
 
-    def _attend(self, query, kv_cache, metadata, fresh_kv=None) -> torch.Tensor:
+    def _attend(self, query, kv_cache, metadata, fresh_kv=None, sinks=None) -> torch.Tensor:
         """After ``triton_paged``'s forward paths wrote the step's K/V (the cache
-        then holds the long request's own keys too: ``fresh_kv`` is not needed)."""
+        then holds the long request's own keys too: ``fresh_kv`` is not needed).
+        Layers with sinks never plan a long prompt (the fused kernels have none)."""
         if metadata.long_prompt is None:
-            return super()._attend(query, kv_cache, metadata, fresh_kv)
+            return super()._attend(query, kv_cache, metadata, fresh_kv, sinks)
         return self._attend_long_prompt(query, kv_cache, metadata)
 
     def _attend_long_prompt(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata) -> torch.Tensor:

@@ -84,6 +84,23 @@ def _sandwich_case(tokens: int, hidden: int, weight_offset: float) -> OpCase:
     return OpCase(f"{tokens} tokens x {hidden}, offset {weight_offset:g}", tokens, make)
 
 
+def _layer_norm_case(tokens: int, hidden: int, bias: bool, heads: int | None = None) -> OpCase:
+    """A LayerNorm of rows (``heads`` None) or of per-head views of a wider
+    (fused qkv) row with a weight per head (Cohere's q/k norms)."""
+
+    def make(dtype, device, gen):
+        shape = (hidden,) if heads is None else (heads, hidden)
+        if heads is None:
+            x = _randn(gen, tokens, hidden, scale=3.0) + 1.5  # a nonzero mean to subtract
+        else:
+            x = _randn(gen, tokens, heads * hidden + 3 * hidden)[:, : heads * hidden].reshape(tokens, heads, hidden)
+        x, weight, b = _on(device, dtype, x, _randn(gen, *shape), _randn(gen, *shape))
+        return x, weight, b if bias else None, 1e-5
+
+    label = f"{tokens} tokens x {hidden}" + (f" ({heads} head views, a weight per head)" if heads else "")
+    return OpCase(label + (", bias" if bias else ""), tokens, make)
+
+
 def _with_offset(case: OpCase, weight_offset: float) -> OpCase:
     """A norm case for the ``*_f32_scale`` ops: the same inputs plus ``weight_offset``."""
 
@@ -372,6 +389,8 @@ OP_CASES: dict[str, list[OpCase]] = {
                                   _norm_linear_case(3, 40, 64, True), _norm_linear_case(17, 64, 96, False)],
     "fused_add_rms_norm_route": [_norm_route_case(1, 128, 8, True, 64), _norm_route_case(3, 8, 2, False, 96),
                                  _norm_route_case(8, 60, 4, True, 32), _norm_route_case(17, 16, 16, False, 32)],
+    "layer_norm": [_layer_norm_case(1, 64, True), _layer_norm_case(3, 96, False), _layer_norm_case(17, 256, True),
+                   _layer_norm_case(5, 32, False, heads=4)],
     "encoder_attention": [_encoder_attention_case((1,), 2, 32), _encoder_attention_case((5, 1, 17, 3), 4, 32),
                           _encoder_attention_case((8, 8), 2, 64), _encoder_attention_case((6, 2, 9), 3, 64)],
 }
