@@ -112,7 +112,7 @@ class LinearLoRA:
         shape = self.inputs.shape
         width = shape.max_loras * shape.max_rank
         tokens = x.reshape(-1, x.shape[-1])
-        flat = out.reshape(-1, out.shape[-1])
+        flat = out.view(-1, out.shape[-1])  # a view (never a copy): the updates land in ``out``
         onehot = self.inputs.slot_onehot[: tokens.shape[0]]
         # [tokens, shards, slots, rank], zero outside each token's slot.
         shrunk = (tokens @ self.a_stack.t()).view(tokens.shape[0], len(self.out_slices), shape.max_loras, shape.max_rank)
