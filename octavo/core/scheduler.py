@@ -376,4 +376,11 @@ class Scheduler(BlockAllocation, PoolingSteps):
             num_free_blocks=self.kv.num_free_blocks,
             num_preemptions=self.num_preemptions,
             prefix_cache=self.kv.prefix_cache_stats,
+            running_lora_adapters=self._adapter_names(self.running),
+            waiting_lora_adapters=self._adapter_names(self.waiting),
         )
+
+    def _adapter_names(self, requests) -> list[str]:
+        if not self.config.max_loras:
+            return []
+        return sorted({r.lora_request.lora_name for r in requests if r.lora_request is not None})

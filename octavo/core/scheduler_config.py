@@ -47,6 +47,9 @@ class SchedulerStats:
     prefix_cache: PrefixCacheStats
     # Filled by the engine from its workers' reports (zeros where nothing compiles).
     compilations: CompilationCounts = field(default_factory=CompilationCounts)
+    # With LoRA on: the adapters (by name) of the running and of the waiting requests.
+    running_lora_adapters: list[str] = field(default_factory=list)
+    waiting_lora_adapters: list[str] = field(default_factory=list)
 
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:

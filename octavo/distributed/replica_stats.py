@@ -45,4 +45,6 @@ def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
             total=sum(s.compilations.total for s in stats),
             after_warmup=sum(s.compilations.after_warmup for s in stats),
         ),
+        running_lora_adapters=sorted({name for s in stats for name in s.running_lora_adapters}),
+        waiting_lora_adapters=sorted({name for s in stats for name in s.waiting_lora_adapters}),
     )

@@ -21,6 +21,7 @@ snapshot (``EngineTotals``), so nothing is counted once per process.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -92,6 +93,12 @@ class ServerMetrics:
                 "octavo:compilations_after_warmup", ENGINE_COUNTERS["compilations_after_warmup"], registry=r
             )
         self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r, **engine_gauge)
+        # vLLM's lora_requests_info: the labels carry the adapters, the value the time of the reading.
+        self.lora_info = Gauge(
+            "octavo:lora_requests_info", "LoRA adapters of the running and waiting requests (value: unix time)",
+            ["max_lora", "running_lora_adapters", "waiting_lora_adapters"], registry=r, **engine_gauge,
+        )
+        self.max_loras = 0  # set by the app from the engine's limits; 0: LoRA off, no series
         self.engine_restarts = Counter("octavo:engine_restarts", "Engines rebuilt after a failure (--restart-engine)", registry=r)
         # The Responses API's store (one API process only: with several, nothing is stored).
         self.responses_stored = Gauge("octavo:responses_stored", "Responses kept for previous_response_id", registry=r,
@@ -218,6 +225,11 @@ class ServerMetrics:
         self.kv_usage.set(stats.kv_cache_usage)
         self.kv_free_blocks.set(stats.num_free_blocks)
         self.engine_alive.set(1 if alive else 0)
+        if self.max_loras:
+            self.lora_info.clear()  # one series: the latest reading
+            self.lora_info.labels(
+                str(self.max_loras), ",".join(stats.running_lora_adapters), ",".join(stats.waiting_lora_adapters)
+            ).set(time.time())
         prefix = stats.prefix_cache
         self.prefix_hit_rate.set(prefix.hit_rate)
         if self.replicas is not None and snapshot.replicas:

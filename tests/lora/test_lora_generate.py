@@ -160,3 +160,17 @@ def test_adapters_with_steps_launched_ahead(mode, llama_dir, adapters, reference
     llm = make_llm(llama_dir, enable_lora=True, max_loras=2, max_lora_rank=8, **{mode: True})
     names = ["every", None, "qv"]
     assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
+
+
+def test_stats_name_the_running_and_waiting_adapters(llama_dir, adapters, make_llm):
+    llm = make_llm(llama_dir, enable_lora=True, max_loras=1, max_lora_rank=8)
+    engine = llm.engine
+    for index, name in enumerate(["every", "qv", "every"]):
+        engine.add_request(f"r{index}", {"prompt_token_ids": PROMPTS[0]}, greedy(), lora_request=lora(name, adapters))
+    engine.step()
+    stats = engine.get_stats()
+    # One slot: both "every" requests run, "qv" waits for the slot.
+    assert (stats.running_lora_adapters, stats.waiting_lora_adapters, stats.num_running) == (["every"], ["qv"], 2)
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.get_stats().running_lora_adapters == []

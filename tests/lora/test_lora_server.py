@@ -28,6 +28,7 @@ def lora_server(llama_dir, adapters, tmp_path_factory):
 
 
 def test_adapters_are_models(lora_server, adapters, references):
+    import httpx
     import openai
 
     client = openai.OpenAI(base_url=f"{lora_server.url}/v1", api_key=API_KEY)
@@ -43,6 +44,8 @@ def test_adapters_are_models(lora_server, adapters, references):
             assert completion.choices[0].token_ids == expected, model
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="missing-adapter", prompt=PROMPTS[0], max_tokens=2)
+    metrics = httpx.get(f"{lora_server.url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    assert 'octavo:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""}' in metrics
 
 
 def completion_tokens(client, model: str, prompt: list[int]) -> list[int]:

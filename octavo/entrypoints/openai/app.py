@@ -58,6 +58,7 @@ def build_app(
     capacity = engine_capacity(engine)
     metrics = ServerMetrics(capacity.num_replicas, api_server_index)
     metrics.kv_total_blocks.set(capacity.num_kv_blocks)
+    metrics.max_loras = engine.limits.max_loras
     max_inflight_seqs = None
     if config.max_queued_requests is not None:
         max_inflight_seqs = capacity.max_num_seqs + config.max_queued_requests
