@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from octavo.entrypoints.openai.reasoning import ReasoningParser
+from octavo.entrypoints.openai.reasoning.harmony import HarmonyReasoningParser
 from octavo.entrypoints.openai.tool_parsers import TOOL_PARSERS, ToolCallDelta, ToolParser
 from octavo.entrypoints.openai.tool_parsers.base import CallSequenceParser, ParsedDelta, new_call_id
+from octavo.entrypoints.openai.tool_parsers.harmony import HarmonyToolParser
 from octavo.entrypoints.openai.tools import ToolUse
 
 
@@ -117,6 +119,10 @@ class OutputShaper:
     ) -> None:
         self.reasoning = reasoning
         self.tools = tools
+        # Harmony (gpt-oss): the tool parser reads the calls from the messages' headers, so
+        # the reasoning parser in front hands it the messages as written, not just their text.
+        if isinstance(reasoning, HarmonyReasoningParser) and isinstance(tools, HarmonyToolParser):
+            reasoning.forward_messages = True
         self.parallel_tool_calls = parallel_tool_calls
         # The EOS token's text, where special tokens are kept for the parser:
         # held back at the end of a piece, dropped when the output ends there.

@@ -11,12 +11,14 @@ from octavo.entrypoints.openai.reasoning.base import (
     Qwen3ReasoningParser,
     ReasoningParser,
 )
+from octavo.entrypoints.openai.reasoning.harmony import HarmonyReasoningParser
 
 REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "qwen3": Qwen3ReasoningParser,
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "mistral": MistralReasoningParser,
     "granite": GraniteReasoningParser,
+    "openai_gptoss": HarmonyReasoningParser,
 }
 
 __all__ = ["REASONING_PARSERS", "ReasoningParser"]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from octavo.entrypoints.openai.tool_parsers.base import ParsedDelta, ToolCallDelta, ToolParser
 from octavo.entrypoints.openai.tool_parsers.deepseek_v3 import DeepSeekV3ToolParser
+from octavo.entrypoints.openai.tool_parsers.harmony import HarmonyToolParser
 from octavo.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
 from octavo.entrypoints.openai.tool_parsers.marked_array import GraniteToolParser, Phi4MiniJsonToolParser
@@ -27,6 +28,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV3ToolParser,
     "qwen3_coder": Qwen3CoderToolParser,
+    "openai": HarmonyToolParser,
 }
 
 __all__ = ["TOOL_PARSERS", "ParsedDelta", "ToolCallDelta", "ToolParser"]
