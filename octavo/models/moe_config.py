@@ -20,6 +20,7 @@ experts, and renormalises before scaling.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,14 +109,8 @@ def _granitemoe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     """Granite MoE: Mixtral's routing (a softmax over the top-k logits is the
     renormalised top-k of the softmax); the shared variant's MLP, which every
     token goes through unscaled (no sigmoid gate)."""
-    return MoEConfig(
-        num_experts=_num_experts(raw),
-        top_k=int(raw["num_experts_per_tok"]),
-        intermediate_size=int(raw["intermediate_size"]),
-        renormalize=True,
-        sparse_layers=(True,) * num_layers,
-        shared_expert_intermediate_size=int(raw.get("shared_intermediate_size") or 0),
-    )
+    shared = int(raw.get("shared_intermediate_size") or 0)
+    return dataclasses.replace(_mixtral(raw, num_layers), shared_expert_intermediate_size=shared)
 
 
 def _deepseek(raw: dict[str, Any], num_layers: int) -> MoEConfig:
