@@ -286,11 +286,10 @@ class ParallelDecoderLayer(nn.Module):
         self.mlp = mlp
         self.input_layernorm = options.norm(ctx, ctx.config.hidden_size)
 
+    input_norm = DecoderLayer.input_norm  # the same first norm, previous residual add fused in
+
     def forward(self, positions, hidden, residual, fctx: ForwardContext):
-        if residual is None:
-            normed, residual = self.input_layernorm(hidden), hidden
-        else:
-            normed, residual = self.input_layernorm(hidden, residual)
+        normed, residual = self.input_norm(hidden, residual)
         return self.self_attn(positions, normed, fctx) + self.mlp(normed), residual
 
 

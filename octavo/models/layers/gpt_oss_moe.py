@@ -127,10 +127,15 @@ class GptOssExperts(FusedMoE):
             return
         self._check("gate_up_proj", loaded, (num, hidden, 2 * inter))
         for e in self._local_experts():
-            rows = loaded[e].transpose(0, 1)  # [2 I, H]: gate and up rows interleaved
-            target = param.data[e - self.first_expert]
-            target[:size].copy_(rows[0::2][columns])
-            target[size:].copy_(rows[1::2][columns])
+            # [2 I, H]: gate and up rows interleaved
+            self._copy_deinterleaved(param.data[e - self.first_expert], loaded[e].transpose(0, 1), columns)
+
+    def _copy_deinterleaved(self, target: torch.Tensor, rows: torch.Tensor, columns: slice) -> None:
+        """``rows`` interleave gate (even) and up (odd) along dim 0: this rank's
+        ``columns`` of each, gate first then up, into ``target``."""
+        size = self.local_intermediate_size
+        target[:size].copy_(rows[0::2][columns])
+        target[size:].copy_(rows[1::2][columns])
 
     def bias_loader(self, param: torch.Tensor, loaded: torch.Tensor, shard_id=None) -> None:
         num, size = self.num_experts, self.local_intermediate_size
@@ -141,9 +146,7 @@ class GptOssExperts(FusedMoE):
         self._check("gate_up_proj_bias", loaded, (num, 2 * self.intermediate_size))
         columns = slice(self.tp_rank * size, (self.tp_rank + 1) * size)
         for e in self._local_experts():
-            target = param.data[e - self.first_expert]
-            target[:size].copy_(loaded[e, 0::2][columns])
-            target[size:].copy_(loaded[e, 1::2][columns])
+            self._copy_deinterleaved(param.data[e - self.first_expert], loaded[e], columns)
 
     def forward(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         # Tensor parallel: every rank holds a slice of every expert, and the

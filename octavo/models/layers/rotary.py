@@ -142,10 +142,6 @@ def cos_sin_table(head_size: int, max_position: int, base: float, rope_params: d
 
 
 class RotaryEmbedding(nn.Module):
-    # Whether an attention backend's fused ``rotary_and_cache`` (rotate-half
-    # over the whole head) computes this rotation; the attention layer
-    # rotates with the module itself, then plain ``forward``s, where not.
-    fusable: bool = True
 
     def __init__(
         self,
@@ -166,13 +162,18 @@ class RotaryEmbedding(nn.Module):
                 f"rotary_dim {self.rotary_dim} for heads of {head_size}: must be even, in (0, {head_size}]"
             )
         self.is_partial = self.rotary_dim < head_size
-        if self.is_partial:
-            # ``rotary_and_cache`` writes whole heads rotated from a table as
-            # wide as the head: a partial rotary rotates first, then writes.
-            self.fusable = False
         table = cos_sin_table(self.rotary_dim, max_position, base, rope_params)
         self.register_buffer("cos_sin_cache", table, persistent=False)
         self.ops = ops or current_layer_ops()
+
+    @property
+    def fusable(self) -> bool:
+        """Whether an attention backend's fused ``rotary_and_cache`` (rotate-half
+        over the whole head) computes this rotation; where not, the attention
+        layer rotates with the module itself, then plain ``forward``s. It
+        writes whole heads rotated from a table as wide as the head, so a
+        partial rotary is not fusable."""
+        return not self.is_partial
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
         """``(query, key)`` rotated at ``positions`` (possibly in place: use the result)."""
