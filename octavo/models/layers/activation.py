@@ -7,14 +7,17 @@ approximation Gemma uses): the ``silu_and_mul`` / ``gelu_and_mul`` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from octavo.errors import UnsupportedModelError
 from octavo.ops import LayerOps, current_layer_ops
 from octavo.ops.reference import silu_and_mul as silu_and_mul_reference
 
-__all__ = ["GeluAndMul", "SiluAndMul", "gated_activation", "silu_and_mul_reference"]
+__all__ = ["GeluAndMul", "SiluAndMul", "elementwise_activation", "gated_activation", "silu_and_mul_reference"]
 
 
 class SiluAndMul(nn.Module):
@@ -57,3 +60,21 @@ def gated_activation(hidden_act: str, ops: LayerOps | None = None) -> nn.Module:
     if make is None:
         raise UnsupportedModelError(f"hidden_act {hidden_act!r} is not supported (supported: {', '.join(_GATED)})")
     return make(ops)
+
+
+# The same names -> the plain elementwise function, for an ungated MLP (no
+# layer op computes one: plain torch).
+_ELEMENTWISE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def elementwise_activation(hidden_act: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``act(x)`` for a config's ``hidden_act`` (an ungated MLP); refuses others."""
+    act = _ELEMENTWISE.get(hidden_act)
+    if act is None:
+        raise UnsupportedModelError(f"hidden_act {hidden_act!r} is not supported (supported: {', '.join(_ELEMENTWISE)})")
+    return act

@@ -4,27 +4,18 @@
 by its inputs, as a gated MLP's projections are; the activation is
 elementwise, so each rank applies it to its own slice. The activation is
 plain torch (no layer op computes an ungated one): the exact GELU, its tanh
-approximation or SiLU, as Hugging Face's ``hidden_act`` names them.
+approximation or SiLU, as Hugging Face's ``hidden_act`` names them
+(``layers/activation.py``'s ``elementwise_activation``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from octavo.errors import UnsupportedModelError
 from octavo.models.base import ModelInitContext
+from octavo.models.layers.activation import elementwise_activation
 from octavo.models.layers.linear import ColumnParallelLinear, RowParallelLinear
-
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-    "swish": F.silu,
-}
 
 
 class UngatedMLP(nn.Module):
@@ -33,12 +24,7 @@ class UngatedMLP(nn.Module):
     def __init__(self, ctx: ModelInitContext, prefix: str) -> None:
         super().__init__()
         config = ctx.config
-        act = _ACTIVATIONS.get(config.hidden_act)
-        if act is None:
-            raise UnsupportedModelError(
-                f"hidden_act {config.hidden_act!r} is not supported (supported: {', '.join(_ACTIVATIONS)})"
-            )
-        self.act_fn = act
+        self.act_fn = elementwise_activation(config.hidden_act)
         self.c_fc = ColumnParallelLinear(
             config.hidden_size, [config.intermediate_size], bias=config.mlp_bias,
             quant_config=ctx.quant_config, prefix=f"{prefix}.c_fc", params_dtype=ctx.dtype,
