@@ -80,6 +80,9 @@ class Request:
     num_preemptions: int = 0
     # Prompt tokens found in the prefix cache when the request first started.
     num_cached_tokens: int = 0
+    # Prompt positions whose logprobs were reported (a request recomputed
+    # after preemption computes them again; they are not reported twice).
+    num_prompt_logprobs_sent: int = 0
     # What stopped the request: the stop token id or stop string, if any.
     stop_reason: int | str | None = None
     output_token_ids: list[int] = field(default_factory=list)

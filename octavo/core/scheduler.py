@@ -324,6 +324,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 if check_stop(request, max_model_len):
                     break
             new_prompt_logprobs = prompt_logprobs.get(request_id) or []
+            if new_prompt_logprobs:  # a prompt chunk's step: it began at num_computed - num_tokens
+                new_prompt_logprobs = _unsent_prompt_logprobs(request, num_computed - num_tokens, new_prompt_logprobs)
             if not new_token_ids and not new_prompt_logprobs:
                 continue
             entries = logprobs.get(request_id)
@@ -384,3 +386,11 @@ class Scheduler(BlockAllocation, PoolingSteps):
         if not self.config.max_loras:
             return []
         return sorted({r.lora_request.lora_name for r in requests if r.lora_request is not None})
+
+
+def _unsent_prompt_logprobs(request: Request, start: int, entries: list) -> list:
+    """The prompt logprobs of a step that began at position ``start``, less
+    those already reported (a request computed again after a preemption)."""
+    num_sent = request.num_prompt_logprobs_sent
+    request.num_prompt_logprobs_sent = max(num_sent, start + len(entries))
+    return entries[max(0, num_sent - start) :]

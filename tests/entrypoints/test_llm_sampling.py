@@ -133,6 +133,21 @@ def test_prompt_logprobs_with_chunked_prefill(llama_dir, make_llm):
             assert abs(a[token_id].logprob - b[token_id].logprob) < 1e-4
 
 
+def test_prompt_logprobs_are_reported_once_after_a_preemption(llama_dir, make_llm):
+    """A request preempted after its prompt was scored computes the prompt
+    again; its prompt logprobs are still one entry per prompt position."""
+    prompts = [{"prompt_token_ids": PROMPT * 3 + [5 + i]} for i in range(4)]
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, prompt_logprobs=1)
+    roomy = make_llm(llama_dir).generate(prompts, params)
+    tight = make_llm(llama_dir, num_kv_blocks=12, max_num_batched_tokens=32)
+    squeezed = tight.generate(prompts, params)
+    assert tight.engine.get_stats().num_preemptions > 0
+    for a, b in zip(roomy, squeezed):
+        assert len(b.prompt_logprobs) == len(b.prompt_token_ids)
+        assert [sorted(e) for e in a.prompt_logprobs[1:]] == [sorted(e) for e in b.prompt_logprobs[1:]]
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+
+
 def test_text_prompts_and_chat(llm):
     out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=5))[0]
     assert out.prompt == "Once upon a time"
