@@ -24,6 +24,7 @@ from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
+from octavo.core.speculative_config import SpeculativeConfig
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
@@ -112,6 +113,9 @@ class EngineArgs:
     max_loras: int = 1
     max_lora_rank: int = 16
     max_cpu_loras: int | None = None
+    # vLLM's speculative_config: {"method": "ngram", "num_speculative_tokens": k,
+    # "prompt_lookup_max": n, "prompt_lookup_min": m} (core/speculative_config.py).
+    speculative_config: dict | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -141,6 +145,7 @@ class EngineArgs:
             )
 
         self._validate_lora()
+        self._validate_speculative()
         from octavo.models.pooling_config import TASKS
 
         if self.task not in TASKS:
@@ -165,6 +170,22 @@ class EngineArgs:
             raise InvalidArgumentError(
                 "LoRA adapters run with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
                 param="enable_lora",
+            )
+
+
+    def _validate_speculative(self) -> None:
+        speculative = SpeculativeConfig.from_dict(self.speculative_config)
+        if speculative is None:
+            return
+        # Both conflicts are explicit choices: refused, not silently dropped.
+        if self.async_scheduling:
+            raise InvalidArgumentError(
+                "speculative decoding runs with synchronous steps; drop async_scheduling", param="speculative_config"
+            )
+        if self.pipeline_parallel_size > 1:
+            raise InvalidArgumentError(
+                "speculative decoding runs with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
+                param="speculative_config",
             )
 
 
@@ -204,6 +225,8 @@ def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, lo
     if args.async_scheduling:
         # A pooling step finishes its requests: there is no next step to overlap.
         raise InvalidArgumentError(f"async_scheduling is for generation, not a model serving {task!r}", param="async_scheduling")
+    if args.speculative_config is not None:
+        raise InvalidArgumentError(f"speculative decoding is for generation, not a model serving {task!r}", param="speculative_config")
     return build_pooler_config(task, arch, model_dir, resolve_model_class(arch.architecture, task))
 
 
@@ -262,6 +285,12 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     uses_kv_cache = pooler is None or not pooler.is_encoder
     worker_config = worker_config_for(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
+    speculative = SpeculativeConfig.from_dict(args.speculative_config)
+    if speculative is not None and not args.enforce_eager and platform.step_buckets(worker_config) is not None:
+        raise InvalidArgumentError(
+            f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
+            param="speculative_config",
+        )
     check_layer_op_overrides(platform.name)
     executor, num_blocks, tokenizer = _start_workers(args, worker_config, model_path, load_format, uses_kv_cache)
     scheduler = Scheduler(
@@ -274,6 +303,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             uses_kv_cache=uses_kv_cache,
             policy=args.scheduling_policy,
             max_loras=worker_config.max_loras,
+            speculative=speculative,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )

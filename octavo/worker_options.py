@@ -61,6 +61,8 @@ def worker_config_for(
         overlap_decode = platform.supports_graphs and not args.enforce_eager and single_device
     if pooler is not None:
         overlap_decode = False  # nothing decodes
+    if args.speculative_config is not None:
+        overlap_decode = False  # a drafting step's tokens are known only once it is verified
     return WorkerConfig(
         model_path=str(model_path),
         load_format="dummy" if args.load_format == "dummy" else load_format,

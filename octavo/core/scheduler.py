@@ -52,6 +52,15 @@ a waiting request starts only if its adapter is already running or fewer
 than ``max_loras`` distinct adapters are; one that cannot is set aside for
 this step and goes back to the head of the queue in its order.
 
+Speculative decoding (``speculative``): a running request that has caught up
+(one new token to compute) and may speculate (``may_speculate``) gets draft
+tokens from the proposer (``speculative_drafts.py``), scheduled after its
+next token in the same step and listed in ``spec_token_ids``. Its output
+holds the drafts the model accepted and one token more; the rejected drafts
+are taken back off ``num_computed_tokens`` (their KV slots are simply
+written again later). Drafts never run past ``max_tokens`` or
+``max_model_len``, nor take more than the step's budget.
+
 Beside this file: ``scheduler_config.py`` (options, statistics, admission),
 ``runner_view.py`` (what the runner has been sent), ``stop_check.py`` (whether
 a sampled token ends a request), ``scheduler_preemption.py`` (blocks for a
@@ -71,6 +80,7 @@ from octavo.core.scheduler_pooling import PoolingSteps
 from octavo.core.scheduler_preemption import BlockAllocation
 from octavo.core.scheduler_config import SchedulerConfig, SchedulerStats, check_admissible
 from octavo.core.scheduler_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from octavo.core.speculative_drafts import SpeculativeDrafts
 from octavo.core.stop_check import check_stop
 from octavo.core.types import RequestId
 
@@ -96,6 +106,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
         # request's computed tokens once the batch is done, whether it samples
         # a placeholder, and its preemption count when scheduled.
         self._async_batches: dict[int, dict[str, tuple[int, bool, int]]] = {}
+        # Speculative decoding's proposer and counters (None: off).
+        self.drafts = SpeculativeDrafts(config.speculative, config.max_model_len) if config.speculative is not None else None
 
     # ------------------------------------------------------------------ input
 
@@ -163,6 +175,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
         tables = self.kv.req_to_blocks if self.config.uses_kv_cache else None
         block_size, lookahead = self.kv.block_size, self.config.num_lookahead_tokens
         preempted_this_step = False
+        drafting = self.drafts is not None and self.drafts.enabled_for(len(running))
         index = 0
         while index < len(running) and token_budget > 0 and len(scheduled) < max_requests:
             request = running[index]
@@ -171,6 +184,11 @@ class Scheduler(BlockAllocation, PoolingSteps):
             num_new_tokens = len(request.all_token_ids) + num_placeholders - request.num_computed_tokens
             if num_new_tokens > token_budget:
                 num_new_tokens = token_budget
+            if drafting and num_new_tokens == 1 and not num_placeholders:
+                drafts = self.drafts.propose_for(request, token_budget - 1)
+                if drafts:
+                    output.spec_token_ids[request.request_id] = drafts
+                    num_new_tokens += len(drafts)
             if (
                 num_new_tokens <= 0
                 or (check_held and self._is_in_flight(request))
@@ -299,6 +317,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
         sampled, logprobs, prompt_logprobs = (
             runner_output.sampled_token_ids, runner_output.logprobs, runner_output.prompt_logprobs
         )
+        spec_token_ids = scheduler_output.spec_token_ids
         cache_blocks, running_status, max_model_len = self.kv.cache_blocks, RequestStatus.RUNNING, self.config.max_model_len
         finished: list[Request] = []
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
@@ -307,6 +326,11 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 continue  # finished or preempted meanwhile
             if async_batch is None:
                 request.num_computed_tokens += num_tokens
+                if spec_token_ids:
+                    # Rejected drafts' KV is not the request's: computed again later.
+                    request.num_computed_tokens -= self.drafts.num_rejected(
+                        spec_token_ids.get(request_id), len(sampled.get(request_id, ()))
+                    )
                 num_computed = request.num_computed_tokens
             else:
                 num_computed, samples, num_preemptions = async_batch[request_id]
@@ -324,7 +348,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 if check_stop(request, max_model_len):
                     break
             new_prompt_logprobs = prompt_logprobs.get(request_id) or []
-            if new_prompt_logprobs:  # a prompt chunk's step: it began at num_computed - num_tokens
+            if new_prompt_logprobs:  # a prompt chunk's step: no drafts, so it began at num_computed - num_tokens
                 new_prompt_logprobs = _unsent_prompt_logprobs(request, num_computed - num_tokens, new_prompt_logprobs)
             if not new_token_ids and not new_prompt_logprobs:
                 continue
@@ -363,6 +387,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
         if self.config.uses_kv_cache:  # else it holds no blocks (``_allocate``)
             self.kv.free(request)
         self.runner_view.forget(request.request_id)
+        if self.drafts is not None:
+            self.drafts.forget(request.request_id)
         del self.requests[request.request_id]
 
     # ------------------------------------------------------------------ state
@@ -380,6 +406,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
             prefix_cache=self.kv.prefix_cache_stats,
             running_lora_adapters=self._adapter_names(self.running),
             waiting_lora_adapters=self._adapter_names(self.waiting),
+            spec_decoding=self.drafts.stats_snapshot() if self.drafts is not None else None,
         )
 
     def _adapter_names(self, requests) -> list[str]:

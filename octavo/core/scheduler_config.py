@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.request import Request
 from octavo.core.scheduler_output import CompilationCounts
+from octavo.core.speculative_config import SpeculativeConfig
 from octavo.errors import RequestTooLargeError
 
 
@@ -35,6 +36,30 @@ class SchedulerConfig:
     policy: str = "fcfs"
     # LoRA adapters the running requests may use at once (the runner's slots); 0: LoRA off.
     max_loras: int = 0
+    # Speculative decoding (n-gram drafts); None: off.
+    speculative: SpeculativeConfig | None = None
+
+
+@dataclass
+class SpecDecodingStats:
+    """Speculative decoding since the engine started (vLLM's counters):
+    steps that carried drafts, drafts proposed, drafts accepted, and accepted
+    drafts by their position (index 0: the first draft of a step)."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def record(self, num_draft_tokens: int, num_accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted
+        positions = self.accepted_per_position
+        if len(positions) < num_draft_tokens:
+            positions.extend([0] * (num_draft_tokens - len(positions)))
+        for index in range(num_accepted):
+            positions[index] += 1
 
 
 @dataclass
@@ -50,6 +75,8 @@ class SchedulerStats:
     # With LoRA on: the adapters (by name) of the running and of the waiting requests.
     running_lora_adapters: list[str] = field(default_factory=list)
     waiting_lora_adapters: list[str] = field(default_factory=list)
+    # With speculative decoding on: its counters.
+    spec_decoding: SpecDecodingStats | None = None
 
 
 def check_admissible(request: Request, config: SchedulerConfig, num_blocks: int, block_size: int) -> None:

@@ -74,6 +74,9 @@ class SchedulerOutput:
     finished_request_ids: set[str] = field(default_factory=set)
     # Token masks of the requests that sample under a grammar this step.
     grammar_bitmask: GrammarBitmask | None = None
+    # Speculative decoding: each drafting request's draft tokens, computed
+    # after its next token in this step (``num_scheduled_tokens`` counts them).
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def total_num_scheduled_tokens(self) -> int:

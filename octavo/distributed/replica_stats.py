@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from octavo.core.kv_cache_manager import PrefixCacheStats
-from octavo.core.scheduler_config import SchedulerStats
+from octavo.core.scheduler_config import SchedulerStats, SpecDecodingStats
 from octavo.core.scheduler_output import CompilationCounts
 
 
@@ -47,4 +47,18 @@ def combine_replica_stats(replicas: list[ReplicaStats]) -> SchedulerStats:
         ),
         running_lora_adapters=sorted({name for s in stats for name in s.running_lora_adapters}),
         waiting_lora_adapters=sorted({name for s in stats for name in s.waiting_lora_adapters}),
+        spec_decoding=_combine_spec_decoding([s.spec_decoding for s in stats if s.spec_decoding is not None]),
+    )
+
+
+def _combine_spec_decoding(parts: list[SpecDecodingStats]) -> SpecDecodingStats | None:
+    """The replicas' speculative-decoding counters summed (None with it off)."""
+    if not parts:
+        return None
+    width = max(len(p.accepted_per_position) for p in parts)
+    return SpecDecodingStats(
+        num_drafts=sum(p.num_drafts for p in parts),
+        num_draft_tokens=sum(p.num_draft_tokens for p in parts),
+        num_accepted_tokens=sum(p.num_accepted_tokens for p in parts),
+        accepted_per_position=[sum(p.accepted_per_position[i] for p in parts if i < len(p.accepted_per_position)) for i in range(width)],
     )

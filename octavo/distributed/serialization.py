@@ -34,6 +34,8 @@ from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolerConfig, PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
 from octavo.core.scheduler import SchedulerConfig, SchedulerStats
+from octavo.core.scheduler_config import SpecDecodingStats
+from octavo.core.speculative_config import SpeculativeConfig
 from octavo.core.scheduler_output import (
     CachedRequestData,
     CompilationCounts,
@@ -95,6 +97,8 @@ for _cls in (
     PoolingOutput,
     PoolingRequestOutput,
     LoRARequest,
+    SpeculativeConfig,
+    SpecDecodingStats,
 ):
     register(_cls)
 

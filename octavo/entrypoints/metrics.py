@@ -4,7 +4,8 @@ Request-level metrics (tokens, TTFT, inter-token latency, end-to-end latency,
 finish reasons) are recorded on the engine thread as outputs appear, from the
 timestamps the output processor stamps on each sequence; engine-level gauges
 (running and waiting requests, KV-cache usage and free blocks, prefix-cache
-hit rate, preemptions, the platform's compilations) are refreshed from the scheduler at scrape time. For a
+hit rate, preemptions, the platform's compilations, speculative decoding's
+counters) are refreshed from the scheduler at scrape time. For a
 data-parallel engine they are the replicas combined (``engine_stats``), and
 ``replica_metrics`` adds each replica's own, labelled ``replica``.
 prometheus_client's metrics are thread-safe; the per-sequence bookkeeping
@@ -34,6 +35,7 @@ from octavo.core.scheduler_output import CompilationCounts
 from octavo.entrypoints.engine_stats import EngineSnapshot
 from octavo.entrypoints.engine_totals import ENGINE_COUNTERS, EngineTotals
 from octavo.entrypoints.replica_metrics import ReplicaCollector
+from octavo.entrypoints.spec_decode_metrics import SpecDecodingCollector
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 1.0, 2.5)
@@ -92,6 +94,8 @@ class ServerMetrics:
             self.compilations_after_warmup = Counter(
                 "octavo:compilations_after_warmup", ENGINE_COUNTERS["compilations_after_warmup"], registry=r
             )
+        self.spec_decoding = SpecDecodingCollector()
+        r.register(self.spec_decoding)
         self.engine_alive = Gauge("octavo:engine_alive", "1 while the engine loop runs", registry=r, **engine_gauge)
         # vLLM's lora_requests_info: the labels carry the adapters, the value the time of the reading.
         self.lora_info = Gauge(
@@ -230,6 +234,7 @@ class ServerMetrics:
             self.lora_info.labels(
                 str(self.max_loras), ",".join(stats.running_lora_adapters), ",".join(stats.waiting_lora_adapters)
             ).set(time.time())
+        self.spec_decoding.update(stats.spec_decoding)
         prefix = stats.prefix_cache
         self.prefix_hit_rate.set(prefix.hit_rate)
         if self.replicas is not None and snapshot.replicas:
@@ -258,6 +263,7 @@ class ServerMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
         registry.register(self.engine_totals)
+        registry.register(self.spec_decoding)
         if self.replicas is not None:
             registry.register(self.replicas)
         return generate_latest(registry)

@@ -58,6 +58,10 @@ class PreparedBatch:
     sample_request_ids: list[str]
     is_uniform_decode: bool
     prompt_logprob_spans: list[PromptLogprobSpan] = field(default_factory=list)
+    # Speculative decoding: the draft tokens of the sampled requests that
+    # carry some. Such a request has ``1 + len(drafts)`` logits rows in
+    # order (one per draft, then the bonus row); every other request one.
+    spec_drafts: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +79,9 @@ class HostStep:
     sample_mask: np.ndarray  # requests that sample this step
     max_query_len: int
     is_uniform_decode: bool
+    # Speculative decoding: each request's number of draft tokens (None: no drafts this step).
+    num_drafts: np.ndarray | None = None
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
@@ -110,6 +117,8 @@ class InputPreparer:
             step.rows, step.token_rows, step.positions, step.ends, step.max_query_len, padded_num_reqs, padded_num_tokens
         )
         logits_indices = step.query_start_loc[1 : step.num_reqs + 1][step.sample_mask] - 1
+        if step.num_drafts is not None:
+            logits_indices = _rows_with_drafts(logits_indices, step.num_drafts[step.sample_mask])
         batch.logits_indices = torch.from_numpy(logits_indices).to(self.device, non_blocking=True)
         self._finish(batch, step)
         return batch
@@ -150,17 +159,30 @@ class InputPreparer:
             token_request = np.repeat(np.arange(num_reqs), num_scheduled)
             positions = starts[token_request] + np.arange(num_tokens) - np.repeat(query_start_loc[:num_reqs], num_scheduled)
             token_rows = rows[token_request]
+            # A request's drafts follow its known tokens (its slice ends at them).
+            drafts = scheduler_output.spec_token_ids
             buffers.input_ids.np[:num_tokens] = np.concatenate(
-                [np.asarray(s.token_ids[b:e], dtype=np.int64) for s, b, e in zip(states, starts.tolist(), ends.tolist())]
+                [
+                    np.asarray(s.token_ids[b:e] + drafts[r] if r in drafts else s.token_ids[b:e], dtype=np.int64)
+                    for r, s, b, e in zip(order, states, starts.tolist(), ends.tolist())
+                ]
             )
-        sample_mask = ends == np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
+        num_known = np.fromiter((len(s.token_ids) for s in states), np.int64, num_reqs)
+        num_drafts = None
+        if scheduler_output.spec_token_ids:
+            spec = scheduler_output.spec_token_ids
+            num_drafts = np.fromiter((len(spec.get(r, ())) for r in order), np.int64, num_reqs)
+            num_known += num_drafts
         return HostStep(
-            order, states, rows, token_rows, positions, starts, ends, query_start_loc, sample_mask,
-            int(num_scheduled.max()), is_uniform_decode,
+            order, states, rows, token_rows, positions, starts, ends, query_start_loc, ends == num_known,
+            int(num_scheduled.max()), is_uniform_decode, num_drafts, scheduler_output.spec_token_ids,
         )
 
     def _finish(self, batch: PreparedBatch, step: HostStep) -> None:
         batch.sample_request_ids = [r for r, sample in zip(step.order, step.sample_mask.tolist()) if sample]
+        if step.spec_token_ids:
+            spec = step.spec_token_ids
+            batch.spec_drafts = {r: spec[r] for r in batch.sample_request_ids if r in spec}
         batch.is_uniform_decode = step.is_uniform_decode
         batch.prompt_logprob_spans = self._prompt_logprob_spans(step.states, step.starts, step.ends, step.query_start_loc)
 
@@ -333,3 +355,12 @@ def staged_attention_batch(
         query_start_loc_cpu=buffers.query_start_loc.host[: total_reqs + 1],
         seq_lens_cpu=buffers.seq_lens.host[:total_reqs],
     )
+
+
+def _rows_with_drafts(last_rows: np.ndarray, num_drafts: np.ndarray) -> np.ndarray:
+    """The logits rows of the sampled requests: each request's last
+    ``1 + num_drafts`` token rows (its drafts' rows, then the bonus row)."""
+    counts = num_drafts + 1
+    firsts = np.repeat(last_rows - num_drafts, counts)
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return firsts + offsets

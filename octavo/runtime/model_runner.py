@@ -234,7 +234,7 @@ class ModelRunner:
             try:
                 launched = self.pooling.launch(scheduler_output)
             finally:
-                self._end_step()
+                self.end_step()
         return PendingPooling(self.pooling, launched)
 
     def execute_model(
@@ -254,7 +254,7 @@ class ModelRunner:
             try:
                 result = self._execute(scheduler_output, intermediate)
             finally:
-                self._end_step()
+                self.end_step()
         counts = self.compilations.update(before, f"a step of {scheduler_output.total_num_scheduled_tokens} tokens")
         if isinstance(result, ModelRunnerOutput):
             result.compilations = counts
@@ -270,7 +270,7 @@ class ModelRunner:
         """The modules a LoRA adapter may name, with their whole (in, out) sizes; {} with LoRA off."""
         return self.lora.targets() if self.lora is not None else {}
 
-    def _end_step(self) -> None:
+    def end_step(self) -> None:
         """The platform's ``end_step``, once per step, before any host read of results."""
         if self._step_open:
             self._step_open = False
@@ -376,19 +376,29 @@ class ModelRunner:
             rows.append(row)
         return rows
 
-    def grammar_allowed(self, batch: PreparedBatch, scheduler_output: SchedulerOutput) -> AllowedTokens | None:
-        """The step's grammar masks on the device, by logits row (None when no row is constrained)."""
+    def grammar_allowed(
+        self, batch: PreparedBatch, scheduler_output: SchedulerOutput, request_ids: list[str] | None = None
+    ) -> AllowedTokens | None:
+        """The step's grammar masks on the device, by logits row (None when no
+        row is constrained); ``request_ids``: the requests of the rows, if not
+        the batch's sampled requests."""
         if scheduler_output.grammar_bitmask is None:
             return None
-        logits_rows = {request_id: row for row, request_id in enumerate(batch.sample_request_ids)}
+        ids = batch.sample_request_ids if request_ids is None else request_ids
+        logits_rows = {request_id: row for row, request_id in enumerate(ids)}
         return self.grammar_masks.upload(scheduler_output.grammar_bitmask, logits_rows)
 
     def _sample(
         self, logits: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput, scheduler_output: SchedulerOutput
     ) -> None:
+        if batch.spec_drafts:
+            from octavo.runtime.spec_steps import sample_with_drafts
+
+            sample_with_drafts(self, logits, batch, output, scheduler_output)
+            return
         rows = self.sampling_rows(batch.sample_request_ids)
         sampled = self.sampler.sample(logits, rows, self.grammar_allowed(batch, scheduler_output))
-        self._end_step()
+        self.end_step()
         token_ids, logprobs = sampled.to_host()
         request_ids, sampled_token_ids = batch.sample_request_ids, output.sampled_token_ids
         for request_id, token_id in zip(request_ids, token_ids):

@@ -291,7 +291,8 @@ class Sampler:
         self.upload = HostUpload(pin_memory)
         self._generators: dict[torch.device, torch.Generator] = {}
 
-    def _generator(self, device: torch.device) -> torch.Generator:
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The unseeded rows' random stream for ``device`` (seeded by the engine's seed)."""
         if device not in self._generators:
             self._generators[device] = torch.Generator(device=random_device(device)).manual_seed(self.seed)
         return self._generators[device]
@@ -348,7 +349,7 @@ class Sampler:
         )
         probs = truncate_distribution(sub, truncation).softmax(dim=-1)
         source = random_device(device)
-        race = torch.empty(probs.shape, device=source).exponential_(generator=self._generator(device))
+        race = torch.empty(probs.shape, device=source).exponential_(generator=self.generator(device))
         for j, i in enumerate(random_rows):
             seed = rows[i].params.seed
             if seed is not None:

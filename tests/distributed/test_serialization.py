@@ -27,6 +27,7 @@ def test_scheduler_output_round_trip():
         cached_requests=CachedRequestData(["b"], [[9]], [[7]], [33]),
         num_scheduled_tokens={"a": 3, "b": 1},
         finished_request_ids={"c", "d"},
+        spec_token_ids={"b": [4, 4, 9]},
     )
     decoded = decode(encode(output))
     assert decoded == output
@@ -80,3 +81,15 @@ def test_invalid_sampling_params_are_revalidated_on_decode():
     assert tampered != payload
     with pytest.raises(ValueError, match="top_p"):
         decode(tampered)
+
+
+def test_speculative_config_and_stats_round_trip():
+    from octavo.core.kv_cache_manager import PrefixCacheStats
+    from octavo.core.scheduler import SchedulerConfig, SchedulerStats
+    from octavo.core.scheduler_config import SpecDecodingStats
+    from octavo.core.speculative_config import SpeculativeConfig
+
+    config = SchedulerConfig(speculative=SpeculativeConfig.from_dict({"num_speculative_tokens": 3, "prompt_lookup_min": 2}))
+    assert decode(encode(config)) == config
+    stats = SchedulerStats(1, 0, 0.5, 3, 0, PrefixCacheStats(), spec_decoding=SpecDecodingStats(4, 10, 6, [4, 2, 0]))
+    assert decode(encode(stats)) == stats

@@ -121,6 +121,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--max-cpu-loras", type=int, default=None, help="with --enable-lora: loaded adapters kept in host memory (default: --max-loras)"
     )
     parser.add_argument(
+        "--speculative-config", type=json_object, default=None,
+        help='speculative decoding (JSON), e.g. \'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'',
+    )
+    parser.add_argument(
         "--task", default="auto", choices=["auto", "generate", "embed", "classify"],
         help="what the model serves (default: the checkpoint's own: embeddings for BertModel or a "
         "sentence-transformers checkpoint, classification for *ForSequenceClassification, else generation)",

@@ -1,0 +1,48 @@
+"""The scheduler's side of speculative decoding: which request gets how many
+drafts this step, and what came of them (``SpecDecodingStats``)."""
+
+from __future__ import annotations
+
+import copy
+
+from octavo.core.ngram_proposer import NgramProposer
+from octavo.core.request import Request
+from octavo.core.scheduler_config import SpecDecodingStats
+from octavo.core.speculative_config import SpeculativeConfig, may_speculate
+
+
+class SpeculativeDrafts:
+    def __init__(self, config: SpeculativeConfig, max_model_len: int) -> None:
+        self.config = config
+        self.max_model_len = max_model_len
+        self.proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max, config.num_speculative_tokens)
+        self.stats = SpecDecodingStats()
+
+    def enabled_for(self, num_running: int) -> bool:
+        """Whether this step drafts at all (``disable_by_batch_size``)."""
+        limit = self.config.disable_by_batch_size
+        return limit is None or num_running < limit
+
+    def propose_for(self, request: Request, budget: int) -> list[int]:
+        """Drafts for a caught-up running ``request``, at most ``budget`` and
+        never past its last possible token (its next token is not a draft)."""
+        if budget < 1 or not may_speculate(request):
+            return []
+        # The step computes the next token plus the drafts; all must fit the request's end.
+        room = min(request.max_tokens - len(request.output_token_ids), self.max_model_len - len(request.all_token_ids)) - 1
+        return self.proposer.propose(request.request_id, request.all_token_ids, min(budget, room))
+
+    def num_rejected(self, drafts: list[int] | None, num_sampled: int) -> int:
+        """How many of ``drafts`` the runner rejected, given the tokens it
+        returned (accepted drafts plus one); counted in the stats."""
+        if not drafts:
+            return 0
+        num_accepted = min(max(num_sampled - 1, 0), len(drafts))
+        self.stats.record(len(drafts), num_accepted)
+        return len(drafts) - num_accepted
+
+    def forget(self, request_id: str) -> None:
+        self.proposer.forget(request_id)
+
+    def stats_snapshot(self) -> SpecDecodingStats:
+        return copy.deepcopy(self.stats)

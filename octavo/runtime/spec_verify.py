@@ -1,0 +1,123 @@
+"""Checking draft tokens against the model: which a request keeps.
+
+A request with ``k`` drafts has ``k + 1`` logits rows: row ``i`` is the
+model's distribution for the token at draft ``i``'s place, the last row the
+one after all drafts (the bonus). Drafts are kept in order while they are
+accepted; the first rejected one is replaced, and if all are kept the bonus
+row adds one token. So each step yields between 1 and ``k + 1`` tokens.
+
+- Greedy: draft ``i`` is accepted when it is the argmax of row ``i``, and a
+  rejected draft is replaced by that argmax: the tokens are exactly the
+  ones decoding one token a step would give.
+- Random (temperature, top-k, top-p, min-p, no seed): the n-gram drafts are
+  certain guesses (a one-hot draft distribution), so speculative sampling's
+  rule becomes: accept draft ``d`` with probability ``p(d)``; on rejection
+  draw from ``p`` with ``d`` removed (renormalised). Each kept token is then
+  distributed exactly as ``p``, as without drafts.
+
+Requests verified here never edit logits, ask for logprobs or carry a seed
+(``core/speculative_config.may_speculate``), so each row's distribution is
+the temperature-scaled, truncated softmax of its logits. ``verify_drafts``
+queues the work on the device; ``Verification.kept`` reads the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from octavo.runtime.sampler import Sampler, SamplingRow, Truncation, random_device, truncate_distribution
+
+
+@dataclass
+class Verification:
+    """A batch's verification queued on the device; ``kept()`` reads it."""
+
+    drafts: list[list[int]]
+    random_requests: list[int]
+    greedy_ids: torch.Tensor  # every row's argmax
+    accepted: torch.Tensor | None  # the random requests' rows: draft accepted
+    replacements: torch.Tensor | None  # ... and the token in its place
+
+    def kept(self) -> list[list[int]]:
+        """The tokens each request keeps (the one host sync)."""
+        greedy = self.greedy_ids.cpu().tolist()
+        accepted = self.accepted.cpu().tolist() if self.accepted is not None else []
+        replacements = self.replacements.cpu().tolist() if self.replacements is not None else []
+        random_set = set(self.random_requests)
+        results, start, random_start = [], 0, 0
+        for j, drafts in enumerate(self.drafts):
+            count = len(drafts) + 1
+            if j in random_set:
+                span = slice(random_start, random_start + count)
+                results.append(_keep(drafts, accepted[span], replacements[span]))
+                random_start += count
+            else:
+                targets = greedy[start : start + count]
+                results.append(_keep(drafts, [t == d for t, d in zip(targets, drafts)], targets))
+            start += count
+        return results
+
+
+def verify_drafts(
+    sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]]
+) -> Verification:
+    """Queue the verification of each request's drafts: ``logits`` holds
+    request ``j``'s ``len(drafts[j]) + 1`` rows in order, ``rows[j]`` its
+    sampling inputs. Nothing is read on the host."""
+    random_requests = [j for j, row in enumerate(rows) if not row.params.is_greedy]
+    verification = Verification(drafts, random_requests, logits.argmax(dim=-1), None, None)
+    if random_requests:
+        counts = [len(d) + 1 for d in drafts]
+        verification.accepted, verification.replacements = _random_rows(
+            sampler, logits, rows, drafts, counts, random_requests
+        )
+    return verification
+
+
+def _keep(drafts: list[int], accepted: list[bool], replacements: list[int]) -> list[int]:
+    """Drafts while accepted, then the first replacement (or the bonus token)."""
+    kept = []
+    for index, draft in enumerate(drafts):
+        if not accepted[index]:
+            return kept + [replacements[index]]
+        kept.append(draft)
+    return kept + [replacements[len(drafts)]]
+
+
+def _random_rows(
+    sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]], counts: list[int],
+    random_requests: list[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the random requests' rows, in order: whether each draft is accepted
+    (the bonus row: False) and the token to put in its place (the bonus row:
+    a plain draw)."""
+    device, upload = logits.device, sampler.upload
+    firsts = [sum(counts[:j]) for j in range(len(counts))]
+    row_index = [firsts[j] + i for j in random_requests for i in range(counts[j])]
+    params = [rows[j].params for j in random_requests for _ in range(counts[j])]
+    # Each draft row's draft; the bonus rows point at token 0 with no effect (masked below).
+    draft_ids = [t for j in random_requests for t in (*drafts[j], 0)]
+    is_draft = [i < len(drafts[j]) for j in random_requests for i in range(counts[j])]
+    sub = logits.index_select(0, upload(row_index, torch.long, device)).to(torch.float32)
+    sub = sub / upload([p.temperature for p in params], torch.float32, device)[:, None]
+    top_k = [min(p.top_k, sub.shape[-1]) for p in params]
+    truncation = Truncation(
+        upload(top_k, torch.long, device),
+        upload([p.top_p for p in params], torch.float32, device),
+        upload([p.min_p for p in params], torch.float32, device),
+        any_top_k=any(k > 0 for k in top_k),
+        any_top_p=any(p.top_p < 1.0 for p in params),
+        any_min_p=any(p.min_p > 0 for p in params),
+    )
+    probs = truncate_distribution(sub, truncation).softmax(dim=-1)
+    draft_index = upload(draft_ids, torch.long, device)[:, None]
+    draft_mask = upload(is_draft, torch.bool, device)
+    generator, source = sampler.generator(device), random_device(device)
+    uniform = torch.rand(probs.shape[0], generator=generator, device=source).to(device)
+    accepted = (uniform < probs.gather(1, draft_index)[:, 0]) & draft_mask
+    # A rejected draft is drawn again from p without it; the bonus row from p itself.
+    residual = torch.where(draft_mask[:, None], probs.scatter(1, draft_index, 0.0), probs)
+    race = torch.empty(probs.shape, device=source).exponential_(generator=generator).to(device)
+    return accepted, (residual / race).argmax(dim=-1)
