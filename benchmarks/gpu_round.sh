@@ -171,6 +171,8 @@ for step in "$@"; do
     # Async scheduling on the throughput workload (the 512 x 256/256) and a long-context GPU parity test.
     # LoRA: the base model, LoRA on with no adapter, 4 rank-16 adapters round robin (8B shapes).
     lora) TAIL=24 run_step lora_overhead 560 python benchmarks/lora_gpu.py --model benchmarks/configs/llama-3.1-8b;;
+    spec) TAIL=24 run_step spec_decode 560 python benchmarks/spec_decode_gpu.py --model benchmarks/configs/llama-3.1-8b;;
+    spec_parity) run_step spec_parity 300 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_speculative_gpu.py;;
     tput_async) run_step throughput_async 500 $CLI bench throughput $M8B --async-scheduling --num-prompts 512 --input-len 256 --output-len 256 --max-num-seqs 512 --max-num-batched-tokens 8192 --output-json "$O/throughput_async.json";;
     lat1_async) TAIL=20 run_step latency_b1_async 400 $CLI bench latency $M8B --async-scheduling --batch-size 1 --input-len 128 --output-len 128 --num-iters 3 --output-json "$O/latency_b1_async.json";;
     async_parity) run_step async_parity 400 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_long_context_gpu.py;;
