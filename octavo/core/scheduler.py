@@ -184,11 +184,10 @@ class Scheduler(BlockAllocation, PoolingSteps):
             num_new_tokens = len(request.all_token_ids) + num_placeholders - request.num_computed_tokens
             if num_new_tokens > token_budget:
                 num_new_tokens = token_budget
+            drafts = None
             if drafting and num_new_tokens == 1 and not num_placeholders:
-                drafts = self.drafts.propose_for(request, token_budget - 1)
-                if drafts:
-                    output.spec_token_ids[request.request_id] = drafts
-                    num_new_tokens += len(drafts)
+                drafts = self._drafts_that_fit(request, token_budget - 1)
+                num_new_tokens += len(drafts)
             if (
                 num_new_tokens <= 0
                 or (check_held and self._is_in_flight(request))
@@ -206,7 +205,20 @@ class Scheduler(BlockAllocation, PoolingSteps):
             scheduled[request.request_id] = num_new_tokens
             requests[request.request_id] = request
             token_budget -= num_new_tokens
+            if drafts:
+                output.spec_token_ids[request.request_id] = drafts
         return token_budget, preempted_this_step
+
+    def _drafts_that_fit(self, request: Request, budget: int) -> list[int]:
+        """The request's drafts for this step, if their KV slots fit in the free
+        blocks (drafts never make the scheduler preempt anyone)."""
+        drafts = self.drafts.propose_for(request, budget)
+        if drafts and self.config.uses_kv_cache:
+            num_slots = request.num_computed_tokens + 1 + len(drafts)
+            num_new_blocks = -(-num_slots // self.kv.block_size) - self.kv.num_request_blocks(request.request_id)
+            if num_new_blocks > self.kv.num_free_blocks:
+                return []
+        return drafts
 
     def _placeholders_reach_end(self, request: Request) -> bool:
         """Async: the samples in flight already include the request's last token."""
