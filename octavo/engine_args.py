@@ -202,7 +202,13 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         tokenizer = args.tokenizer
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
-    return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None)
+        speculative = args.speculative_config
+        if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
+            # The draft checkpoint too, once, before any worker or replica starts.
+            draft = resolve_model(speculative["model"], dataclasses.replace(_hub_options(args), gguf_file=None, revision=None),
+                                  weights=args.load_format != "dummy")
+            speculative = {**speculative, "model": str(draft)}
+    return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None, speculative_config=speculative)
 
 
 def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, load_format: str) -> PoolerConfig | None:
@@ -285,12 +291,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     uses_kv_cache = pooler is None or not pooler.is_encoder
     worker_config = worker_config_for(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
-    speculative = SpeculativeConfig.from_dict(args.speculative_config)
-    if speculative is not None and not args.enforce_eager and platform.step_buckets(worker_config) is not None:
-        raise InvalidArgumentError(
-            f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
-            param="speculative_config",
-        )
+    speculative = _check_speculative(args, arch, platform, worker_config)
     check_layer_op_overrides(platform.name)
     executor, num_blocks, tokenizer = _start_workers(args, worker_config, model_path, load_format, uses_kv_cache)
     scheduler = Scheduler(
@@ -299,7 +300,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             max_num_seqs=args.max_num_seqs,
             max_model_len=worker_config.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
-            num_lookahead_tokens=1 if worker_config.overlap_decode else 0,
+            num_lookahead_tokens=_lookahead_tokens(worker_config),
             uses_kv_cache=uses_kv_cache,
             policy=args.scheduling_policy,
             max_loras=worker_config.max_loras,
@@ -365,6 +366,39 @@ def _start_workers(
             executor.shutdown()
         raise
     return executor, num_blocks, tokenizer
+
+
+def _check_speculative(args: EngineArgs, arch: ModelArchConfig, platform, worker_config: WorkerConfig):
+    """The speculative options, refused where they cannot work (before any worker starts)."""
+    speculative = SpeculativeConfig.from_dict(args.speculative_config)
+    if speculative is None:
+        return None
+    if not args.enforce_eager and platform.step_buckets(worker_config) is not None:
+        raise InvalidArgumentError(
+            f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
+            param="speculative_config",
+        )
+    if speculative.uses_draft_model:
+        if speculative.draft_tensor_parallel_size not in (None, args.tensor_parallel_size):
+            raise InvalidArgumentError(
+                f"draft_tensor_parallel_size must be the target's tensor_parallel_size ({args.tensor_parallel_size})",
+                param="speculative_config",
+            )
+        draft = load_arch_config(Path(speculative.model))
+        if draft.vocab_size != arch.vocab_size:
+            raise InvalidArgumentError(
+                f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the target's ({arch.vocab_size}): "
+                "its tokens would mean something else", param="speculative_config",
+            )
+    return speculative
+
+
+def _lookahead_tokens(worker_config: WorkerConfig) -> int:
+    """KV slots past each step's tokens: one for decode overlap; a draft
+    model writes its guesses' KV there (``num_speculative_tokens``)."""
+    if worker_config.overlap_decode:
+        return 1
+    return worker_config.num_speculative_tokens if worker_config.speculative_model else 0
 
 
 def _attention_backend_names(executor) -> tuple[str, ...]:

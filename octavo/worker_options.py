@@ -90,4 +90,15 @@ def worker_config_for(
         max_loras=args.max_loras if args.enable_lora else 0,
         max_lora_rank=args.max_lora_rank,
         max_cpu_loras=args.max_cpu_loras or args.max_loras,
+        **_draft_model_options(args),
     )
+
+
+def _draft_model_options(args: EngineArgs) -> dict:
+    """The worker's draft-model options (none without a draft model)."""
+    from octavo.core.speculative_config import SpeculativeConfig
+
+    speculative = SpeculativeConfig.from_dict(args.speculative_config)
+    if speculative is None or not speculative.uses_draft_model:
+        return {}
+    return dict(speculative_model=speculative.model, num_speculative_tokens=speculative.num_speculative_tokens)

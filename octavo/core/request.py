@@ -83,6 +83,9 @@ class Request:
     # Prompt positions whose logprobs were reported (a request recomputed
     # after preemption computes them again; they are not reported twice).
     num_prompt_logprobs_sent: int = 0
+    # Speculative decoding with a draft model: the workers' drafts for the
+    # request's next step (from the last step's output).
+    spec_token_ids: list[int] = field(default_factory=list)
     # What stopped the request: the stop token id or stop string, if any.
     stop_reason: int | str | None = None
     output_token_ids: list[int] = field(default_factory=list)

@@ -330,6 +330,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
             runner_output.sampled_token_ids, runner_output.logprobs, runner_output.prompt_logprobs
         )
         spec_token_ids = scheduler_output.spec_token_ids
+        uses_draft_model = self.drafts is not None and self.drafts.config.uses_draft_model
+        draft_token_ids = runner_output.draft_token_ids if uses_draft_model else None
         cache_blocks, running_status, max_model_len = self.kv.cache_blocks, RequestStatus.RUNNING, self.config.max_model_len
         finished: list[Request] = []
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
@@ -359,6 +361,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 new_token_ids.append(token_id)
                 if check_stop(request, max_model_len):
                     break
+            if draft_token_ids is not None:
+                request.spec_token_ids = draft_token_ids.get(request_id, [])
             new_prompt_logprobs = prompt_logprobs.get(request_id) or []
             if new_prompt_logprobs:  # a prompt chunk's step: no drafts, so it began at num_computed - num_tokens
                 new_prompt_logprobs = _unsent_prompt_logprobs(request, num_computed - num_tokens, new_prompt_logprobs)

@@ -117,6 +117,9 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
     # Pooling requests computed this step: their vector, float32 little-endian.
     pooled: dict[str, bytes] = field(default_factory=dict)
+    # Speculative decoding with a draft model: the draft model's guesses for
+    # each request's next step, made after this step's tokens.
+    draft_token_ids: dict[str, list[int]] = field(default_factory=dict)
     # The worker's compilation counts after this step; None where its
     # platform compiles nothing.
     compilations: CompilationCounts | None = None

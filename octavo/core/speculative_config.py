@@ -5,9 +5,14 @@ Each step, a request that decodes may carry up to ``num_speculative_tokens``
 draft tokens guessed by a proposer; the runner computes them beside the
 request's next token in one step and keeps the longest prefix the target
 model agrees with (``runtime/spec_verify.py``), plus one token of its own.
-The proposer here is n-gram prompt lookup (``method: "ngram"``,
-``core/ngram_proposer.py``): no second model, drafts copied from earlier in
-the request's own tokens.
+Two proposers:
+
+- ``method: "ngram"`` (prompt lookup, ``core/ngram_proposer.py``): no second
+  model, drafts copied from earlier in the request's own tokens; proposed by
+  the scheduler.
+- ``method: "draft_model"`` (``model``: a smaller checkpoint with the same
+  vocabulary): the workers run the draft model beside the target and return
+  its greedy guesses for the next step (``runtime/draft_model.py``).
 
 Which requests speculate: greedy ones, and random ones without a seed (a
 seeded request keeps the exact tokens it has without speculation); never
@@ -15,7 +20,8 @@ ones that ask for logprobs, edit logits (penalties, biases, allowed tokens,
 bad words), are under ``min_tokens`` or a grammar. Others decode one token a
 step as before, in the same batches: speculation never changes what a
 greedy request generates, and for a random one it keeps the distribution
-(rejection sampling), only the draws differ.
+(rejection sampling against the proposers' greedy, one-hot, guesses), only
+the draws differ.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ from typing import Any
 from octavo.errors import InvalidArgumentError
 
 # Keys of vLLM's speculative_config that Octavo reads; any other is refused by name.
-_KNOWN_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"}
-# vLLM's methods that need a second model or trained heads: refused by name, not ignored.
-_MODEL_METHODS = {"eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "mtp", "deepseek_mtp", "suffix"}
+_KNOWN_KEYS = {
+    "method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "model",
+    "draft_tensor_parallel_size",
+}
+_METHODS = ("ngram", "draft_model")
+# vLLM's methods that need trained heads or more: refused by name, not ignored.
+_UNSUPPORTED_METHODS = {"eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "deepseek_mtp", "suffix"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,14 @@ class SpeculativeConfig:
     prompt_lookup_max: int = 5
     # No drafts while this many requests or more are running (None: always draft).
     disable_by_batch_size: int | None = None
+    # method "draft_model": the draft checkpoint (a directory or Hub id) and
+    # its tensor-parallel size (None: the target's; only the target's is supported).
+    model: str | None = None
+    draft_tensor_parallel_size: int | None = None
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.method == "draft_model"
 
     @classmethod
     def from_dict(cls, value: dict[str, Any] | SpeculativeConfig | None) -> SpeculativeConfig | None:
@@ -49,18 +67,22 @@ class SpeculativeConfig:
         if not isinstance(value, dict):
             raise _bad(f"speculative_config must be a JSON object, got {type(value).__name__}")
         unknown = sorted(set(value) - _KNOWN_KEYS)
-        if "model" in unknown:
-            raise _bad("speculative_config 'model' (a draft model) is not supported; use method 'ngram'")
         if unknown:
             raise _bad(f"speculative_config has unknown keys {unknown}; supported: {sorted(_KNOWN_KEYS)}")
-        method = value.get("method", "ngram")
+        model = value.get("model")
+        method = value.get("method") or ("draft_model" if model is not None else "ngram")
         if method == "[ngram]":
             method = "ngram"
-        if method in _MODEL_METHODS:
-            raise _bad(f"speculative method {method!r} is not supported; the supported method is 'ngram'")
-        if method != "ngram":
-            raise _bad(f"unknown speculative method {method!r}; the supported method is 'ngram'")
+        if method in _UNSUPPORTED_METHODS:
+            raise _bad(f"speculative method {method!r} is not supported; the supported methods are {list(_METHODS)}")
+        if method not in _METHODS:
+            raise _bad(f"unknown speculative method {method!r}; the supported methods are {list(_METHODS)}")
         num_tokens = _positive_int(value, "num_speculative_tokens", required=True)
+        disable_by_batch_size = _positive_int(value, "disable_by_batch_size")
+        if method == "draft_model":
+            return cls._draft_model(value, model, num_tokens, disable_by_batch_size)
+        if model is not None:
+            raise _bad("speculative_config 'model' is for method 'draft_model', not 'ngram'")
         lookup_min = _positive_int(value, "prompt_lookup_min")
         lookup_max = _positive_int(value, "prompt_lookup_max")
         if lookup_min is None and lookup_max is None:
@@ -69,14 +91,18 @@ class SpeculativeConfig:
         lookup_max = lookup_max if lookup_max is not None else lookup_min
         if lookup_min > lookup_max:
             raise _bad(f"prompt_lookup_min ({lookup_min}) must not exceed prompt_lookup_max ({lookup_max})")
-        return cls(num_tokens, method, lookup_min, lookup_max, _positive_int(value, "disable_by_batch_size"))
+        return cls(num_tokens, method, lookup_min, lookup_max, disable_by_batch_size)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
-            "prompt_lookup_min": self.prompt_lookup_min, "prompt_lookup_max": self.prompt_lookup_max,
-            "disable_by_batch_size": self.disable_by_batch_size,
-        }
+    @classmethod
+    def _draft_model(cls, value: dict[str, Any], model, num_tokens: int, disable_by_batch_size) -> SpeculativeConfig:
+        if not isinstance(model, str) or not model:
+            raise _bad("speculative method 'draft_model' needs 'model': the draft checkpoint's directory or Hub id")
+        lookup = sorted(k for k in ("prompt_lookup_min", "prompt_lookup_max") if k in value)
+        if lookup:
+            raise _bad(f"speculative_config {lookup} are for method 'ngram', not 'draft_model'")
+        draft_tp = _positive_int(value, "draft_tensor_parallel_size")
+        return cls(num_tokens, "draft_model", disable_by_batch_size=disable_by_batch_size, model=model,
+                   draft_tensor_parallel_size=draft_tp)
 
 
 def _positive_int(value: dict[str, Any], key: str, required: bool = False) -> int | None:

@@ -1,5 +1,7 @@
 """The scheduler's side of speculative decoding: which request gets how many
-drafts this step, and what came of them (``SpecDecodingStats``)."""
+drafts this step, and what came of them (``SpecDecodingStats``). N-gram
+drafts are proposed here; a draft model's come back with each step's output
+(``ModelRunnerOutput.draft_token_ids``, kept on ``Request.spec_token_ids``)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class SpeculativeDrafts:
             return []
         # The step computes the next token plus the drafts; all must fit the request's end.
         room = min(request.max_tokens - len(request.output_token_ids), self.max_model_len - len(request.all_token_ids)) - 1
+        if self.config.uses_draft_model:  # the workers proposed them with the last step's output
+            return request.spec_token_ids[: min(budget, room)]
         return self.proposer.propose(request.request_id, request.all_token_ids, min(budget, room))
 
     def num_rejected(self, drafts: list[int] | None, num_sampled: int) -> int:

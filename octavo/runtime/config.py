@@ -66,6 +66,10 @@ class WorkerConfig:
     max_loras: int = 0
     max_lora_rank: int = 16
     max_cpu_loras: int = 0
+    # Speculative decoding with a draft model: its checkpoint directory, and
+    # the drafts it proposes a request per step (0: no draft model).
+    speculative_model: str | None = None
+    num_speculative_tokens: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -65,6 +65,7 @@ class ModelRunner:
         self.overlap = None
         self.static_steps: StaticSteps | None = None
         self.lora = None  # the adapters' slots, with LoRA on (``LoRASlots``)
+        self.draft = None  # speculative decoding's draft model (``DraftModel``), if any
         self.compilations = CompilationTracker(platform)
         self._step_open = False
         self.async_steps = None
@@ -90,6 +91,10 @@ class ModelRunner:
                 self.loaded.lora_layers, self.loaded.lora_inputs, self.config.max_num_seqs, self.config.max_cpu_loras
             )
         self.eos_token_ids = self.loaded.eos_token_ids
+        if self.config.speculative_model:
+            from octavo.runtime.draft_model import DraftModel
+
+            self.draft = DraftModel(self)
         if self.loaded.pooler is not None:
             from octavo.runtime.pooling_runner import PoolingRunner
 
@@ -108,6 +113,8 @@ class ModelRunner:
             shape = layer_backend.kv_cache_shape(1)
             element_size = torch.empty((), dtype=layer_backend.spec.kv_cache_dtype).element_size()
             total += int(torch.Size(shape).numel()) * element_size
+        if self.draft is not None:  # its KV lives in the same blocks
+            total += self.draft.kv_bytes_per_block()
         return total
 
     def profile_run(self) -> None:
@@ -154,6 +161,8 @@ class ModelRunner:
                 self.kv_caches[index] = self.platform.allocate_kv_cache(
                     backend.kv_cache_shape(num_blocks), backend.spec.kv_cache_dtype, self.device
                 )
+        if self.draft is not None:
+            self.draft.initialize_kv_cache(num_blocks)
         self.num_kv_blocks = num_blocks
         with timed_phase("capture graphs"):
             self._maybe_capture_graphs()
@@ -296,8 +305,12 @@ class ModelRunner:
         batch, logits, hidden = self.forward(scheduler_output, intermediate)
         if not get_pp_group().is_last:
             return hidden
+        if self.draft is not None:
+            self.draft.follow(batch)
         if logits is not None:
             self._sample(logits, batch, output, scheduler_output)
+            if self.draft is not None:
+                self.draft.propose(scheduler_output, output)
         if batch.prompt_logprob_spans:
             self.prompt_logprobs(hidden, batch, output)
         return output

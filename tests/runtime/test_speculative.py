@@ -17,11 +17,11 @@ from octavo.errors import InvalidArgumentError
 from octavo.runtime.sampler import Sampler, SamplingRow
 from octavo.runtime.spec_verify import verify_drafts
 from tests.models.test_hf_parity import make_prompts
+from tests.runtime.conftest import LENGTHS
 from tests.runtime.test_async_scheduling import assert_same_outputs, params_for, run
 from tests.runtime.test_decode_overlap import vocab
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-LENGTHS = [12, 20, 7, 16, 18, 9, 14, 5]
 
 
 # ----------------------------------------------------------------- proposer
@@ -65,7 +65,7 @@ def test_config_defaults_and_refusals():
         ({"num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}, "must not exceed"),
         ({"num_speculative_tokens": 2, "method": "eagle"}, "not supported"),
         ({"num_speculative_tokens": 2, "method": "foo"}, "unknown speculative method"),
-        ({"num_speculative_tokens": 2, "model": "some/draft"}, "draft model"),
+        ({"num_speculative_tokens": 2, "model": "some/draft", "prompt_lookup_max": 2}, "for method .ngram."),
         ({"num_speculative_tokens": 2, "acceptance_method": "typical"}, "unknown keys"),
         ([1, 2], "JSON object"),
     ]
@@ -118,19 +118,6 @@ def test_random_verification_keeps_the_models_distribution():
 
 
 # ------------------------------------------------------------------- engine
-
-
-@pytest.fixture(scope="module")
-def plain_outputs(llama_dir):
-    """The engine's outputs without speculation for the mixed batch, computed once."""
-    from octavo import LLM
-
-    llm = LLM(str(llama_dir), dtype="float32", max_model_len=256, max_num_seqs=16)
-    prompts = make_prompts(vocab(llama_dir))
-    outputs = run(llm, prompts, params_for(LENGTHS))
-    greedy = run(llm, prompts, [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts))
-    llm.engine.shutdown()
-    return prompts, outputs, greedy
 
 
 def test_greedy_outputs_are_unchanged_and_drafts_accepted(llama_dir, make_llm, plain_outputs):
