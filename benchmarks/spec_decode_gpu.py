@@ -9,7 +9,10 @@ does; their greedy outputs fall into loops, which the proposer then finds.
 So the acceptance printed is this workload's, not a real model's: read the
 speed-up beside it, with the step time (what a step with ``1 + k`` tokens
 a request costs over a one-token step) and the floor (the weights' bytes
-over the measured copy bandwidth: the least a decode step can take).
+over the measured copy bandwidth: the least a decode step can take). The
+draft-model side (``--draft-model``, Llama-3.2-1B shapes by default, random
+weights too) measures what running a draft model costs a step; in
+``--tiny`` the target is its own draft, so every guess is accepted.
 
     python benchmarks/spec_decode_gpu.py --model benchmarks/configs/llama-3.1-8b
     python benchmarks/spec_decode_gpu.py --tiny     # the CPU smoke run
@@ -114,6 +117,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--draft-model", default="benchmarks/configs/llama-3.2-1b",
+                        help="a draft model's config directory (random weights: its guesses are rarely accepted, "
+                        "so its side measures what a draft model costs); empty: no draft-model side")
     parser.add_argument("--tiny", action="store_true", help="a tiny model on the CPU (smoke run)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir:
@@ -126,6 +132,11 @@ def main(argv=None) -> list[dict]:
             speculative = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": args.prompt_lookup_max,
                            "prompt_lookup_min": 1}
             rows += run_side(f"ngram k={k}", args, model, config["vocab_size"], {"speculative_config": speculative})
+        if args.draft_model:
+            draft = model if args.tiny else args.draft_model
+            speculative = {"model": draft, "num_speculative_tokens": max(int(k) for k in args.num_speculative_tokens.split(","))}
+            rows += run_side(f"draft k={speculative['num_speculative_tokens']}", args, model, config["vocab_size"],
+                             {"speculative_config": speculative})
     print_table(rows, config, args)
     return rows
 
