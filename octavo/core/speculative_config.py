@@ -15,9 +15,9 @@ Two proposers:
   its greedy guesses for the next step (``runtime/draft_model.py``).
 
 Which requests speculate: greedy ones, and random ones without a seed (a
-seeded request keeps the exact tokens it has without speculation); never
-ones that ask for logprobs, edit logits (penalties, biases, allowed tokens,
-bad words), are under ``min_tokens`` or a grammar. Others decode one token a
+seeded request keeps the exact tokens it has without speculation), with or
+without logprobs; never ones that edit logits (penalties, biases, allowed
+tokens, bad words), are under ``min_tokens`` or a grammar. Others decode one token a
 step as before, in the same batches: speculation never changes what a
 greedy request generates, and for a random one it keeps the distribution
 (rejection sampling against the proposers' greedy, one-hot, guesses), only
@@ -127,7 +127,6 @@ def may_speculate(request) -> bool:
     return (
         request.grammar is None
         and request.pooling_params is None
-        and params.logprobs is None
         and not params.edits_logits
         and (params.is_greedy or params.seed is None)
         and len(request.output_token_ids) >= params.min_tokens

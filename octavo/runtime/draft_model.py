@@ -129,4 +129,4 @@ class DraftModel:
 def _may_draft(params) -> bool:
     """The runner's half of ``core.speculative_config.may_speculate`` (the
     scheduler checks the rest: min_tokens, grammars it knows of)."""
-    return params.logprobs is None and not params.edits_logits and (params.is_greedy or params.seed is None)
+    return not params.edits_logits and (params.is_greedy or params.seed is None)

@@ -43,8 +43,11 @@ def sample_with_drafts(
     draft_logits = logits.index_select(0, upload(draft_rows, torch.long, device))
     verification = verify_drafts(runner.sampler, draft_logits, runner.sampling_rows(draft_ids), [drafts[r] for r in draft_ids])
     runner.end_step()
-    for request_id, kept in zip(draft_ids, verification.kept()):
-        output.sampled_token_ids[request_id] = kept
+    kept = verification.kept()
+    for request_id, tokens, logprobs in zip(draft_ids, kept, verification.kept_logprobs(kept)):
+        output.sampled_token_ids[request_id] = tokens
+        if logprobs is not None:
+            output.logprobs[request_id] = logprobs
     if sampled is None:
         return
     token_ids, logprobs = sampled.to_host()

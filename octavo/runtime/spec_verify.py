@@ -15,9 +15,11 @@ row adds one token. So each step yields between 1 and ``k + 1`` tokens.
   draw from ``p`` with ``d`` removed (renormalised). Each kept token is then
   distributed exactly as ``p``, as without drafts.
 
-Requests verified here never edit logits, ask for logprobs or carry a seed
+Requests verified here never edit logits or carry a seed
 (``core/speculative_config.may_speculate``), so each row's distribution is
-the temperature-scaled, truncated softmax of its logits. ``verify_drafts``
+the temperature-scaled, truncated softmax of its logits. Logprobs, where
+asked for, are those of the raw logits (as without drafts) at each kept
+token's row. ``verify_drafts``
 queues the work on the device; ``Verification.kept`` reads the results.
 """
 
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from octavo.runtime.sampler import Sampler, SamplingRow, Truncation, random_device, truncate_distribution
+from octavo.core.scheduler_output import TokenLogprobs
+from octavo.runtime.sampler import SampledBatch, Sampler, SamplingRow, Truncation, random_device, truncate_distribution
 
 
 @dataclass
@@ -39,6 +42,9 @@ class Verification:
     greedy_ids: torch.Tensor  # every row's argmax
     accepted: torch.Tensor | None  # the random requests' rows: draft accepted
     replacements: torch.Tensor | None  # ... and the token in its place
+    # Where some request asks for logprobs: each row's token if it is kept
+    # (the draft if accepted, else the replacement), with its logprobs.
+    logprobs: SampledBatch | None = None
 
     def kept(self) -> list[list[int]]:
         """The tokens each request keeps (the one host sync)."""
@@ -59,6 +65,18 @@ class Verification:
             start += count
         return results
 
+    def kept_logprobs(self, kept: list[list[int]]) -> list[list[TokenLogprobs] | None]:
+        """Each request's logprobs of its kept tokens (None where it asked for none)."""
+        if self.logprobs is None:
+            return [None] * len(kept)
+        _, rows = self.logprobs.to_host()
+        results, start = [], 0
+        for drafts, tokens in zip(self.drafts, kept):
+            entries = rows[start : start + len(tokens)]
+            results.append(entries if entries and entries[0] is not None else None)
+            start += len(drafts) + 1
+        return results
+
 
 def verify_drafts(
     sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]]
@@ -68,12 +86,32 @@ def verify_drafts(
     sampling inputs. Nothing is read on the host."""
     random_requests = [j for j, row in enumerate(rows) if not row.params.is_greedy]
     verification = Verification(drafts, random_requests, logits.argmax(dim=-1), None, None)
+    counts = [len(d) + 1 for d in drafts]
+    chosen = verification.greedy_ids
     if random_requests:
-        counts = [len(d) + 1 for d in drafts]
-        verification.accepted, verification.replacements = _random_rows(
+        verification.accepted, verification.replacements, kept_random = _random_rows(
             sampler, logits, rows, drafts, counts, random_requests
         )
+        firsts = [sum(counts[:j]) for j in random_requests]
+        random_rows = [first + i for first, j in zip(firsts, random_requests) for i in range(counts[j])]
+        chosen = chosen.index_copy(0, sampler.upload(random_rows, torch.long, logits.device), kept_random)
+    num_top = [row.params.logprobs for row, count in zip(rows, counts) for _ in range(count)]
+    if any(n is not None for n in num_top):
+        verification.logprobs = _logprobs(logits, chosen, num_top)
     return verification
+
+
+def _logprobs(logits: torch.Tensor, chosen: torch.Tensor, num_top: list[int | None]) -> SampledBatch:
+    """Each row's chosen token's logprob and rank, and the top ones, from the
+    raw logits (what the sampler reports without drafts)."""
+    raw = torch.log_softmax(logits.to(torch.float32), dim=-1)
+    batch = SampledBatch(chosen, num_top)
+    chosen_logprobs = raw.gather(1, chosen[:, None])
+    batch.chosen_logprobs = chosen_logprobs[:, 0]
+    batch.chosen_ranks = (raw > chosen_logprobs).sum(dim=-1) + 1
+    top = torch.topk(raw, max(n or 0 for n in num_top), dim=-1)
+    batch.top_logprobs, batch.top_token_ids = top.values, top.indices
+    return batch
 
 
 def _keep(drafts: list[int], accepted: list[bool], replacements: list[int]) -> list[int]:
@@ -91,8 +129,8 @@ def _random_rows(
     random_requests: list[int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For the random requests' rows, in order: whether each draft is accepted
-    (the bonus row: False) and the token to put in its place (the bonus row:
-    a plain draw)."""
+    (the bonus row: False), the token to put in its place (the bonus row: a
+    plain draw), and the row's token if kept (the draft or its replacement)."""
     device, upload = logits.device, sampler.upload
     firsts = [sum(counts[:j]) for j in range(len(counts))]
     row_index = [firsts[j] + i for j in random_requests for i in range(counts[j])]
@@ -120,4 +158,5 @@ def _random_rows(
     # A rejected draft is drawn again from p without it; the bonus row from p itself.
     residual = torch.where(draft_mask[:, None], probs.scatter(1, draft_index, 0.0), probs)
     race = torch.empty(probs.shape, device=source).exponential_(generator=generator).to(device)
-    return accepted, (residual / race).argmax(dim=-1)
+    replacements = (residual / race).argmax(dim=-1)
+    return accepted, replacements, torch.where(accepted, draft_index[:, 0], replacements)

@@ -142,6 +142,21 @@ def test_every_sampling_parameter_beside_drafting_requests(llama_dir, make_llm, 
     assert llm.engine.get_stats().spec_decoding.num_drafts > 0
 
 
+def test_logprobs_of_kept_drafts_are_the_plain_engines(llama_dir, make_llm, plain_outputs):
+    prompts, _, _ = plain_outputs
+    params = [SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, logprobs=n) for n in (0, 3, 5)] * 2
+    expected = run(make_llm(llama_dir), prompts[:6], params)
+    llm = make_llm(llama_dir, speculative_config=NGRAM)
+    assert_same_outputs(run(llm, prompts[:6], params), expected)
+    assert llm.engine.get_stats().spec_decoding.num_accepted_tokens > 0
+    # Random requests: each kept token's logprob entry names it first.
+    random = SamplingParams(temperature=0.7, max_tokens=30, ignore_eos=True, logprobs=2)
+    for output in llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], random):
+        completion = output.outputs[0]
+        assert len(completion.logprobs) == len(completion.token_ids) == 30
+        assert all(token in entry for token, entry in zip(completion.token_ids, completion.logprobs))
+
+
 def test_chunked_prefill_preemption_and_prefix_cache(llama_dir, make_llm, plain_outputs):
     prompts, expected, _ = plain_outputs
     tight = make_llm(llama_dir, speculative_config=NGRAM, num_kv_blocks=14, max_num_batched_tokens=24)
