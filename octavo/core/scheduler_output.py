@@ -54,7 +54,8 @@ class CachedRequestData:
 class GrammarBitmask:
     """Which tokens each constrained request may sample this step.
 
-    Row ``i`` belongs to ``request_ids[i]``; it is ``num_words`` little-endian
+    Row ``i`` belongs to ``request_ids[i]`` (with ``row_counts``, a request
+    has that many rows in a row); it is ``num_words`` little-endian
     int32 words where bit ``j`` of word ``w`` allows token ``32 * w + j``
     (xgrammar's layout). Bytes, so that it crosses processes as it is.
     """
@@ -62,6 +63,14 @@ class GrammarBitmask:
     request_ids: list[str]
     words: bytes
     num_words: int
+    # Speculative decoding: each request's number of rows (one per draft, then
+    # the bonus row's), in order; None: one row each.
+    row_counts: list[int] | None = None
+
+    def rows_of(self) -> list[tuple[str, int]]:
+        """(request id, its row index from 0) for every row, in order."""
+        counts = self.row_counts or [1] * len(self.request_ids)
+        return [(request_id, i) for request_id, count in zip(self.request_ids, counts) for i in range(count)]
 
 
 @dataclass

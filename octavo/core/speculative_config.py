@@ -16,8 +16,11 @@ Two proposers:
 
 Which requests speculate: greedy ones, and random ones without a seed (a
 seeded request keeps the exact tokens it has without speculation), with or
-without logprobs; never ones that edit logits (penalties, biases, allowed
-tokens, bad words), are under ``min_tokens`` or a grammar. Others decode one token a
+without logprobs, under a structured-output grammar or not (drafts stop
+where the grammar would refuse one, and each drafted place is masked as the
+grammar stands there); never ones that edit logits (penalties, biases,
+allowed tokens, bad words), are under ``min_tokens`` or inside a reasoning
+model's think block. Others decode one token a
 step as before, in the same batches: speculation never changes what a
 greedy request generates, and for a random one it keeps the distribution
 (rejection sampling against the proposers' greedy, one-hot, guesses), only
@@ -124,8 +127,9 @@ def may_speculate(request) -> bool:
     """Whether ``request`` (a scheduler ``Request``) may carry drafts this step
     (the module docstring says which do and why)."""
     params = request.sampling_params
+    grammar = request.grammar
     return (
-        request.grammar is None
+        (grammar is None or grammar.phase == "active")
         and request.pooling_params is None
         and not params.edits_logits
         and (params.is_greedy or params.seed is None)

@@ -33,8 +33,12 @@ class SpeculativeDrafts:
         # The step computes the next token plus the drafts; all must fit the request's end.
         room = min(request.max_tokens - len(request.output_token_ids), self.max_model_len - len(request.all_token_ids)) - 1
         if self.config.uses_draft_model:  # the workers proposed them with the last step's output
-            return request.spec_token_ids[: min(budget, room)]
-        return self.proposer.propose(request.request_id, request.all_token_ids, min(budget, room))
+            drafts = request.spec_token_ids[: min(budget, room)]
+        else:
+            drafts = self.proposer.propose(request.request_id, request.all_token_ids, min(budget, room))
+        if drafts and request.grammar is not None:
+            drafts = request.grammar.valid_drafts(drafts)
+        return drafts
 
     def num_rejected(self, drafts: list[int] | None, num_sampled: int) -> int:
         """How many of ``drafts`` the runner rejected, given the tokens it

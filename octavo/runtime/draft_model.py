@@ -30,7 +30,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from octavo.core.scheduler_output import ModelRunnerOutput
 from octavo.models.layers.attention import ForwardContext
 from octavo.runtime.input_batch import PreparedBatch
 from octavo.runtime.model_loading import load_model
@@ -73,14 +73,13 @@ class DraftModel:
         """Write the draft model's KV for the step's tokens (the target's batch)."""
         self._run(batch)
 
-    def propose(self, scheduler_output: SchedulerOutput, output: ModelRunnerOutput) -> None:
+    def propose(self, output: ModelRunnerOutput) -> None:
         """The draft model's guesses for each sampling request's next step, into ``output``."""
         states, block_size = self.runner.states, self.runner.config.block_size
-        constrained = set(scheduler_output.grammar_bitmask.request_ids) if scheduler_output.grammar_bitmask else set()
         request_ids, positions, last_tokens, limits = [], [], [], []
         for request_id, kept in output.sampled_token_ids.items():
             state = states.get(request_id)
-            if not kept or state is None or request_id in constrained or not _may_draft(state.sampling_params):
+            if not kept or state is None or not _may_draft(state.sampling_params):
                 continue
             position = len(state.token_ids) + len(kept) - 1  # the newest token's, not computed yet
             # Draft i (from 1) is decoded from position + i - 1: it must lie in the request's blocks.
@@ -128,5 +127,5 @@ class DraftModel:
 
 def _may_draft(params) -> bool:
     """The runner's half of ``core.speculative_config.may_speculate`` (the
-    scheduler checks the rest: min_tokens, grammars it knows of)."""
+    scheduler checks the rest: min_tokens, and cuts drafts a grammar refuses)."""
     return not params.edits_logits and (params.is_greedy or params.seed is None)

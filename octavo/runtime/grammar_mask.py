@@ -32,14 +32,17 @@ class GrammarMaskUploader:
         self._uploaded = None  # device event: the last copy out of the staging buffer ran
 
     def upload(self, bitmask: GrammarBitmask | None, logits_rows: dict[str, int]) -> AllowedTokens | None:
-        """Masks for the requests in ``logits_rows`` (request id -> logits row); None if none is masked."""
+        """Masks for the requests in ``logits_rows`` (request id -> its first
+        logits row; a request with several mask rows has as many logits rows
+        from there on); None if none is masked."""
         if bitmask is None:
             return None
         words = np.frombuffer(bitmask.words, dtype="<i4").reshape(-1, bitmask.num_words)
-        keep = [i for i, r in enumerate(bitmask.request_ids) if r in logits_rows]
+        mask_rows = bitmask.rows_of()
+        keep = [i for i, (r, _) in enumerate(mask_rows) if r in logits_rows]
         if not keep:
             return None
-        rows = [logits_rows[bitmask.request_ids[i]] for i in keep]
+        rows = [logits_rows[mask_rows[i][0]] + mask_rows[i][1] for i in keep]
         if rows == list(range(len(logits_rows))):  # every row masked, in order: no gather
             return AllowedTokens(words=self._to_device(np.ascontiguousarray(words[keep])), rows=None)
         # One block: the words, then each row's logits row in the last column.

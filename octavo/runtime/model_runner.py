@@ -311,7 +311,7 @@ class ModelRunner(StepSampling):
         if logits is not None:
             self._sample(logits, batch, output, scheduler_output)
             if self.draft is not None:
-                self.draft.propose(scheduler_output, output)
+                self.draft.propose(output)
         if batch.prompt_logprob_spans:
             self.prompt_logprobs(hidden, batch, output)
         return output

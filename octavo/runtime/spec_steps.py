@@ -4,7 +4,7 @@ The batch's logits hold one row per plain request and ``1 + len(drafts)``
 rows per drafting request (``PreparedBatch.spec_drafts``), in the order of
 ``sample_request_ids``. Plain requests are sampled as in any step (grammar
 masks, logprobs and all); drafting requests are verified
-(``spec_verify.py``). Both are queued on the device before the platform's
+(``spec_verify.py``), under a grammar with a mask for each of their rows. Both are queued on the device before the platform's
 ``end_step`` and read after it.
 """
 
@@ -41,7 +41,14 @@ def sample_with_drafts(
         allowed = runner.grammar_allowed(batch, scheduler_output, plain_ids)
         sampled = runner.sampler.sample(plain_logits, runner.sampling_rows(plain_ids), allowed)
     draft_logits = logits.index_select(0, upload(draft_rows, torch.long, device))
-    verification = verify_drafts(runner.sampler, draft_logits, runner.sampling_rows(draft_ids), [drafts[r] for r in draft_ids])
+    firsts, first = {}, 0  # each drafting request's first row in draft_logits (its grammar masks start there)
+    for request_id in draft_ids:
+        firsts[request_id] = first
+        first += len(drafts[request_id]) + 1
+    allowed = runner.grammar_masks.upload(scheduler_output.grammar_bitmask, firsts)
+    verification = verify_drafts(
+        runner.sampler, draft_logits, runner.sampling_rows(draft_ids), [drafts[r] for r in draft_ids], allowed
+    )
     runner.end_step()
     kept = verification.kept()
     for request_id, tokens, logprobs in zip(draft_ids, kept, verification.kept_logprobs(kept)):

@@ -17,7 +17,8 @@ row adds one token. So each step yields between 1 and ``k + 1`` tokens.
 
 Requests verified here never edit logits or carry a seed
 (``core/speculative_config.may_speculate``), so each row's distribution is
-the temperature-scaled, truncated softmax of its logits. Logprobs, where
+the temperature-scaled, truncated softmax of its logits, after the row's
+grammar mask where the request has one. Logprobs, where
 asked for, are those of the raw logits (as without drafts) at each kept
 token's row. ``verify_drafts``
 queues the work on the device; ``Verification.kept`` reads the results.
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from octavo.core.scheduler_output import TokenLogprobs
-from octavo.runtime.sampler import SampledBatch, Sampler, SamplingRow, Truncation, random_device, truncate_distribution
+from octavo.runtime.sampler import (
+    AllowedTokens, SampledBatch, Sampler, SamplingRow, Truncation, apply_token_bitmask_, random_device, truncate_distribution,
+)
 
 
 @dataclass
@@ -79,18 +82,22 @@ class Verification:
 
 
 def verify_drafts(
-    sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]]
+    sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]],
+    allowed: AllowedTokens | None = None,
 ) -> Verification:
     """Queue the verification of each request's drafts: ``logits`` holds
     request ``j``'s ``len(drafts[j]) + 1`` rows in order, ``rows[j]`` its
-    sampling inputs. Nothing is read on the host."""
+    sampling inputs, ``allowed`` the grammar masks of constrained rows.
+    Nothing is read on the host."""
     random_requests = [j for j, row in enumerate(rows) if not row.params.is_greedy]
-    verification = Verification(drafts, random_requests, logits.argmax(dim=-1), None, None)
+    # Logprobs come from the raw logits; the choice from the masked ones.
+    masked = apply_token_bitmask_(logits.clone(), allowed) if allowed is not None else logits
+    verification = Verification(drafts, random_requests, masked.argmax(dim=-1), None, None)
     counts = [len(d) + 1 for d in drafts]
     chosen = verification.greedy_ids
     if random_requests:
         verification.accepted, verification.replacements, kept_random = _random_rows(
-            sampler, logits, rows, drafts, counts, random_requests
+            sampler, masked, rows, drafts, counts, random_requests
         )
         firsts = [sum(counts[:j]) for j in random_requests]
         random_rows = [first + i for first, j in zip(firsts, random_requests) for i in range(counts[j])]

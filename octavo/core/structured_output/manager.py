@@ -9,10 +9,12 @@ failed; ``bitmask`` writes its mask in each step where it samples; the
 scheduler advances its matcher with each token it commits
 (``Scheduler.update_from_output``) and ends it when the grammar is complete.
 
-Why there is nothing to roll back: the matcher only ever sees committed
-tokens, exactly once each. Preemption keeps a request's output tokens (only
-its KV cache is recomputed), and a request is in at most one batch in flight,
-so its mask is always computed from all of its tokens so far.
+The matcher only ever keeps committed tokens, exactly once each:
+speculative decoding's drafts are checked against it (``valid_drafts``)
+and their masks filled (``fill``) by accepting them and rolling them back
+at once. Preemption keeps a request's output tokens (only its KV cache is
+recomputed), and a request is in at most one batch in flight, so its mask
+is always computed from all of its tokens so far.
 """
 
 from __future__ import annotations
@@ -73,11 +75,33 @@ class RequestGrammar:
     def is_terminated(self) -> bool:
         return self.phase == "active" and self.matcher.is_terminated()
 
-    def fill(self, bitmask: Any, row: int) -> None:
+    def fill(self, bitmask: Any, row: int, drafts: list[int] | None = None) -> None:
+        """The next token's mask into ``bitmask[row]``; with ``drafts`` (phase
+        active, all accepted by ``valid_drafts``), the mask after each draft
+        into the rows that follow."""
         self.matcher.fill_next_token_bitmask(bitmask, row)
         if self.phase == "undecided":
             word, bit = divmod(self.start_id, 32)
             bitmask[row, word] |= bit_value(bit)
+        if drafts:
+            for index, token_id in enumerate(drafts, start=1):
+                self.matcher.accept_token(token_id)
+                self.matcher.fill_next_token_bitmask(bitmask, row + index)
+            self.matcher.rollback(len(drafts))
+
+    def valid_drafts(self, drafts: list[int]) -> list[int]:
+        """The longest prefix of ``drafts`` the grammar allows (the matcher is
+        left as it was); none outside the active phase."""
+        if self.phase != "active":
+            return []
+        count = 0
+        for token_id in drafts:
+            if self.matcher.is_terminated() or not self.matcher.accept_token(token_id):
+                break
+            count += 1
+        if count:
+            self.matcher.rollback(count)
+        return drafts[:count]
 
 
 def bit_value(bit: int) -> int:
@@ -135,19 +159,29 @@ class StructuredOutputManager:
 
     def bitmask(self, scheduler_output: SchedulerOutput, requests: dict[str, Request]) -> GrammarBitmask | None:
         """Masks for the constrained requests that sample in this step (None if there are none)."""
-        sampling = []
+        sampling, drafts = [], scheduler_output.spec_token_ids
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = requests[request_id]
             grammar = request.grammar
-            if grammar is not None and grammar.constrains and request.num_computed_tokens + num_tokens == request.num_tokens:
+            num_drafts = len(drafts.get(request_id, ()))
+            if grammar is not None and grammar.constrains and (
+                request.num_computed_tokens + num_tokens == request.num_tokens + num_drafts
+            ):
                 sampling.append(request)
         if not sampling:
             return None
-        bitmask = self._rows(len(sampling))
-        for row, request in enumerate(sampling):
-            request.grammar.fill(bitmask, row)
-        rows = bitmask[: len(sampling)]
-        return GrammarBitmask([r.request_id for r in sampling], rows.numpy().tobytes(), rows.shape[1])
+        # A drafting request has a row for each draft's place and one after them.
+        row_counts = [1 + len(drafts.get(r.request_id, ())) for r in sampling]
+        bitmask = self._rows(sum(row_counts))
+        row = 0
+        for request, count in zip(sampling, row_counts):
+            request.grammar.fill(bitmask, row, drafts.get(request.request_id))
+            row += count
+        rows = bitmask[:row]
+        return GrammarBitmask(
+            [r.request_id for r in sampling], rows.numpy().tobytes(), rows.shape[1],
+            row_counts if row != len(sampling) else None,
+        )
 
     def _rows(self, num_rows: int) -> Any:
         if self._bitmask is None or self._bitmask.shape[0] < num_rows:

@@ -1,0 +1,65 @@
+"""Speculative decoding under structured-output grammars (random weights,
+the real Llama 2 tokenizer): drafts stop where the grammar would refuse
+one, each drafted place is masked as the grammar stands there, so greedy
+outputs are the plain engine's and random ones stay valid; with the target
+as its own draft model every scheduled draft is accepted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from octavo import SamplingParams, StructuredOutputsParams
+from tests.entrypoints.test_llm_structured import GRAMMAR, PERSON, PROMPTS, REGEX
+
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("xgrammar")
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
+
+
+def cases() -> list[SamplingParams]:
+    kinds = [dict(json=PERSON), dict(json_object=True), dict(regex=REGEX), dict(grammar=GRAMMAR)]
+    return [
+        SamplingParams(temperature=0.0, max_tokens=60, structured_outputs=StructuredOutputsParams(**kind), logprobs=1)
+        for kind in kinds
+    ]
+
+
+def generate(llm, params):
+    outputs = llm.generate(PROMPTS, params)
+    return [(o.outputs[0].token_ids, o.outputs[0].text, [sorted(e) for e in o.outputs[0].logprobs]) for o in outputs]
+
+
+@pytest.fixture(scope="module")
+def plain(chat_model_dir):
+    from octavo import LLM
+
+    llm = LLM(str(chat_model_dir), dtype="float32", max_model_len=512, overlap_decode=False)
+    outputs = generate(llm, cases())
+    llm.engine.shutdown()
+    return outputs
+
+
+@pytest.mark.parametrize("speculative", ["ngram", "draft_model"])
+def test_constrained_outputs_are_the_plain_engines(chat_model_dir, make_llm, plain, speculative):
+    config = NGRAM if speculative == "ngram" else {"model": str(chat_model_dir), "num_speculative_tokens": 3}
+    llm = make_llm(chat_model_dir, max_model_len=512, speculative_config=config)
+    got = generate(llm, cases())
+    assert [g[:2] for g in got] == [p[:2] for p in plain]
+    assert [g[2] for g in got] == [p[2] for p in plain]  # the logprobs' token ids
+    jsonschema.validate(json.loads(got[0][1]), PERSON)
+    stats = llm.engine.get_stats().spec_decoding
+    assert stats.num_accepted_tokens > 0
+    if speculative == "draft_model":  # the grammar-valid guesses of the target itself
+        assert stats.num_accepted_tokens == stats.num_draft_tokens
+
+
+def test_random_constrained_requests_stay_valid(chat_model_dir, make_llm):
+    llm = make_llm(chat_model_dir, max_model_len=512, speculative_config=NGRAM)
+    params = SamplingParams(n=3, temperature=0.8, max_tokens=160, structured_outputs=StructuredOutputsParams(json=PERSON))
+    for output in llm.generate(PROMPTS, params):
+        for completion in output.outputs:
+            jsonschema.validate(json.loads(completion.text), PERSON)
+    assert llm.engine.get_stats().spec_decoding.num_drafts > 0
