@@ -20,7 +20,10 @@ counts both, ``kv_bytes_per_block``). Two things happen each step:
 
 Greedy guesses are one-hot draft distributions, so the verification rule of
 ``spec_verify.py`` (accept ``d`` with probability ``p(d)``) keeps random
-requests exact too. The draft model runs eagerly.
+requests exact too. Where the platform captures the target's decode steps
+as graphs, the draft's one-token steps are captured too (the same graph
+runner, ``capture_graphs``): its guesses, and its KV for a decode step the
+target replayed, come from replays; other steps run it eagerly.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class DraftModel:
         with timed_phase("load the draft model"):
             self.loaded = load_model(draft_config, runner.platform, runner.device)
         self.kv_caches: list[torch.Tensor] = []
+        self.graphs = None  # the draft's one-token steps, captured by batch size (``capture_graphs``)
 
     # ------------------------------------------------------------ KV cache
 
@@ -67,11 +71,28 @@ class DraftModel:
                 backend.kv_cache_shape(num_blocks), backend.spec.kv_cache_dtype, device
             )
 
+    def capture_graphs(self, factory, sizes: list[int]) -> None:
+        """Capture the draft's one-token steps with the platform's graph runner
+        (as the target's decode steps are), when the target's were captured."""
+        backends = self.loaded.layer_backends
+        if not all(getattr(b, "supports_graph_capture", False) for b in backends) or not getattr(
+            self.loaded.model, "supports_graph_capture", True
+        ):
+            return  # its steps run eagerly
+        self.graphs = factory(_DraftCaptureView(self), sizes)
+        self.graphs.capture()
+
     # ----------------------------------------------------------------- step
 
-    def follow(self, batch: PreparedBatch) -> None:
-        """Write the draft model's KV for the step's tokens (the target's batch)."""
-        self._run(batch)
+    def follow(self, batch: PreparedBatch, graph_size: int | None) -> None:
+        """Write the draft model's KV for the step's tokens (the target's
+        batch); a decode step the target replayed as a graph of
+        ``graph_size`` replays the draft's graph of that size on the same
+        persistent inputs."""
+        if graph_size is not None and self.graphs is not None and self.graphs.padded_size(graph_size) == graph_size:
+            self.graphs.replay(graph_size, graph_size)
+        else:
+            self._run(batch)
 
     def propose(self, output: ModelRunnerOutput) -> None:
         """The draft model's guesses for each sampling request's next step, into ``output``."""
@@ -105,10 +126,12 @@ class DraftModel:
         for step in range(max(limits)):
             active = active[np.asarray(limits)[active] > step]
             ids = [request_ids[j] for j in active]
-            batch = inputs.prepare_decode_from_device(ids, positions[active] + step, tokens, None)
-            batch.logits_indices = None
-            hidden = self._run(batch)
-            guesses = self.loaded.model.compute_logits(hidden[: len(ids)]).argmax(dim=-1)
+            size = self.graphs.padded_size(len(ids)) if self.graphs is not None else None
+            batch = inputs.prepare_decode_from_device(ids, positions[active] + step, tokens, size)
+            if size is not None:  # a copy: the graph's output is rewritten by its next replay
+                guesses = self.graphs.replay(size, len(ids)).clone()
+            else:
+                guesses = self.guess(batch.input_ids, batch.positions, batch.attn_batch)[: len(ids)]
             steps.append((active, guesses))
             # The next step's inputs: the guesses of the requests that go on.
             keep = np.flatnonzero(np.asarray(limits)[active] > step + 1)
@@ -119,10 +142,33 @@ class DraftModel:
                 drafts[j].append(token)
         return drafts
 
+    def guess(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_batch) -> torch.Tensor:
+        """The draft model's greedy next token at every position (metadata
+        built inside, so that a captured graph replays it)."""
+        metadata = self.loaded.metadata_builder.build_metadata(attn_batch)
+        hidden = self.loaded.model(input_ids, positions, ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches))
+        return self.loaded.model.compute_logits(hidden).argmax(dim=-1)
+
     def _run(self, batch: PreparedBatch) -> torch.Tensor:
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)
         ctx = ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches)
         return self.loaded.model(batch.input_ids, batch.positions, ctx)
+
+
+class _DraftCaptureView:
+    """The one ``RunnerView`` member a platform's graph runner uses, for the
+    draft model: a one-token step of placeholder requests in the runner's
+    persistent buffers, as a function a graph captures (its output: the
+    guesses, one per request)."""
+
+    def __init__(self, draft: DraftModel) -> None:
+        self.draft = draft
+
+    def decode_step_for_capture(self, num_reqs: int):
+        from octavo.runtime.cuda_graphs import placeholder_decode_inputs
+
+        input_ids, positions, attn_batch = placeholder_decode_inputs(self.draft.runner, num_reqs)
+        return lambda: self.draft.guess(input_ids, positions, attn_batch)
 
 
 def _may_draft(params) -> bool:

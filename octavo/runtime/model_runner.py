@@ -196,6 +196,8 @@ class ModelRunner(StepSampling):
 
         self.graphs = factory(self, graph_batch_sizes(self.config.max_num_seqs))
         self.graphs.capture()
+        if self.draft is not None:
+            self.draft.capture_graphs(factory, graph_batch_sizes(self.config.max_num_seqs))
         self._maybe_capture_prefill_graphs()
 
     def _maybe_make_encoder_graphs(self, factory) -> None:
@@ -307,7 +309,7 @@ class ModelRunner(StepSampling):
         if not get_pp_group().is_last:
             return hidden
         if self.draft is not None:
-            self.draft.follow(batch)
+            self.draft.follow(batch, self._graph_size(scheduler_output))
         if logits is not None:
             self._sample(logits, batch, output, scheduler_output)
             if self.draft is not None:

@@ -6,6 +6,7 @@ import pytest
 
 from octavo import SamplingParams
 from tests.models.test_hf_parity import make_prompts
+from tests.plugins.fake_plugins import sandbox  # noqa: F401 (a fixture for the runtime tests)
 from tests.runtime.test_async_scheduling import params_for, run
 from tests.runtime.test_decode_overlap import vocab
 

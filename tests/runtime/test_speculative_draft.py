@@ -93,3 +93,26 @@ def test_bad_drafts_are_refused(llama_dir, tmp_path):
         with pytest.raises(InvalidArgumentError, match=message):
             build_engine(EngineArgs(model=str(llama_dir), dtype="float32", speculative_config=config))
 
+
+
+def test_draft_steps_replay_the_platforms_graphs(sandbox, llama_dir, make_llm, plain_outputs):
+    """On a platform whose graph runner replays steps (the contract test's
+    CPU stand-in), the draft's one-token steps are captured and replayed:
+    its guesses and its KV for the target's graph-replayed decode steps come
+    from the replays, and every guess is still accepted."""
+    from octavo.plugins.manager import reset_plugin_manager
+    from tests.platforms.test_platform_contract import GRAPH_PLATFORM
+
+    prompts, _, expected = plain_outputs
+    sandbox.add("graph_platform", GRAPH_PLATFORM)
+    reset_plugin_manager()
+    llm = make_llm(llama_dir, platform="graph_cpu", max_num_seqs=8, max_prefill_graph_tokens=0,
+                   speculative_config=draft_config(llama_dir))
+    from graph_platform import EagerGraphs
+
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
+    assert_same_outputs(run(llm, prompts, greedy), expected)
+    target_graphs, draft_graphs = EagerGraphs.made
+    assert draft_graphs is llm.engine.executor.worker.runner.draft.graphs and draft_graphs.replays
+    stats = llm.engine.get_stats().spec_decoding
+    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
