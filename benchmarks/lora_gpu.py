@@ -103,11 +103,7 @@ def run_side(name: str, args, model: str, adapters: list, batch_sizes: list[int]
         seconds = timed_generate(llm, prompts, params, loras, args.repeats)
         rows.append(dict(side=name, batch=batch, seconds=seconds, tokens_per_s=batch * args.output_len / seconds))
         print(f"{name:>16} batch {batch:>4}: {rows[-1]['tokens_per_s']:>10.1f} output tok/s ({seconds:.3f} s)", flush=True)
-    llm.engine.shutdown()
-    del llm
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    release(llm)
     return rows
 
 
@@ -139,13 +135,27 @@ def main(argv=None) -> list[dict]:
     return rows
 
 
-def print_table(rows: list[dict], config: dict, args) -> None:
+def decode_floor_ms(config: dict, dtype: str) -> tuple[float, float]:
+    """(the least a batch-1 decode step takes in ms: the weights over the
+    measured copy bandwidth, that bandwidth in bytes/s); spec_decode_gpu.py uses it too."""
     from octavo.benchmarks.ceilings import measure_ceilings
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bandwidth = measure_ceilings(device, [args.dtype]).copy_bytes_per_s
-    element_size = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
-    floor_ms = weight_bytes(config, element_size) / bandwidth * 1e3
+    bandwidth = measure_ceilings(device, [dtype]).copy_bytes_per_s
+    element_size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return weight_bytes(config, element_size) / bandwidth * 1e3, bandwidth
+
+
+def release(llm) -> None:
+    """Shut an engine down and give its device memory back before the next side."""
+    llm.engine.shutdown()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def print_table(rows: list[dict], config: dict, args) -> None:
+    floor_ms, bandwidth = decode_floor_ms(config, args.dtype)
     print(f"\nfloor at batch 1: {floor_ms:.2f} ms a token (weights over {bandwidth / 1e9:.0f} GB/s copy bandwidth)")
     base = {r["batch"]: r["tokens_per_s"] for r in rows if r["side"] == "base"}
     print("| side | batch | output tok/s | ms a step | vs base |\n|---|---|---|---|---|")

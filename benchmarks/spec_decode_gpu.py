@@ -21,7 +21,6 @@ weights too) measures what running a draft model costs a step; in
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.lora_gpu import tiny_config, weight_bytes
+from benchmarks.lora_gpu import decode_floor_ms, release, tiny_config
 
 
 def copy_prompts(batch: int, input_len: int, vocab_size: int) -> list[dict]:
@@ -80,21 +79,12 @@ def run_side(name: str, args, model: str, vocab_size: int, options: dict) -> lis
         rows.append(dict(side=name, batch=batch, seconds=best, steps=best_steps, acceptance=acceptance,
                          tokens_per_s=batch * args.output_len / best))
         print(f"{name:>12} batch {batch:>4}: {rows[-1]['tokens_per_s']:>10.1f} output tok/s, {best_steps} steps", flush=True)
-    engine.shutdown()
-    del llm
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    release(llm)
     return rows
 
 
 def print_table(rows: list[dict], config: dict, args) -> None:
-    from octavo.benchmarks.ceilings import measure_ceilings
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bandwidth = measure_ceilings(device, [args.dtype]).copy_bytes_per_s
-    element_size = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
-    floor_ms = weight_bytes(config, element_size) / bandwidth * 1e3
+    floor_ms, bandwidth = decode_floor_ms(config, args.dtype)
     print(f"\nfloor: {floor_ms:.2f} ms a step (weights over {bandwidth / 1e9:.0f} GB/s copy bandwidth)")
     base = {r["batch"]: r["tokens_per_s"] for r in rows if r["side"] == "no drafts"}
     print("| side | batch | output tok/s | vs no drafts | steps | tokens a request-step | ms a step | acceptance |")

@@ -285,6 +285,24 @@ def truncate_distribution(logits: torch.Tensor, truncation: Truncation) -> torch
     return logits
 
 
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams], upload: HostUpload) -> torch.Tensor:
+    """Each row's distribution to draw from: its logits over its
+    temperature, truncated by its top-k, top-p and min-p, softmaxed."""
+    device = logits.device
+    scaled = logits / upload([p.temperature for p in params], torch.float32, device)[:, None]
+    # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
+    top_k = [min(p.top_k, logits.shape[-1]) for p in params]
+    truncation = Truncation(
+        upload(top_k, torch.long, device),
+        upload([p.top_p for p in params], torch.float32, device),
+        upload([p.min_p for p in params], torch.float32, device),
+        any_top_k=any(k > 0 for k in top_k),
+        any_top_p=any(p.top_p < 1.0 for p in params),
+        any_min_p=any(p.min_p > 0 for p in params),
+    )
+    return truncate_distribution(scaled, truncation).softmax(dim=-1)
+
+
 class Sampler:
     def __init__(self, seed: int = 0, pin_memory: bool = False) -> None:
         self.seed = seed
@@ -336,18 +354,7 @@ class Sampler:
         device, upload = logits.device, self.upload
         index = upload(random_rows, torch.long, device)
         params = [rows[i].params for i in random_rows]
-        sub = logits[index] / upload([p.temperature for p in params], torch.float32, device)[:, None]
-        # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
-        top_k = [min(p.top_k, logits.shape[-1]) for p in params]
-        truncation = Truncation(
-            upload(top_k, torch.long, device),
-            upload([p.top_p for p in params], torch.float32, device),
-            upload([p.min_p for p in params], torch.float32, device),
-            any_top_k=any(k > 0 for k in top_k),
-            any_top_p=any(p.top_p < 1.0 for p in params),
-            any_min_p=any(p.min_p > 0 for p in params),
-        )
-        probs = truncate_distribution(sub, truncation).softmax(dim=-1)
+        probs = sampling_probs(logits[index], params, upload)
         source = random_device(device)
         race = torch.empty(probs.shape, device=source).exponential_(generator=self.generator(device))
         for j, i in enumerate(random_rows):

@@ -32,7 +32,7 @@ import torch
 
 from octavo.core.scheduler_output import TokenLogprobs
 from octavo.runtime.sampler import (
-    AllowedTokens, SampledBatch, Sampler, SamplingRow, Truncation, apply_token_bitmask_, random_device, truncate_distribution,
+    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_token_bitmask_, random_device, sampling_probs,
 )
 
 
@@ -146,17 +146,7 @@ def _random_rows(
     draft_ids = [t for j in random_requests for t in (*drafts[j], 0)]
     is_draft = [i < len(drafts[j]) for j in random_requests for i in range(counts[j])]
     sub = logits.index_select(0, upload(row_index, torch.long, device)).to(torch.float32)
-    sub = sub / upload([p.temperature for p in params], torch.float32, device)[:, None]
-    top_k = [min(p.top_k, sub.shape[-1]) for p in params]
-    truncation = Truncation(
-        upload(top_k, torch.long, device),
-        upload([p.top_p for p in params], torch.float32, device),
-        upload([p.min_p for p in params], torch.float32, device),
-        any_top_k=any(k > 0 for k in top_k),
-        any_top_p=any(p.top_p < 1.0 for p in params),
-        any_min_p=any(p.min_p > 0 for p in params),
-    )
-    probs = truncate_distribution(sub, truncation).softmax(dim=-1)
+    probs = sampling_probs(sub, params, upload)
     draft_index = upload(draft_ids, torch.long, device)[:, None]
     draft_mask = upload(is_draft, torch.bool, device)
     generator, source = sampler.generator(device), random_device(device)
