@@ -116,6 +116,10 @@ class EngineArgs:
     # vLLM's speculative_config: {"method": "ngram", "num_speculative_tokens": k,
     # "prompt_lookup_max": n, "prompt_lookup_min": m} (core/speculative_config.py).
     speculative_config: dict | None = None
+    # vLLM's hf_overrides: config.json values replaced before the model is
+    # built, e.g. {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+    # "original_max_position_embeddings": 32768}, "max_position_embeddings": 131072}.
+    hf_overrides: dict | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -146,6 +150,8 @@ class EngineArgs:
 
         self._validate_lora()
         self._validate_speculative()
+        if self.hf_overrides is not None and not isinstance(self.hf_overrides, dict):
+            raise InvalidArgumentError("hf_overrides must be a JSON object of config.json keys", param="hf_overrides")
         from octavo.models.pooling_config import TASKS
 
         if self.task not in TASKS:
@@ -278,9 +284,11 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     if load_format == "gguf":
         from octavo.models.gguf_loader import gguf_arch_config
 
+        if args.hf_overrides:
+            raise InvalidArgumentError("hf_overrides change a config.json; a GGUF file has none", param="hf_overrides")
         arch, generation_config = gguf_arch_config(model_path), {}
     else:
-        arch, generation_config = load_arch_config(model_path), load_generation_config(model_path)
+        arch, generation_config = load_arch_config(model_path, args.hf_overrides), load_generation_config(model_path)
     config_dir = model_path if load_format != "gguf" else None
     defaults = sampling_defaults(args.generation_config, config_dir, args.override_generation_config)
     selection = select_platform(args.platform)

@@ -90,6 +90,7 @@ def worker_config_for(
         max_loras=args.max_loras if args.enable_lora else 0,
         max_lora_rank=args.max_lora_rank,
         max_cpu_loras=args.max_cpu_loras or args.max_loras,
+        hf_overrides=args.hf_overrides,
         **_draft_model_options(args),
     )
 

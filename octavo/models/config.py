@@ -7,7 +7,9 @@ both the older ``rope_scaling`` + ``rope_theta`` keys and the newer
 
 Options the layers cannot honour (an unknown RoPE type, an activation the
 MLPs lack) are refused here, naming the option, so that nothing is silently
-approximated.
+approximated. ``hf_overrides`` (vLLM's option: a longer context through
+``rope_scaling``, say) are applied to the JSON before it is read, and
+checked the same way.
 """
 
 from __future__ import annotations
@@ -91,6 +93,11 @@ class ModelArchConfig:
 
 def _rope(raw: dict[str, Any], layer_type: str = "full_attention") -> tuple[float, dict[str, Any] | None]:
     params = raw.get("rope_parameters")
+    scaling = raw.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling and isinstance(params, dict) and not isinstance(params.get(layer_type), dict):
+        # Both (an ``hf_overrides`` of a transformers-5 config): the legacy key wins, as in transformers.
+        theta = raw.get("rope_theta", params.get("rope_theta", 10000.0))
+        return float(theta), dict(scaling)
     if isinstance(params, dict) and params:
         if isinstance(params.get(layer_type), dict):
             params = params[layer_type]
@@ -274,8 +281,35 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_arch_config(model_dir: Path) -> ModelArchConfig:
-    return parse_arch_config(read_json(model_dir / "config.json"))
+def load_arch_config(model_dir: Path, overrides: dict[str, Any] | None = None) -> ModelArchConfig:
+    """The checkpoint's shape; ``overrides`` (vLLM's ``hf_overrides``) replace
+    config.json's values first (``apply_overrides``)."""
+    raw = read_json(model_dir / "config.json")
+    if not overrides:
+        return parse_arch_config(raw)
+    config = parse_arch_config(apply_overrides(raw, overrides))
+    theta = overrides.get("rope_theta")
+    if isinstance(theta, (int, float)) and config.rope_theta != float(theta):
+        # A transformers-5 config keeps its theta in rope_parameters, which transformers reads instead.
+        raise UnsupportedModelError(
+            "hf_overrides: 'rope_theta' is not read from this config.json (its rope_parameters hold the "
+            "theta); override rope_parameters instead"
+        )
+    return config
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``overrides``' keys replaced, values whole (a new
+    ``rope_scaling`` replaces the old one), except a nested model config
+    (``text_config``): there only the keys the override names change, the
+    same way (vLLM's rule)."""
+    merged = dict(raw)
+    for key, value in overrides.items():
+        if key.endswith("_config") and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = apply_overrides(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_generation_config(model_dir: Path) -> dict[str, Any]:

@@ -46,7 +46,7 @@ class DraftModel:
         config = runner.config
         self.num_speculative_tokens = config.num_speculative_tokens
         draft_config = dataclasses.replace(
-            config, model_path=config.speculative_model, quantization=None, max_loras=0, task="generate",
+            config, model_path=config.speculative_model, quantization=None, max_loras=0, task="generate", hf_overrides=None,
             load_format="dummy" if config.load_format == "dummy" else "safetensors",
         )
         with timed_phase("load the draft model"):

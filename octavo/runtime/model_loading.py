@@ -96,7 +96,7 @@ def load_arch(config: WorkerConfig) -> tuple[ModelArchConfig, dict]:
         from octavo.models.gguf_loader import gguf_arch_config
 
         return gguf_arch_config(path), {}
-    return load_arch_config(path), load_generation_config(path)
+    return load_arch_config(path, config.hf_overrides), load_generation_config(path)
 
 
 def _load_weights(model: nn.Module, config: WorkerConfig, arch: ModelArchConfig) -> None:

@@ -121,6 +121,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         "--max-cpu-loras", type=int, default=None, help="with --enable-lora: loaded adapters kept in host memory (default: --max-loras)"
     )
     parser.add_argument(
+        "--hf-overrides", type=json_object, default=None,
+        help='config.json values to replace (JSON), e.g. \'{"rope_scaling": {"rope_type": "yarn", "factor": 4.0, '
+        '"original_max_position_embeddings": 32768}}\'',
+    )
+    parser.add_argument(
         "--speculative-config", type=json_object, default=None,
         help='speculative decoding (JSON), e.g. \'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'',
     )
