@@ -48,7 +48,9 @@ from octavo.kernels.activation import ACT_CODES, act_then_mul
 from octavo.kernels.fused_moe_gemv import fused_moe_gemv
 from octavo.kernels.moe_align import IN_KERNEL_ALIGN_MAX_SLOTS, align_to_experts, block_of_alignment, max_padded_slots
 from octavo.kernels.moe_decode import down_topk_sum, moe_decode_max_tokens
-from octavo.kernels.moe_tiles import DownTiles, MoeTiles, default_down_tiles, grouped_down_tiles, moe_tiles
+from octavo.kernels.moe_tiles import (
+    DownTiles, MoeTiles, default_down_tiles, fit_shared_memory, grouped_down_tiles, moe_tiles,
+)
 from octavo.kernels.moe_topk import experts_pad, route_token
 from octavo.kernels.pdl import pdl_enabled, pdl_release, pdl_wait
 from octavo.kernels.triton_utils import cdiv, dot_dtype, dot_precision, next_power_of_2, shared_memory_bytes
@@ -327,4 +329,5 @@ def fused_moe(
         decode = num_tokens <= moe_decode_max_tokens()
     if decode:
         return _decode(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles)
+    tiles = fit_shared_memory(tiles, max(hidden.element_size(), w13.element_size()))
     return _grouped(hidden, w13, w2, topk_weights, topk_ids, act_code, tiles, down_tiles)

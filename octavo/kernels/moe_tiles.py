@@ -61,6 +61,27 @@ def moe_tiles(num_tokens: int, top_k: int, num_experts: int) -> MoeTiles:
     return next(tiles for limit, tiles in _TILE_TABLE if limit is None or per_expert <= limit)
 
 
+# Shared memory one gate-up program's pipeline may fill: every stage holds an
+# activation tile and the gate and up weight tiles. 160 KiB fits Hopper (227)
+# and Ampere (164) and keeps the bf16 tiles above; float32 halves what fits.
+SHARED_MEMORY_BUDGET = 160 * 1024
+
+
+def fit_shared_memory(tiles: MoeTiles, element_size: int, budget: int = SHARED_MEMORY_BUDGET) -> MoeTiles:
+    """``tiles`` with fewer stages, then a narrower K, until the gate-up
+    kernel's pipeline fits ``budget`` bytes at ``element_size`` bytes a value
+    (float32 on the large tiles once asked for 288 KiB: refused on an H100)."""
+    stage_bytes = lambda t: (t.block_m + 2 * t.block_n) * t.block_k * element_size  # noqa: E731
+    while stage_bytes(tiles) * tiles.num_stages > budget:
+        if tiles.num_stages > 2:
+            tiles = dataclasses.replace(tiles, num_stages=tiles.num_stages - 1)
+        elif tiles.block_k > 16:
+            tiles = dataclasses.replace(tiles, block_k=tiles.block_k // 2)
+        else:
+            break
+    return tiles
+
+
 @dataclass(frozen=True)
 class DownTiles:
     """What the grouped down kernel may set apart from the gate-up's tiles

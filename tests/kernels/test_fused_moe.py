@@ -397,3 +397,15 @@ def test_a_malformed_alignment_switch_fails_at_startup(chunked_align):
     chunked_align("yes")
     with pytest.raises(InvalidArgumentError, match="OCTAVO_MOE_CHUNKED_ALIGN"):  # not mid-run
         CudaPlatform().check_config(SimpleNamespace(dtype="bfloat16"))
+
+
+def test_tiles_fit_shared_memory():
+    """bf16's tiles are kept; float32 on the large tiles (288 KiB, over an
+    H100's 227) loses a stage, then half its K, until it fits."""
+    from octavo.kernels.moe_tiles import MoeTiles, fit_shared_memory
+
+    large = MoeTiles(128, 128, 64, 8, 3)
+    assert fit_shared_memory(large, 2) == large
+    fitted = fit_shared_memory(large, 4)
+    assert fitted == MoeTiles(128, 128, 32, 8, 2)
+    assert (fitted.block_m + 2 * fitted.block_n) * fitted.block_k * 4 * fitted.num_stages <= 160 * 1024
