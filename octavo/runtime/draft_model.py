@@ -53,6 +53,7 @@ class DraftModel:
             self.loaded = load_model(draft_config, runner.platform, runner.device)
         self.kv_caches: list[torch.Tensor] = []
         self.graphs = None  # the draft's one-token steps, captured by batch size (``capture_graphs``)
+        self.prefill_graphs = None  # ... and its steps of several tokens, by token bucket
 
     # ------------------------------------------------------------ KV cache
 
@@ -82,15 +83,27 @@ class DraftModel:
         self.graphs = factory(_DraftCaptureView(self), sizes)
         self.graphs.capture()
 
+    def capture_prefill_graphs(self, buckets: list[int], max_num_reqs: int) -> None:
+        """The draft's forward over a step of several tokens a request, by
+        token bucket (the graph runner's optional ``prefill_graphs``), for
+        the steps the target replays from its own prefill graphs."""
+        make = getattr(self.graphs, "prefill_graphs", None)
+        if make is not None and buckets:
+            self.prefill_graphs = make(buckets, max_num_reqs)
+            self.prefill_graphs.capture()
+
     # ----------------------------------------------------------------- step
 
-    def follow(self, batch: PreparedBatch, graph_size: int | None) -> None:
+    def follow(self, batch: PreparedBatch, graph_size: int | None, prefill_bucket: int | None) -> None:
         """Write the draft model's KV for the step's tokens (the target's
-        batch); a decode step the target replayed as a graph of
-        ``graph_size`` replays the draft's graph of that size on the same
+        batch). A step the target replayed from a graph (a decode graph of
+        ``graph_size`` requests, a prefill graph of ``prefill_bucket``
+        tokens) replays the draft's graph of the same shape on the same
         persistent inputs."""
         if graph_size is not None and self.graphs is not None and self.graphs.padded_size(graph_size) == graph_size:
             self.graphs.replay(graph_size, graph_size)
+        elif prefill_bucket is not None and self.prefill_graphs is not None and prefill_bucket in self.prefill_graphs.buckets:
+            self.prefill_graphs.replay(prefill_bucket)
         else:
             self._run(batch)
 
@@ -156,13 +169,21 @@ class DraftModel:
 
 
 class _DraftCaptureView:
-    """The one ``RunnerView`` member a platform's graph runner uses, for the
-    draft model: a one-token step of placeholder requests in the runner's
-    persistent buffers, as a function a graph captures (its output: the
-    guesses, one per request)."""
+    """What a platform's graph runner reads of a runner, for the draft model:
+    a one-token step of placeholder requests in the runner's persistent
+    buffers, as a function a graph captures (its output: the guesses, one
+    per request); and for prefill graphs, the runner's input buffers and
+    options with the draft's model, metadata builder and KV cache."""
 
     def __init__(self, draft: DraftModel) -> None:
         self.draft = draft
+        runner = draft.runner
+        self.inputs, self.config, self.device = runner.inputs, runner.config, runner.device
+        self.loaded, self.model = draft.loaded, draft.loaded.model
+
+    @property
+    def kv_caches(self) -> list[torch.Tensor]:
+        return self.draft.kv_caches
 
     def decode_step_for_capture(self, num_reqs: int):
         from octavo.runtime.cuda_graphs import placeholder_decode_inputs

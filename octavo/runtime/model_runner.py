@@ -222,6 +222,8 @@ class ModelRunner(StepSampling):
             return
         self.prefill_graphs = make_prefill_graphs(buckets, self.config.max_num_seqs)
         self.prefill_graphs.capture()
+        if self.draft is not None and self.draft.graphs is not None:
+            self.draft.capture_prefill_graphs(buckets, self.config.max_num_seqs)
 
     # ------------------------------------------------------------------ step
 
@@ -309,7 +311,7 @@ class ModelRunner(StepSampling):
         if not get_pp_group().is_last:
             return hidden
         if self.draft is not None:
-            self.draft.follow(batch, self._graph_size(scheduler_output))
+            self.draft.follow(batch, self._graph_size(scheduler_output), self._prefill_bucket(scheduler_output, intermediate))
         if logits is not None:
             self._sample(logits, batch, output, scheduler_output)
             if self.draft is not None:

@@ -116,3 +116,25 @@ def test_draft_steps_replay_the_platforms_graphs(sandbox, llama_dir, make_llm, p
     assert draft_graphs is llm.engine.executor.worker.runner.draft.graphs and draft_graphs.replays
     stats = llm.engine.get_stats().spec_decoding
     assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
+
+
+def test_draft_follows_the_targets_prefill_graph_steps(llama_dir, make_llm, plain_outputs):
+    """Steps the target replays from a prefill graph (padded to a token
+    bucket) are followed by the draft's prefill graph of that bucket, on the
+    same padded inputs: every guess is still accepted."""
+    from octavo.runtime.draft_model import _DraftCaptureView
+    from tests.runtime.test_prefill_graphs import EagerPrefillGraphs
+
+    prompts, _, expected = plain_outputs
+    llm = make_llm(llama_dir, speculative_config=draft_config(llama_dir))
+    runner = llm.engine.executor.worker.runner
+    buckets = [16, 32, 48, 64, 128, 256]
+    runner.prefill_graphs = EagerPrefillGraphs(runner, buckets, runner.config.max_num_seqs)
+    draft_graphs = runner.draft.prefill_graphs = EagerPrefillGraphs(
+        _DraftCaptureView(runner.draft), buckets, runner.config.max_num_seqs
+    )
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
+    assert_same_outputs(run(llm, prompts, greedy), expected)
+    assert len(draft_graphs.replayed) == len(runner.prefill_graphs.replayed) > 5
+    stats = llm.engine.get_stats().spec_decoding
+    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
