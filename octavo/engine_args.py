@@ -24,7 +24,6 @@ from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
-from octavo.core.speculative_config import SpeculativeConfig
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
@@ -37,6 +36,7 @@ from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name
 from octavo.runtime.config import WorkerConfig
 from octavo.runtime.startup import log_ready, timed_phase
+from octavo.speculative_options import check_speculative_args, check_speculative_engine, lookahead_tokens
 from octavo.worker_options import worker_config_for
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class EngineArgs:
             )
 
         self._validate_lora()
-        self._validate_speculative()
+        check_speculative_args(self)
         if self.hf_overrides is not None and not isinstance(self.hf_overrides, dict):
             raise InvalidArgumentError("hf_overrides must be a JSON object of config.json keys", param="hf_overrides")
         from octavo.models.pooling_config import TASKS
@@ -176,22 +176,6 @@ class EngineArgs:
             raise InvalidArgumentError(
                 "LoRA adapters run with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
                 param="enable_lora",
-            )
-
-
-    def _validate_speculative(self) -> None:
-        speculative = SpeculativeConfig.from_dict(self.speculative_config)
-        if speculative is None:
-            return
-        # Both conflicts are explicit choices: refused, not silently dropped.
-        if self.async_scheduling:
-            raise InvalidArgumentError(
-                "speculative decoding runs with synchronous steps; drop async_scheduling", param="speculative_config"
-            )
-        if self.pipeline_parallel_size > 1:
-            raise InvalidArgumentError(
-                "speculative decoding runs with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
-                param="speculative_config",
             )
 
 
@@ -299,7 +283,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
     uses_kv_cache = pooler is None or not pooler.is_encoder
     worker_config = worker_config_for(args, platform, arch, model_path, load_format, pooler)
     platform.check_config(worker_config)
-    speculative = _check_speculative(args, arch, platform, worker_config)
+    speculative = check_speculative_engine(args, arch, platform, worker_config)
     check_layer_op_overrides(platform.name)
     executor, num_blocks, tokenizer = _start_workers(args, worker_config, model_path, load_format, uses_kv_cache)
     scheduler = Scheduler(
@@ -308,7 +292,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             max_num_seqs=args.max_num_seqs,
             max_model_len=worker_config.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
-            num_lookahead_tokens=_lookahead_tokens(worker_config),
+            num_lookahead_tokens=lookahead_tokens(worker_config),
             uses_kv_cache=uses_kv_cache,
             policy=args.scheduling_policy,
             max_loras=worker_config.max_loras,
@@ -374,39 +358,6 @@ def _start_workers(
             executor.shutdown()
         raise
     return executor, num_blocks, tokenizer
-
-
-def _check_speculative(args: EngineArgs, arch: ModelArchConfig, platform, worker_config: WorkerConfig):
-    """The speculative options, refused where they cannot work (before any worker starts)."""
-    speculative = SpeculativeConfig.from_dict(args.speculative_config)
-    if speculative is None:
-        return None
-    if not args.enforce_eager and platform.step_buckets(worker_config) is not None:
-        raise InvalidArgumentError(
-            f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
-            param="speculative_config",
-        )
-    if speculative.uses_draft_model:
-        if speculative.draft_tensor_parallel_size not in (None, args.tensor_parallel_size):
-            raise InvalidArgumentError(
-                f"draft_tensor_parallel_size must be the target's tensor_parallel_size ({args.tensor_parallel_size})",
-                param="speculative_config",
-            )
-        draft = load_arch_config(Path(speculative.model))
-        if draft.vocab_size != arch.vocab_size:
-            raise InvalidArgumentError(
-                f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the target's ({arch.vocab_size}): "
-                "its tokens would mean something else", param="speculative_config",
-            )
-    return speculative
-
-
-def _lookahead_tokens(worker_config: WorkerConfig) -> int:
-    """KV slots past each step's tokens: one for decode overlap; a draft
-    model writes its guesses' KV there (``num_speculative_tokens``)."""
-    if worker_config.overlap_decode:
-        return 1
-    return worker_config.num_speculative_tokens if worker_config.speculative_model else 0
 
 
 def _attention_backend_names(executor) -> tuple[str, ...]:

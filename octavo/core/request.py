@@ -126,6 +126,13 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.is_finished
 
+    def unsent_prompt_logprobs(self, start: int, entries: list) -> list:
+        """The prompt logprobs of a step that began at position ``start``, less
+        those already reported (a request computed again after a preemption)."""
+        num_sent = self.num_prompt_logprobs_sent
+        self.num_prompt_logprobs_sent = max(num_sent, start + len(entries))
+        return entries[max(0, num_sent - start) :]
+
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
         all_token_ids = self.all_token_ids

@@ -52,14 +52,10 @@ a waiting request starts only if its adapter is already running or fewer
 than ``max_loras`` distinct adapters are; one that cannot is set aside for
 this step and goes back to the head of the queue in its order.
 
-Speculative decoding (``speculative``): a running request that has caught up
-(one new token to compute) and may speculate (``may_speculate``) gets draft
-tokens from the proposer (``speculative_drafts.py``), scheduled after its
-next token in the same step and listed in ``spec_token_ids``. Its output
-holds the drafts the model accepted and one token more; the rejected drafts
-are taken back off ``num_computed_tokens`` (their KV slots are simply
-written again later). Drafts never run past ``max_tokens`` or
-``max_model_len``, nor take more than the step's budget.
+Speculative decoding (``speculative``): a caught-up running request may
+carry draft tokens (``speculative_drafts.py`` says which and how many),
+scheduled after its next token and listed in ``spec_token_ids``; its
+rejected drafts are taken back off ``num_computed_tokens``.
 
 Beside this file: ``scheduler_config.py`` (options, statistics, admission),
 ``runner_view.py`` (what the runner has been sent), ``stop_check.py`` (whether
@@ -186,7 +182,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 num_new_tokens = token_budget
             drafts = None
             if drafting and num_new_tokens == 1 and not num_placeholders:
-                drafts = self._drafts_that_fit(request, token_budget - 1)
+                drafts = self.drafts.propose_for(request, token_budget - 1, self.kv if tables is not None else None)
                 num_new_tokens += len(drafts)
             if (
                 num_new_tokens <= 0
@@ -208,17 +204,6 @@ class Scheduler(BlockAllocation, PoolingSteps):
             if drafts:
                 output.spec_token_ids[request.request_id] = drafts
         return token_budget, preempted_this_step
-
-    def _drafts_that_fit(self, request: Request, budget: int) -> list[int]:
-        """The request's drafts for this step, if their KV slots fit in the free
-        blocks (drafts never make the scheduler preempt anyone)."""
-        drafts = self.drafts.propose_for(request, budget)
-        if drafts and self.config.uses_kv_cache:
-            num_slots = request.num_computed_tokens + 1 + len(drafts)
-            num_new_blocks = -(-num_slots // self.kv.block_size) - self.kv.num_request_blocks(request.request_id)
-            if num_new_blocks > self.kv.num_free_blocks:
-                return []
-        return drafts
 
     def _placeholders_reach_end(self, request: Request) -> bool:
         """Async: the samples in flight already include the request's last token."""
@@ -365,7 +350,7 @@ class Scheduler(BlockAllocation, PoolingSteps):
                 request.spec_token_ids = draft_token_ids.get(request_id, [])
             new_prompt_logprobs = prompt_logprobs.get(request_id) or []
             if new_prompt_logprobs:  # a prompt chunk's step: no drafts, so it began at num_computed - num_tokens
-                new_prompt_logprobs = _unsent_prompt_logprobs(request, num_computed - num_tokens, new_prompt_logprobs)
+                new_prompt_logprobs = request.unsent_prompt_logprobs(num_computed - num_tokens, new_prompt_logprobs)
             if not new_token_ids and not new_prompt_logprobs:
                 continue
             entries = logprobs.get(request_id)
@@ -429,11 +414,3 @@ class Scheduler(BlockAllocation, PoolingSteps):
         if not self.config.max_loras:
             return []
         return sorted({r.lora_request.lora_name for r in requests if r.lora_request is not None})
-
-
-def _unsent_prompt_logprobs(request: Request, start: int, entries: list) -> list:
-    """The prompt logprobs of a step that began at position ``start``, less
-    those already reported (a request computed again after a preemption)."""
-    num_sent = request.num_prompt_logprobs_sent
-    request.num_prompt_logprobs_sent = max(num_sent, start + len(entries))
-    return entries[max(0, num_sent - start) :]

@@ -1,0 +1,70 @@
+"""Speculative decoding's options checked against the rest of the engine's
+(``build_engine``'s helpers): what cannot work together is refused before
+any worker starts, naming the option; and the KV lookahead a draft model
+needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from octavo.core.speculative_config import SpeculativeConfig
+from octavo.errors import InvalidArgumentError
+from octavo.models.config import ModelArchConfig, load_arch_config
+from octavo.runtime.config import WorkerConfig
+
+if TYPE_CHECKING:
+    from octavo.engine_args import EngineArgs
+
+
+def check_speculative_args(args: EngineArgs) -> None:
+    """The options alone (``EngineArgs.validate``): both conflicts are
+    explicit choices, so they are refused, not silently dropped."""
+    speculative = SpeculativeConfig.from_dict(args.speculative_config)
+    if speculative is None:
+        return
+    if args.async_scheduling:
+        raise InvalidArgumentError(
+            "speculative decoding runs with synchronous steps; drop async_scheduling", param="speculative_config"
+        )
+    if args.pipeline_parallel_size > 1:
+        raise InvalidArgumentError(
+            "speculative decoding runs with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
+            param="speculative_config",
+        )
+
+
+def check_speculative_engine(
+    args: EngineArgs, arch: ModelArchConfig, platform, worker_config: WorkerConfig
+) -> SpeculativeConfig | None:
+    """The options against the platform and the model (a draft model's
+    vocabulary and parallel size); returns them parsed."""
+    speculative = SpeculativeConfig.from_dict(args.speculative_config)
+    if speculative is None:
+        return None
+    if not args.enforce_eager and platform.step_buckets(worker_config) is not None:
+        raise InvalidArgumentError(
+            f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
+            param="speculative_config",
+        )
+    if speculative.uses_draft_model:
+        if speculative.draft_tensor_parallel_size not in (None, args.tensor_parallel_size):
+            raise InvalidArgumentError(
+                f"draft_tensor_parallel_size must be the target's tensor_parallel_size ({args.tensor_parallel_size})",
+                param="speculative_config",
+            )
+        draft = load_arch_config(Path(speculative.model))
+        if draft.vocab_size != arch.vocab_size:
+            raise InvalidArgumentError(
+                f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the target's ({arch.vocab_size}): "
+                "its tokens would mean something else", param="speculative_config",
+            )
+    return speculative
+
+
+def lookahead_tokens(worker_config: WorkerConfig) -> int:
+    """KV slots past each step's tokens: one for decode overlap; a draft
+    model writes its guesses' KV there (``num_speculative_tokens``)."""
+    if worker_config.overlap_decode:
+        return 1
+    return worker_config.num_speculative_tokens if worker_config.speculative_model else 0
