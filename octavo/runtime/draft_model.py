@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput
+from octavo.core.speculative_config import edits_allow_drafts
 from octavo.models.layers.attention import ForwardContext
 from octavo.runtime.input_batch import PreparedBatch
 from octavo.runtime.model_loading import load_model
@@ -195,4 +196,4 @@ class _DraftCaptureView:
 def _may_draft(params) -> bool:
     """The runner's half of ``core.speculative_config.may_speculate`` (the
     scheduler checks the rest: min_tokens, and cuts drafts a grammar refuses)."""
-    return not params.edits_logits and (params.is_greedy or params.seed is None)
+    return edits_allow_drafts(params) and (params.is_greedy or params.seed is None)

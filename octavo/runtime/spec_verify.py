@@ -15,10 +15,11 @@ row adds one token. So each step yields between 1 and ``k + 1`` tokens.
   draw from ``p`` with ``d`` removed (renormalised). Each kept token is then
   distributed exactly as ``p``, as without drafts.
 
-Requests verified here never edit logits or carry a seed
+Requests verified here have no penalties, bad words or seed
 (``core/speculative_config.may_speculate``), so each row's distribution is
-the temperature-scaled, truncated softmax of its logits, after the row's
-grammar mask where the request has one. Logprobs, where
+the temperature-scaled, truncated softmax of its logits after the
+request's logit biases and allowed tokens (the same at every row) and the
+row's grammar mask, where it has them. Logprobs, where
 asked for, are those of the raw logits (as without drafts) at each kept
 token's row. ``verify_drafts``
 queues the work on the device; ``Verification.kept`` reads the results.
@@ -32,7 +33,8 @@ import torch
 
 from octavo.core.scheduler_output import TokenLogprobs
 from octavo.runtime.sampler import (
-    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_token_bitmask_, random_device, sampling_probs,
+    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_logit_edits, apply_token_bitmask_, random_device,
+    sampling_probs,
 )
 
 
@@ -90,10 +92,14 @@ def verify_drafts(
     sampling inputs, ``allowed`` the grammar masks of constrained rows.
     Nothing is read on the host."""
     random_requests = [j for j, row in enumerate(rows) if not row.params.is_greedy]
-    # Logprobs come from the raw logits; the choice from the masked ones.
-    masked = apply_token_bitmask_(logits.clone(), allowed) if allowed is not None else logits
-    verification = Verification(drafts, random_requests, masked.argmax(dim=-1), None, None)
     counts = [len(d) + 1 for d in drafts]
+    # Logprobs come from the raw logits; the choice from the edited and masked ones.
+    masked = logits
+    if any(row.params.has_logit_edits for row in rows):
+        masked = apply_logit_edits(logits.clone(), [row for row, count in zip(rows, counts) for _ in range(count)], sampler.upload)
+    if allowed is not None:
+        masked = apply_token_bitmask_(masked.clone() if masked is logits else masked, allowed)
+    verification = Verification(drafts, random_requests, masked.argmax(dim=-1), None, None)
     chosen = verification.greedy_ids
     if random_requests:
         verification.accepted, verification.replacements, kept_random = _random_rows(

@@ -157,6 +157,22 @@ def test_logprobs_of_kept_drafts_are_the_plain_engines(llama_dir, make_llm, plai
         assert all(token in entry for token, entry in zip(completion.token_ids, completion.logprobs))
 
 
+def test_logit_biases_and_allowed_tokens_apply_at_every_drafted_place(llama_dir, make_llm, plain_outputs):
+    prompts, _, greedy = plain_outputs
+    banned = greedy[0][0][1]  # a token the first request would pick
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, logit_bias={banned: -100.0}),
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, allowed_token_ids=list(range(3, 200, 3))),
+        SamplingParams(temperature=0.6, max_tokens=30, ignore_eos=True, allowed_token_ids=list(range(3, 200, 3))),
+    ]
+    expected = run(make_llm(llama_dir), prompts[:2], params[:2])
+    llm = make_llm(llama_dir, speculative_config=NGRAM)
+    got = run(llm, prompts[:3], params)
+    assert_same_outputs(got[:2], expected)
+    assert banned not in got[0][0] and all(t % 3 == 0 for t in got[1][0] + got[2][0])
+    assert llm.engine.get_stats().spec_decoding.num_accepted_tokens > 0
+
+
 def test_chunked_prefill_preemption_and_prefix_cache(llama_dir, make_llm, plain_outputs):
     prompts, expected, _ = plain_outputs
     tight = make_llm(llama_dir, speculative_config=NGRAM, num_kv_blocks=14, max_num_batched_tokens=24)
