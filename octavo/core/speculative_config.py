@@ -17,15 +17,14 @@ Two proposers:
 Which requests speculate: greedy ones, and random ones without a seed (a
 seeded request keeps the exact tokens it has without speculation), with or
 without logprobs, under a structured-output grammar or not (drafts stop
-where the grammar would refuse one, and each drafted place is masked as the
-grammar stands there), with logit biases and allowed tokens or not (the
-same at every position); never ones with penalties or bad words (they
-depend on the tokens before), under ``min_tokens`` or inside a reasoning
-model's think block. Others decode one token a
-step as before, in the same batches: speculation never changes what a
-greedy request generates, and for a random one it keeps the distribution
-(rejection sampling against the proposers' greedy, one-hot, guesses), only
-the draws differ.
+where the grammar would refuse one, and each drafted place is masked as
+the grammar stands there), with any logit edits (penalties, biases,
+allowed tokens, bad words, ``min_tokens``: each drafted place sees the
+tokens before it, drafts included); never ones inside a reasoning model's
+think block. Others decode one token a step as before, in the same
+batches: speculation never changes what a greedy request generates, and
+for a random one it keeps the distribution (rejection sampling against the
+proposers' greedy, one-hot, guesses), only the draws differ.
 """
 
 from __future__ import annotations
@@ -132,14 +131,6 @@ def may_speculate(request) -> bool:
     return (
         (grammar is None or grammar.phase == "active")
         and request.pooling_params is None
-        and edits_allow_drafts(params)
         and (params.is_greedy or params.seed is None)
-        and len(request.output_token_ids) >= params.min_tokens
     )
 
-
-def edits_allow_drafts(params) -> bool:
-    """Whether a request's logit edits are the same at every position, so a
-    drafting step applies them to each of its rows: logit biases and allowed
-    tokens are; penalties and bad words depend on the tokens before."""
-    return not params.needs_penalties and params.bad_words is None and params.bad_words_token_ids is None

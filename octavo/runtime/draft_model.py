@@ -34,7 +34,6 @@ import numpy as np
 import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput
-from octavo.core.speculative_config import edits_allow_drafts
 from octavo.models.layers.attention import ForwardContext
 from octavo.runtime.input_batch import PreparedBatch
 from octavo.runtime.model_loading import load_model
@@ -195,5 +194,5 @@ class _DraftCaptureView:
 
 def _may_draft(params) -> bool:
     """The runner's half of ``core.speculative_config.may_speculate`` (the
-    scheduler checks the rest: min_tokens, and cuts drafts a grammar refuses)."""
-    return edits_allow_drafts(params) and (params.is_greedy or params.seed is None)
+    scheduler checks the rest and cuts drafts a grammar refuses)."""
+    return params.is_greedy or params.seed is None

@@ -15,11 +15,11 @@ row adds one token. So each step yields between 1 and ``k + 1`` tokens.
   draw from ``p`` with ``d`` removed (renormalised). Each kept token is then
   distributed exactly as ``p``, as without drafts.
 
-Requests verified here have no penalties, bad words or seed
-(``core/speculative_config.may_speculate``), so each row's distribution is
-the temperature-scaled, truncated softmax of its logits after the
-request's logit biases and allowed tokens (the same at every row) and the
-row's grammar mask, where it has them. Logprobs, where
+Requests verified here carry no seed (``core/speculative_config.may_speculate``);
+each row's distribution is the temperature-scaled, truncated softmax of its
+logits after the sampler's edits (logit biases, allowed tokens, bad words,
+min_tokens, penalties: each row sees the request's tokens followed by the
+drafts before its place) and the row's grammar mask, where it has them. Logprobs, where
 asked for, are those of the raw logits (as without drafts) at each kept
 token's row. ``verify_drafts``
 queues the work on the device; ``Verification.kept`` reads the results.
@@ -33,8 +33,8 @@ import torch
 
 from octavo.core.scheduler_output import TokenLogprobs
 from octavo.runtime.sampler import (
-    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_logit_edits, apply_token_bitmask_, random_device,
-    sampling_probs,
+    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_logit_edits, apply_min_tokens, apply_penalties,
+    apply_token_bitmask_, random_device, sampling_probs,
 )
 
 
@@ -94,9 +94,7 @@ def verify_drafts(
     random_requests = [j for j, row in enumerate(rows) if not row.params.is_greedy]
     counts = [len(d) + 1 for d in drafts]
     # Logprobs come from the raw logits; the choice from the edited and masked ones.
-    masked = logits
-    if any(row.params.has_logit_edits for row in rows):
-        masked = apply_logit_edits(logits.clone(), [row for row, count in zip(rows, counts) for _ in range(count)], sampler.upload)
+    masked = _edited(sampler, logits, rows, drafts)
     if allowed is not None:
         masked = apply_token_bitmask_(masked.clone() if masked is logits else masked, allowed)
     verification = Verification(drafts, random_requests, masked.argmax(dim=-1), None, None)
@@ -112,6 +110,34 @@ def verify_drafts(
     if any(n is not None for n in num_top):
         verification.logprobs = _logprobs(logits, chosen, num_top)
     return verification
+
+
+def _edited(sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], drafts: list[list[int]]) -> torch.Tensor:
+    """The logits after each row's edits, as the sampler makes them (logit
+    biases and allowed tokens, bad words, min_tokens, penalties), each row
+    seeing the request's tokens followed by the drafts before its place
+    (``logits`` itself where no request edits)."""
+    if not any(row.params.edits_logits or row.num_output_tokens < row.params.min_tokens for row in rows):
+        return logits
+    expanded = []
+    for row, request_drafts in zip(rows, drafts):
+        expanded.append(row)
+        for index in range(1, len(request_drafts) + 1):
+            expanded.append(_row_after(row, request_drafts[:index]))
+    upload = sampler.upload
+    edited = apply_logit_edits(logits.to(torch.float32).clone(), expanded, upload)
+    return apply_penalties(apply_min_tokens(edited, expanded, upload), expanded, upload)
+
+
+def _row_after(row: SamplingRow, drafts: list[int]) -> SamplingRow:
+    """``row`` as it would stand once ``drafts`` were its output's next
+    tokens (only a row whose edits depend on the tokens before needs them)."""
+    params = row.params
+    if not (params.needs_penalties or params.bad_words_token_ids or row.num_output_tokens < params.min_tokens):
+        return row
+    after = SamplingRow(params, row.token_ids + drafts, row.num_prompt_tokens, row.eos_token_ids)
+    after.edit_tensors = row.edit_tensors  # the biases and allowed tokens, uploaded once
+    return after
 
 
 def _logprobs(logits: torch.Tensor, chosen: torch.Tensor, num_top: list[int | None]) -> SampledBatch:

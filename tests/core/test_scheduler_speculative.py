@@ -62,15 +62,15 @@ def test_drafts_stop_before_max_tokens_and_the_budget():
     assert scheduler.schedule().spec_token_ids == {"b": [1, 2]}  # three tokens in the budget
 
 
-def test_requests_that_may_not_draft_and_blocks_that_do_not_fit():
+def test_seeded_requests_do_not_draft_and_blocks_that_do_not_fit():
     scheduler = make_scheduler()
     for index, params in enumerate([dict(bad_words_token_ids=[[9]]), dict(temperature=1.0, seed=3), dict(repetition_penalty=1.2),
                                     dict(min_tokens=5), dict(temperature=1.0), dict(temperature=0.0, logprobs=2),
                                     dict(temperature=0.0, logit_bias={3: 1.0})]):
         add(scheduler, f"r{index}", [1, 2, 1], **params)
     prefill(scheduler, 2)
-    # Unseeded random, logprobs and logit biases draft; bad words, seeds, penalties and pending min_tokens do not.
-    assert list(scheduler.schedule().spec_token_ids) == ["r4", "r5", "r6"]
+    # Every request but the seeded one drafts (logit edits apply at each drafted place).
+    assert list(scheduler.schedule().spec_token_ids) == ["r0", "r2", "r3", "r4", "r5", "r6"]
     # One free block: the first request's drafts take it, the second's do not
     # fit and are dropped (it decodes one token); nobody is preempted for drafts.
     scheduler = make_scheduler(num_blocks=5)

@@ -173,6 +173,25 @@ def test_logit_biases_and_allowed_tokens_apply_at_every_drafted_place(llama_dir,
     assert llm.engine.get_stats().spec_decoding.num_accepted_tokens > 0
 
 
+def test_penalties_bad_words_and_min_tokens_see_the_drafts_before_them(llama_dir, make_llm, plain_outputs):
+    """Edits that depend on the tokens before (penalties, bad words,
+    min_tokens) are made at each drafted place as if the drafts before it
+    were the output: the tokens are the plain engine's."""
+    prompts, _, greedy = plain_outputs
+    eos = 1  # the test checkpoints' eos_token_id
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, repetition_penalty=1.3, logprobs=2),
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, frequency_penalty=0.3, presence_penalty=0.2),
+        SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, bad_words_token_ids=[greedy[2][0][3:5]]),
+        SamplingParams(temperature=0.0, max_tokens=30, min_tokens=20, stop_token_ids=[eos, greedy[3][0][2]]),
+    ]
+    expected = run(make_llm(llama_dir), prompts[:4], params)
+    for config in (NGRAM, {"model": str(llama_dir), "num_speculative_tokens": 3}):
+        llm = make_llm(llama_dir, speculative_config=config)
+        assert_same_outputs(run(llm, prompts[:4], params), expected)
+        assert llm.engine.get_stats().spec_decoding.num_draft_tokens > 0
+
+
 def test_chunked_prefill_preemption_and_prefix_cache(llama_dir, make_llm, plain_outputs):
     prompts, expected, _ = plain_outputs
     tight = make_llm(llama_dir, speculative_config=NGRAM, num_kv_blocks=14, max_num_batched_tokens=24)
