@@ -75,6 +75,17 @@ def test_bench_latency_and_throughput(llama_dir, tmp_path):
     assert summary["prefill/mixed"]["steps"] == 1 and summary["decode"]["steps"] == 3
 
 
+def test_bench_reports_speculative_decoding(llama_dir, tmp_path):
+    out = tmp_path / "throughput.json"
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2})
+    result = octavo("bench", "throughput", "--model", str(llama_dir), "--dtype", "float32", "--num-prompts", "4",
+                    "--input-len", "16", "--output-len", "24", "--speculative-config", spec, "--output-json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "speculative decoding: " in result.stdout and "so speculation may pass it" in result.stdout
+    stats = json.loads(out.read_text())["spec_decoding"]
+    assert 0 <= stats["num_accepted_tokens"] <= stats["num_draft_tokens"] and stats["num_drafts"] > 0
+
+
 def test_bench_refuses_an_hf_mode_that_does_not_fit(llama_dir):
     result = octavo("bench", "throughput", "--model", str(llama_dir), "--compare-hf", "--hf-mode", "compiled")
     assert result.returncode == 2

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     ours, trace = _measure_octavo(args, runner)
     model_path, vocab_size = runner.engine.info.model_path, runner.vocab_size
     dtype_name = runner.engine.info.dtype
+    spec_decoding = runner.engine.get_stats().spec_decoding
     runner.close()
     # After Octavo's run, before HF's: the ceilings and what the floors count.
     device = platform.device(0)
@@ -104,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
     from octavo.benchmarks.floor import describe
 
     print(describe(inventory, ceilings))
+    if spec_decoding is not None:
+        results["spec_decoding"] = vars(spec_decoding)
+        print(_describe_spec_decoding(spec_decoding))
     if trace is not None:
         print(f"\nengine steps of the timed run (host time between step returns)\n{trace.format_table()}")
         results["step_trace"] = trace.to_json()
@@ -111,6 +115,16 @@ def run(args: argparse.Namespace) -> int:
         with open(args.output_json, "w") as f:
             json.dump(results, f, indent=2, default=str)
     return 0
+
+
+def _describe_spec_decoding(stats) -> str:
+    """What speculation did over the whole run (warm-up included), and why the floor does not bound it."""
+    acceptance = stats.num_accepted_tokens / stats.num_draft_tokens if stats.num_draft_tokens else 0.0
+    return (
+        f"speculative decoding: {stats.num_drafts} drafting request-steps, {stats.num_accepted_tokens} of "
+        f"{stats.num_draft_tokens} draft tokens accepted ({acceptance:.2f}; by position {stats.accepted_per_position}); "
+        "the floor counts one token a step per sequence, so speculation may pass it"
+    )
 
 
 def _hf_column(mode: str | None) -> str:
