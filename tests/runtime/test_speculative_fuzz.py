@@ -50,3 +50,24 @@ def test_random_shapes_keep_greedy_outputs(llama_dir, make_llm, case):
     assert_same_outputs(run(llm, prompts, params), expected)
     assert_same_outputs(run(llm, prompts, params), expected)  # again: prefix-cache hits where caching is on
     assert llm.engine.get_stats().spec_decoding.num_drafts > 0, (shape, speculative)
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_random_sampling_under_random_shapes_ends_as_asked(llama_dir, make_llm, case):
+    """Unseeded random requests (temperature, top-k/top-p/min-p, n=2) under a
+    tight cache and budget: each ends at its max_tokens or a stop token."""
+    rng = random.Random(2000 + case)
+    prompts, params = draw_requests(rng, vocab(llama_dir), 6)
+    params = [
+        SamplingParams(n=2, temperature=rng.choice([0.3, 0.8, 1.2]), top_k=rng.choice([0, 5]), top_p=rng.choice([1.0, 0.9]),
+                       min_p=rng.choice([0.0, 0.05]), max_tokens=p.max_tokens, ignore_eos=True, stop_token_ids=p.stop_token_ids)
+        for p in params
+    ]
+    speculative = ({"model": str(llama_dir), "num_speculative_tokens": 3} if case else
+                   {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3})
+    llm = make_llm(llama_dir, speculative_config=speculative, num_kv_blocks=14, max_num_batched_tokens=24, block_size=8)
+    for output, p in zip(llm.generate([{"prompt_token_ids": x} for x in prompts], params), params):
+        for completion in output.outputs:
+            stopped = completion.finish_reason == "stop" and completion.token_ids[-1] in (p.stop_token_ids or [])
+            assert len(completion.token_ids) == p.max_tokens or stopped, completion
+    assert llm.engine.get_stats().spec_decoding.num_drafts > 0
