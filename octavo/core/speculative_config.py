@@ -20,11 +20,12 @@ without logprobs, under a structured-output grammar or not (drafts stop
 where the grammar would refuse one, and each drafted place is masked as
 the grammar stands there), with any logit edits (penalties, biases,
 allowed tokens, bad words, ``min_tokens``: each drafted place sees the
-tokens before it, drafts included); never ones inside a reasoning model's
-think block. Others decode one token a step as before, in the same
-batches: speculation never changes what a greedy request generates, and
-for a random one it keeps the distribution (rejection sampling against the
-proposers' greedy, one-hot, guesses), only the draws differ.
+tokens before it, drafts included), inside a reasoning model's think block
+or not (drafts move through its markers). Seeded requests decode one token
+a step as before, in the same batches. Speculation never changes what a
+greedy request generates, and for a random one it keeps the distribution
+(rejection sampling against the proposers' greedy, one-hot, guesses), only
+the draws differ.
 """
 
 from __future__ import annotations
@@ -127,10 +128,8 @@ def may_speculate(request) -> bool:
     """Whether ``request`` (a scheduler ``Request``) may carry drafts this step
     (the module docstring says which do and why)."""
     params = request.sampling_params
-    grammar = request.grammar
     return (
-        (grammar is None or grammar.phase == "active")
-        and request.pooling_params is None
+        request.pooling_params is None
         and (params.is_greedy or params.seed is None)
     )
 

@@ -63,3 +63,32 @@ def test_random_constrained_requests_stay_valid(chat_model_dir, make_llm):
         for completion in output.outputs:
             jsonschema.validate(json.loads(completion.text), PERSON)
     assert llm.engine.get_stats().spec_decoding.num_drafts > 0
+
+
+@pytest.mark.parametrize("speculative", ["ngram", "draft_model"])
+def test_drafts_move_through_think_blocks(chat_model_dir, make_llm, speculative):
+    """Markers stand for a reasoning model's think tags (a newline opens,
+    a tab closes, as in tests/entrypoints/test_llm_structured.py): a request
+    that starts inside the block reasons unmasked with drafts, and one biased
+    to open and close it drafts across both markers into the grammar; the
+    tokens are the plain engine's."""
+    from octavo import LLM
+
+    plain = LLM(str(chat_model_dir), dtype="float32", max_model_len=512, overlap_decode=False)
+    tokenizer = plain.get_tokenizer()
+    start, end = (tokenizer.convert_tokens_to_ids(byte) for byte in ("<0x0A>", "<0x09>"))
+    markers = {"reasoning_start_id": start, "reasoning_end_id": end}
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True,
+                       structured_outputs=StructuredOutputsParams(json_object=True, starts_in_reasoning=True, **markers)),
+        SamplingParams(temperature=0.0, max_tokens=40, logit_bias={start: 40.0, end: 50.0},
+                       structured_outputs=StructuredOutputsParams(json=PERSON, **markers)),
+    ]
+    expected = [(o.outputs[0].token_ids, o.outputs[0].text) for o in plain.generate(PROMPTS[:2], params)]
+    plain.engine.shutdown()
+    config = NGRAM if speculative == "ngram" else {"model": str(chat_model_dir), "num_speculative_tokens": 3}
+    llm = make_llm(chat_model_dir, max_model_len=512, speculative_config=config)
+    got = [(o.outputs[0].token_ids, o.outputs[0].text) for o in llm.generate(PROMPTS[:2], params)]
+    assert got == expected
+    assert got[1][0][:2] == [start, end]  # the second opened and closed its block
+    assert llm.engine.get_stats().spec_decoding.num_draft_tokens > 0

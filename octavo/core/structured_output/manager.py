@@ -76,32 +76,53 @@ class RequestGrammar:
         return self.phase == "active" and self.matcher.is_terminated()
 
     def fill(self, bitmask: Any, row: int, drafts: list[int] | None = None) -> None:
-        """The next token's mask into ``bitmask[row]``; with ``drafts`` (phase
-        active, all accepted by ``valid_drafts``), the mask after each draft
-        into the rows that follow."""
+        """The next token's mask into ``bitmask[row]``; with ``drafts`` (all
+        allowed, ``valid_drafts``), the mask after each draft into the rows
+        that follow, the phase moving with the drafts (a row inside a think
+        block allows every token). The matcher ends as it was."""
+        phase, accepted = self.phase, 0
+        for index in range(len(drafts or ()) + 1):
+            self._fill_row(bitmask, row + index, phase)
+            if drafts and index < len(drafts):
+                phase, used_matcher = self._advance(phase, drafts[index])
+                accepted += used_matcher
+        if accepted:
+            self.matcher.rollback(accepted)
+
+    def _fill_row(self, bitmask: Any, row: int, phase: str) -> None:
+        if phase == "reasoning":
+            bitmask[row] = -1  # every bit: the model reasons unmasked
+            return
         self.matcher.fill_next_token_bitmask(bitmask, row)
-        if self.phase == "undecided":
+        if phase == "undecided":
             word, bit = divmod(self.start_id, 32)
             bitmask[row, word] |= bit_value(bit)
-        if drafts:
-            for index, token_id in enumerate(drafts, start=1):
-                self.matcher.accept_token(token_id)
-                self.matcher.fill_next_token_bitmask(bitmask, row + index)
-            self.matcher.rollback(len(drafts))
+
+    def _advance(self, phase: str, token_id: int) -> tuple[str, bool]:
+        """The phase after ``token_id`` (allowed) and whether the matcher took it."""
+        if phase == "reasoning":
+            return ("active" if token_id == self.end_id else "reasoning"), False
+        if phase == "undecided" and token_id == self.start_id:
+            return "reasoning", False
+        self.matcher.accept_token(token_id)
+        return "active", True
 
     def valid_drafts(self, drafts: list[int]) -> list[int]:
-        """The longest prefix of ``drafts`` the grammar allows (the matcher is
-        left as it was); none outside the active phase."""
-        if self.phase != "active":
-            return []
-        count = 0
+        """The longest prefix of ``drafts`` the grammar allows, through think
+        blocks' markers as ``accept`` reads them (the matcher is left as it was)."""
+        phase, kept, accepted = self.phase, 0, 0
         for token_id in drafts:
-            if self.matcher.is_terminated() or not self.matcher.accept_token(token_id):
+            entering_grammar = phase == "active" or (phase == "undecided" and token_id != self.start_id)
+            if entering_grammar and (self.matcher.is_terminated() or not self.matcher.accept_token(token_id)):
                 break
-            count += 1
-        if count:
-            self.matcher.rollback(count)
-        return drafts[:count]
+            if entering_grammar:
+                phase, accepted = "active", accepted + 1
+            else:
+                phase, _ = self._advance(phase, token_id)
+            kept += 1
+        if accepted:
+            self.matcher.rollback(accepted)
+        return drafts[:kept]
 
 
 def bit_value(bit: int) -> int:
@@ -164,7 +185,8 @@ class StructuredOutputManager:
             request = requests[request_id]
             grammar = request.grammar
             num_drafts = len(drafts.get(request_id, ()))
-            if grammar is not None and grammar.constrains and (
+            # A request inside a think block gets rows once its drafts are masked where they leave it.
+            if grammar is not None and (grammar.constrains or num_drafts) and (
                 request.num_computed_tokens + num_tokens == request.num_tokens + num_drafts
             ):
                 sampling.append(request)
