@@ -54,6 +54,16 @@ def test_another_draft_changes_no_output(llama_dir, make_llm, plain_outputs, oth
     assert llm.engine.get_stats().spec_decoding.num_draft_tokens > 0
 
 
+def test_a_draft_of_another_family(llama_dir, make_llm, plain_outputs, checkpoint_dirs):
+    """Qwen3 (head size 32, q/k norms: another attention backend spec and
+    metadata builder) drafting for Llama: the outputs are Llama's."""
+    prompts, _, expected = plain_outputs
+    llm = make_llm(llama_dir, speculative_config=draft_config(checkpoint_dirs["qwen3"], k=2))
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
+    assert_same_outputs(run(llm, prompts, greedy), expected)
+    assert llm.engine.get_stats().spec_decoding.num_draft_tokens > 0
+
+
 def test_random_requests_and_tensor_parallel(llama_dir, make_llm, plain_outputs):
     from octavo import LLM
     from tests.distributed.common import engine_options
