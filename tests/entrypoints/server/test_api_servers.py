@@ -1,6 +1,7 @@
 """``octavo serve --api-server-count 2``: two API processes share the port in
 front of one engine process; requests go through both, /metrics from either
-one counts all of them, every KV block comes back, SIGTERM stops everything."""
+one counts all of them (speculative decoding's counters included), every KV
+block comes back, SIGTERM stops everything."""
 
 from __future__ import annotations
 
@@ -53,8 +54,11 @@ async def stream_all(url: str) -> list[int]:
 
 
 def test_two_api_processes_serve_one_engine(llama_dir, tmp_path):
+    # With n-gram speculation on: its counters come from the engine's snapshot, once, in either process's answer.
+    speculative = '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 2}'
     server = ServerProcess(
-        llama_dir, ["--api-server-count", "2", "--max-model-len", "512", "--num-kv-blocks", "256", "--api-key", API_KEY],
+        llama_dir, ["--api-server-count", "2", "--max-model-len", "512", "--num-kv-blocks", "256", "--api-key", API_KEY,
+                    "--speculative-config", speculative],
         tmp_path / "server.log",
     )
     try:
@@ -71,6 +75,8 @@ def test_two_api_processes_serve_one_engine(llama_dir, tmp_path):
         assert metrics["octavo:request_success_total{finished_reason=length}"] == NUM_REQUESTS
         assert metrics["octavo:generation_tokens_total"] == sum(tokens)
         assert metrics["octavo:kv_cache_free_blocks"] == metrics["octavo:kv_cache_total_blocks"] == 256
+        drafted, accepted = (metrics[f"octavo:spec_decode_num_{name}_total"] for name in ("draft_tokens", "accepted_tokens"))
+        assert 0 <= accepted <= drafted
         # A stored response would live in one process only: none is stored, and asking for it is a 400.
         body = {"input": "Once upon a time", "max_output_tokens": 2}
         assert httpx.post(f"{server.url}/v1/responses", json=body, headers=headers, timeout=60).json()["store"] is False
