@@ -102,4 +102,7 @@ def _draft_model_options(args: EngineArgs) -> dict:
     speculative = SpeculativeConfig.from_dict(args.speculative_config)
     if speculative is None or not speculative.uses_draft_model:
         return {}
-    return dict(speculative_model=speculative.model, num_speculative_tokens=speculative.num_speculative_tokens)
+    return dict(
+        speculative_model=speculative.model, num_speculative_tokens=speculative.num_speculative_tokens,
+        speculative_disable_by_batch_size=speculative.disable_by_batch_size,
+    )

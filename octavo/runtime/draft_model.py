@@ -110,6 +110,9 @@ class DraftModel:
     def propose(self, output: ModelRunnerOutput) -> None:
         """The draft model's guesses for each sampling request's next step, into ``output``."""
         states, block_size = self.runner.states, self.runner.config.block_size
+        max_batch = self.runner.config.speculative_disable_by_batch_size
+        if max_batch is not None and len(states) >= max_batch:
+            return  # the scheduler drafts for none of them (``disable_by_batch_size``): no guesses to make
         request_ids, positions, last_tokens, limits = [], [], [], []
         for request_id, kept in output.sampled_token_ids.items():
             state = states.get(request_id)

@@ -226,12 +226,19 @@ def test_unseeded_random_requests_draft_and_end_on_time(llama_dir, make_llm):
     assert llm.engine.get_stats().spec_decoding.num_accepted_tokens > 0
 
 
-def test_disable_by_batch_size(llama_dir, make_llm):
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_disable_by_batch_size(llama_dir, make_llm, method):
     prompts = make_prompts(vocab(llama_dir))[:4]
-    llm = make_llm(llama_dir, speculative_config={**NGRAM, "disable_by_batch_size": 2})
+    config = NGRAM if method == "ngram" else {"model": str(llama_dir), "num_speculative_tokens": 3}
+    llm = make_llm(llama_dir, speculative_config={**config, "disable_by_batch_size": 2})
+    draft, guessed = llm.engine.executor.worker.runner.draft, []
+    if draft is not None:  # the workers make no guesses nobody would use
+        decode = draft._decode
+        draft._decode = lambda *args: guessed.append(len(args[0])) or decode(*args)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     assert llm.engine.get_stats().spec_decoding.num_drafts == 0  # four running: never drafted
+    assert guessed == []
     llm.generate([{"prompt_token_ids": prompts[0]}], SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True))
     assert llm.engine.get_stats().spec_decoding.num_drafts > 0
 
