@@ -90,10 +90,11 @@ def print_table(rows: list[dict], config: dict, args) -> None:
     print("| side | batch | output tok/s | vs no drafts | steps | tokens a request-step | ms a step | acceptance |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        per_step = args.output_len / row["steps"] * 1.0 if row["steps"] else 0.0
+        per_step = args.output_len / row["steps"] if row["steps"] else 0.0
         step_ms = row["seconds"] / row["steps"] * 1e3 if row["steps"] else 0.0
         acceptance = "-" if row["acceptance"] is None else f"{row['acceptance']:.2f}"
-        print(f"| {row['side']} | {row['batch']} | {row['tokens_per_s']:.1f} | {row['tokens_per_s'] / base[row['batch']]:.2f}x "
+        speedup = row["tokens_per_s"] / base[row["batch"]]
+        print(f"| {row['side']} | {row['batch']} | {row['tokens_per_s']:.1f} | {speedup:.2f}x "
               f"| {row['steps']} | {per_step:.2f} | {step_ms:.2f} | {acceptance} |")
 
 
@@ -124,7 +125,8 @@ def main(argv=None) -> list[dict]:
             rows += run_side(f"ngram k={k}", args, model, config["vocab_size"], {"speculative_config": speculative})
         if args.draft_model:
             draft = model if args.tiny else args.draft_model
-            speculative = {"model": draft, "num_speculative_tokens": max(int(k) for k in args.num_speculative_tokens.split(","))}
+            k = max(int(k) for k in args.num_speculative_tokens.split(","))
+            speculative = {"model": draft, "num_speculative_tokens": k}
             rows += run_side(f"draft k={speculative['num_speculative_tokens']}", args, model, config["vocab_size"],
                              {"speculative_config": speculative})
     print_table(rows, config, args)

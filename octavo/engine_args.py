@@ -195,8 +195,8 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         speculative = args.speculative_config
         if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
             # The draft checkpoint too, once, before any worker or replica starts.
-            draft = resolve_model(speculative["model"], dataclasses.replace(_hub_options(args), gguf_file=None, revision=None),
-                                  weights=args.load_format != "dummy")
+            draft_options = dataclasses.replace(_hub_options(args), gguf_file=None, revision=None)
+            draft = resolve_model(speculative["model"], draft_options, weights=args.load_format != "dummy")
             speculative = {**speculative, "model": str(draft)}
     return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None, speculative_config=speculative)
 
@@ -222,7 +222,9 @@ def resolve_pooler(args: EngineArgs, arch: ModelArchConfig, model_path: Path, lo
         # A pooling step finishes its requests: there is no next step to overlap.
         raise InvalidArgumentError(f"async_scheduling is for generation, not a model serving {task!r}", param="async_scheduling")
     if args.speculative_config is not None:
-        raise InvalidArgumentError(f"speculative decoding is for generation, not a model serving {task!r}", param="speculative_config")
+        raise InvalidArgumentError(
+            f"speculative decoding is for generation, not a model serving {task!r}", param="speculative_config"
+        )
     return build_pooler_config(task, arch, model_dir, resolve_model_class(arch.architecture, task))
 
 

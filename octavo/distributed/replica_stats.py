@@ -60,5 +60,7 @@ def _combine_spec_decoding(parts: list[SpecDecodingStats]) -> SpecDecodingStats 
         num_drafts=sum(p.num_drafts for p in parts),
         num_draft_tokens=sum(p.num_draft_tokens for p in parts),
         num_accepted_tokens=sum(p.num_accepted_tokens for p in parts),
-        accepted_per_position=[sum(p.accepted_per_position[i] for p in parts if i < len(p.accepted_per_position)) for i in range(width)],
+        accepted_per_position=[
+            sum(p.accepted_per_position[i] for p in parts if i < len(p.accepted_per_position)) for i in range(width)
+        ],
     )

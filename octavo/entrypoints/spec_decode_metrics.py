@@ -27,8 +27,12 @@ class SpecDecodingCollector(Collector):
         stats = self._stats
         if stats is None:
             return
-        yield CounterMetricFamily("octavo:spec_decode_num_drafts", "Steps in which a request carried drafts", value=stats.num_drafts)
-        yield CounterMetricFamily("octavo:spec_decode_num_draft_tokens", "Draft tokens proposed", value=stats.num_draft_tokens)
+        yield CounterMetricFamily(
+            "octavo:spec_decode_num_drafts", "Steps in which a request carried drafts", value=stats.num_drafts
+        )
+        yield CounterMetricFamily(
+            "octavo:spec_decode_num_draft_tokens", "Draft tokens proposed", value=stats.num_draft_tokens
+        )
         yield CounterMetricFamily(
             "octavo:spec_decode_num_accepted_tokens", "Draft tokens the model accepted", value=stats.num_accepted_tokens
         )

@@ -93,3 +93,18 @@ def test_speculative_config_and_stats_round_trip():
     assert decode(encode(config)) == config
     stats = SchedulerStats(1, 0, 0.5, 3, 0, PrefixCacheStats(), spec_decoding=SpecDecodingStats(4, 10, 6, [4, 2, 0]))
     assert decode(encode(stats)) == stats
+
+
+def test_replicas_speculative_counters_add_up():
+    from octavo.core.kv_cache_manager import PrefixCacheStats
+    from octavo.core.scheduler import SchedulerStats
+    from octavo.core.scheduler_config import SpecDecodingStats
+    from octavo.distributed.replica_stats import ReplicaStats, combine_replica_stats
+
+    def replica(index: int, spec: SpecDecodingStats | None) -> ReplicaStats:
+        stats = SchedulerStats(1, 0, 0.5, 2, 0, PrefixCacheStats(), spec_decoding=spec)
+        return ReplicaStats(index, stats, num_kv_blocks=4, num_requests_routed=1, num_requests_finished=0)
+
+    combined = combine_replica_stats([replica(0, SpecDecodingStats(2, 6, 4, [2, 1, 1])), replica(1, SpecDecodingStats(1, 2, 1, [1, 0]))])
+    assert combined.spec_decoding == SpecDecodingStats(3, 8, 5, [3, 1, 1])
+    assert combine_replica_stats([replica(0, None)]).spec_decoding is None  # speculation off: no counters
