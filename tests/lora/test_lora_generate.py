@@ -44,6 +44,18 @@ def test_adapters_and_base_in_one_batch_match_peft(llama_dir, adapters, referenc
     assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
 
 
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_adapters_with_speculative_decoding_match_peft(llama_dir, adapters, references, make_llm, method):
+    """Drafts are computed with their request's adapter (each token's slot),
+    so speculation leaves PEFT's tokens; a draft model runs without adapters."""
+    config = ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+              if method == "ngram" else {"model": str(llama_dir), "num_speculative_tokens": 3})
+    llm = make_llm(llama_dir, enable_lora=True, max_loras=2, max_lora_rank=8, speculative_config=config)
+    names = ["every", None, "qv"]
+    assert run_mixed(llm, adapters, names) == {name: references[name] for name in names}
+    assert llm.engine.get_stats().spec_decoding.num_draft_tokens > 0
+
+
 def test_more_adapters_than_slots(llama_dir, adapters, references, make_llm):
     # One slot: the scheduler runs one adapter's requests at a time and the
     # runner swaps the slot's weights between them (twice: from disk, then its cache).
