@@ -25,13 +25,9 @@ class HarmonyReasoningParser(ReasoningParser):
         super().__init__()
         self.reader = HarmonyReader()
         self.forward_messages = False  # set where a harmony tool parser reads what follows
-        self.num_read = 0  # characters of self.text handed to the reader
 
     def _advance(self, final: bool) -> tuple[str, str]:
-        events = self.reader.feed(self.text[self.num_read :])
-        self.num_read = len(self.text)
-        if final:
-            events += self.reader.finish()
+        events = self.reader.read(self.text, final)
         reasoning: list[str] = []
         content: list[str] = []
         for event in events:

@@ -26,13 +26,9 @@ class HarmonyToolParser(ToolParser):
         self.reader = HarmonyReader()
         self.num_sent = 0  # characters of the open call's arguments sent
         self.pending = ""  # the open call's trailing whitespace, sent only if more follows
-        self.num_read = 0  # characters of self.text handed to the reader
 
     def _advance(self, final: bool) -> ParsedDelta:
-        events = self.reader.feed(self.text[self.num_read :])
-        self.num_read = len(self.text)
-        if final:
-            events += self.reader.finish()
+        events = self.reader.read(self.text, final)
         out = ParsedDelta()
         for event in events:
             name = event.header.function

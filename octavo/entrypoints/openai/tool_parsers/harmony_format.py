@@ -86,12 +86,11 @@ class HarmonyReader:
         self.position = 0
         self.header: Header | None = None  # the open message's; None between messages
 
-    def feed(self, delta: str) -> list[Event]:
-        self.text += delta
-        return self._advance(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._advance(final=True)
+    def read(self, text: str, final: bool) -> list[Event]:
+        """The events of ``text``, the whole output so far (it only grows),
+        past what earlier calls read; ``final``: the output is complete."""
+        self.text += text[len(self.text) :]
+        return self._advance(final)
 
     def _advance(self, final: bool) -> list[Event]:
         events: list[Event] = []
