@@ -12,7 +12,7 @@ import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, TokenLogprobs
 from octavo.runtime.input_batch import PreparedBatch
-from octavo.runtime.sampler import AllowedTokens, SamplingRow, gather_logprobs
+from octavo.runtime.sampler import AllowedTokens, SampledBatch, SamplingRow, gather_logprobs
 
 
 class StepSampling:
@@ -53,14 +53,7 @@ class StepSampling:
         rows = self.sampling_rows(batch.sample_request_ids)
         sampled = self.sampler.sample(logits, rows, self.grammar_allowed(batch, scheduler_output))
         self.end_step()
-        token_ids, logprobs = sampled.to_host()
-        request_ids, sampled_token_ids = batch.sample_request_ids, output.sampled_token_ids
-        for request_id, token_id in zip(request_ids, token_ids):
-            sampled_token_ids[request_id] = [token_id]
-        if sampled.chosen_logprobs is not None:  # else no row asked for logprobs
-            for request_id, token_logprobs in zip(request_ids, logprobs):
-                if token_logprobs is not None:
-                    output.logprobs[request_id] = [token_logprobs]
+        write_samples(output, batch.sample_request_ids, sampled)
 
     def prompt_logprobs(self, hidden: torch.Tensor, batch: PreparedBatch, output: ModelRunnerOutput) -> None:
         for span in batch.prompt_logprob_spans:
@@ -73,3 +66,16 @@ class StepSampling:
                 gather_logprobs(logprobs[j], token_id, num_top) for j, token_id in enumerate(span.target_token_ids)
             ]
             output.prompt_logprobs[span.request_id] = entries
+
+
+def write_samples(output: ModelRunnerOutput, request_ids: list[str], sampled: SampledBatch) -> None:
+    """One sampled token per request into ``output``, with its logprobs where
+    the request asked for them (the batch's one host read)."""
+    token_ids, logprobs = sampled.to_host()
+    sampled_token_ids = output.sampled_token_ids
+    for request_id, token_id in zip(request_ids, token_ids):
+        sampled_token_ids[request_id] = [token_id]
+    if sampled.chosen_logprobs is not None:  # else no row asked for logprobs
+        for request_id, token_logprobs in zip(request_ids, logprobs):
+            if token_logprobs is not None:
+                output.logprobs[request_id] = [token_logprobs]
