@@ -12,7 +12,10 @@ a request costs over a one-token step) and the floor (the weights' bytes
 over the measured copy bandwidth: the least a decode step can take). The
 draft-model side (``--draft-model``, Llama-3.2-1B shapes by default, random
 weights too) measures what running a draft model costs a step; in
-``--tiny`` the target is its own draft, so every guess is accepted.
+``--tiny`` the target is its own draft, so every guess is accepted. The
+EAGLE-3 side (``--eagle3``, a head of Llama-3.1-8B's shapes with a
+32,000-token draft vocabulary, random weights) measures what a head costs
+a step: its guesses are rarely accepted either.
 
     python benchmarks/spec_decode_gpu.py --model benchmarks/configs/llama-3.1-8b
     python benchmarks/spec_decode_gpu.py --tiny     # the CPU smoke run
@@ -83,6 +86,18 @@ def run_side(name: str, args, model: str, vocab_size: int, options: dict) -> lis
     return rows
 
 
+def tiny_eagle3_config(out_dir: Path, target: dict) -> Path:
+    """An EAGLE-3 head's config for the tiny target (its layers 0, 1 and the stream after the last)."""
+    keys = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "vocab_size", "max_position_embeddings", "rms_norm_eps")
+    config = {k: target[k] for k in keys}
+    config.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1, draft_vocab_size=256,
+                  eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+    out_dir.mkdir(parents=True)
+    (out_dir / "config.json").write_text(json.dumps(config))
+    return out_dir
+
+
 def print_table(rows: list[dict], config: dict, args) -> None:
     floor_ms, bandwidth = decode_floor_ms(config, args.dtype)
     print(f"\nfloor: {floor_ms:.2f} ms a step (weights over {bandwidth / 1e9:.0f} GB/s copy bandwidth)")
@@ -111,6 +126,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--draft-model", default="benchmarks/configs/llama-3.2-1b",
                         help="a draft model's config directory (random weights: its guesses are rarely accepted, "
                         "so its side measures what a draft model costs); empty: no draft-model side")
+    parser.add_argument("--eagle3", default="benchmarks/configs/eagle3-llama-3.1-8b",
+                        help="an EAGLE-3 head's config directory for the target; empty: no EAGLE-3 side")
     parser.add_argument("--tiny", action="store_true", help="a tiny model on the CPU (smoke run)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir:
@@ -129,6 +146,11 @@ def main(argv=None) -> list[dict]:
             speculative = {"model": draft, "num_speculative_tokens": k}
             rows += run_side(f"draft k={speculative['num_speculative_tokens']}", args, model, config["vocab_size"],
                              {"speculative_config": speculative})
+        if args.eagle3:
+            head = str(tiny_eagle3_config(Path(workdir) / "eagle3", config)) if args.tiny else args.eagle3
+            k = max(int(k) for k in args.num_speculative_tokens.split(","))
+            speculative = {"method": "eagle3", "model": head, "num_speculative_tokens": k}
+            rows += run_side(f"eagle3 k={k}", args, model, config["vocab_size"], {"speculative_config": speculative})
     print_table(rows, config, args)
     return rows
 

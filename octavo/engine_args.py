@@ -36,7 +36,9 @@ from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name
 from octavo.runtime.config import WorkerConfig
 from octavo.runtime.startup import log_ready, timed_phase
-from octavo.speculative_options import check_speculative_args, check_speculative_engine, lookahead_tokens
+from octavo.speculative_options import (
+    check_speculative_args, check_speculative_engine, lookahead_tokens, with_checkpoint_method,
+)
 from octavo.worker_options import worker_config_for
 
 logger = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
             # The draft checkpoint too, once, before any worker or replica starts.
             draft_options = dataclasses.replace(_hub_options(args), gguf_file=None, revision=None)
             draft = resolve_model(speculative["model"], draft_options, weights=args.load_format != "dummy")
-            speculative = {**speculative, "model": str(draft)}
+            speculative = with_checkpoint_method({**speculative, "model": str(draft)})
     return dataclasses.replace(args, model=str(model), tokenizer=tokenizer, gguf_file=None, speculative_config=speculative)
 
 

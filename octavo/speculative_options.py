@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from octavo.core.speculative_config import SpeculativeConfig
 from octavo.errors import InvalidArgumentError
-from octavo.models.config import ModelArchConfig, load_arch_config
+from octavo.models.config import ModelArchConfig, load_arch_config, read_json
 from octavo.runtime.config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def check_speculative_engine(
             f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
             param="speculative_config",
         )
-    if speculative.uses_draft_model:
+    if speculative.uses_draft_model:  # a draft model or an EAGLE-3 head
         if speculative.draft_tensor_parallel_size not in (None, args.tensor_parallel_size):
             raise InvalidArgumentError(
                 f"draft_tensor_parallel_size must be the target's tensor_parallel_size ({args.tensor_parallel_size})",
@@ -60,6 +60,19 @@ def check_speculative_engine(
                 "its tokens would mean something else", param="speculative_config",
             )
     return speculative
+
+
+def with_checkpoint_method(speculative: dict) -> dict:
+    """``speculative_config`` with the method a ``speculators``-format
+    checkpoint names (its ``speculators_model_type``) when the config names
+    none, as vLLM reads it; other dicts as they are."""
+    if "method" in speculative or not isinstance(speculative.get("model"), str):
+        return speculative
+    config_path = Path(speculative["model"]) / "config.json"
+    if not config_path.is_file():
+        return speculative
+    kind = read_json(config_path).get("speculators_model_type")
+    return {**speculative, "method": kind} if isinstance(kind, str) else speculative
 
 
 def lookahead_tokens(worker_config: WorkerConfig) -> int:

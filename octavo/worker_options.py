@@ -104,5 +104,6 @@ def _draft_model_options(args: EngineArgs) -> dict:
         return {}
     return dict(
         speculative_model=speculative.model, num_speculative_tokens=speculative.num_speculative_tokens,
+        speculative_method=speculative.method,
         speculative_disable_by_batch_size=speculative.disable_by_batch_size,
     )

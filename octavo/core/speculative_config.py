@@ -13,6 +13,11 @@ Two proposers:
 - ``method: "draft_model"`` (``model``: a smaller checkpoint with the same
   vocabulary): the workers run the draft model beside the target and return
   its greedy guesses for the next step (``runtime/draft_model.py``).
+- ``method: "eagle3"`` (``model``: an EAGLE-3 head trained for the target):
+  the same, the head reading the target's hidden states
+  (``runtime/eagle_proposer.py``). A ``speculators``-format EAGLE-3
+  checkpoint given as ``model`` without a method is one too
+  (``engine_args.resolve_model_files`` reads its config).
 
 Which requests speculate: greedy ones, and random ones without a seed (a
 seeded request keeps the exact tokens it has without speculation), with or
@@ -40,9 +45,11 @@ _KNOWN_KEYS = {
     "method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "model",
     "draft_tensor_parallel_size",
 }
-_METHODS = ("ngram", "draft_model")
-# vLLM's methods that need trained heads or more: refused by name, not ignored.
-_UNSUPPORTED_METHODS = {"eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "deepseek_mtp", "suffix"}
+_METHODS = ("ngram", "draft_model", "eagle3")
+# Methods run by the workers with a second checkpoint (``model``).
+_MODEL_METHODS = ("draft_model", "eagle3")
+# vLLM's other methods: refused by name, not ignored.
+_UNSUPPORTED_METHODS = {"eagle", "medusa", "mlp_speculator", "mtp", "deepseek_mtp", "suffix"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class SpeculativeConfig:
 
     @property
     def uses_draft_model(self) -> bool:
-        return self.method == "draft_model"
+        """Whether the workers run a second checkpoint that guesses (a draft model or an EAGLE-3 head)."""
+        return self.method in _MODEL_METHODS
 
     @classmethod
     def from_dict(cls, value: dict[str, Any] | SpeculativeConfig | None) -> SpeculativeConfig | None:
@@ -83,10 +91,10 @@ class SpeculativeConfig:
             raise _bad(f"unknown speculative method {method!r}; the supported methods are {list(_METHODS)}")
         num_tokens = _positive_int(value, "num_speculative_tokens", required=True)
         disable_by_batch_size = _positive_int(value, "disable_by_batch_size")
-        if method == "draft_model":
-            return cls._draft_model(value, model, num_tokens, disable_by_batch_size)
+        if method in _MODEL_METHODS:
+            return cls._draft_model(value, method, model, num_tokens, disable_by_batch_size)
         if model is not None:
-            raise _bad("speculative_config 'model' is for method 'draft_model', not 'ngram'")
+            raise _bad("speculative_config 'model' is for methods 'draft_model' and 'eagle3', not 'ngram'")
         lookup_min = _positive_int(value, "prompt_lookup_min")
         lookup_max = _positive_int(value, "prompt_lookup_max")
         if lookup_min is None and lookup_max is None:
@@ -98,14 +106,14 @@ class SpeculativeConfig:
         return cls(num_tokens, method, lookup_min, lookup_max, disable_by_batch_size)
 
     @classmethod
-    def _draft_model(cls, value: dict[str, Any], model, num_tokens: int, disable_by_batch_size) -> SpeculativeConfig:
+    def _draft_model(cls, value: dict[str, Any], method: str, model, num_tokens: int, disable_by_batch_size):
         if not isinstance(model, str) or not model:
-            raise _bad("speculative method 'draft_model' needs 'model': the draft checkpoint's directory or Hub id")
+            raise _bad(f"speculative method {method!r} needs 'model': the draft checkpoint's directory or Hub id")
         lookup = sorted(k for k in ("prompt_lookup_min", "prompt_lookup_max") if k in value)
         if lookup:
-            raise _bad(f"speculative_config {lookup} are for method 'ngram', not 'draft_model'")
+            raise _bad(f"speculative_config {lookup} are for method 'ngram', not {method!r}")
         draft_tp = _positive_int(value, "draft_tensor_parallel_size")
-        return cls(num_tokens, "draft_model", disable_by_batch_size=disable_by_batch_size, model=model,
+        return cls(num_tokens, method, disable_by_batch_size=disable_by_batch_size, model=model,
                    draft_tensor_parallel_size=draft_tp)
 
 

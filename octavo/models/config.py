@@ -218,7 +218,27 @@ def _check_supported(config: "ModelArchConfig") -> None:
         )
 
 
+def _speculators_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``speculators``-library checkpoint's config as its head's own: the
+    layer's config (``transformer_layer_config``) with the EAGLE-3 fields
+    (``models/eagle3.py``; that library's heads norm before the residual)."""
+    kind = raw.get("speculators_model_type")
+    if kind != "eagle3":
+        raise UnsupportedModelError(f"config.json: speculators_model_type {kind!r} is not supported (eagle3 is)")
+    layer = raw.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise ModelLoadError("config.json: a speculators config needs the object 'transformer_layer_config'")
+    flat = {**layer, "architectures": ["Eagle3LlamaForCausalLM"]}
+    for key in ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids"):
+        if raw.get(key) is not None:
+            flat[key] = raw[key]
+    flat["norm_before_residual"] = raw.get("norm_before_residual", True)
+    return flat
+
+
 def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
+    if "speculators_model_type" in raw:
+        raw = _speculators_config(raw)
     if "text_config" in raw and "hidden_size" not in raw:
         raw = {**raw["text_config"], "architectures": raw.get("architectures")}
     architectures = raw.get("architectures") or []

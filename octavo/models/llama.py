@@ -34,6 +34,7 @@ from torch import nn
 
 from octavo.core.attention import AttentionSpec
 from octavo.distributed.parallel_state import get_pp_group
+from octavo.models.aux_hidden import AuxHiddenStates
 from octavo.models.base import ModelInitContext
 from octavo.models.layers.attention import Attention, ForwardContext, attention_sinks_param
 from octavo.models.layers.embedding import ParallelLMHead, VocabParallelEmbedding
@@ -310,7 +311,7 @@ def layer_range(num_layers: int) -> tuple[int, int]:
 MlpFactory = Callable[[ModelInitContext, int, str], nn.Module]
 
 
-class DecoderModel(nn.Module):
+class DecoderModel(AuxHiddenStates, nn.Module):
     def __init__(self, ctx: ModelInitContext, options: DecoderOptions, build_mlp: MlpFactory):
         super().__init__()
         config = ctx.config
@@ -361,12 +362,17 @@ class DecoderModel(nn.Module):
         else:
             hidden, residual = intermediate
         normed = False  # whether ``hidden`` is already the next norm's output
-        for layer, next_norm in zip(self.layers[self.start_layer : self.end_layer], self.next_norms):
+        local = zip(self.layers[self.start_layer : self.end_layer], self.next_norms)
+        for index, (layer, next_norm) in enumerate(local, start=self.start_layer):
+            if self.aux_slots:
+                self._keep_aux(index, hidden, residual, normed)
             if next_norm is None and not normed:
                 hidden, residual = layer(positions, hidden, residual, fctx)
             else:
                 hidden, residual = layer(positions, hidden, residual, fctx, next_norm=next_norm, normed=normed)
             normed = next_norm is not None
+        if self.aux_slots:
+            self._keep_aux(len(self.layers), hidden, residual, normed)
         if self.norm is None:
             return hidden, residual
         if not normed:

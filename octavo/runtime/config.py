@@ -70,6 +70,8 @@ class WorkerConfig:
     # the drafts it proposes a request per step (0: no draft model).
     speculative_model: str | None = None
     num_speculative_tokens: int = 0
+    # "draft_model" (a smaller model of the same vocabulary) or "eagle3" (a head reading the target's hidden states).
+    speculative_method: str = "draft_model"
     # ... and no guesses while this many requests or more are held (None: always).
     speculative_disable_by_batch_size: int | None = None
     # vLLM's hf_overrides: config.json values replaced before the model is built.

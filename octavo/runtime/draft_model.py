@@ -50,10 +50,14 @@ class DraftModel:
             load_format="dummy" if config.load_format == "dummy" else "safetensors",
         )
         with timed_phase("load the draft model"):
-            self.loaded = load_model(draft_config, runner.platform, runner.device)
+            self.loaded = load_model(draft_config, runner.platform, runner.device, self.model_class())
         self.kv_caches: list[torch.Tensor] = []
         self.graphs = None  # the draft's one-token steps, captured by batch size (``capture_graphs``)
         self.prefill_graphs = None  # ... and its steps of several tokens, by token bucket
+
+    def model_class(self):
+        """The draft's class (None: the one its config.json names)."""
+        return None
 
     # ------------------------------------------------------------ KV cache
 
@@ -94,7 +98,7 @@ class DraftModel:
 
     # ----------------------------------------------------------------- step
 
-    def follow(self, batch: PreparedBatch, graph_size: int | None, prefill_bucket: int | None) -> None:
+    def follow(self, batch: PreparedBatch, scheduler_output, graph_size: int | None, prefill_bucket: int | None) -> None:
         """Write the draft model's KV for the step's tokens (the target's
         batch). A step the target replayed from a graph (a decode graph of
         ``graph_size`` requests, a prefill graph of ``prefill_bucket``
@@ -109,29 +113,39 @@ class DraftModel:
 
     def propose(self, output: ModelRunnerOutput) -> None:
         """The draft model's guesses for each sampling request's next step, into ``output``."""
-        states, block_size = self.runner.states, self.runner.config.block_size
-        max_batch = self.runner.config.speculative_disable_by_batch_size
-        if max_batch is not None and len(states) >= max_batch:
-            return  # the scheduler drafts for none of them (``disable_by_batch_size``): no guesses to make
-        request_ids, positions, last_tokens, limits = [], [], [], []
-        for request_id, kept in output.sampled_token_ids.items():
-            state = states.get(request_id)
-            if not kept or state is None or not _may_draft(state.sampling_params):
-                continue
-            position = len(state.token_ids) + len(kept) - 1  # the newest token's, not computed yet
-            # Draft i (from 1) is decoded from position + i - 1: it must lie in the request's blocks.
-            limit = min(self.num_speculative_tokens, state.num_blocks * block_size - position)
-            if limit < 1:
-                continue
-            request_ids.append(request_id)
-            positions.append(position)
-            last_tokens.append(kept[-1])
-            limits.append(limit)
+        if self.drafting_paused():
+            return
+        request_ids, positions, last_tokens, limits = self.drafting_requests(output)
         if not request_ids:
             return
         drafts = self._decode(request_ids, np.asarray(positions, dtype=np.int64), last_tokens, limits)
         for request_id, request_drafts in zip(request_ids, drafts):
             output.draft_token_ids[request_id] = request_drafts
+
+    def drafting_paused(self) -> bool:
+        """Whether the scheduler drafts for no one now (``disable_by_batch_size``): no guesses to make."""
+        max_batch = self.runner.config.speculative_disable_by_batch_size
+        return max_batch is not None and len(self.runner.states) >= max_batch
+
+    def drafting_requests(self, output: ModelRunnerOutput) -> tuple[list[str], list[int], list[int], list[int]]:
+        """The requests that sampled and may draft: their ids, their newest
+        token's position (not computed yet) and the token, and how many
+        drafts each can take (draft ``i``, from 1, is decoded from position
+        ``+ i - 1``, which must lie in the request's blocks)."""
+        states, block_size = self.runner.states, self.runner.config.block_size
+        request_ids, positions, last_tokens, limits = [], [], [], []
+        for request_id, kept in output.sampled_token_ids.items():
+            state = states.get(request_id)
+            if not kept or state is None or not _may_draft(state.sampling_params):
+                continue
+            position = len(state.token_ids) + len(kept) - 1
+            limit = min(self.num_speculative_tokens, state.num_blocks * block_size - position)
+            if limit >= 1:
+                request_ids.append(request_id)
+                positions.append(position)
+                last_tokens.append(kept[-1])
+                limits.append(limit)
+        return request_ids, positions, last_tokens, limits
 
     def _decode(self, request_ids: list[str], positions: np.ndarray, last_tokens: list[int], limits: list[int]):
         """Greedy drafts, one batched one-token step each; request ``j`` takes ``limits[j]``."""

@@ -116,9 +116,13 @@ def _load_weights(model: nn.Module, config: WorkerConfig, arch: ModelArchConfig)
         raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
 
 
-def load_model(config: WorkerConfig, platform: Platform, device: torch.device) -> LoadedModel:
+def load_model(
+    config: WorkerConfig, platform: Platform, device: torch.device, model_class: type[nn.Module] | None = None
+) -> LoadedModel:
+    """The model of ``config``, built as ``model_class`` if given (else the
+    registry's class for its architecture and task)."""
     arch, generation_config = load_arch(config)
-    model_class = resolve_model_class(arch.architecture, config.task)
+    model_class = model_class or resolve_model_class(arch.architecture, config.task)
     pooler = None
     if config.task != "generate":
         pooler = build_pooler_config(config.task, arch, Path(config.model_path), model_class)

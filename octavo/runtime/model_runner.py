@@ -94,8 +94,9 @@ class ModelRunner(StepSampling):
         self.eos_token_ids = self.loaded.eos_token_ids
         if self.config.speculative_model:
             from octavo.runtime.draft_model import DraftModel
+            from octavo.runtime.eagle_proposer import EagleProposer
 
-            self.draft = DraftModel(self)
+            self.draft = (EagleProposer if self.config.speculative_method == "eagle3" else DraftModel)(self)
         if self.loaded.pooler is not None:
             from octavo.runtime.pooling_runner import PoolingRunner
 
@@ -311,11 +312,12 @@ class ModelRunner(StepSampling):
         if not get_pp_group().is_last:
             return hidden
         if self.draft is not None:
-            self.draft.follow(batch, self._graph_size(scheduler_output), self._prefill_bucket(scheduler_output, intermediate))
+            graph_size, bucket = self._graph_size(scheduler_output), self._prefill_bucket(scheduler_output, intermediate)
+            self.draft.follow(batch, scheduler_output, graph_size, bucket)
         if logits is not None:
             self._sample(logits, batch, output, scheduler_output)
-            if self.draft is not None:
-                self.draft.propose(output)
+        if self.draft is not None:
+            self.draft.propose(output)  # an EAGLE head follows the step here, once its tokens are known
         if batch.prompt_logprob_spans:
             self.prompt_logprobs(hidden, batch, output)
         return output

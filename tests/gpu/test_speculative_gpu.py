@@ -39,3 +39,35 @@ def test_draft_model_on_gpu_follows_the_target(llama_dir, make_llm):
         assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected, options
         stats = llm.engine.get_stats().spec_decoding
         assert stats.num_accepted_tokens == stats.num_draft_tokens > 0, options
+
+
+def test_eagle3_head_on_gpu_guesses_what_it_should(llama_dir, make_llm, tmp_path, monkeypatch):
+    """The head's steps run eagerly beside the target's graphs: its hidden
+    states come from the buffer the replayed graphs write. Every draft is
+    the plain CPU recomputation's; the outputs are the CPU's."""
+    from octavo.runtime.eagle_proposer import EagleProposer
+    from tests.runtime.eagle_reference import ReferenceEagle3, build_eagle3_head
+
+    head = build_eagle3_head(tmp_path / "eagle3", llama_dir)
+    reference = ReferenceEagle3(head, llama_dir)
+    proposals = []
+    propose = EagleProposer.propose
+
+    def recording(self, output):
+        propose(self, output)
+        for request_id, drafts in output.draft_token_ids.items():
+            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
+            proposals.append((known, drafts))
+
+    monkeypatch.setattr(EagleProposer, "propose", recording)
+    prompts = [{"prompt_token_ids": [(7 * i + 3 * j) % 300 + 3 for j in range(6 + 11 * i)]} for i in range(5)]
+    params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in make_llm(llama_dir, platform="cpu").generate(prompts, params)]
+    config = {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}
+    for options in (dict(platform="cuda"), dict(platform="cuda", enforce_eager=True)):
+        proposals.clear()
+        llm = make_llm(llama_dir, speculative_config=config, enable_prefix_caching=False, **options)
+        assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected, options
+        assert len(proposals) > 20, options
+        for known, drafts in proposals[::4]:
+            assert drafts == reference.drafts(known, len(drafts)), (options, len(known))

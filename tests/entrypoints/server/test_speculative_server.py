@@ -59,10 +59,10 @@ def test_completions_match_and_metrics_count_drafts(spec_server, references):
 
 
 def test_bad_configuration_stops_the_start(llama_dir, tmp_path):
-    args = ["--max-model-len", "256", "--num-kv-blocks", "64", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}']
+    args = ["--max-model-len", "256", "--num-kv-blocks", "64", "--speculative-config", '{"method": "medusa", "num_speculative_tokens": 2}']
     process = ServerProcess(llama_dir, args, tmp_path / "server.log")
     try:
-        with pytest.raises(RuntimeError, match="speculative method 'eagle3' is not supported"):
+        with pytest.raises(RuntimeError, match="speculative method 'medusa' is not supported"):
             process.wait_healthy()
     finally:
         process.stop()
