@@ -14,10 +14,15 @@ import torch.nn.functional as F
 
 def build_eagle3_head(
     out_dir: Path, target_dir: Path, *, aux_layer_ids=(0, 1, 2), draft_vocab_size: int | None = 300,
-    speculators: bool = False, own_embeddings: bool = True, seed: int = 3,
+    speculators: bool = False, own_embeddings: bool = True, seed: int = 3, repeats: bool = False,
 ) -> Path:
     """A random EAGLE-3 head for the target in ``target_dir``: EAGLE's layout
-    (``midlayer.``, ``eagle_config``) or the speculators library's."""
+    (``midlayer.``, ``eagle_config``) or the speculators library's.
+    ``repeats``: a head whose layer adds nothing and that reads the stream
+    after the target's last layer (the last of ``aux_layer_ids``) through
+    the target's final norm and LM head: it guesses the target's newest
+    token again and again, so that drafts are accepted where the target
+    repeats itself."""
     target = json.loads((target_dir / "config.json").read_text())
     hidden, inter, vocab = target["hidden_size"], target["intermediate_size"], target["vocab_size"]
     heads, kv_heads, head_dim = target["num_attention_heads"], target["num_key_value_heads"], target["head_dim"]
@@ -45,6 +50,15 @@ def build_eagle3_head(
         f"{layer}mlp.down_proj.weight": weight(hidden, inter),
         "norm.weight": norm(),
     }
+    if repeats:
+        from safetensors.torch import load_file
+
+        target_weights = load_file(str(target_dir / "model.safetensors"))
+        tensors["fc.weight"] = torch.cat([torch.zeros(hidden, 2 * hidden), torch.eye(hidden)], dim=1)
+        tensors[f"{layer}self_attn.o_proj.weight"].zero_()
+        tensors[f"{layer}mlp.down_proj.weight"].zero_()
+        tensors["norm.weight"] = target_weights["model.norm.weight"]
+        own_embeddings, draft_vocab = False, vocab
     if draft_vocab != vocab:
         kept = torch.sort(torch.randperm(vocab, generator=gen)[:draft_vocab]).values
         tensors["d2t"] = kept - torch.arange(draft_vocab)

@@ -37,6 +37,12 @@ def speculators_head(tmp_path_factory, llama_dir):
     )
 
 
+@pytest.fixture(scope="module")
+def repeating_head(tmp_path_factory, llama_dir):
+    """A head that guesses the target's newest token again: some drafts are accepted."""
+    return build_eagle3_head(tmp_path_factory.mktemp("repeats"), llama_dir, repeats=True)
+
+
 @pytest.fixture
 def recorded(monkeypatch):
     """Every (known tokens, drafts) the engine proposes, the newest token last."""
@@ -69,16 +75,26 @@ def test_drafts_are_the_heads_and_outputs_do_not_change(llama_dir, eagle_head, m
     check_drafts(recorded[::7], ReferenceEagle3(eagle_head, llama_dir))
 
 
-def test_kv_follows_prompt_chunks_and_preemption(llama_dir, eagle_head, make_llm, plain_outputs, recorded):
+@pytest.mark.parametrize("head", ["eagle_head", "repeating_head"])
+def test_kv_follows_prompt_chunks_preemption_and_accepted_drafts(
+    llama_dir, head, request, make_llm, plain_outputs, recorded
+):
+    """The random head's guesses depend on every KV entry it wrote; the
+    repeating head's drafts are accepted (steps that keep several tokens a
+    request, whose first guess comes from the last accepted draft's row)."""
+    head = request.getfixturevalue(head)
     prompts, _, expected = plain_outputs
     tight = make_llm(
-        llama_dir, speculative_config=eagle_config(eagle_head, k=2), num_kv_blocks=14, max_num_batched_tokens=24,
+        llama_dir, speculative_config=eagle_config(head, k=3), num_kv_blocks=14, max_num_batched_tokens=24,
         enable_prefix_caching=False,
     )
     greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
     assert_same_outputs(run(tight, prompts, greedy), expected)
-    assert tight.engine.get_stats().num_preemptions > 0
-    check_drafts(recorded[::5], ReferenceEagle3(eagle_head, llama_dir))
+    stats = tight.engine.get_stats()
+    assert stats.num_preemptions > 0
+    if head.name.startswith("repeats"):
+        assert stats.spec_decoding.num_accepted_tokens > 20
+    check_drafts(recorded[::4], ReferenceEagle3(head, llama_dir))
 
 
 def test_speculators_layout_with_the_targets_embeddings(llama_dir, speculators_head, make_llm, plain_outputs, recorded):
@@ -119,3 +135,52 @@ def test_bad_heads_are_refused(llama_dir, tmp_path):
     far = build_eagle3_head(tmp_path / "far", llama_dir, aux_layer_ids=(0, 1, 3))
     with pytest.raises(ModelLoadError, match=r"layers \[0, 1, 3\]"):
         LLM(str(llama_dir), dtype="float32", max_model_len=128, speculative_config=eagle_config(far))
+
+
+def test_tensor_parallel(llama_dir, eagle_head, make_llm, plain_outputs):
+    """Each rank holds its share of the head's heads and MLP, and the whole
+    d2t: the same drafts as on one device (the same counts accepted)."""
+    from octavo import LLM
+    from tests.distributed.common import engine_options
+
+    prompts, _, expected = plain_outputs
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * 3
+    single = make_llm(llama_dir, speculative_config=eagle_config(eagle_head))
+    run(single, prompts[:3], greedy)
+    llm = LLM(str(llama_dir), **engine_options(tensor_parallel_size=2, speculative_config=eagle_config(eagle_head)))
+    try:
+        assert [g[0] for g in run(llm, prompts[:3], greedy)] == [e[0] for e in expected[:3]]
+        stats, one_device = llm.engine.get_stats().spec_decoding, single.engine.get_stats().spec_decoding
+        assert stats.num_draft_tokens > 0
+        assert (stats.num_draft_tokens, stats.num_accepted_tokens) == (one_device.num_draft_tokens, one_device.num_accepted_tokens)
+    finally:
+        llm.engine.shutdown()
+
+
+def test_the_row_each_request_follows_from():
+    """A request verifying drafts follows from its last accepted draft's row
+    (reading the bonus token); a one-token step from its only row; a prompt
+    chunk from its last row (reading the next prompt token); a request
+    without a known next token from nowhere."""
+    from types import SimpleNamespace
+
+    from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+    states = {
+        "verify": SimpleNamespace(num_computed_tokens=10, token_ids=list(range(11))),
+        "decode": SimpleNamespace(num_computed_tokens=6, token_ids=list(range(7))),
+        "chunk": SimpleNamespace(num_computed_tokens=0, token_ids=list(range(100, 120))),
+        "last_chunk": SimpleNamespace(num_computed_tokens=16, token_ids=list(range(100, 120))),
+    }
+    step = SchedulerOutput(
+        num_scheduled_tokens={"verify": 4, "decode": 1, "chunk": 5, "last_chunk": 4},
+        spec_token_ids={"verify": [7, 8, 9]},
+    )
+    # "verify" kept two drafts and a bonus; "last_chunk" sampled after its prompt.
+    output = ModelRunnerOutput(sampled_token_ids={"verify": [7, 8, 42], "decode": [43], "last_chunk": [44]})
+    proposer = SimpleNamespace(runner=SimpleNamespace(states=states))
+    rows = EagleProposer._last_kept_rows(proposer, step, output)
+    assert rows == {"verify": (2, 42), "decode": (4, 43), "chunk": (9, 105), "last_chunk": (13, 44)}
+    # Nothing accepted: the row of the newest known token reads the bonus.
+    output.sampled_token_ids["verify"] = [50]
+    assert EagleProposer._last_kept_rows(proposer, step, output)["verify"] == (0, 50)
