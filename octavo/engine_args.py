@@ -315,7 +315,6 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             max_grammar_bytes=args.structured_outputs_max_grammar_bytes,
         ),
         pooler=pooler,
-        async_scheduling=args.async_scheduling,
         max_loras=worker_config.max_loras,
         max_lora_rank=worker_config.max_lora_rank if worker_config.max_loras else 0,
         lora_targets=executor.lora_targets() if worker_config.max_loras else {},

@@ -287,7 +287,9 @@ class LLMEngine(EnginePooling, RequestValidator):
     def _schedule(self) -> SchedulerOutput:
         scheduler_output = self.scheduler.schedule()
         if self._structured is not None and not scheduler_output.is_empty:
-            scheduler_output.grammar_bitmask = self._structured.bitmask(scheduler_output, self.scheduler.requests)
+            scheduler_output.grammar_bitmask = self._structured.bitmask(
+                scheduler_output, self.scheduler.requests, counted=self.async_scheduling
+            )
         return scheduler_output
 
     def _admit_compiled(self) -> list[RequestOutput]:
@@ -317,24 +319,33 @@ class LLMEngine(EnginePooling, RequestValidator):
         return outputs
 
     def _step_async(self) -> list[RequestOutput]:
-        """Launch the next batch, then finish the one launched before it."""
+        """Launch the next batch, then finish the one launched before it;
+        one batch at a time while a constrained request runs (its next mask
+        follows every token it sampled before)."""
         try:
             launched = False
-            if self.scheduler.has_unfinished_requests():
-                scheduler_output = self.scheduler.schedule()
+            in_step_order = self._constrained_running()
+            if in_step_order and self._batches_in_flight:
+                pass  # finish the batch in flight before the next is scheduled
+            elif self.scheduler.has_unfinished_requests():
+                scheduler_output = self._schedule()
                 if not scheduler_output.is_empty:
                     self.output_processor.mark_scheduled(scheduler_output)
                     pending = self.executor.execute_model(scheduler_output, non_block=True)
                     self._batches_in_flight.append((scheduler_output, pending))
                     launched = True
             # Keep the batch just launched in flight unless nothing new could go.
-            if len(self._batches_in_flight) < (2 if launched else 1):
+            if len(self._batches_in_flight) < (2 if launched and not in_step_order else 1):
                 return []
             scheduler_output, pending = self._batches_in_flight.popleft()
             runner_output = pending.result()
         except EngineDeadError as exc:
             self._fail(exc)
         return self._process(scheduler_output, runner_output)
+
+    def _constrained_running(self) -> bool:
+        """Whether a running request has a structured-output grammar."""
+        return self._structured is not None and any(r.grammar is not None for r in self.scheduler.running)
 
     def _process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> list[RequestOutput]:
         if runner_output.compilations is not None:

@@ -42,9 +42,6 @@ class EngineLimits:
     structured_outputs: StructuredOutputLimits = field(default_factory=StructuredOutputLimits)
     # Set when the model pools (embeddings, classification) instead of generating.
     pooler: PoolerConfig | None = None
-    # Async scheduling computes a step's inputs before the step before it
-    # samples, so grammar masks (which follow every sampled token) cannot apply.
-    async_scheduling: bool = False
     # LoRA (0: off): adapters served at once, their largest rank, and the
     # modules an adapter may name with their whole (in, out) sizes.
     max_loras: int = 0

@@ -105,11 +105,6 @@ class RequestValidator(StructuredOutputValidation, LoRAValidation):
         check_token_ids(prompt_token_ids, limits.vocab_size, "prompt")
         check_token_ids(params.stop_token_ids, limits.vocab_size, "stop_token_ids")
         self._validate_logit_edits(params)
-        if params.structured_outputs is not None and limits.async_scheduling:
-            raise InvalidArgumentError(
-                "structured outputs need synchronous scheduling; this engine runs with async_scheduling",
-                param="structured_outputs",
-            )
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name)
             if value is not None and value > limits.max_logprobs:

@@ -83,7 +83,7 @@ class AsyncStepper:
             scheduler_output, before_model=lambda b: self._fill_placeholders(scheduler_output, b, previous)
         )
         self.collect(previous)
-        step = self._launch_sampling(batch, logits)
+        step = self._launch_sampling(batch, logits, scheduler_output)
         if batch.prompt_logprob_spans:
             runner.prompt_logprobs(hidden, batch, step.output)
         self.previous = step
@@ -145,12 +145,17 @@ class AsyncStepper:
         tokens = previous.sampled.token_ids.index_select(0, upload(sources, torch.long, device))
         batch.input_ids.index_copy_(0, upload(destinations, torch.long, device), tokens.to(batch.input_ids.dtype))
 
-    def _launch_sampling(self, batch: PreparedBatch, logits: torch.Tensor | None) -> LaunchedSamples:
+    def _launch_sampling(
+        self, batch: PreparedBatch, logits: torch.Tensor | None, scheduler_output: SchedulerOutput
+    ) -> LaunchedSamples:
         runner = self.runner
         request_ids = list(batch.sample_request_ids)
         if logits is None or not request_ids:
             return _finished(ModelRunnerOutput())
-        sampled = runner.sampler.sample(logits, runner.sampling_rows(request_ids))
+        # Grammar masks: the engine runs a step with constrained requests only
+        # once every earlier step is collected, so they follow every token.
+        allowed = runner.grammar_allowed(batch, scheduler_output)
+        sampled = runner.sampler.sample(logits, runner.sampling_rows(request_ids), allowed)
         placeholders = []
         for request_id in request_ids:
             state = runner.states[request_id]

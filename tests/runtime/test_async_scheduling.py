@@ -4,6 +4,9 @@ every sampling parameter, chunked prefill, preemption, aborts and stops."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from octavo import SamplingParams
@@ -147,14 +150,37 @@ def test_prefix_cache_hits_and_parallel_samples(llama_dir, make_llm):
     assert fast.engine.get_stats().prefix_cache.num_hits > 0
 
 
-def test_structured_outputs_are_refused_under_async_scheduling(llama_dir, make_llm):
-    """Grammar masks follow every sampled token, which async steps do not wait
-    for: a constrained request is refused before anything is queued."""
+def test_structured_outputs_under_async_scheduling(chat_model_dir, make_llm):
+    """While a constrained request runs, the engine finishes the batch in
+    flight before it schedules the next (a mask follows every sampled
+    token): constrained and plain requests, greedy, random with seeds and
+    with logprobs, give the synchronous engine's outputs, and the grammars
+    hold; with none running, steps overlap again."""
+    pytest.importorskip("xgrammar")
     from octavo.core.structured_output.params import StructuredOutputsParams
-    from octavo.errors import InvalidArgumentError
+    from tests.entrypoints.test_llm_structured import GRAMMAR, PERSON, PROMPTS, REGEX
 
-    llm = make_llm(llama_dir, async_scheduling=True)
-    params = SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(regex="[ab]+"))
-    with pytest.raises(InvalidArgumentError, match="structured outputs need synchronous scheduling"):
-        llm.generate([[5, 6, 7]], params)
-    assert llm.generate([[5, 6, 7]], SamplingParams(max_tokens=2, ignore_eos=True))[0].outputs[0].token_ids
+    kinds = [dict(json=PERSON), dict(regex=REGEX), dict(grammar=GRAMMAR), None]
+    params = [
+        SamplingParams(
+            max_tokens=40, logprobs=1, ignore_eos=kind is None,
+            structured_outputs=StructuredOutputsParams(**kind) if kind else None,
+            **({"temperature": 0.0} if i < 4 else {"temperature": 0.8, "seed": i}),
+        )
+        for i, kind in enumerate(kinds * 2)
+    ]
+
+    def outputs(llm):
+        done = llm.generate(PROMPTS * 2, params)
+        return [(o.outputs[0].token_ids, o.outputs[0].text, [sorted(e) for e in o.outputs[0].logprobs]) for o in done]
+
+    fast = make_llm(chat_model_dir, max_model_len=512, async_scheduling=True)
+    got = outputs(fast)
+    assert got == outputs(make_llm(chat_model_dir, max_model_len=512, overlap_decode=False))
+    assert json.loads(got[0][1]).keys() <= PERSON["properties"].keys()
+    assert re.fullmatch(REGEX, got[1][1])
+    # Plain requests alone overlap their steps again: tokens come from the step in flight.
+    stepper = fast.engine.executor.worker.runner.async_steps
+    before = stepper.num_device_inputs
+    fast.generate(PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
+    assert stepper.num_device_inputs > before

@@ -178,17 +178,26 @@ class StructuredOutputManager:
 
     # --------------------------------------------------------------- masks
 
-    def bitmask(self, scheduler_output: SchedulerOutput, requests: dict[str, Request]) -> GrammarBitmask | None:
-        """Masks for the constrained requests that sample in this step (None if there are none)."""
+    def bitmask(
+        self, scheduler_output: SchedulerOutput, requests: dict[str, Request], counted: bool = False
+    ) -> GrammarBitmask | None:
+        """Masks for the constrained requests that sample in this step (None
+        if there are none). ``counted``: the scheduler already counted the
+        step's tokens as computed and its samples as placeholders (async
+        scheduling)."""
         sampling, drafts = [], scheduler_output.spec_token_ids
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = requests[request_id]
             grammar = request.grammar
             num_drafts = len(drafts.get(request_id, ()))
+            if counted:
+                samples = request.num_output_placeholders > 0 and (
+                    request.num_computed_tokens == request.num_tokens + request.num_output_placeholders - 1
+                )
+            else:
+                samples = request.num_computed_tokens + num_tokens == request.num_tokens + num_drafts
             # A request inside a think block gets rows once its drafts are masked where they leave it.
-            if grammar is not None and (grammar.constrains or num_drafts) and (
-                request.num_computed_tokens + num_tokens == request.num_tokens + num_drafts
-            ):
+            if grammar is not None and (grammar.constrains or num_drafts) and samples:
                 sampling.append(request)
         if not sampling:
             return None
