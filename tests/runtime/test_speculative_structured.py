@@ -42,9 +42,14 @@ def plain(chat_model_dir):
     return outputs
 
 
-@pytest.mark.parametrize("speculative", ["ngram", "draft_model"])
-def test_constrained_outputs_are_the_plain_engines(chat_model_dir, make_llm, plain, speculative):
+@pytest.mark.parametrize("speculative", ["ngram", "draft_model", "eagle3"])
+def test_constrained_outputs_are_the_plain_engines(chat_model_dir, make_llm, plain, speculative, tmp_path):
     config = NGRAM if speculative == "ngram" else {"model": str(chat_model_dir), "num_speculative_tokens": 3}
+    if speculative == "eagle3":  # a head that guesses the newest token again: JSON's repeats are accepted
+        from tests.runtime.eagle_reference import build_eagle3_head
+
+        head = build_eagle3_head(tmp_path / "eagle3", chat_model_dir, repeats=True)
+        config = {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}
     llm = make_llm(chat_model_dir, max_model_len=512, speculative_config=config)
     got = generate(llm, cases())
     assert [g[:2] for g in got] == [p[:2] for p in plain]
