@@ -20,14 +20,43 @@ def json_object(text: str) -> dict:
     return value
 
 
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(text: str) -> int:
+    """An argparse type: an integer, or vLLM's short forms: ``32k`` (x 1000,
+    decimals allowed: ``25.6k``) and ``32K`` (x 1024, whole numbers only)."""
+    text = text.strip()
+    suffix = text[-1:] if text[-1:].isalpha() else ""
+    number = text[: len(text) - len(suffix)]
+    try:
+        if suffix in _DECIMAL:
+            value = float(number) * _DECIMAL[suffix]
+            if value != int(value):
+                raise ValueError
+            return int(value)
+        if suffix in _BINARY:
+            return int(number) * _BINARY[suffix]
+        if not suffix:
+            return int(number)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a whole number (digits, or a number with k/m/g for thousands or K/M/G for 1024s)"
+    )
+
+
 class RefuseRemoteCode(argparse.Action):
     """vLLM's --trust-remote-code: refused with the reason, not argparse's "unrecognized argument"."""
 
+    refuses = (
+        "not supported: Octavo never runs code from a checkpoint; it loads the "
+        "architectures it implements itself (octavo env --model DIR says whether one loads)"
+    )
+
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        parser.error(
-            "--trust-remote-code is not supported: Octavo never runs code from a checkpoint; it loads the "
-            "architectures it implements itself (octavo env --model DIR says whether one loads)"
-        )
+        parser.error(f"--trust-remote-code is {self.refuses}")
 
 
 def add_vllm_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -62,10 +91,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help="sampling defaults: auto (the model's generation_config.json), vllm (none), or a directory",
     )
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
-    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=human_readable_int, default=None, help="e.g. 8192, 32k or 32K")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
     add_vllm_engine_flags(parser)
     parser.add_argument(
         "--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
@@ -73,6 +102,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--num-kv-blocks", type=int, default=None, help="fix the KV cache size in blocks")
+    parser.add_argument(
+        "--kv-cache-memory-bytes", type=human_readable_int, default=None,
+        help="the KV cache's size in bytes per device (e.g. 8G), instead of --gpu-memory-utilization's share",
+    )
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--load-format", default="auto", help="auto, safetensors, dummy, gguf")
     parser.add_argument("--quantization", "-q", default=None)

@@ -6,7 +6,9 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command's parser and each subcommand's (each takes ``--config FILE.yaml``)."""
+    from octavo.entrypoints.cli.config_file import add_config_flag
     from octavo.version import __version__
 
     parser = argparse.ArgumentParser(prog="octavo", description="Octavo LLM inference engine")
@@ -22,7 +24,21 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             continue
         module.add_parser(sub)
-    args = parser.parse_args(argv)
+    for command in sub.choices.values():
+        add_config_flag(command)
+    return parser, sub.choices
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed, the values of a ``--config`` file as the command's defaults."""
+    from octavo.entrypoints.cli.config_file import apply_config_file
+
+    parser, commands = build_parser()
+    return parser.parse_args(apply_config_file(list(argv), commands))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     from octavo.errors import OctavoError
 
     try:

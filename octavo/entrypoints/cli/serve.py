@@ -76,6 +76,14 @@ def add_parser(sub) -> None:
     parser.add_argument("--max-stored-response-bytes", type=int, default=defaults.max_stored_response_bytes, help="their total JSON size; the least recently used go first")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
+    parser.add_argument(
+        "--uvicorn-log-level", default=None, choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="uvicorn's own log level (default: --log-level)",
+    )
+    parser.add_argument(
+        "--root-path", default="",
+        help="the path prefix a proxy serves this server under; requests may carry it or not",
+    )
     parser.add_argument("--no-ui", dest="enable_ui", action="store_false", help="leave out the web playground (/) and dashboard (/dashboard)")
     add_operations_args(parser)  # TLS, CORS, JSON logs, traces (openai/operations.py)
     parser.add_argument(
@@ -113,6 +121,8 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
             "--allow-runtime-lora-updating needs --enable-lora and one API process (each would keep its own adapters)",
             param="allow_runtime_lora_updating",
         )
+    if args.root_path and not args.root_path.startswith("/"):
+        raise InvalidArgumentError(f"--root-path must start with '/', got {args.root_path!r}", param="root_path")
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be in 0..65535, got {args.port}", param="port")
     from octavo.entrypoints.openai.chat_features import check_parser_names
@@ -132,6 +142,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_n=args.max_n,
         max_stop_sequences=args.max_stop_sequences,
         enable_ui=args.enable_ui,
+        root_path=args.root_path.rstrip("/"),
         max_stop_sequence_chars=args.max_stop_sequence_chars,
         max_prompt_chars=args.max_prompt_chars,
         tokenizer_pool_size=args.tokenizer_pool_size,
@@ -249,7 +260,7 @@ def serve_app(app, args: argparse.Namespace, config: ServerConfig, sockets=None,
         app,
         host=args.host,
         port=args.port,
-        log_level=args.log_level,
+        log_level=args.uvicorn_log_level or args.log_level,
         access_log=not args.disable_uvicorn_access_log,
         timeout_graceful_shutdown=config.shutdown_timeout + UVICORN_GRACE_SECONDS,
         timeout_keep_alive=config.keep_alive_timeout,

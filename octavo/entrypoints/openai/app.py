@@ -91,7 +91,7 @@ def build_app(
 
     app = FastAPI(
         title="Octavo", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-        description="OpenAI- and Anthropic-compatible inference server",
+        description="OpenAI- and Anthropic-compatible inference server", root_path=config.root_path,
     )
     app.state.octavo = ctx
     app.state.octavo_body_models = []

@@ -31,6 +31,14 @@ def presented_key(headers: list[tuple[bytes, bytes]], path: str) -> bytes | None
     return api_key_header if is_anthropic_path(path) else None
 
 
+def route_path(scope) -> str:
+    """The request's path without the server's root path (``--root-path``), as routes see it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
+
+
 class AuthMiddleware:
     def __init__(self, app, api_key: str, public_paths: frozenset[str] = PUBLIC_PATHS) -> None:
         self.app = app
@@ -41,7 +49,7 @@ class AuthMiddleware:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = route_path(scope)
         if scope["type"] == "http" and path in self.public_paths:
             await self.app(scope, receive, send)
             return

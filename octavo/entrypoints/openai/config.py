@@ -31,6 +31,9 @@ class ServerConfig:
     max_stop_sequence_chars: int = 1024
     # The web playground and dashboard (octavo.entrypoints.ui); --no-ui turns them off.
     enable_ui: bool = True
+    # The path prefix a proxy serves the server under (``--root-path``):
+    # requests arrive with it or without it (a proxy that strips it).
+    root_path: str = ""
     # Longest prompt text tokenised; None: derived from the context and the
     # vocabulary (the longest text that could still fit).
     max_prompt_chars: int | None = None

@@ -39,7 +39,7 @@ def test_model_path_is_the_served_name_and_env_key(monkeypatch):
     assert config.served_model_names == ["a", "b"] and config.api_key == "flag"
 
 
-@pytest.mark.parametrize("argv", [["--max-queued-requests", "-1"], ["--shutdown-timeout", "-2"], ["--max-n", "0"], ["--port", "70000"]])
+@pytest.mark.parametrize("argv", [["--max-queued-requests", "-1"], ["--shutdown-timeout", "-2"], ["--max-n", "0"], ["--port", "70000"], ["--root-path", "api"]])
 def test_bad_values(argv):
     with pytest.raises(InvalidArgumentError):
         serve.server_config_from(parse(argv))
