@@ -127,6 +127,9 @@ class ServerMetrics:
         self.itl = Histogram("octavo:inter_token_latency_seconds", "Time between tokens", buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram("octavo:e2e_request_latency_seconds", "Arrival to finish", buckets=E2E_BUCKETS, registry=r)
         self._requests: dict[str, _RequestProgress] = {}
+        # The same token counts as plain numbers, for the periodic stats line (stats_log.py).
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
         self._last_preemptions = 0
         self._last_compilations = CompilationCounts()
         self._last_prefix_queries = 0
@@ -136,6 +139,7 @@ class ServerMetrics:
 
     def on_request_added(self, request_id: str, num_prompt_tokens: int, params: SamplingParams | PoolingParams) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
+        self.num_prompt_tokens += num_prompt_tokens
         self.api_server_requests.labels(api_server=self._api_server).inc()
         delta = isinstance(params, SamplingParams) and params.output_kind == RequestOutputKind.DELTA
         num_seqs = params.n if isinstance(params, SamplingParams) else 1
@@ -190,6 +194,7 @@ class ServerMetrics:
         num_new = len(completion.token_ids) if progress.delta else len(completion.token_ids) - num_counted
         if num_new > 0:
             self.generation_tokens.inc(num_new)
+            self.num_generation_tokens += num_new
             progress.num_tokens[completion.index] = num_counted + num_new
         if completion.finish_reason is not None and completion.index not in progress.finished_indices:
             progress.finished_indices.add(completion.index)

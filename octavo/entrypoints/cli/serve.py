@@ -77,6 +77,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument(
+        "--disable-log-stats", action="store_true",
+        help="no periodic stats line (throughput, requests, KV usage; every VLLM_LOG_STATS_INTERVAL seconds, default 10)",
+    )
+    parser.add_argument(
         "--uvicorn-log-level", default=None, choices=["critical", "error", "warning", "info", "debug", "trace"],
         help="uvicorn's own log level (default: --log-level)",
     )
@@ -143,6 +147,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         max_stop_sequences=args.max_stop_sequences,
         enable_ui=args.enable_ui,
         root_path=args.root_path.rstrip("/"),
+        log_stats_interval_s=0.0 if args.disable_log_stats else _log_stats_interval(),
         max_stop_sequence_chars=args.max_stop_sequence_chars,
         max_prompt_chars=args.max_prompt_chars,
         tokenizer_pool_size=args.tokenizer_pool_size,
@@ -228,6 +233,20 @@ def _run_api_servers(args: argparse.Namespace) -> int:
             param="api_server_count",
         )
     return run_api_servers(args)
+
+
+def _log_stats_interval() -> float:
+    """vLLM's ``VLLM_LOG_STATS_INTERVAL`` (seconds; default 10)."""
+    from octavo.errors import InvalidArgumentError
+
+    text = os.environ.get("VLLM_LOG_STATS_INTERVAL", "10")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InvalidArgumentError(f"VLLM_LOG_STATS_INTERVAL must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def serve_app(app, args: argparse.Namespace, config: ServerConfig, sockets=None, on_started=None) -> None:

@@ -13,6 +13,7 @@ protocol's, set up by ``octavo serve`` (``connections.py``).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ from octavo.entrypoints.openai.prompts import PromptLimits, default_max_prompt_c
 from octavo.entrypoints.openai.serving import ServingContext
 from octavo.entrypoints.openai.task_gate import TaskGateMiddleware
 from octavo.entrypoints.responses_api import route as responses_route
+from octavo.entrypoints.stats_log import log_stats_periodically
 from octavo.entrypoints.responses_api.background import BackgroundRuns
 from octavo.entrypoints.responses_api.store import ResponseStore
 from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool, default_pool_size
@@ -84,7 +86,13 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         async_engine.start()
+        stats_task = None
+        if config.log_stats_interval_s > 0:
+            label = "Engine 000" if api_server_index is None else f"API server {api_server_index}"
+            stats_task = asyncio.create_task(log_stats_periodically(ctx, config.log_stats_interval_s, label))
         yield
+        if stats_task is not None:
+            stats_task.cancel()
         await app.state.octavo_background.shutdown()
         await async_engine.shutdown()
         ctx.pool.shutdown()
