@@ -184,3 +184,25 @@ def test_the_row_each_request_follows_from():
     # Nothing accepted: the row of the newest known token reads the bonus.
     output.sampled_token_ids["verify"] = [50]
     assert EagleProposer._last_kept_rows(proposer, step, output)["verify"] == (0, 50)
+
+
+def test_the_targets_graph_steps_write_the_hidden_states(sandbox, llama_dir, eagle_head, make_llm, plain_outputs, recorded):
+    """On a platform whose graph runner replays the target's decode steps
+    (the contract test's CPU stand-in), the head reads the hidden states the
+    replays wrote into the persistent buffer: every draft is still the
+    plain recomputation's."""
+    from octavo.plugins.manager import reset_plugin_manager
+    from tests.platforms.test_platform_contract import GRAPH_PLATFORM
+
+    prompts, _, expected = plain_outputs
+    sandbox.add("graph_platform", GRAPH_PLATFORM)
+    reset_plugin_manager()
+    llm = make_llm(llama_dir, platform="graph_cpu", max_num_seqs=8, max_prefill_graph_tokens=0,
+                   speculative_config=eagle_config(eagle_head), enable_prefix_caching=False)
+    from graph_platform import EagerGraphs
+
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
+    assert_same_outputs(run(llm, prompts, greedy), expected)
+    (target_graphs,) = EagerGraphs.made
+    assert target_graphs.replays
+    check_drafts(recorded[::5], ReferenceEagle3(eagle_head, llama_dir))
