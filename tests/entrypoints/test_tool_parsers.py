@@ -121,6 +121,9 @@ def split_reasoning(name: str, text: str, chunk: int | None = None, seed: int = 
         ("granite", "Here is my thought process:\nI think.\nHere is my response:\nAnswer.", ("\nI think.\n", "Answer.")),
         ("granite", "Here's my thought process: x. Here's my response: y", (" x. ", " y")),
         ("granite", "Here is my answer.", ("", "Here is my answer.")),
+        ("seed_oss", "<seed:think>a<seed:cot_budget_reflect>used 9</seed:cot_budget_reflect>b</seed:think>\nAnswer.",
+         ("a<seed:cot_budget_reflect>used 9</seed:cot_budget_reflect>b", "Answer.")),
+        ("seed_oss", "Answer, <think>no</think> thinking.", ("", "Answer, <think>no</think> thinking.")),
     ],
 )
 def test_reasoning_split(name, text, expected):
@@ -228,6 +231,18 @@ def test_qwen3_coder_xml_calls_typed_by_the_schema():
     assert same_whole_and_streamed("qwen3_coder", "<tool_call>oops</tool_call>") == ("<tool_call>oops</tool_call>", [])
     _, calls = same_whole_and_streamed("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\nx")
     assert calls == [("f", '{"a": "x"}')]
+
+
+def test_seed_oss_calls_between_its_own_tags():
+    from octavo.entrypoints.openai.chat_features import ChatFeatures
+
+    seed_call = QWEN3_CODER_CALL.replace("<tool_call>", "<seed:tool_call>").replace("</tool_call>", "</seed:tool_call>")
+    content, calls = same_whole_and_streamed("seed_oss", seed_call + "Done.")
+    assert content == "Let me check.\nDone." and [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "007 Paris", "days": 3, "opts": {"unit": "c"}})]
+    # Qwen3-Coder's own tags are text to it.
+    assert same_whole_and_streamed("seed_oss", QWEN3_CODER_CALL) == (QWEN3_CODER_CALL, [])
+    assert ChatFeatures(reasoning_parser="seed_oss").skip_special_tokens is False
 
 
 def test_schema_typed_parsers_get_the_requests_tools():

@@ -10,6 +10,7 @@ from octavo.entrypoints.openai.reasoning.base import (
     MistralReasoningParser,
     Qwen3ReasoningParser,
     ReasoningParser,
+    SeedOssReasoningParser,
 )
 from octavo.entrypoints.openai.reasoning.harmony import HarmonyReasoningParser
 
@@ -19,6 +20,7 @@ REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "mistral": MistralReasoningParser,
     "granite": GraniteReasoningParser,
     "openai_gptoss": HarmonyReasoningParser,
+    "seed_oss": SeedOssReasoningParser,
 }
 
 __all__ = ["REASONING_PARSERS", "ReasoningParser"]

@@ -101,3 +101,11 @@ class GraniteReasoningParser(ReasoningParser):
 
     starts = ("Here is my thought process:", "Here's my thought process:")
     ends = ("Here is my response:", "Here's my response:")
+
+
+class SeedOssReasoningParser(ReasoningParser):
+    """Seed-OSS: ``<seed:think> ... </seed:think>``, opened by the model (its
+    thinking-budget notes, ``<seed:cot_budget_reflect>``, are part of the reasoning)."""
+
+    starts, ends = ("<seed:think>",), ("</seed:think>",)
+    needs_special_tokens = True

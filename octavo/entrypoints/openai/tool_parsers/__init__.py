@@ -14,7 +14,7 @@ from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolPar
 from octavo.entrypoints.openai.tool_parsers.marked_array import GraniteToolParser, Phi4MiniJsonToolParser
 from octavo.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from octavo.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
-from octavo.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
+from octavo.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser, SeedOssToolParser
 
 TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "hermes": HermesToolParser,
@@ -28,6 +28,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV3ToolParser,
     "qwen3_coder": Qwen3CoderToolParser,
+    "seed_oss": SeedOssToolParser,
     "openai": HarmonyToolParser,
 }
 

@@ -15,6 +15,9 @@ and arrays as JSON (a value that does not read as its type stays a string).
 A parameter a tool does not declare is read as JSON where it parses. Each
 call is sent whole once its ``</function>`` arrives (or with what arrived
 when the output ends); a block that is not a function call is text.
+
+Seed-OSS (vLLM's ``seed_oss``) writes the same calls between
+``<seed:tool_call>`` and ``</seed:tool_call>``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?(?:</parameter>|(?=<par
 
 class Qwen3CoderToolParser(ToolParser):
     wants_tools = True  # parameter values are typed by the tools' schemas
+    start, end = START, END  # the block's tags (Seed-OSS writes its own)
 
     def __init__(self, tools: list[Any] | None = None) -> None:
         super().__init__()
@@ -48,19 +52,20 @@ class Qwen3CoderToolParser(ToolParser):
                     return out
                 self.position += text.startswith("\n", self.position)
                 self.after_block = False
-            content, stop, found = read_until(text, self.position, START, final)
+            start_tag, end_tag = self.start, self.end
+            content, stop, found = read_until(text, self.position, start_tag, final)
             out.content += content
             self.position = stop
             if not found:
                 return out
-            end = text.find(END, stop)
+            end = text.find(end_tag, stop)
             if end < 0 and not final:
                 return out  # the block is still arriving
             block_end = end if end >= 0 else len(text)
-            block = text[stop + len(START):block_end]
+            block = text[stop + len(start_tag):block_end]
             if not self._read_block(block, out):
-                out.content += text[stop:block_end + (len(END) if end >= 0 else 0)]
-            self.position = block_end + len(END) if end >= 0 else len(text)
+                out.content += text[stop:block_end + (len(end_tag) if end >= 0 else 0)]
+            self.position = block_end + len(end_tag) if end >= 0 else len(text)
             self.after_block = True
 
     def _read_block(self, block: str, out: ParsedDelta) -> bool:
@@ -93,3 +98,10 @@ def typed(value: str, schema: Any) -> Any:
     expected = {"integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list, "null": type(None)}
     ok = isinstance(parsed, expected.get(kind, object)) and not (kind in ("integer", "number") and isinstance(parsed, bool))
     return parsed if ok else value
+
+
+class SeedOssToolParser(Qwen3CoderToolParser):
+    """Seed-OSS: Qwen3-Coder's calls between its own tags (single tokens of its vocabulary)."""
+
+    start, end = "<seed:tool_call>", "</seed:tool_call>"
+    needs_special_tokens = True
