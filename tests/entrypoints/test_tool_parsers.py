@@ -124,6 +124,8 @@ def split_reasoning(name: str, text: str, chunk: int | None = None, seed: int = 
         ("seed_oss", "<seed:think>a<seed:cot_budget_reflect>used 9</seed:cot_budget_reflect>b</seed:think>\nAnswer.",
          ("a<seed:cot_budget_reflect>used 9</seed:cot_budget_reflect>b", "Answer.")),
         ("seed_oss", "Answer, <think>no</think> thinking.", ("", "Answer, <think>no</think> thinking.")),
+        ("olmo3", "<think>plan</think>\n\nAnswer.", ("plan", "Answer.")),
+        ("olmo3", "opened by the template</think>Answer.", ("opened by the template", "Answer.")),
     ],
 )
 def test_reasoning_split(name, text, expected):
@@ -243,6 +245,23 @@ def test_seed_oss_calls_between_its_own_tags():
     # Qwen3-Coder's own tags are text to it.
     assert same_whole_and_streamed("seed_oss", QWEN3_CODER_CALL) == (QWEN3_CODER_CALL, [])
     assert ChatFeatures(reasoning_parser="seed_oss").skip_special_tokens is False
+
+
+def test_olmo3_calls_one_per_line():
+    text = (
+        'Checking.\n<function_calls>\nget_weather(city="Paris", days=3, opts={"unit": "c"})\n'
+        "get_time(zone=null, dst=true)\n</function_calls>"
+    )
+    content, calls = same_whole_and_streamed("olmo3", text)
+    assert content == "Checking.\n" and [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "Paris", "days": 3, "opts": {"unit": "c"}}),
+        ("get_time", {"zone": None, "dst": True}),
+    ]
+    # Lines that are not calls are text; so is a block cut off before its calls parse.
+    not_calls = "<function_calls>\nhello there\n</function_calls> ok"
+    assert same_whole_and_streamed("olmo3", not_calls) == (not_calls, [])
+    assert same_whole_and_streamed("olmo3", "<function_calls>\nf(a=1)\ng(b=")[1] == []
+    assert same_whole_and_streamed("olmo3", "<function_calls>\nf(a=1)\n") == ("", [("f", '{"a": 1}')])
 
 
 def test_schema_typed_parsers_get_the_requests_tools():

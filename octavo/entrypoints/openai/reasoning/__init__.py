@@ -8,6 +8,7 @@ from octavo.entrypoints.openai.reasoning.base import (
     DeepSeekR1ReasoningParser,
     GraniteReasoningParser,
     MistralReasoningParser,
+    Olmo3ReasoningParser,
     Qwen3ReasoningParser,
     ReasoningParser,
     SeedOssReasoningParser,
@@ -21,6 +22,7 @@ REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "granite": GraniteReasoningParser,
     "openai_gptoss": HarmonyReasoningParser,
     "seed_oss": SeedOssReasoningParser,
+    "olmo3": Olmo3ReasoningParser,
 }
 
 __all__ = ["REASONING_PARSERS", "ReasoningParser"]

@@ -109,3 +109,9 @@ class SeedOssReasoningParser(ReasoningParser):
 
     starts, ends = ("<seed:think>",), ("</seed:think>",)
     needs_special_tokens = True
+
+
+class Olmo3ReasoningParser(DeepSeekR1ReasoningParser):
+    """Olmo 3 Think: ``<think> ... </think>`` in plain text; some templates open
+    the block in the prompt, so the output is reasoning until ``</think>``
+    (a leading ``<think>`` is dropped), as vLLM's ``olmo3`` streams it."""

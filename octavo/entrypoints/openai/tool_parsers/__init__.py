@@ -13,6 +13,7 @@ from octavo.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
 from octavo.entrypoints.openai.tool_parsers.marked_array import GraniteToolParser, Phi4MiniJsonToolParser
 from octavo.entrypoints.openai.tool_parsers.mistral import MistralToolParser
+from octavo.entrypoints.openai.tool_parsers.olmo3 import Olmo3ToolParser
 from octavo.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
 from octavo.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser, SeedOssToolParser
 
@@ -29,6 +30,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "deepseek_v31": DeepSeekV3ToolParser,
     "qwen3_coder": Qwen3CoderToolParser,
     "seed_oss": SeedOssToolParser,
+    "olmo3": Olmo3ToolParser,
     "openai": HarmonyToolParser,
 }
 

@@ -81,12 +81,27 @@ class PythonicToolParser(ToolParser):
         return True
 
 
-def _calls(source: str) -> list[tuple[str, str]] | None:
-    """``[f(a=1), ...]`` -> [(name, JSON arguments)], or None if it is not a list of such calls."""
+_JSON_NAMES = {"null": None, "true": True, "false": False}
+
+
+class _JsonNames(ast.NodeTransformer):
+    """``null`` / ``true`` / ``false`` as the constants they mean (Olmo 3 writes JSON's names)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in _JSON_NAMES:
+            return ast.copy_location(ast.Constant(_JSON_NAMES[node.id]), node)
+        return node
+
+
+def _calls(source: str, json_names: bool = False) -> list[tuple[str, str]] | None:
+    """``[f(a=1), ...]`` -> [(name, JSON arguments)], or None if it is not a
+    list of such calls; ``json_names``: values may say null, true, false."""
     try:
         tree = ast.parse(source, mode="eval").body
     except SyntaxError:
         return None
+    if json_names:
+        tree = _JsonNames().visit(tree)
     if not isinstance(tree, ast.List) or not tree.elts:
         return None
     calls = []
