@@ -247,6 +247,24 @@ def test_seed_oss_calls_between_its_own_tags():
     assert ChatFeatures(reasoning_parser="seed_oss").skip_special_tokens is False
 
 
+def test_kimi_k2_calls_keep_their_ids():
+    from octavo.entrypoints.openai.tool_parsers import TOOL_PARSERS
+
+    text = (
+        "Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|>"
+        "<|tool_calls_section_end|>"
+    )
+    content, calls = same_whole_and_streamed("kimi_k2", text)
+    assert content == "Let me look." and calls == [("get_weather", '{"city": "Paris"}'), ("get_time", "{}")]
+    parser = TOOL_PARSERS["kimi_k2"]()
+    delta = parser.feed(text)
+    delta.extend(parser.finish())
+    assert [c.id for c in delta.tool_calls] == ["functions.get_weather:0", "functions.get_time:1"]
+    assert TOOL_PARSERS["kimi_k2"].needs_special_tokens
+
+
 def test_olmo3_calls_one_per_line():
     text = (
         'Checking.\n<function_calls>\nget_weather(city="Paris", days=3, opts={"unit": "c"})\n'

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from octavo.entrypoints.openai.tool_parsers.base import ParsedDelta, ToolCallDelta, ToolParser
-from octavo.entrypoints.openai.tool_parsers.deepseek_v3 import DeepSeekV3ToolParser
+from octavo.entrypoints.openai.tool_parsers.deepseek_v3 import DeepSeekV3ToolParser, KimiK2ToolParser
 from octavo.entrypoints.openai.tool_parsers.harmony import HarmonyToolParser
 from octavo.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
@@ -31,6 +31,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "qwen3_coder": Qwen3CoderToolParser,
     "seed_oss": SeedOssToolParser,
     "olmo3": Olmo3ToolParser,
+    "kimi_k2": KimiK2ToolParser,
     "openai": HarmonyToolParser,
 }
 
