@@ -77,6 +77,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument(
+        "--return-tokens-as-token-ids", action="store_true",
+        help="logprob tokens written as token_id:N (requests may still choose with return_tokens_as_token_ids)",
+    )
+    parser.add_argument(
         "--disable-log-stats", action="store_true",
         help="no periodic stats line (throughput, requests, KV usage; every VLLM_LOG_STATS_INTERVAL seconds, default 10)",
     )
@@ -148,6 +152,7 @@ def server_config_from(args: argparse.Namespace) -> ServerConfig:
         enable_ui=args.enable_ui,
         root_path=args.root_path.rstrip("/"),
         log_stats_interval_s=0.0 if args.disable_log_stats else _log_stats_interval(),
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
         max_stop_sequence_chars=args.max_stop_sequence_chars,
         max_prompt_chars=args.max_prompt_chars,
         tokenizer_pool_size=args.tokenizer_pool_size,

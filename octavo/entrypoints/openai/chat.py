@@ -36,6 +36,7 @@ from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessag
 from octavo.entrypoints.openai.responses import ChatCompletionResponse
 from octavo.entrypoints.openai.serving import (
     SSE_DONE,
+    tokens_as_ids,
     ServingContext,
     SSEResponse,
     admit_all,
@@ -185,7 +186,7 @@ class ChatBuilder:
             return None
         entries = completion.logprobs or []
         return {"content": chat_logprobs(self.ctx.tokenizer, completion.token_ids, entries, self.body.top_logprobs or 0,
-                                         bool(self.body.return_tokens_as_token_ids))}
+                                         tokens_as_ids(self.ctx, self.body))}
 
     def _envelope(self, object_type: str, choices: list[dict]) -> dict:
         return {
@@ -228,7 +229,7 @@ class ChatBuilder:
         if self.body.prompt_logprobs is not None:
             answer["prompt_logprobs"] = prompt_logprobs_json(
                 self.ctx.tokenizer, self.prompt.token_ids, final.prompt_logprobs, self.body.prompt_logprobs,
-                bool(self.body.return_tokens_as_token_ids))
+                tokens_as_ids(self.ctx, self.body))
         return answer
 
     def _echoed(self, message: dict) -> dict:

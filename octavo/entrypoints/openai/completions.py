@@ -30,6 +30,7 @@ from octavo.entrypoints.openai.protocol import CompletionRequest
 from octavo.entrypoints.openai.responses import CompletionResponse
 from octavo.entrypoints.openai.serving import (
     SSE_DONE,
+    tokens_as_ids,
     ServingContext,
     SSEResponse,
     admit_all,
@@ -177,7 +178,7 @@ class CompletionBuilder:
             accumulator = self._logprobs.get(index)
             if accumulator is None:
                 accumulator = self._logprobs[index] = LegacyLogprobs(
-                    self.ctx.tokenizer, self.body.logprobs, bool(self.body.return_tokens_as_token_ids))
+                    self.ctx.tokenizer, self.body.logprobs, tokens_as_ids(self.ctx, self.body))
             if first and self.body.echo:
                 prompt_ids = self.prompts[position].token_ids
                 accumulator.extend(prompt_ids, output.prompt_logprobs or [None] * len(prompt_ids))
@@ -196,7 +197,7 @@ class CompletionBuilder:
         if self.body.prompt_logprobs is not None:
             choice["prompt_logprobs"] = prompt_logprobs_json(
                 self.ctx.tokenizer, self.prompts[position].token_ids, output.prompt_logprobs, self.body.prompt_logprobs,
-                bool(self.body.return_tokens_as_token_ids))
+                tokens_as_ids(self.ctx, self.body))
         if self.body.return_token_ids:  # a stream's choices: the prompt's ids in their first chunk
             if first:
                 choice["prompt_token_ids"] = list(self.prompts[position].token_ids)

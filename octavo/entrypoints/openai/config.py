@@ -34,6 +34,8 @@ class ServerConfig:
     # The path prefix a proxy serves the server under (``--root-path``):
     # requests arrive with it or without it (a proxy that strips it).
     root_path: str = ""
+    # Logprob tokens as ``token_id:N`` unless a request says otherwise (--return-tokens-as-token-ids).
+    return_tokens_as_token_ids: bool = False
     # Seconds between the periodic stats lines (stats_log.py); 0: none (--disable-log-stats).
     log_stats_interval_s: float = 10.0
     # Longest prompt text tokenised; None: derived from the context and the

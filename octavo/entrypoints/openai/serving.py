@@ -78,6 +78,13 @@ def get_context(request: Request) -> ServingContext:
     return request.app.state.octavo
 
 
+def tokens_as_ids(ctx: ServingContext, body) -> bool:
+    """Whether logprob tokens are written ``token_id:N``: the request's
+    ``return_tokens_as_token_ids``, else the server's (``--return-tokens-as-token-ids``)."""
+    value = body.return_tokens_as_token_ids
+    return ctx.config.return_tokens_as_token_ids if value is None else bool(value)
+
+
 async def parse_body(request: Request, model: type[ModelT]) -> ModelT:
     body = await request.body()
     try:

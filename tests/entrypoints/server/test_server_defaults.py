@@ -123,3 +123,22 @@ def test_log_requests_logs_prompts_cut_at_max_log_len(chat_model_dir, caplog):
     message = record.getMessage()
     assert "prompt: 'Once '" in message and "max_tokens=1" in message
     assert message.endswith("]") and len(message.rsplit("[", 1)[1].split(",")) == 5  # five token ids
+
+
+def test_return_tokens_as_token_ids_by_default(llama_dir):
+    """``--return-tokens-as-token-ids``: logprob tokens are ``token_id:N`` unless a request says false."""
+    llm = LLM(str(llama_dir), dtype="float32", max_model_len=128, num_kv_blocks=32)
+    config = ServerConfig(served_model_names=["m"], return_tokens_as_token_ids=True, log_stats_interval_s=0)
+    try:
+        with TestClient(build_app(llm.engine, config)) as test_client:
+            body = {"model": "m", "prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2, "ignore_eos": True}
+            tokens = test_client.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]["tokens"]
+            assert len(tokens) == 3 and all(t.startswith("token_id:") for t in tokens)
+            body["return_tokens_as_token_ids"] = False
+            tokens = test_client.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]["tokens"]
+            assert not any(t.startswith("token_id:") for t in tokens)
+    finally:
+        llm.engine.shutdown()
+    from octavo.entrypoints.cli import serve
+
+    assert serve.server_config_from(parse(["/m", "--return-tokens-as-token-ids"])).return_tokens_as_token_ids
