@@ -30,6 +30,10 @@ _CLIENT_ID = re.compile(r"^[\w.:-]{1,128}$")
 class OperationsConfig:
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
+    # Mutual TLS: the CAs that sign client certificates, and whether one is
+    # required (ssl.CERT_NONE 0, CERT_OPTIONAL 1, CERT_REQUIRED 2; vLLM's).
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
     allowed_origins: list[str] = field(default_factory=list)  # empty: CORS off
     allowed_methods: list[str] = field(default_factory=lambda: ["*"])
     allowed_headers: list[str] = field(default_factory=lambda: ["*"])
@@ -42,6 +46,15 @@ def add_operations_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("operations")
     group.add_argument("--ssl-keyfile", default=None, help="serve HTTPS with this private key (PEM)")
     group.add_argument("--ssl-certfile", default=None, help="and this certificate chain (PEM)")
+    group.add_argument("--ssl-ca-certs", default=None, help="mutual TLS: the CA certificates (PEM) client certificates must chain to")
+    group.add_argument(
+        "--ssl-cert-reqs", type=int, default=0, choices=[0, 1, 2],
+        help="client certificates: 0 not asked for, 1 checked if sent, 2 required (needs --ssl-ca-certs)",
+    )
+    group.add_argument(
+        "--enable-request-id-headers", action="store_true",
+        help="accepted for vLLM's command lines: every response carries X-Request-Id",
+    )
     group.add_argument("--allowed-origins", nargs="+", default=[], help="CORS: origins browsers may call from ('*': any); default: CORS off")
     group.add_argument("--allowed-methods", nargs="+", default=["*"], help="CORS: allowed methods (default: any)")
     group.add_argument("--allowed-headers", nargs="+", default=["*"], help="CORS: allowed request headers (default: any)")
@@ -54,13 +67,19 @@ def operations_from(args: argparse.Namespace) -> OperationsConfig:
     """The options, checked (files exist, both TLS halves given) before any work starts."""
     if (args.ssl_keyfile is None) != (args.ssl_certfile is None):
         raise InvalidArgumentError("--ssl-keyfile and --ssl-certfile go together", param="ssl_keyfile")
-    for name in ("ssl_keyfile", "ssl_certfile"):
+    for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):
         path = getattr(args, name)
         if path is not None and not Path(path).is_file():
             raise InvalidArgumentError(f"--{name.replace('_', '-')} {path}: no such file", param=name)
+    if (args.ssl_ca_certs is not None or args.ssl_cert_reqs) and args.ssl_certfile is None:
+        raise InvalidArgumentError("--ssl-ca-certs and --ssl-cert-reqs need --ssl-keyfile and --ssl-certfile", param="ssl_ca_certs")
+    if args.ssl_cert_reqs and args.ssl_ca_certs is None:
+        raise InvalidArgumentError("--ssl-cert-reqs needs --ssl-ca-certs to check client certificates", param="ssl_cert_reqs")
     return OperationsConfig(
         ssl_keyfile=args.ssl_keyfile,
         ssl_certfile=args.ssl_certfile,
+        ssl_ca_certs=args.ssl_ca_certs,
+        ssl_cert_reqs=args.ssl_cert_reqs,
         allowed_origins=list(args.allowed_origins),
         allowed_methods=list(args.allowed_methods),
         allowed_headers=list(args.allowed_headers),
@@ -95,6 +114,8 @@ def install_operations(app, config: OperationsConfig) -> None:
 
 def uvicorn_options(config: OperationsConfig) -> dict[str, Any]:
     options: dict[str, Any] = {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile}
+    if config.ssl_ca_certs is not None:
+        options.update(ssl_ca_certs=config.ssl_ca_certs, ssl_cert_reqs=config.ssl_cert_reqs)
     if config.log_format == "json":
         options["log_config"] = None  # uvicorn's loggers then reach the JSON handler on the root
     return options

@@ -95,3 +95,37 @@ def _trace_of(receiver: OtlpReceiver, request_id: str) -> list:
         return []
     trace = [s for s in spans if s.trace_id == roots[0].trace_id]
     return trace if len(trace) == 4 else []
+
+
+def test_mutual_tls(certificate, tmp_path):
+    """``--ssl-ca-certs`` with ``--ssl-cert-reqs 2``: a client with a certificate
+    the CA signed is served; one without cannot connect."""
+    key, cert = certificate
+    client_key, client_cert = tmp_path / "client-key.pem", tmp_path / "client-cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(client_key), "-out",
+         str(client_cert), "-days", "1", "-subj", "/CN=client"],
+        check=True, capture_output=True,
+    )
+    log_path = tmp_path / "server.log"
+    command = [
+        sys.executable, "-m", "octavo.entrypoints.cli.main", "serve", "--port", "0", "--dtype", "float32",
+        "--max-num-seqs", "4", "--no-engine-process", "--ssl-keyfile", str(key), "--ssl-certfile", str(cert),
+        "--ssl-ca-certs", str(client_cert), "--ssl-cert-reqs", "2", "--enable-request-id-headers",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        port = wait_for(lambda: process.poll() is None and _LISTENING.search(log_path.read_text()) or _exited(process, log_path))
+        url = f"https://127.0.0.1:{port.group(1)}"
+        context = ssl.create_default_context(cafile=str(cert))
+        context.load_cert_chain(str(client_cert), str(client_key))
+        with httpx.Client(verify=context, timeout=120) as client:
+            reply = client.post(f"{url}/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 3})
+            assert reply.status_code == 200, reply.text
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/health", verify=ssl.create_default_context(cafile=str(cert)), timeout=10)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
