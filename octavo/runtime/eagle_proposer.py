@@ -19,9 +19,12 @@ once the step's tokens are sampled (``propose``):
 2. Each further draft: a one-token step at the next position reading the
    draft before it and the head's own output stream of the row before.
 
-Its steps run eagerly (one layer: a few launches each), decode graphs of
-the target included: the target's hidden states come from the persistent
-buffer its replayed graphs write.
+The follow pass runs eagerly (one layer over the step's tokens); where the
+platform captures the target's decode steps as graphs, the head's
+one-token steps are captured too (the same graph runner): each reads its
+hidden states from a persistent buffer and writes its output stream to
+another. The target's hidden states come from the persistent buffer its
+own replayed graphs write.
 """
 
 from __future__ import annotations
@@ -68,10 +71,25 @@ class EagleProposer(DraftModel):
         return Eagle3LlamaForCausalLM
 
     def capture_graphs(self, factory, sizes: list[int]) -> None:
-        """Its steps run eagerly (the module docstring says why that is cheap)."""
+        """Capture the head's one-token steps (its follow pass stays eager)."""
+        backends = self.loaded.layer_backends
+        if not sizes or not all(getattr(b, "supports_graph_capture", False) for b in backends):
+            return
+        width, weight = self.head.config.hidden_size, self.head.fc.weight
+        self._hidden_in = torch.zeros(max(sizes), width, dtype=weight.dtype, device=weight.device)
+        self._stream_out = torch.zeros_like(self._hidden_in)
+        self.graphs = factory(_EagleCaptureView(self), sizes)
+        self.graphs.capture()
 
     def capture_prefill_graphs(self, buckets: list[int], max_num_reqs: int) -> None:
-        """As ``capture_graphs``."""
+        """None: the follow pass runs eagerly."""
+
+    def graph_step(self, input_ids, positions, attn_batch, num_reqs: int) -> torch.Tensor:
+        """A one-token step on the persistent buffers, as a graph captures it:
+        reads ``_hidden_in``, writes ``_stream_out``, returns the guesses."""
+        normed, stream = self._forward(input_ids, positions, self._hidden_in[:num_reqs], attn_batch)
+        self._stream_out[:num_reqs].copy_(stream)
+        return self.head.greedy(normed)
 
     # ----------------------------------------------------------------- step
 
@@ -139,9 +157,15 @@ class EagleProposer(DraftModel):
             active = active[keep]
             tokens, stream = tokens.index_select(0, keep_rows), stream.index_select(0, keep_rows)
             ids = [request_ids[j] for j in active]
-            batch = self.runner.inputs.prepare_decode_from_device(ids, positions[active] + step - 1, tokens, None)
-            normed, stream = self._forward(batch.input_ids, batch.positions, stream, batch.attn_batch)
-            tokens = self.head.greedy(normed)
+            size = self.graphs.padded_size(len(ids)) if self.graphs is not None else None
+            batch = self.runner.inputs.prepare_decode_from_device(ids, positions[active] + step - 1, tokens, size)
+            if size is not None:  # copies: the buffers are rewritten by the next replay
+                self._hidden_in[: len(ids)].copy_(stream)
+                tokens = self.graphs.replay(size, len(ids)).clone()
+                stream = self._stream_out[: len(ids)].clone()
+            else:
+                normed, stream = self._forward(batch.input_ids, batch.positions, stream, batch.attn_batch)
+                tokens = self.head.greedy(normed)
             steps.append((active, tokens))
         drafts: list[list[int]] = [[] for _ in request_ids]
         for active_ids, guesses in steps:
@@ -152,3 +176,25 @@ class EagleProposer(DraftModel):
     def _forward(self, input_ids, positions, hidden, attn_batch) -> tuple[torch.Tensor, torch.Tensor]:
         metadata = self.loaded.metadata_builder.build_metadata(attn_batch)
         return self.head(input_ids, positions, hidden, ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches))
+
+
+class _EagleCaptureView:
+    """What a platform's graph runner reads of a runner, for the head's
+    one-token steps: placeholder requests in the runner's persistent
+    buffers, and the step as a function a graph captures."""
+
+    def __init__(self, proposer: EagleProposer) -> None:
+        self.proposer = proposer
+        runner = proposer.runner
+        self.inputs, self.config, self.device = runner.inputs, runner.config, runner.device
+        self.loaded, self.model = proposer.loaded, proposer.loaded.model
+
+    @property
+    def kv_caches(self) -> list[torch.Tensor]:
+        return self.proposer.kv_caches
+
+    def decode_step_for_capture(self, num_reqs: int):
+        from octavo.runtime.cuda_graphs import placeholder_decode_inputs
+
+        input_ids, positions, attn_batch = placeholder_decode_inputs(self.proposer.runner, num_reqs)
+        return lambda: self.proposer.graph_step(input_ids, positions, attn_batch, num_reqs)

@@ -189,8 +189,8 @@ def test_the_row_each_request_follows_from():
 def test_the_targets_graph_steps_write_the_hidden_states(sandbox, llama_dir, eagle_head, make_llm, plain_outputs, recorded):
     """On a platform whose graph runner replays the target's decode steps
     (the contract test's CPU stand-in), the head reads the hidden states the
-    replays wrote into the persistent buffer: every draft is still the
-    plain recomputation's."""
+    replays wrote into the persistent buffer, and its own one-token steps
+    are replayed too: every draft is still the plain recomputation's."""
     from octavo.plugins.manager import reset_plugin_manager
     from tests.platforms.test_platform_contract import GRAPH_PLATFORM
 
@@ -203,6 +203,7 @@ def test_the_targets_graph_steps_write_the_hidden_states(sandbox, llama_dir, eag
 
     greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
     assert_same_outputs(run(llm, prompts, greedy), expected)
-    (target_graphs,) = EagerGraphs.made
-    assert target_graphs.replays
+    target_graphs, head_graphs = EagerGraphs.made
+    assert head_graphs is llm.engine.executor.worker.runner.draft.graphs
+    assert target_graphs.replays and head_graphs.replays
     check_drafts(recorded[::5], ReferenceEagle3(eagle_head, llama_dir))
