@@ -102,6 +102,8 @@ class EngineArgs:
     data_parallel_rank: int = 0
     chat_template: str | None = None
     max_logprobs: int = 20
+    # What logprobs report (vLLM's): raw_logprobs, raw_logits, processed_logprobs, processed_logits.
+    logprobs_mode: str = "raw_logprobs"
     # Limits on structured-output constraints (compile time, compiled size).
     structured_outputs_compile_timeout: float = 10.0
     structured_outputs_max_grammar_bytes: int = 64 << 20
@@ -150,6 +152,12 @@ class EngineArgs:
                 param="structured_outputs_compile_timeout",
             )
 
+        from octavo.runtime.sampler import LOGPROBS_MODES
+
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise InvalidArgumentError(
+                f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}", param="logprobs_mode"
+            )
         self._validate_lora()
         check_speculative_args(self)
         if self.hf_overrides is not None and not isinstance(self.hf_overrides, dict):

@@ -32,6 +32,11 @@ def check_speculative_args(args: EngineArgs) -> None:
             "speculative decoding runs with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
             param="speculative_config",
         )
+    if args.logprobs_mode.startswith("processed"):
+        raise InvalidArgumentError(
+            f"speculative decoding reports raw logprobs; logprobs_mode {args.logprobs_mode!r} is not supported with it",
+            param="speculative_config",
+        )
 
 
 def check_speculative_engine(

@@ -91,6 +91,7 @@ def worker_config_for(
         max_lora_rank=args.max_lora_rank,
         max_cpu_loras=args.max_cpu_loras or args.max_loras,
         hf_overrides=args.hf_overrides,
+        logprobs_mode=args.logprobs_mode,
         **_draft_model_options(args),
     )
 

@@ -74,6 +74,8 @@ class WorkerConfig:
     speculative_method: str = "draft_model"
     # ... and no guesses while this many requests or more are held (None: always).
     speculative_disable_by_batch_size: int | None = None
+    # What logprobs report (vLLM's logprobs_mode; runtime/sampler.py).
+    logprobs_mode: str = "raw_logprobs"
     # vLLM's hf_overrides: config.json values replaced before the model is built.
     hf_overrides: dict | None = None
 

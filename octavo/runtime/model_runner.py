@@ -54,7 +54,7 @@ class ModelRunner(StepSampling):
             pin_memory=platform.pins_host_memory, fresh=platform.fresh_step_inputs,
         )
         self.inputs = InputPreparer(self.states, buffers, config.block_size, device, platform.create_event)
-        self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory)
+        self.sampler = Sampler(seed=config.seed, pin_memory=platform.pins_host_memory, logprobs_mode=config.logprobs_mode)
         self.grammar_masks = GrammarMaskUploader(device, platform.pins_host_memory, platform.create_event)
         self.kv_caches: list[torch.Tensor] = []
         self.kv_plan: KVCachePlan | None = None  # set by determine_num_kv_blocks (not with num_kv_blocks given)

@@ -1,6 +1,6 @@
 """Sampling one token per row of logits, batch-independently.
 
-Pipeline: raw logprobs (what ``logprobs`` reports) -> allowed-token lists,
+Pipeline: raw logprobs (what ``logprobs`` reports by default) -> allowed-token lists,
 logit biases and bad words -> min_tokens masking ->
 repetition / presence / frequency penalties -> grammar masks (structured
 outputs: tokens the grammar forbids get -inf, on the device, all constrained
@@ -9,6 +9,13 @@ draw. Draws use the "exponential race"
 (``argmax(p / q)`` with ``q ~ Exp(1)``), which is exactly sampling from ``p``;
 a seeded row draws its ``q`` from a generator seeded by (seed, output index),
 so its tokens do not depend on what else is in the batch or on preemption.
+
+What ``logprobs`` reports is vLLM's ``logprobs_mode``: ``raw_logprobs``
+(the model's, before any edit), ``raw_logits``, ``processed_logprobs`` or
+``processed_logits`` (after the edits, penalties and grammar masks, and for
+random rows the temperature and top-k / top-p / min-p: the distribution the
+token was drawn from). A token a step excluded has logit ``-inf``, reported
+as -9999.0 (vLLM's stand-in: JSON has no infinity).
 
 ``Sampler.sample`` leaves everything on the device and never waits for it:
 host values (penalty ids, per-row knobs) go up through ``HostUpload``
@@ -285,9 +292,25 @@ def truncate_distribution(logits: torch.Tensor, truncation: Truncation) -> torch
     return logits
 
 
+LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
+# Reported for -inf (a token a step excluded): vLLM's value, since JSON has no infinity.
+EXCLUDED_LOGPROB = -9999.0
+
+
+def report_values(logits: torch.Tensor, mode: str) -> torch.Tensor:
+    """What ``logprobs`` reports for rows of (raw or processed) logits."""
+    values = logits if mode.endswith("_logits") else torch.log_softmax(logits, dim=-1)
+    return values.clamp(min=EXCLUDED_LOGPROB)
+
+
 def sampling_probs(logits: torch.Tensor, params: list[SamplingParams], upload: HostUpload) -> torch.Tensor:
     """Each row's distribution to draw from: its logits over its
     temperature, truncated by its top-k, top-p and min-p, softmaxed."""
+    return processed_logits(logits, params, upload).softmax(dim=-1)
+
+
+def processed_logits(logits: torch.Tensor, params: list[SamplingParams], upload: HostUpload) -> torch.Tensor:
+    """Each row's logits over its temperature, truncated by its top-k, top-p and min-p."""
     device = logits.device
     scaled = logits / upload([p.temperature for p in params], torch.float32, device)[:, None]
     # top_k >= the vocabulary keeps everything; clamping keeps huge values inside int64 tensors.
@@ -300,12 +323,13 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams], upload: H
         any_top_p=any(p.top_p < 1.0 for p in params),
         any_min_p=any(p.min_p > 0 for p in params),
     )
-    return truncate_distribution(scaled, truncation).softmax(dim=-1)
+    return truncate_distribution(scaled, truncation)
 
 
 class Sampler:
-    def __init__(self, seed: int = 0, pin_memory: bool = False) -> None:
+    def __init__(self, seed: int = 0, pin_memory: bool = False, logprobs_mode: str = "raw_logprobs") -> None:
         self.seed = seed
+        self.logprobs_mode = logprobs_mode
         self.upload = HostUpload(pin_memory)
         self._generators: dict[torch.device, torch.Generator] = {}
 
@@ -331,30 +355,33 @@ class Sampler:
             return SampledBatch(logits.argmax(dim=-1), num_top)
         logits = logits.to(torch.float32)
         want_logprobs = any(n is not None for n in num_top)
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
+        raw = want_logprobs and self.logprobs_mode.startswith("raw")
+        reported = report_values(logits, self.logprobs_mode) if raw else None
         logits = apply_logit_edits(logits.clone(), rows, self.upload)
         logits = apply_min_tokens(logits, rows, self.upload)
         logits = apply_penalties(logits, rows, self.upload)
         if allowed is not None:
             logits = apply_token_bitmask_(logits, allowed)
-        sampled = SampledBatch(self._sample(logits, rows), num_top)
-        if raw_logprobs is not None:
-            chosen = raw_logprobs.gather(1, sampled.token_ids[:, None])
-            sampled.chosen_logprobs = chosen[:, 0]
-            sampled.chosen_ranks = (raw_logprobs > chosen).sum(dim=-1) + 1
-            top = torch.topk(raw_logprobs, max(n or 0 for n in num_top), dim=-1)
-            sampled.top_logprobs, sampled.top_token_ids = top.values, top.indices
+        token_ids, processed = self._sample(logits, rows)
+        sampled = SampledBatch(token_ids, num_top)
+        if want_logprobs and not raw:
+            reported = report_values(processed, self.logprobs_mode)
+        if reported is not None:
+            fill_logprobs(sampled, reported)
         return sampled
 
-    def _sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's token, and the logits it was chosen from (a random row's
+        over its temperature and truncated)."""
         greedy = logits.argmax(dim=-1)
         random_rows = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if not random_rows:
-            return greedy
+            return greedy, logits
         device, upload = logits.device, self.upload
         index = upload(random_rows, torch.long, device)
         params = [rows[i].params for i in random_rows]
-        probs = sampling_probs(logits[index], params, upload)
+        truncated = processed_logits(logits[index], params, upload)
+        probs = truncated.softmax(dim=-1)
         source = random_device(device)
         race = torch.empty(probs.shape, device=source).exponential_(generator=self.generator(device))
         for j, i in enumerate(random_rows):
@@ -364,7 +391,16 @@ class Sampler:
                 race[j] = torch.empty(probs.shape[-1], device=source).exponential_(generator=row_generator)
         race = race.to(device)
         choice = (probs / race).argmax(dim=-1)
-        return greedy.index_copy(0, index, choice)
+        return greedy.index_copy(0, index, choice), logits.index_copy(0, index, truncated)
+
+
+def fill_logprobs(sampled: SampledBatch, values: torch.Tensor) -> None:
+    """Each row's chosen token's value and rank, and the top ones, from ``values`` (``report_values``)."""
+    chosen = values.gather(1, sampled.token_ids[:, None])
+    sampled.chosen_logprobs = chosen[:, 0]
+    sampled.chosen_ranks = (values > chosen).sum(dim=-1) + 1
+    top = torch.topk(values, max(n or 0 for n in sampled.num_top), dim=-1)
+    sampled.top_logprobs, sampled.top_token_ids = top.values, top.indices
 
 
 def _is_plain_greedy(row: SamplingRow) -> bool:

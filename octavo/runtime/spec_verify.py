@@ -34,7 +34,7 @@ import torch
 from octavo.core.scheduler_output import TokenLogprobs
 from octavo.runtime.sampler import (
     AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_logit_edits, apply_min_tokens, apply_penalties,
-    apply_token_bitmask_, random_device, sampling_probs,
+    apply_token_bitmask_, fill_logprobs, random_device, report_values, sampling_probs,
 )
 
 
@@ -108,7 +108,7 @@ def verify_drafts(
         chosen = chosen.index_copy(0, sampler.upload(random_rows, torch.long, logits.device), kept_random)
     num_top = [row.params.logprobs for row, count in zip(rows, counts) for _ in range(count)]
     if any(n is not None for n in num_top):
-        verification.logprobs = _logprobs(logits, chosen, num_top)
+        verification.logprobs = _logprobs(logits, chosen, num_top, sampler.logprobs_mode)
     return verification
 
 
@@ -140,16 +140,11 @@ def _row_after(row: SamplingRow, drafts: list[int]) -> SamplingRow:
     return after
 
 
-def _logprobs(logits: torch.Tensor, chosen: torch.Tensor, num_top: list[int | None]) -> SampledBatch:
+def _logprobs(logits: torch.Tensor, chosen: torch.Tensor, num_top: list[int | None], mode: str) -> SampledBatch:
     """Each row's chosen token's logprob and rank, and the top ones, from the
-    raw logits (what the sampler reports without drafts)."""
-    raw = torch.log_softmax(logits.to(torch.float32), dim=-1)
+    raw logits (what the sampler reports without drafts, in a raw ``logprobs_mode``)."""
     batch = SampledBatch(chosen, num_top)
-    chosen_logprobs = raw.gather(1, chosen[:, None])
-    batch.chosen_logprobs = chosen_logprobs[:, 0]
-    batch.chosen_ranks = (raw > chosen_logprobs).sum(dim=-1) + 1
-    top = torch.topk(raw, max(n or 0 for n in num_top), dim=-1)
-    batch.top_logprobs, batch.top_token_ids = top.values, top.indices
+    fill_logprobs(batch, report_values(logits.to(torch.float32), mode))
     return batch
 
 

@@ -163,6 +163,12 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help='speculative decoding (JSON), e.g. \'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'',
     )
     parser.add_argument(
+        "--logprobs-mode", default="raw_logprobs",
+        choices=["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"],
+        help="what logprobs report: the model's (raw) or those of the distribution each token was drawn from "
+        "(processed: after penalties, biases, temperature, top-k/top-p/min-p)",
+    )
+    parser.add_argument(
         "--task", default="auto", choices=["auto", "generate", "embed", "classify"],
         help="what the model serves (default: the checkpoint's own: embeddings for BertModel or a "
         "sentence-transformers checkpoint, classification for *ForSequenceClassification, else generation)",
