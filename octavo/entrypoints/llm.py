@@ -75,6 +75,32 @@ class LLM:
         """vLLM's: forget every cached prefix (between benchmark runs, say); False while requests run."""
         return self.engine.reset_prefix_cache()
 
+    def reload_weights(self, weights_path: str | None = None) -> int:
+        """Copy new weights into the running model in place, between requests
+        (RL loops): a checkpoint directory or Hub id of the same architecture
+        and shapes, or the model's own directory re-read; then forget the
+        cached prefixes. Returns how many tensors were read."""
+        from octavo.entrypoints.weight_updates import reload_weights
+
+        return reload_weights(self.engine, weights_path)[0]
+
+    def load_weights(self, weights) -> int:
+        """Copy ``(checkpoint name, tensor)`` pairs (a state dict's items, any
+        subset) into the running model, one worker process only."""
+        from octavo.entrypoints.weight_updates import load_weights
+
+        return load_weights(self.engine, weights)
+
+    def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list:
+        """vLLM's: a method run by every worker, each one's result. Octavo's
+        workers take ``reload_weights`` (optionally a checkpoint path) this way."""
+        if method != "reload_weights":
+            raise InvalidArgumentError(f"collective_rpc runs 'reload_weights' only, not {method!r}", param="method")
+        from octavo.entrypoints.weight_updates import reload_weights
+
+        path = (kwargs or {}).get("weights_path", args[0] if args else None)
+        return reload_weights(self.engine, path)
+
     def generate(
         self,
         prompts: PromptType | Sequence[PromptType],

@@ -54,6 +54,12 @@ class UniProcExecutor:
             return self.worker.launch_pooling_step(scheduler_output)
         return self.worker.execute_model(scheduler_output)
 
+    def reload_weights(self, weights_path: str | None) -> list[int]:
+        return [self.worker.reload_weights(weights_path)]
+
+    def load_weights(self, weights) -> list[int]:
+        return [self.worker.load_weights(weights)]
+
     def check_health(self) -> None:
         return None
 

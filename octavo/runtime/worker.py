@@ -99,6 +99,18 @@ class Worker:
             send_intermediate(*result)
         return None
 
+    def reload_weights(self, weights_path: str | None = None) -> int:
+        """Copy a checkpoint's tensors into the running model (``runtime/weight_reload.py``)."""
+        from octavo.runtime.weight_reload import reload_weights
+
+        return reload_weights(self.runner, weights_path)
+
+    def load_weights(self, weights) -> int:
+        """Copy ``(name, tensor)`` pairs into the running model (one process only)."""
+        from octavo.runtime.weight_reload import load_weights
+
+        return load_weights(self.runner, weights)
+
     def overlaps_pooling_steps(self) -> bool:
         """Whether this worker's pooling steps may be launched two at a time (one device only)."""
         pooling = self.runner.pooling

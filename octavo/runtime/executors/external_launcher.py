@@ -74,6 +74,9 @@ class ExternalLauncherExecutor:
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.worker.initialize_kv_cache(num_blocks)
 
+    def reload_weights(self, weights_path: str | None) -> list[int]:
+        return [self.worker.reload_weights(weights_path)]  # every process reloads its own rank
+
     def attention_backend_names(self) -> list[str]:
         return self.worker.attention_backend_names()  # this rank's (ranks agree unless stages differ)
 

@@ -146,6 +146,9 @@ class MultiprocExecutor:
         # Asked once at start-up, before any step is in flight; every rank holds every layer (no PP with LoRA).
         return {name: tuple(sizes) for name, sizes in self._call_all("lora_targets", timeout=START_TIMEOUT_S)[0].items()}
 
+    def reload_weights(self, weights_path: str | None) -> list[int]:
+        return self._call_all("reload_weights", weights_path, timeout=START_TIMEOUT_S)
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         self._send_all(encode_call("execute_model", scheduler_output))

@@ -176,6 +176,9 @@ class RayExecutor:
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         return {name: tuple(sizes) for name, sizes in self._call_all("lora_targets")[0].items()}
 
+    def reload_weights(self, weights_path: str | None) -> list[int]:
+        return self._call_all("reload_weights", weights_path)
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False):
         self._raise_if_dead()
         message = encode_call("execute_model", scheduler_output)

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 METHODS = frozenset(
     {
         "load_model", "determine_num_kv_blocks", "initialize_kv_cache", "attention_backend_names", "lora_targets",
-        "execute_model", "shutdown",
+        "execute_model", "shutdown", "reload_weights",
     }
 )
 
