@@ -111,6 +111,13 @@ FAMILY_OVERRIDES = {
              n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True,
              routed_scaling_factor=2.5),
     ),
+    # GLM-4.5: q/k norms, partial rotary (rotate-half), a dense first layer, grouped sigmoid routing, a shared expert.
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        dict(head_dim=32, partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=True, n_routed_experts=16,
+             num_experts_per_tok=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+             n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5),
+    ),
     # A sliding layer with plain RoPE, a full one with YaRN (RoPE per layer type).
     "olmo3": (
         "Olmo3Config",

@@ -1,5 +1,5 @@
 """GLM-4: ``GlmForCausalLM`` (GLM-4-9B-chat-hf) and ``Glm4ForCausalLM``
-(the GLM-4-0414 checkpoints).
+(the GLM-4-0414 checkpoints); GLM-4.5 / 4.6: ``Glm4MoeForCausalLM``.
 
 Both are the Llama decoder with q/k/v biases (none on ``o_proj``), gate and
 up fused in the checkpoint (``gate_up_proj``, split on the way in as
@@ -23,6 +23,15 @@ each joins the residual stream: Gemma's sandwich layer under GLM's names
 its ``post_attention_layernorm`` the ``pre_feedforward_layernorm``, its
 ``post_mlp_layernorm`` the ``post_feedforward_layernorm``), with Llama's
 RMSNorm rounding (no float32 scaling, no weight offset).
+
+GLM-4.5 (``Glm4MoeForCausalLM``) is the Llama decoder again, not GLM-4's:
+q/k/v biases, per-head q/k RMSNorms where ``use_qk_norm`` says so, RoPE over
+the first half of each head in the rotate-half layout (no reordering), and
+DeepSeek V3's mixture of experts (sigmoid routing with a correction bias
+over expert groups, shared experts, the first ``first_k_dense_replace``
+layers dense; ``moe_config.py``). Its multi-token-prediction layer (the
+checkpoint's layer ``num_hidden_layers``) is not used and its tensors are
+skipped.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import torch
 from octavo.errors import UnsupportedModelError
 from octavo.models.deepseek import deinterleave_rows
 from octavo.models.llama import DecoderOptions
+from octavo.models.moe_decoder import MoEForCausalLM
 from octavo.models.phi3 import Phi3ForCausalLM
 
 _QK_PROJECTIONS = (".self_attn.q_proj.", ".self_attn.k_proj.")
@@ -96,3 +106,11 @@ class Glm4ForCausalLM(GlmForCausalLM):
     @classmethod
     def decoder_options(cls, config, dtype: torch.dtype) -> DecoderOptions:
         return glm_options(config, layer_kind="sandwich")
+
+
+class Glm4MoeForCausalLM(MoEForCausalLM):
+    checkpoint_renames = ((".shared_experts.", ".shared_expert."),)
+
+    @classmethod
+    def decoder_options(cls, config, dtype: torch.dtype) -> DecoderOptions:
+        return DecoderOptions(qkv_bias=config.attention_bias, qk_norm="head" if config.raw.get("use_qk_norm") else None)

@@ -6,7 +6,7 @@ DeepSeek's ``n_routed_experts``, ...); ``parse_moe_config`` reads them into
 one ``MoEConfig`` keyed by ``model_type``, or returns None for a dense model.
 Which layers are sparse follows Hugging Face: Qwen2-MoE and Qwen3-MoE skip
 the layers listed in ``mlp_only_layers`` and those that
-``decoder_sparse_step`` steps over; DeepSeek keeps its first
+``decoder_sparse_step`` steps over; DeepSeek (and GLM-4.5) keeps its first
 ``first_k_dense_replace`` layers dense; the other families are sparse in
 every layer.
 
@@ -137,12 +137,19 @@ def _deepseek(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     )
 
 
+def _glm4_moe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
+    """GLM-4.5: DeepSeek V3's routing (sigmoid, a correction bias, grouped
+    top-k) and shared experts under the same names, its first
+    ``first_k_dense_replace`` layers dense."""
+    return _deepseek({**raw, "model_type": "deepseek_v3", "topk_method": "noaux_tc"}, num_layers)
+
+
 _PARSERS = {
     "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "olmoe": _olmoe,
     # gpt-oss: a softmax over the top-k logits is the top-k of the softmax, renormalised.
     "gpt_oss": _mixtral,
     "granitemoe": _granitemoe, "granitemoeshared": _granitemoe,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "glm4_moe": _glm4_moe,
 }
 
 

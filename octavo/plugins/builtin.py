@@ -32,6 +32,7 @@ def octavo_models():
         "Phi3ForCausalLM": "octavo.models.phi3:Phi3ForCausalLM",
         "GlmForCausalLM": "octavo.models.glm:GlmForCausalLM",
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",
+        "Glm4MoeForCausalLM": "octavo.models.glm:Glm4MoeForCausalLM",
         "Olmo2ForCausalLM": "octavo.models.olmo2:Olmo2ForCausalLM",
         "Olmo3ForCausalLM": "octavo.models.olmo3:Olmo3ForCausalLM",
         "SeedOssForCausalLM": "octavo.models.seed_oss:SeedOssForCausalLM",

@@ -265,6 +265,26 @@ def test_kimi_k2_calls_keep_their_ids():
     assert TOOL_PARSERS["kimi_k2"].needs_special_tokens
 
 
+def test_glm45_calls_typed_by_the_schema():
+    from octavo.entrypoints.openai.tools import Tool
+
+    text = (
+        "Checking.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>007 Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"c\"}"
+        "</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>"
+    )
+    content, calls = same_whole_and_streamed("glm45", text)
+    assert content == "Checking." and [(n, json.loads(a)) for n, a in calls] == [
+        ("get_weather", {"city": "007 Paris", "days": 3, "opts": {"unit": "c"}}), ("get_time", {})]
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    parser = TOOL_PARSERS["glm45"]([Tool("get_weather", None, schema)])
+    delta = parser.feed(text.replace("007 Paris", "42"))
+    delta.extend(parser.finish())
+    assert json.loads(delta.tool_calls[0].arguments)["city"] == "42"
+    assert same_whole_and_streamed("glm45", "<tool_call>not a call</tool_call>")[1] == []
+    assert split_reasoning("glm45", "<think>plan</think>\nAnswer.") == ("plan", "Answer.")
+
+
 def test_olmo3_calls_one_per_line():
     text = (
         'Checking.\n<function_calls>\nget_weather(city="Paris", days=3, opts={"unit": "c"})\n'

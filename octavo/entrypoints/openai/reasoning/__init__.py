@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from octavo.entrypoints.openai.reasoning.base import (
     DeepSeekR1ReasoningParser,
+    Glm45ReasoningParser,
     GraniteReasoningParser,
     MistralReasoningParser,
     Olmo3ReasoningParser,
@@ -23,6 +24,7 @@ REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "openai_gptoss": HarmonyReasoningParser,
     "seed_oss": SeedOssReasoningParser,
     "olmo3": Olmo3ReasoningParser,
+    "glm45": Glm45ReasoningParser,
 }
 
 __all__ = ["REASONING_PARSERS", "ReasoningParser"]

@@ -115,3 +115,10 @@ class Olmo3ReasoningParser(DeepSeekR1ReasoningParser):
     """Olmo 3 Think: ``<think> ... </think>`` in plain text; some templates open
     the block in the prompt, so the output is reasoning until ``</think>``
     (a leading ``<think>`` is dropped), as vLLM's ``olmo3`` streams it."""
+
+
+class Glm45ReasoningParser(Qwen3ReasoningParser):
+    """GLM-4.5 / 4.6: ``<think> ... </think>`` opened by the model, as Qwen3's
+    (the template closes an empty block when thinking is off); single tokens."""
+
+    needs_special_tokens = True

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from octavo.entrypoints.openai.tool_parsers.base import ParsedDelta, ToolCallDelta, ToolParser
 from octavo.entrypoints.openai.tool_parsers.deepseek_v3 import DeepSeekV3ToolParser, KimiK2ToolParser
+from octavo.entrypoints.openai.tool_parsers.glm45 import Glm45ToolParser
 from octavo.entrypoints.openai.tool_parsers.harmony import HarmonyToolParser
 from octavo.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from octavo.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
@@ -32,6 +33,7 @@ TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "seed_oss": SeedOssToolParser,
     "olmo3": Olmo3ToolParser,
     "kimi_k2": KimiK2ToolParser,
+    "glm45": Glm45ToolParser,
     "openai": HarmonyToolParser,
 }
 
