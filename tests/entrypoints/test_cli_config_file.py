@@ -86,3 +86,30 @@ def test_bad_numbers(text):
 
     with pytest.raises(argparse.ArgumentTypeError):
         human_readable_int(text)
+
+
+def test_dotted_json_flags():
+    """vLLM's ``--speculative-config.method mtp`` form, nested keys, JSON values, merged in order."""
+    args = parse_args([
+        "serve", "m", "--speculative-config.method", "ngram", "--speculative-config.num_speculative_tokens=3",
+        "--hf-overrides", '{"a": 1}', "--hf-overrides.rope_parameters.rope_theta", "1e6",
+        "--hf-overrides.rope_parameters.rope_type", "default", "--port", "9",
+    ])
+    assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
+    assert args.hf_overrides == {"a": 1, "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}}
+    assert args.port == 9 and args.model == "m"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--speculative-config.method"], "needs a value"),
+        (["--speculative-config..x", "1"], "empty key"),
+        (["--hf-overrides.a", "1", "--hf-overrides.a.b", "2"], "already a value"),
+        (["--port.x", "1"], "unrecognized arguments"),
+    ],
+)
+def test_bad_dotted_flags(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        parse_args(["serve", *argv])
+    assert message in capsys.readouterr().err

@@ -32,9 +32,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed, the values of a ``--config`` file as the command's defaults."""
     from octavo.entrypoints.cli.config_file import apply_config_file
+    from octavo.entrypoints.cli.dotted_flags import apply_dotted_flags
 
     parser, commands = build_parser()
-    return parser.parse_args(apply_config_file(list(argv), commands))
+    return parser.parse_args(apply_dotted_flags(apply_config_file(list(argv), commands), commands))
 
 
 def main(argv: list[str] | None = None) -> int:
