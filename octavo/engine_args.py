@@ -203,7 +203,9 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
         speculative = args.speculative_config
-        if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
+        if isinstance(speculative, dict) and speculative.get("model") is None and str(speculative.get("method")).endswith("mtp"):
+            speculative = {**speculative, "model": str(model)}  # MTP layers live in the target's checkpoint
+        elif isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
             # The draft checkpoint too, once, before any worker or replica starts.
             draft_options = dataclasses.replace(_hub_options(args), gguf_file=None, revision=None)
             draft = resolve_model(speculative["model"], draft_options, weights=args.load_format != "dummy")

@@ -59,12 +59,32 @@ def check_speculative_engine(
                 param="speculative_config",
             )
         draft = load_arch_config(Path(speculative.model))
+        if speculative.method == "mtp":
+            _check_mtp(draft, Path(speculative.model))
         if draft.vocab_size != arch.vocab_size:
             raise InvalidArgumentError(
                 f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the target's ({arch.vocab_size}): "
                 "its tokens would mean something else", param="speculative_config",
             )
     return speculative
+
+
+def _check_mtp(arch: ModelArchConfig, path: Path) -> None:
+    from octavo.models.mtp import ARCHITECTURES
+
+    if arch.architecture not in ARCHITECTURES:
+        raise InvalidArgumentError(
+            f"speculative method 'mtp' reads the MTP layer of {', '.join(ARCHITECTURES)} checkpoints, "
+            f"not of {arch.architecture}", param="speculative_config",
+        )
+    from octavo.models.mtp import checkpoint_has_mtp_layer
+
+    if int(arch.raw.get("num_nextn_predict_layers") or 0) < 1 or not checkpoint_has_mtp_layer(path, arch.num_hidden_layers):
+        raise InvalidArgumentError(
+            "speculative method 'mtp': the checkpoint has no multi-token-prediction layer (num_nextn_predict_layers, "
+            f"tensors model.layers.{arch.num_hidden_layers}.*)",
+            param="speculative_config",
+        )
 
 
 def with_checkpoint_method(speculative: dict) -> dict:

@@ -13,6 +13,9 @@ Two proposers:
 - ``method: "draft_model"`` (``model``: a smaller checkpoint with the same
   vocabulary): the workers run the draft model beside the target and return
   its greedy guesses for the next step (``runtime/draft_model.py``).
+- ``method: "mtp"`` (vLLM's ``deepseek_mtp``, ``glm4_moe_mtp`` too): the
+  multi-token-prediction layer DeepSeek V3 and GLM-4.5 checkpoints carry,
+  read from the target's own checkpoint (``model`` defaults to it).
 - ``method: "eagle3"`` (``model``: an EAGLE-3 head trained for the target):
   the same, the head reading the target's hidden states
   (``runtime/eagle_proposer.py``). A ``speculators``-format EAGLE-3
@@ -45,11 +48,13 @@ _KNOWN_KEYS = {
     "method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "model",
     "draft_tensor_parallel_size",
 }
-_METHODS = ("ngram", "draft_model", "eagle3")
-# Methods run by the workers with a second checkpoint (``model``).
-_MODEL_METHODS = ("draft_model", "eagle3")
+_METHODS = ("ngram", "draft_model", "eagle3", "mtp")
+# Methods run by the workers with a second set of weights (``model``).
+_MODEL_METHODS = ("draft_model", "eagle3", "mtp")
+# vLLM's names for the MTP layers of particular families.
+_MTP_ALIASES = {"deepseek_mtp", "glm4_moe_mtp"}
 # vLLM's other methods: refused by name, not ignored.
-_UNSUPPORTED_METHODS = {"eagle", "medusa", "mlp_speculator", "mtp", "deepseek_mtp", "suffix"}
+_UNSUPPORTED_METHODS = {"eagle", "medusa", "mlp_speculator", "suffix"}
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class SpeculativeConfig:
         method = value.get("method") or ("draft_model" if model is not None else "ngram")
         if method == "[ngram]":
             method = "ngram"
+        if method in _MTP_ALIASES:
+            method = "mtp"
         if method in _UNSUPPORTED_METHODS:
             raise _bad(f"speculative method {method!r} is not supported; the supported methods are {list(_METHODS)}")
         if method not in _METHODS:
@@ -107,7 +114,9 @@ class SpeculativeConfig:
 
     @classmethod
     def _draft_model(cls, value: dict[str, Any], method: str, model, num_tokens: int, disable_by_batch_size):
-        if not isinstance(model, str) or not model:
+        if method == "mtp" and model is None:
+            pass  # the target's own checkpoint (engine_args.resolve_model_files puts its path here)
+        elif not isinstance(model, str) or not model:
             raise _bad(f"speculative method {method!r} needs 'model': the draft checkpoint's directory or Hub id")
         lookup = sorted(k for k in ("prompt_lookup_min", "prompt_lookup_max") if k in value)
         if lookup:

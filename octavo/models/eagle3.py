@@ -163,7 +163,7 @@ class Eagle3LlamaForCausalLM(nn.Module):
             self.lm_head = None
         return loaded
 
-    def share_target_layers(self, embed_tokens: nn.Module, lm_head: nn.Module | None) -> None:
+    def share_target_layers(self, embed_tokens: nn.Module, lm_head: nn.Module | None, final_norm=None) -> None:
         """Use the target's embedding (and LM head) where the checkpoint has none."""
         if self.embed_tokens is None:
             self.embed_tokens = embed_tokens

@@ -1,5 +1,9 @@
-"""Speculative decoding with an EAGLE-3 head (``models/eagle3.py``), run by
-each worker beside the target.
+"""Speculative decoding with an EAGLE-3 head (``models/eagle3.py``) or a
+multi-token-prediction layer (``models/mtp.py``), run by each worker beside
+the target. Both read, at position ``p``, token ``x[p+1]`` and a hidden
+state of the target at ``p``; what differs is which hidden state (EAGLE-3:
+three layers' input streams; MTP: the final one, after the target's norm)
+and their layers, so one proposer runs both (``head``).
 
 The head keeps its KV cache in the target's blocks as a draft model does
 (``DraftModel``: the same block ids and slots, tensors of its own). What
@@ -37,6 +41,8 @@ from octavo.errors import ModelLoadError
 from octavo.models.eagle3 import Eagle3LlamaForCausalLM
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.llama import DecoderModel
+from octavo.models.mtp import MtpHead
+from octavo.runtime.config import dtype_from_name
 from octavo.runtime.draft_model import DraftModel
 from octavo.runtime.input_batch import PreparedBatch
 
@@ -44,16 +50,16 @@ from octavo.runtime.input_batch import PreparedBatch
 class EagleProposer(DraftModel):
     def __init__(self, runner) -> None:
         super().__init__(runner)
-        self.head: Eagle3LlamaForCausalLM = self.loaded.model
-        if runner.config.load_format == "dummy":
+        self.head: Eagle3LlamaForCausalLM | MtpHead = self.loaded.model
+        if runner.config.load_format == "dummy" and hasattr(self.head, "d2t"):
             self.head.d2t.data.zero_()  # random weights: head token i is target token i
         decoder = getattr(runner.loaded.model, "model", None)
         arch = runner.loaded.arch
         if not isinstance(decoder, DecoderModel) or decoder.embed_tokens is None:
-            raise ModelLoadError(f"EAGLE-3 heads draft for Llama-shaped decoders; {arch.architecture} is not one")
+            raise ModelLoadError(f"EAGLE-3 and MTP heads draft for Llama-shaped decoders; {arch.architecture} is not one")
         if self.head.target_hidden_size != arch.hidden_size or self.head.config.vocab_size != arch.vocab_size:
             raise ModelLoadError(
-                f"the EAGLE-3 head was trained for a target of hidden size {self.head.target_hidden_size} and "
+                f"the draft head was trained for a target of hidden size {self.head.target_hidden_size} and "
                 f"{self.head.config.vocab_size} tokens; this target has {arch.hidden_size} and {arch.vocab_size}"
             )
         layers = arch.num_hidden_layers
@@ -63,20 +69,20 @@ class EagleProposer(DraftModel):
                 f"the EAGLE-3 head reads the target's layers {list(layer_ids)}, but the target has {layers}; "
                 "a head for this target names them in eagle_aux_hidden_state_layer_ids"
             )
-        self.head.share_target_layers(decoder.embed_tokens, getattr(runner.loaded.model, "lm_head", None))
+        self.head.share_target_layers(decoder.embed_tokens, getattr(runner.loaded.model, "lm_head", None), decoder.norm)
         self.aux_hidden = decoder.keep_aux_hidden_states(tuple(layer_ids), runner.inputs.buffers.max_num_tokens)
         self._step: tuple[PreparedBatch, SchedulerOutput] | None = None
 
     def model_class(self):
-        return Eagle3LlamaForCausalLM
+        return MtpHead if self.runner.config.speculative_method == "mtp" else Eagle3LlamaForCausalLM
 
     def capture_graphs(self, factory, sizes: list[int]) -> None:
         """Capture the head's one-token steps (its follow pass stays eager)."""
         backends = self.loaded.layer_backends
         if not sizes or not all(getattr(b, "supports_graph_capture", False) for b in backends):
             return
-        width, weight = self.head.config.hidden_size, self.head.fc.weight
-        self._hidden_in = torch.zeros(max(sizes), width, dtype=weight.dtype, device=weight.device)
+        width, dtype = self.head.config.hidden_size, dtype_from_name(self.runner.config.dtype)
+        self._hidden_in = torch.zeros(max(sizes), width, dtype=dtype, device=self.runner.device)
         self._stream_out = torch.zeros_like(self._hidden_in)
         self.graphs = factory(_EagleCaptureView(self), sizes)
         self.graphs.capture()
