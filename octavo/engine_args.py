@@ -152,7 +152,7 @@ class EngineArgs:
                 param="structured_outputs_compile_timeout",
             )
 
-        from octavo.runtime.sampler import LOGPROBS_MODES
+        from octavo.runtime.sampled_batch import LOGPROBS_MODES
 
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise InvalidArgumentError(

@@ -37,7 +37,7 @@ from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.runtime.host_copy import copy_to_host
 from octavo.runtime.input_batch import PreparedBatch
 from octavo.runtime.request_state import RunnerRequestState
-from octavo.runtime.sampler import SampledBatch
+from octavo.runtime.sampled_batch import SampledBatch
 
 # Written where a token is not known yet; always overwritten before it is read.
 PLACEHOLDER_TOKEN_ID = 0

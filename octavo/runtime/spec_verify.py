@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import torch
 
 from octavo.core.scheduler_output import TokenLogprobs
+from octavo.runtime.sampled_batch import SampledBatch, fill_logprobs, report_values
 from octavo.runtime.sampler import (
-    AllowedTokens, SampledBatch, Sampler, SamplingRow, apply_logit_edits, apply_min_tokens, apply_penalties,
-    apply_token_bitmask_, fill_logprobs, random_device, report_values, sampling_probs,
+    AllowedTokens, Sampler, SamplingRow, apply_logit_edits, apply_min_tokens, apply_penalties,
+    apply_token_bitmask_, random_device, sampling_probs,
 )
 
 

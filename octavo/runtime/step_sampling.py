@@ -12,7 +12,8 @@ import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput, TokenLogprobs
 from octavo.runtime.input_batch import PreparedBatch
-from octavo.runtime.sampler import AllowedTokens, SampledBatch, SamplingRow, gather_logprobs
+from octavo.runtime.sampled_batch import SampledBatch
+from octavo.runtime.sampler import AllowedTokens, SamplingRow, gather_logprobs
 
 
 class StepSampling:
