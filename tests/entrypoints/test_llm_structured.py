@@ -126,3 +126,42 @@ def test_a_prompt_that_opened_the_block_starts_in_it():
     assert _first_phase(deepseek, [1, 5]) == "reasoning"
     with pytest.raises(Exception):
         constrained(json_object=True, reasoning_start_id=7)
+
+
+TAGGED = {
+    "type": "structural_tag",
+    "format": {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "<code>", "content": {"type": "regex", "pattern": REGEX}, "end": "</code>"},
+        {"type": "tag", "begin": "<answer>", "content": {"type": "regex", "pattern": r"(yes|no) \d{2}"}, "end": "</answer>"},
+    ]},
+}
+
+
+def test_structural_tags(llm):
+    """xgrammar's structural tag: the whole output two tags whose contents follow
+    their patterns; vLLM's older shape (structures and triggers) compiles too and
+    leaves free text around its tags, a schema inside them checked; a schema
+    keyword the grammar cannot enforce inside a tag is refused like anywhere else."""
+    params = SamplingParams(temperature=0.0, max_tokens=180, structured_outputs=constrained(structural_tag=TAGGED))
+    for output in llm.generate(PROMPTS[:2], params):
+        text, reason = output.outputs[0].text, output.outputs[0].finish_reason
+        match = re.fullmatch(r"<code>(.*)</code><answer>(.*)</answer>", text, re.DOTALL)
+        assert reason == "stop" and match, text
+        assert re.fullmatch(REGEX, match.group(1)) and re.fullmatch(r"(yes|no) \d{2}", match.group(2))
+    legacy = constrained(structural_tag=json.dumps({
+        "type": "structural_tag", "triggers": ["<function="],
+        "structures": [{"begin": "<function=person>", "schema": PERSON, "end": "</function>"}],
+    }))
+    assert legacy.structural_tag["format"]["type"] == "triggered_tags"
+    texts = [o.outputs[0].text for o in llm.generate(PROMPTS, SamplingParams(temperature=1.0, seed=5, max_tokens=30, structured_outputs=legacy))]
+    assert all(texts)
+    for text in texts:
+        for call in re.findall(r"<function=person>(.*?)</function>", text, re.DOTALL):
+            check_json(call)
+    bad = constrained(structural_tag={"type": "structural_tag", "format": {"type": "tag", "begin": "<a>", "end": "</a>",
+        "content": {"type": "json_schema", "json_schema": {"type": "array", "uniqueItems": True}}}})
+    with pytest.raises(Exception, match="uniqueItems"):
+        llm.generate(PROMPTS[:1], SamplingParams(max_tokens=4, structured_outputs=bad))
+    for value, message in [({"type": "json"}, "structural_tag"), ({"type": "structural_tag"}, "needs"), ("{", "not valid JSON")]:
+        with pytest.raises(Exception, match=message):
+            constrained(structural_tag=value)

@@ -36,11 +36,25 @@ def build_grammar(params: StructuredOutputsParams) -> Any:
         if kind == "choice":
             alternatives = " | ".join(json.dumps(choice, ensure_ascii=False) for choice in params.choice)
             return xgr.Grammar.from_ebnf(f"root ::= {alternatives}")
+        if kind == "structural_tag":
+            return xgr.Grammar.from_structural_tag(_checked_schemas(params.structural_tag))
         return xgr.Grammar.from_ebnf(params.grammar)
     except StructuredOutputError:
         raise
     except Exception as exc:  # xgrammar reports every conversion error as RuntimeError/ValueError
         raise StructuredOutputError(f"the {_NAMES[kind]} does not compile: {_reason(exc)}") from None
+
+
+def _checked_schemas(node):
+    """``node`` with every JSON schema inside checked (``check_json_schema``) and in xgrammar's terms."""
+    if isinstance(node, list):
+        return [_checked_schemas(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "json_schema" and isinstance(node.get("json_schema"), dict):
+        check_json_schema(node["json_schema"])
+        return {**node, "json_schema": for_xgrammar(node["json_schema"])}
+    return {key: _checked_schemas(value) for key, value in node.items()}
 
 
 _NAMES = {
@@ -49,6 +63,7 @@ _NAMES = {
     "regex": "regex",
     "choice": "choice list",
     "grammar": "grammar",
+    "structural_tag": "structural tag",
 }
 
 

@@ -2,8 +2,12 @@
 
 Exactly one kind is set: a JSON schema (``json``), any JSON object
 (``json_object``), a regular expression (``regex``), one of a list of
-strings (``choice``) or an EBNF grammar (``grammar``, xgrammar's dialect:
-``root ::= ...``). Validation here is about shape only (one kind, right
+strings (``choice``), an EBNF grammar (``grammar``, xgrammar's dialect:
+``root ::= ...``) or a structural tag (``structural_tag``: xgrammar's
+``{"type": "structural_tag", "format": {...}}``, tags whose content follows
+a schema, with free text around them; vLLM's older shape,
+``{"structures": [{"begin", "schema", "end"}], "triggers": [...]}``, is
+turned into it: free text until a trigger, then one of the tags). Validation here is about shape only (one kind, right
 types, bounded size); whether the schema, regex or grammar compiles is the
 compiler's business (``compiler.py``), which front ends ask before a request
 is queued.
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 from octavo.errors import InvalidSamplingParamsError
 
-KINDS = ("json", "regex", "choice", "grammar", "json_object")
+KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
 @dataclass
@@ -31,6 +35,7 @@ class StructuredOutputsParams:
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool = False
+    structural_tag: str | dict | None = None
     # A reasoning model's think block, as single token ids: the constraint holds only after the
     # block ends, so that the model may reason first (vLLM's reasoning-aware structured outputs).
     # ``starts_in_reasoning``: the output begins inside the block (the template opened it).
@@ -79,6 +84,8 @@ class StructuredOutputsParams:
             if not all(isinstance(c, str) and c for c in value):
                 fail("every choice must be a non-empty string")
             self.choice = list(value)
+        elif kind == "structural_tag":
+            self.structural_tag = _structural_tag(value, fail)
         elif value is not True:
             fail("json_object must be true or false")
 
@@ -93,7 +100,7 @@ class StructuredOutputsParams:
         value = self._value(kind)
         if kind == "json":
             return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if kind == "choice":
+        if kind in ("choice", "structural_tag"):
             return json.dumps(value, ensure_ascii=False)
         if kind == "json_object":
             return ""
@@ -108,3 +115,33 @@ class StructuredOutputsParams:
         if self.json is None:
             return None
         return json.loads(self.json) if isinstance(self.json, str) else self.json
+
+
+def _structural_tag(value, fail) -> dict:
+    """A structural tag as xgrammar's object (its JSON text parsed, vLLM's older shape converted)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            fail(f"the structural tag is not valid JSON: {exc}")
+    if not isinstance(value, dict) or value.get("type", "structural_tag") != "structural_tag":
+        fail('a structural tag is an object of "type" "structural_tag"')
+    if "format" in value:
+        if not isinstance(value["format"], dict):
+            fail("the structural tag's format must be an object")
+        return {"type": "structural_tag", "format": value["format"]}
+    structures, triggers = value.get("structures"), value.get("triggers")
+    if not isinstance(structures, list) or not structures or not isinstance(triggers, list) or not triggers:
+        fail('a structural tag needs "format", or "structures" and "triggers" (non-empty lists)')
+    tags = []
+    for item in structures:
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("begin", "end")):
+            fail('each structure needs "begin" and "end" strings and a "schema"')
+        schema = item.get("schema", {})
+        if not isinstance(schema, dict):
+            fail("each structure's schema must be an object")
+        content = {"type": "json_schema", "json_schema": schema}
+        tags.append({"type": "tag", "begin": item["begin"], "content": content, "end": item["end"]})
+    if not all(isinstance(t, str) and t for t in triggers):
+        fail("each trigger must be a non-empty string")
+    return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags}}

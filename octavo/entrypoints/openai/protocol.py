@@ -35,6 +35,10 @@ class StreamOptions(OpenAIModel):
 class ResponseFormat(OpenAIModel):
     type: str
     json_schema: dict | None = None
+    # type "structural_tag": xgrammar's format, or vLLM's older structures and triggers.
+    format: dict | None = None
+    structures: list | None = None
+    triggers: list | None = None
 
 
 class ConstraintFields(OpenAIModel):

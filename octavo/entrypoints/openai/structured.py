@@ -3,8 +3,8 @@ and the compile check every such request passes before it is admitted.
 
 Accepted (one constraint per request): OpenAI's ``response_format``
 (``json_object``; ``json_schema`` with or without ``strict``: the schema is
-always enforced), vLLM's ``structured_outputs`` (``json``, ``regex``,
-``choice``, ``grammar``, ``json_object``) and its older ``guided_json`` /
+always enforced; vLLM's ``structural_tag``), vLLM's ``structured_outputs`` (``json``, ``regex``,
+``choice``, ``grammar``, ``json_object``, ``structural_tag``) and its older ``guided_json`` /
 ``guided_regex`` / ``guided_choice`` / ``guided_grammar``. Two at once is a
 400 naming both. The check compiles the constraint (off the event loop,
 within the compile time limit): a schema that is invalid or uses a keyword
@@ -60,8 +60,13 @@ def _from_response_format(response_format: Any) -> StructuredOutputsParams | Non
                 "response_format json_schema needs json_schema.schema (an object)", param="response_format.json_schema"
             )
         return _make("response_format.json_schema.schema", json=spec["schema"])
+    if kind == "structural_tag":
+        tag = {k: v for k, v in (("format", response_format.format), ("structures", response_format.structures),
+                                 ("triggers", response_format.triggers)) if v is not None}
+        return _make("response_format", structural_tag={"type": "structural_tag", **tag})
     raise InvalidArgumentError(
-        f"response_format type {kind!r} is not supported (text, json_object, json_schema)", param="response_format.type"
+        f"response_format type {kind!r} is not supported (text, json_object, json_schema, structural_tag)",
+        param="response_format.type",
     )
 
 

@@ -85,6 +85,9 @@ def test_json_schema_with_n_under_preemption(chat_server):
         ({"structured_outputs": {"grammar": 'root ::= "(" [0-9] ("+" [0-9])* ")"'}},
          lambda text: re.fullmatch(r"\(\d(\+\d)*\)", text)),
         ({"guided_json": PERSON}, lambda text: jsonschema.validate(json.loads(text), PERSON) is None),
+        ({"response_format": {"type": "structural_tag", "format": {
+            "type": "tag", "begin": "<p>", "content": {"type": "regex", "pattern": r"[a-z]{2,4}-\d{3}"}, "end": "</p>"}}},
+         lambda text: re.fullmatch(r"<p>[a-z]{2,4}-\d{3}</p>", text)),
     ],
 )
 def test_vllm_constraint_fields_on_chat_and_completions(chat_openai, extra, check):
@@ -124,7 +127,8 @@ def bad_request(chat_server, path: str, body: dict) -> dict:
         ({"guided_choice": [f"option{i}" for i in range(3000)]}, "guided_choice", "compiled choice grammar takes"),
         ({"guided_regex": "a" * 140_000}, "guided_regex", "more than the limit"),
         ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex", "not response_format and guided_regex"),
-        ({"response_format": {"type": "structural_tag"}}, "response_format.type", "not supported"),
+        ({"response_format": {"type": "structural_tag"}}, "response_format", "needs \"format\""),
+        ({"response_format": {"type": "xml"}}, "response_format.type", "not supported"),
         ({"logit_bias": {"1.5": 5}}, "logit_bias", "must be token ids"),
         ({"reasoning_effort": "high"}, "reasoning_effort", "not supported"),
         ({"best_of_n_magic": 3}, "best_of_n_magic", "could change the output"),
