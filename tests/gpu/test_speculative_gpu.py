@@ -71,3 +71,35 @@ def test_eagle3_head_on_gpu_guesses_what_it_should(llama_dir, make_llm, tmp_path
         assert len(proposals) > 20, options
         for known, drafts in proposals[::4]:
             assert drafts == reference.drafts(known, len(drafts)), (options, len(known))
+
+
+def test_mtp_layer_on_gpu_guesses_what_it_should(make_llm, tmp_path, tokenizer_dir, monkeypatch):
+    """GLM-4.5's multi-token-prediction layer (latent attention-free, a MoE
+    block through the fused-MoE kernel) beside the target's graphs: every
+    draft is the CPU recomputation's; the outputs are the CPU path's."""
+    from octavo.runtime.eagle_proposer import EagleProposer
+    from tests.runtime.mtp_reference import ReferenceMtp, build_with_mtp
+
+    path, full, extra = build_with_mtp(tmp_path / "glm45", tokenizer_dir)
+    reference = ReferenceMtp(path, full, extra)
+    proposals = []
+    propose = EagleProposer.propose
+
+    def recording(self, output):
+        propose(self, output)
+        for request_id, drafts in output.draft_token_ids.items():
+            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
+            proposals.append((known, drafts))
+
+    monkeypatch.setattr(EagleProposer, "propose", recording)
+    prompts = [{"prompt_token_ids": [(5 * i + 7 * j) % 300 + 3 for j in range(6 + 10 * i)]} for i in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in make_llm(path, platform="cpu").generate(prompts, params)]
+    for options in (dict(platform="cuda"), dict(platform="cuda", enforce_eager=True)):
+        proposals.clear()
+        llm = make_llm(path, speculative_config={"method": "mtp", "num_speculative_tokens": 2},
+                       enable_prefix_caching=False, **options)
+        assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == expected, options
+        assert len(proposals) > 10, options
+        for known, drafts in proposals[::4]:
+            assert drafts == reference.drafts(known, len(drafts)), (options, len(known))
