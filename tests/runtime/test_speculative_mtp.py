@@ -71,3 +71,22 @@ def test_checkpoints_without_the_layer_are_refused(llama_dir, family_dir):
         LLM(str(llama_dir), speculative_config={"method": "mtp", "num_speculative_tokens": 1})
     with pytest.raises(InvalidArgumentError, match="no multi-token-prediction layer"):
         LLM(str(family_dir("glm4_moe")), speculative_config={"method": "deepseek_mtp", "num_speculative_tokens": 1})
+
+
+def test_tensor_parallel(with_mtp, make_llm):
+    """The layer's attention and experts split over the ranks like the target's: one device's drafts."""
+    from octavo import LLM
+    from tests.distributed.common import engine_options
+
+    path, _, _ = with_mtp("glm4_moe")
+    config = {"method": "mtp", "num_speculative_tokens": 2}
+    single = make_llm(path, speculative_config=config)
+    expected = outputs(single)
+    llm = LLM(str(path), **engine_options(tensor_parallel_size=2, speculative_config=config))
+    try:
+        assert outputs(llm) == expected
+        stats, one_device = llm.engine.get_stats().spec_decoding, single.engine.get_stats().spec_decoding
+        assert stats.num_draft_tokens > 0
+        assert (stats.num_draft_tokens, stats.num_accepted_tokens) == (one_device.num_draft_tokens, one_device.num_accepted_tokens)
+    finally:
+        llm.engine.shutdown()
