@@ -18,9 +18,12 @@ class HFGreedy:
 
 @lru_cache(maxsize=8)
 def _hf_model(path: str, dtype: torch.dtype, device: str = "cpu"):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    except ValueError:  # a vision-language checkpoint transformers does not map to a causal LM
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device)
     model.eval()
     return model
 

@@ -204,6 +204,8 @@ def _check_supported(config: "ModelArchConfig") -> None:
         )
     for what, params in (("", config.rope_parameters), (" of the sliding-window layers", config.local_rope_parameters)):
         rope_type = (params or {}).get("rope_type") or (params or {}).get("type") or "default"
+        if rope_type == "mrope":  # Qwen2-VL's M-RoPE: with text alone every section has the same position
+            params["rope_type"] = rope_type = "default"
         if rope_type in ("su", "longrope"):  # "su": Phi-3's first name for LongRoPE
             params["rope_type"] = rope_type = "longrope"
             _complete_longrope(params, raw)
@@ -236,11 +238,25 @@ def _speculators_config(raw: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """A vision-language config's language model (``models/text_only.py``): its
+    ``text_config``, with the top level's embedding tie (which transformers
+    follows for the whole model), and its quantization and dtype where the
+    text config leaves them out."""
+    text = {**raw["text_config"], "architectures": raw.get("architectures")}
+    if raw.get("tie_word_embeddings") is not None:
+        text["tie_word_embeddings"] = raw["tie_word_embeddings"]
+    for key in ("quantization_config", "torch_dtype", "dtype"):
+        if text.get(key) is None and raw.get(key) is not None:
+            text[key] = raw[key]
+    return text
+
+
 def parse_arch_config(raw: dict[str, Any]) -> ModelArchConfig:
     if "speculators_model_type" in raw:
         raw = _speculators_config(raw)
     if "text_config" in raw and "hidden_size" not in raw:
-        raw = {**raw["text_config"], "architectures": raw.get("architectures")}
+        raw = _text_config(raw)
     architectures = raw.get("architectures") or []
     if not architectures:
         raise ModelLoadError("config.json has no 'architectures' entry")

@@ -29,6 +29,11 @@ def octavo_models():
         "OlmoeForCausalLM": "octavo.models.olmoe:OlmoeForCausalLM",
         "Gemma2ForCausalLM": "octavo.models.gemma2:Gemma2ForCausalLM",
         "Gemma3ForCausalLM": "octavo.models.gemma3:Gemma3ForCausalLM",
+        # Vision-language checkpoints served for text (models/text_only.py).
+        "Gemma3ForConditionalGeneration": "octavo.models.text_only:Gemma3ForConditionalGeneration",
+        "Mistral3ForConditionalGeneration": "octavo.models.text_only:Mistral3ForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration": "octavo.models.text_only:Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration": "octavo.models.text_only:Qwen2_5_VLForConditionalGeneration",
         "Phi3ForCausalLM": "octavo.models.phi3:Phi3ForCausalLM",
         "GlmForCausalLM": "octavo.models.glm:GlmForCausalLM",
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",
