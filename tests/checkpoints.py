@@ -118,6 +118,13 @@ FAMILY_OVERRIDES = {
              num_experts_per_tok=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
              n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5),
     ),
+    # dots.llm1: q/k norms, biases on q/k/v/o, a sliding layer then a full one, GLM-4.5's routing.
+    "dots1": (
+        "Dots1Config",
+        dict(head_dim=32, attention_bias=True, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+             n_routed_experts=16, num_experts_per_tok=4, moe_intermediate_size=32, n_shared_experts=1,
+             first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5),
+    ),
     # A sliding layer with plain RoPE, a full one with YaRN (RoPE per layer type).
     "olmo3": (
         "Olmo3Config",

@@ -150,6 +150,7 @@ _PARSERS = {
     "gpt_oss": _mixtral,
     "granitemoe": _granitemoe, "granitemoeshared": _granitemoe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "glm4_moe": _glm4_moe,
+    "dots1": _glm4_moe,  # dots.llm1: the same routing under the same names
 }
 
 
