@@ -125,6 +125,9 @@ FAMILY_OVERRIDES = {
              n_routed_experts=16, num_experts_per_tok=4, moe_intermediate_size=32, n_shared_experts=1,
              first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5),
     ),
+    # EXAONE 4.0: post-norms, q/k norms, a sliding layer with RoPE then a global NoPE one.
+    "exaone4": ("Exaone4Config", dict(head_dim=32, sliding_window=8, sliding_window_pattern=2,
+                                      layer_types=["sliding_attention", "full_attention"])),
     # A sliding layer with plain RoPE, a full one with YaRN (RoPE per layer type).
     "olmo3": (
         "Olmo3Config",

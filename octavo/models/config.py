@@ -134,10 +134,15 @@ def _cohere2_nope_layers(raw: dict[str, Any], num_layers: int) -> frozenset[int]
 def _nope_layers(raw: dict[str, Any], num_layers: int) -> frozenset[int]:
     """The layers without RoPE. HF's ``no_rope_layers`` flags each layer
     with 1 where it *does* apply RoPE; SmolLM3's default leaves it out of
-    every ``no_rope_layer_interval``-th layer (4th, 8th, ...); Cohere2's are
-    its global layers."""
+    every ``no_rope_layer_interval``-th layer (4th, 8th, ...); Cohere2's and
+    EXAONE 4.0's (with a sliding window) are their global layers."""
     if raw.get("model_type") == "cohere2":
         return _cohere2_nope_layers(raw, num_layers)
+    if raw.get("model_type") == "exaone4":  # hybrid attention: RoPE in the sliding layers only
+        types = raw.get("layer_types") or []
+        if raw.get("sliding_window") is None or len(types) < num_layers:
+            return frozenset()
+        return frozenset(i for i in range(num_layers) if types[i] != "sliding_attention")
     flags = raw.get("no_rope_layers")
     if flags is None:
         if raw.get("model_type") != "smollm3":

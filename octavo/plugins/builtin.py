@@ -39,6 +39,7 @@ def octavo_models():
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",
         "Glm4MoeForCausalLM": "octavo.models.glm:Glm4MoeForCausalLM",
         "Dots1ForCausalLM": "octavo.models.dots1:Dots1ForCausalLM",
+        "Exaone4ForCausalLM": "octavo.models.exaone4:Exaone4ForCausalLM",
         "Olmo2ForCausalLM": "octavo.models.olmo2:Olmo2ForCausalLM",
         "Olmo3ForCausalLM": "octavo.models.olmo3:Olmo3ForCausalLM",
         "SeedOssForCausalLM": "octavo.models.seed_oss:SeedOssForCausalLM",
