@@ -128,6 +128,12 @@ FAMILY_OVERRIDES = {
     # EXAONE 4.0: post-norms, q/k norms, a sliding layer with RoPE then a global NoPE one.
     "exaone4": ("Exaone4Config", dict(head_dim=32, sliding_window=8, sliding_window_pattern=2,
                                       layer_types=["sliding_attention", "full_attention"])),
+    # ERNIE 4.5 MoE: interleaved RoPE, biases, a dense first layer, a softmax router with a correction bias.
+    "ernie4_5_moe": (
+        "Ernie4_5_MoeConfig",
+        dict(use_bias=True, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, moe_num_shared_experts=1,
+             moe_layer_start_index=1, moe_layer_interval=1, tie_word_embeddings=False),
+    ),
     # A sliding layer with plain RoPE, a full one with YaRN (RoPE per layer type).
     "olmo3": (
         "Olmo3Config",

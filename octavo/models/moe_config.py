@@ -144,6 +144,26 @@ def _glm4_moe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     return _deepseek({**raw, "model_type": "deepseek_v3", "topk_method": "noaux_tc"}, num_layers)
 
 
+def _ernie4_5_moe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
+    """ERNIE 4.5 MoE: a softmax router whose choice adds a correction bias
+    (the weights are the unbiased scores, renormalised), shared experts, and
+    sparse layers every ``moe_layer_interval`` from ``moe_layer_start_index``
+    to ``moe_layer_end_index``."""
+    start, interval = int(raw.get("moe_layer_start_index") or 0), int(raw.get("moe_layer_interval") or 1)
+    end = raw.get("moe_layer_end_index")
+    end = num_layers - 1 if end is None or int(end) < 0 else int(end)
+    inter = int(raw["moe_intermediate_size"])
+    return MoEConfig(  # ERNIE's own names (moe_num_experts, moe_k), or transformers' aliases
+        num_experts=int(raw["moe_num_experts"]) if "moe_num_experts" in raw else _num_experts(raw),
+        top_k=int(raw["moe_k"] if "moe_k" in raw else raw["num_experts_per_tok"]),
+        intermediate_size=inter,
+        renormalize=True,
+        sparse_layers=tuple((i + 1) % interval == 0 and start <= i <= end for i in range(num_layers)),
+        shared_expert_intermediate_size=inter * int(raw.get("moe_num_shared_experts") or 0),
+        correction_bias=True,
+    )
+
+
 _PARSERS = {
     "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "olmoe": _olmoe,
     # gpt-oss: a softmax over the top-k logits is the top-k of the softmax, renormalised.
@@ -151,6 +171,7 @@ _PARSERS = {
     "granitemoe": _granitemoe, "granitemoeshared": _granitemoe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "glm4_moe": _glm4_moe,
     "dots1": _glm4_moe,  # dots.llm1: the same routing under the same names
+    "ernie4_5_moe": _ernie4_5_moe,
 }
 
 

@@ -45,6 +45,7 @@ def octavo_models():
         "SeedOssForCausalLM": "octavo.models.seed_oss:SeedOssForCausalLM",
         "SmolLM3ForCausalLM": "octavo.models.smollm3:SmolLM3ForCausalLM",
         "Ernie4_5ForCausalLM": "octavo.models.ernie4_5:Ernie4_5ForCausalLM",
+        "Ernie4_5_MoeForCausalLM": "octavo.models.ernie4_5:Ernie4_5_MoeForCausalLM",
         "GptOssForCausalLM": "octavo.models.gpt_oss:GptOssForCausalLM",
         "GraniteForCausalLM": "octavo.models.granite:GraniteForCausalLM",
         "GraniteMoeForCausalLM": "octavo.models.granitemoe:GraniteMoeForCausalLM",

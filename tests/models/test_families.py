@@ -10,6 +10,7 @@ sigmoid with a correction bias, shared experts, a dense first layer),
 GLM-4.5 (q/k norms, RoPE over half of each head, DeepSeek V3's routing),
 dots.llm1 (q/k norms, biases on q/k/v/o, a sliding layer, the same routing),
 EXAONE 4.0 (post-norms, q/k norms, a sliding RoPE layer and a global NoPE one),
+ERNIE 4.5 MoE (a softmax router with a correction bias, shared experts, a biased LM head),
 OLMo 3 (a sliding layer, RoPE per layer type), Seed-OSS (q/k/v biases apart
 from o_proj's), SmolLM3 (a NoPE layer), ERNIE 4.5 (interleaved RoPE),
 Granite MoE with and without a shared MLP (fused experts, top-k softmax),
