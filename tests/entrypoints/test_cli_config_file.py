@@ -57,6 +57,7 @@ uvicorn-log-level: warning
         ("scheduling-policy: lifo\n", "must be one of"),
         ("max-model-len: 1.5K\n", "max-model-len"),
         ("trust-remote-code: true\n", "never runs code"),
+        ("tokenizer-mode: mistral\n", "mistral_common"),
         ("- a\n- b\n", "must hold a mapping"),
         ("port: [\n", "not valid YAML"),
     ],

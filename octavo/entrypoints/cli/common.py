@@ -59,6 +59,19 @@ class RefuseRemoteCode(argparse.Action):
         parser.error(f"--trust-remote-code is {self.refuses}")
 
 
+class AcceptOnly(argparse.Action):
+    """A vLLM flag whose other values Octavo does not have: those are refused with the reason."""
+
+    def __init__(self, option_strings, dest, accepted=(), reason="", **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.accepted, self.reason = tuple(accepted), reason
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values not in self.accepted:
+            parser.error(f"{option_string} {values}: {self.reason} ({', '.join(self.accepted)} are accepted)")
+        setattr(namespace, self.dest, values)
+
+
 def add_vllm_engine_flags(parser: argparse.ArgumentParser) -> None:
     """vLLM's engine flags whose meaning Octavo has too (and --trust-remote-code, refused with the reason)."""
     parser.add_argument(
@@ -66,6 +79,16 @@ def add_vllm_engine_flags(parser: argparse.ArgumentParser) -> None:
         help='sampling defaults over the generation config\'s, as JSON (e.g. \'{"temperature": 0.6}\')',
     )
     parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--tokenizer-mode", action=AcceptOnly, default="auto", accepted=("auto", "hf"),
+        reason="Octavo reads Hugging Face tokenizers (tokenizer.json); mistral_common's and slow tokenizers are not supported",
+        help="auto or hf (the Hugging Face tokenizer)",
+    )
+    parser.add_argument(
+        "--config-format", action=AcceptOnly, default="auto", accepted=("auto", "hf"),
+        reason="Octavo reads config.json; Mistral's params.json format is not supported",
+        help="auto or hf (config.json)",
+    )
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--trust-remote-code", action=RefuseRemoteCode, nargs=0,

@@ -120,4 +120,7 @@ def _converted(parser: argparse.ArgumentParser, action: argparse.Action, key: st
         value = str(value)
     if action.choices is not None and value not in action.choices:
         parser.error(f"--config: {key} must be one of {list(action.choices)}, not {value!r}")
+    accepted = getattr(action, "accepted", None)  # a vLLM flag of which Octavo has some values (``AcceptOnly``)
+    if accepted is not None and value not in accepted:
+        parser.error(f"--config: {key} {value}: {action.reason} ({', '.join(accepted)} are accepted)")
     return value

@@ -73,6 +73,11 @@ def test_vllm_flags(capsys):
     with pytest.raises(SystemExit):
         parse(["--trust-remote-code"])
     assert "Octavo never runs code from a checkpoint" in capsys.readouterr().err
+    assert parse(["--tokenizer-mode", "hf", "--config-format", "auto"]).tokenizer_mode == "hf"
+    for flag, value, words in (("--tokenizer-mode", "mistral", "mistral_common"), ("--config-format", "mistral", "params.json")):
+        with pytest.raises(SystemExit):
+            parse([flag, value])
+        assert words in capsys.readouterr().err
     from octavo.entrypoints.cli import serve
 
     with pytest.raises(InvalidArgumentError):
