@@ -45,21 +45,12 @@ def test_eagle3_head_on_gpu_guesses_what_it_should(llama_dir, make_llm, tmp_path
     """The head's steps run eagerly beside the target's graphs: its hidden
     states come from the buffer the replayed graphs write. Every draft is
     the plain CPU recomputation's; the outputs are the CPU's."""
-    from octavo.runtime.eagle_proposer import EagleProposer
     from tests.runtime.eagle_reference import ReferenceEagle3, build_eagle3_head
+    from tests.runtime.proposal_recorder import record_proposals
 
     head = build_eagle3_head(tmp_path / "eagle3", llama_dir)
     reference = ReferenceEagle3(head, llama_dir)
-    proposals = []
-    propose = EagleProposer.propose
-
-    def recording(self, output):
-        propose(self, output)
-        for request_id, drafts in output.draft_token_ids.items():
-            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
-            proposals.append((known, drafts))
-
-    monkeypatch.setattr(EagleProposer, "propose", recording)
+    proposals = record_proposals(monkeypatch)
     prompts = [{"prompt_token_ids": [(7 * i + 3 * j) % 300 + 3 for j in range(6 + 11 * i)]} for i in range(5)]
     params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in make_llm(llama_dir, platform="cpu").generate(prompts, params)]
@@ -77,21 +68,12 @@ def test_mtp_layer_on_gpu_guesses_what_it_should(make_llm, tmp_path, tokenizer_d
     """GLM-4.5's multi-token-prediction layer (latent attention-free, a MoE
     block through the fused-MoE kernel) beside the target's graphs: every
     draft is the CPU recomputation's; the outputs are the CPU path's."""
-    from octavo.runtime.eagle_proposer import EagleProposer
     from tests.runtime.mtp_reference import ReferenceMtp, build_with_mtp
+    from tests.runtime.proposal_recorder import record_proposals
 
     path, full, extra = build_with_mtp(tmp_path / "glm45", tokenizer_dir)
     reference = ReferenceMtp(path, full, extra)
-    proposals = []
-    propose = EagleProposer.propose
-
-    def recording(self, output):
-        propose(self, output)
-        for request_id, drafts in output.draft_token_ids.items():
-            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
-            proposals.append((known, drafts))
-
-    monkeypatch.setattr(EagleProposer, "propose", recording)
+    proposals = record_proposals(monkeypatch)
     prompts = [{"prompt_token_ids": [(5 * i + 7 * j) % 300 + 3 for j in range(6 + 10 * i)]} for i in range(4)]
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in make_llm(path, platform="cpu").generate(prompts, params)]

@@ -11,6 +11,7 @@ import pytest
 from octavo import SamplingParams
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.runtime.eagle_proposer import EagleProposer
+from tests.runtime.proposal_recorder import record_proposals
 from tests.runtime.eagle_reference import ReferenceEagle3, build_eagle3_head
 from tests.runtime.test_async_scheduling import assert_same_outputs, run
 
@@ -46,17 +47,7 @@ def repeating_head(tmp_path_factory, llama_dir):
 @pytest.fixture
 def recorded(monkeypatch):
     """Every (known tokens, drafts) the engine proposes, the newest token last."""
-    proposals = []
-    propose = EagleProposer.propose
-
-    def recording(self, output):
-        propose(self, output)
-        for request_id, drafts in output.draft_token_ids.items():
-            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
-            proposals.append((known, drafts))
-
-    monkeypatch.setattr(EagleProposer, "propose", recording)
-    return proposals
+    return record_proposals(monkeypatch)
 
 
 def check_drafts(proposals, reference: ReferenceEagle3) -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from octavo import SamplingParams
 from octavo.errors import InvalidArgumentError
-from octavo.runtime.eagle_proposer import EagleProposer
 from tests.runtime.mtp_reference import ReferenceMtp, build_with_mtp
+from tests.runtime.proposal_recorder import record_proposals
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +29,7 @@ def with_mtp(tmp_path_factory, tokenizer_dir):
 
 @pytest.fixture
 def recorded(monkeypatch):
-    proposals = []
-    propose = EagleProposer.propose
-
-    def recording(self, output):
-        propose(self, output)
-        for request_id, drafts in output.draft_token_ids.items():
-            known = list(self.runner.states[request_id].token_ids) + list(output.sampled_token_ids[request_id])
-            proposals.append((known, drafts))
-
-    monkeypatch.setattr(EagleProposer, "propose", recording)
-    return proposals
+    return record_proposals(monkeypatch)
 
 
 PROMPTS = [[(7 * i + 3 * j) % 300 + 3 for j in range(5 + 9 * i)] for i in range(4)]
