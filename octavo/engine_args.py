@@ -104,6 +104,8 @@ class EngineArgs:
     max_logprobs: int = 20
     # What logprobs report (vLLM's): raw_logprobs, raw_logits, processed_logprobs, processed_logits.
     logprobs_mode: str = "raw_logprobs"
+    # A prompt computes at most this many tokens a step (vLLM's; 0: no cap; needs chunked prefill).
+    long_prefill_token_threshold: int = 0
     # Limits on structured-output constraints (compile time, compiled size).
     structured_outputs_compile_timeout: float = 10.0
     structured_outputs_max_grammar_bytes: int = 64 << 20
@@ -157,6 +159,11 @@ class EngineArgs:
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise InvalidArgumentError(
                 f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}", param="logprobs_mode"
+            )
+        if self.long_prefill_token_threshold < 0 or (self.long_prefill_token_threshold and not self.enable_chunked_prefill):
+            raise InvalidArgumentError(
+                "long_prefill_token_threshold must be 0 (off) or positive, and needs chunked prefill",
+                param="long_prefill_token_threshold",
             )
         self._validate_lora()
         check_speculative_args(self)
@@ -311,6 +318,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
             policy=args.scheduling_policy,
             max_loras=worker_config.max_loras,
             speculative=speculative,
+            long_prefill_token_threshold=args.long_prefill_token_threshold,
         ),
         KVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching),
     )

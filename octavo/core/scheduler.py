@@ -172,12 +172,15 @@ class Scheduler(BlockAllocation, PoolingSteps):
         block_size, lookahead = self.kv.block_size, self.config.num_lookahead_tokens
         preempted_this_step = False
         drafting = self.drafts is not None and self.drafts.enabled_for(len(running))
+        long_prefill = self.config.long_prefill_token_threshold
         index = 0
         while index < len(running) and token_budget > 0 and len(scheduled) < max_requests:
             request = running[index]
             index += 1
             num_placeholders = request.num_output_placeholders
             num_new_tokens = len(request.all_token_ids) + num_placeholders - request.num_computed_tokens
+            if 0 < long_prefill < num_new_tokens:
+                num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
                 num_new_tokens = token_budget
             drafts = None
@@ -262,6 +265,8 @@ class Scheduler(BlockAllocation, PoolingSteps):
             # A pooling request never reads the prefix cache (``get_computed_blocks``).
             computed_blocks, num_computed_tokens = ([], 0) if is_pooling else self.kv.get_computed_blocks(request)
             num_new_tokens = len(request.all_token_ids) - num_computed_tokens
+            if not is_pooling and 0 < self.config.long_prefill_token_threshold < num_new_tokens:
+                num_new_tokens = self.config.long_prefill_token_threshold  # the rest in later steps
             if num_new_tokens > token_budget and (is_pooling or not self.config.enable_chunked_prefill):
                 break
             num_new_tokens = min(num_new_tokens, token_budget)

@@ -38,6 +38,9 @@ class SchedulerConfig:
     max_loras: int = 0
     # Speculative decoding (n-gram drafts); None: off.
     speculative: SpeculativeConfig | None = None
+    # vLLM's long_prefill_token_threshold: a prompt computes at most this many
+    # tokens a step, so that a long one leaves room for others (0: no cap).
+    long_prefill_token_threshold: int = 0
 
 
 @dataclass

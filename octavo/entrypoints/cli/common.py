@@ -186,6 +186,10 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help='speculative decoding (JSON), e.g. \'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'',
     )
     parser.add_argument(
+        "--long-prefill-token-threshold", type=human_readable_int, default=0,
+        help="a prompt computes at most this many tokens a step, leaving room for others (0: no cap)",
+    )
+    parser.add_argument(
         "--logprobs-mode", default="raw_logprobs",
         choices=["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"],
         help="what logprobs report: the model's (raw) or those of the distribution each token was drawn from "
