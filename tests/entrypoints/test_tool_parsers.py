@@ -337,3 +337,20 @@ def test_a_constraint_waits_for_reasoning_where_the_tags_are_single_tokens():
                          reasoning_parser="qwen3")
     named.constrain_after_reasoning(single)  # a grammar-enforced call has no room for reasoning
     assert named.constraint.reasoning_start_id is None
+
+
+def test_deepseek_v3_reasoning_follows_the_thinking_variable():
+    """DeepSeek V3.1's hybrid template: reasoning (R1's way) only where the request's ``thinking`` is true."""
+    from octavo.entrypoints.openai.chat_features import ChatFeatures
+    from octavo.entrypoints.openai.reasoning import reasoning_parser_class
+
+    def split(template_kwargs, text):
+        parser = reasoning_parser_class("deepseek_v3", template_kwargs)()
+        parts = [parser.feed(text[:5]), parser.feed(text[5:]), parser.finish()]
+        return "".join(r for r, _ in parts), "".join(c for _, c in parts)
+
+    assert split({"thinking": True}, "plan it</think>\n\nThe answer.") == ("plan it", "The answer.")
+    assert split({}, "The answer, no thinking.") == ("", "The answer, no thinking.")
+    assert split({"thinking": False}, "a </think> b") == ("", "a </think> b")
+    features = ChatFeatures(reasoning_parser="deepseek_v3", template_kwargs={"thinking": False})
+    assert features.shaper() is not None

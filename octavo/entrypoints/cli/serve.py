@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--restart-engine", action="store_true", help="rebuild the engine if it fails (counted in octavo:engine_restarts_total)")
     parser.add_argument("--tool-call-parser", default=None, help="how tool calls are read from the output: hermes (or qwen), llama3_json, mistral, granite, phi4_mini_json, pythonic (or llama4_pythonic), deepseek_v3 (or deepseek_v31), qwen3_coder, seed_oss, olmo3, kimi_k2, glm45, openai (gpt-oss)")
     parser.add_argument("--enable-auto-tool-choice", action="store_true", help="let the model decide to call tools (tool_choice 'auto'); needs --tool-call-parser")
-    parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1, mistral, granite, seed_oss, olmo3, glm45, openai_gptoss (gpt-oss)")
+    parser.add_argument("--reasoning-parser", default=None, help="split reasoning from the answer: qwen3, deepseek_r1, deepseek_v3 (V3.1: by the thinking template variable), mistral, granite, seed_oss, olmo3, glm45, openai_gptoss (gpt-oss)")
     parser.add_argument("--default-chat-template-kwargs", type=json_object, default=None, help="chat template variables for every request, as JSON (e.g. '{\"enable_thinking\": false}'); a request's chat_template_kwargs win")
     parser.add_argument("--enable-force-include-usage", action="store_true", help="end every stream with a usage chunk, asked for or not")
     parser.add_argument("--enable-log-requests", action="store_true", help="log each request's prompt and parameters (prompts are your users' data)")

@@ -17,7 +17,7 @@ from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.entrypoints.openai.chat_output import OutputShaper, tool_reader_factory
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.conversation import template_kwargs
-from octavo.entrypoints.openai.reasoning import REASONING_PARSERS
+from octavo.entrypoints.openai.reasoning import REASONING_PARSERS, reasoning_parser_class
 from octavo.entrypoints.openai.structured import constraint_from_request
 from octavo.entrypoints.openai.tool_parsers import TOOL_PARSERS
 from octavo.entrypoints.openai.tools import ToolUse, parse_tools, resolve_tool_choice
@@ -46,7 +46,7 @@ class ChatFeatures:
         return None
 
     def shaper(self) -> OutputShaper:
-        reasoning = REASONING_PARSERS[self.reasoning_parser]() if self.reasoning_parser else None
+        reasoning = reasoning_parser_class(self.reasoning_parser, self.template_kwargs)() if self.reasoning_parser else None
         # A grammar-enforced call has no room for reasoning.
         if self.tool_use.mode in ("required", "named"):
             reasoning = None
@@ -68,7 +68,9 @@ class ChatFeatures:
             return
         if self.tool_use.mode in ("required", "named"):
             return
-        parser = REASONING_PARSERS[self.reasoning_parser]
+        parser = reasoning_parser_class(self.reasoning_parser, self.template_kwargs)
+        if not parser.starts:
+            return  # this request does not reason: the constraint holds from the first token
         ids = [tokenizer.encode(tag, add_special_tokens=False) for tag in (parser.starts[0], parser.ends[0])]
         if all(len(token_ids) == 1 for token_ids in ids):
             self.constraint = dataclasses.replace(

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from octavo.entrypoints.openai.reasoning.base import (
     DeepSeekR1ReasoningParser,
+    DeepSeekV3ReasoningParser,
     Glm45ReasoningParser,
     GraniteReasoningParser,
     MistralReasoningParser,
@@ -25,6 +26,16 @@ REASONING_PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "seed_oss": SeedOssReasoningParser,
     "olmo3": Olmo3ReasoningParser,
     "glm45": Glm45ReasoningParser,
+    "deepseek_v3": DeepSeekV3ReasoningParser,
 }
 
-__all__ = ["REASONING_PARSERS", "ReasoningParser"]
+
+
+def reasoning_parser_class(name: str, template_kwargs: dict) -> type[ReasoningParser]:
+    """The parser for one request: a hybrid model's depends on whether its template thinks."""
+    parser = REASONING_PARSERS[name]
+    for_request = getattr(parser, "for_request", None)
+    return for_request(template_kwargs) if for_request is not None else parser
+
+
+__all__ = ["REASONING_PARSERS", "ReasoningParser", "reasoning_parser_class"]

@@ -122,3 +122,23 @@ class Glm45ReasoningParser(Qwen3ReasoningParser):
     (the template closes an empty block when thinking is off); single tokens."""
 
     needs_special_tokens = True
+
+
+class NoReasoningParser(ReasoningParser):
+    """A request whose template turned thinking off: the output is all answer."""
+
+    starts = ()
+
+    def _decide(self, final: bool) -> bool:
+        self.mode = "content"
+        return True
+
+
+class DeepSeekV3ReasoningParser(DeepSeekR1ReasoningParser):
+    """DeepSeek V3.1 / V3.2 (hybrid): with the template variable ``thinking``
+    true the template opens ``<think>`` and the output is reasoning until
+    ``</think>`` (as R1's); otherwise it is all answer (``for_request``)."""
+
+    @classmethod
+    def for_request(cls, template_kwargs: dict) -> type[ReasoningParser]:
+        return DeepSeekR1ReasoningParser if template_kwargs.get("thinking") else NoReasoningParser
