@@ -16,6 +16,7 @@ Two proposers:
 - ``method: "mtp"`` (vLLM's ``deepseek_mtp``, ``glm4_moe_mtp`` too): the
   multi-token-prediction layer DeepSeek V3 and GLM-4.5 checkpoints carry,
   read from the target's own checkpoint (``model`` defaults to it).
+- ``method: "eagle"`` (``model``: an EAGLE-1 or HASS head), likewise.
 - ``method: "eagle3"`` (``model``: an EAGLE-3 head trained for the target):
   the same, the head reading the target's hidden states
   (``runtime/eagle_proposer.py``). A ``speculators``-format EAGLE-3
@@ -48,13 +49,13 @@ _KNOWN_KEYS = {
     "method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "model",
     "draft_tensor_parallel_size",
 }
-_METHODS = ("ngram", "draft_model", "eagle3", "mtp")
+_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 # Methods run by the workers with a second set of weights (``model``).
-_MODEL_METHODS = ("draft_model", "eagle3", "mtp")
+_MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 # vLLM's names for the MTP layers of particular families.
 _MTP_ALIASES = {"deepseek_mtp", "glm4_moe_mtp"}
 # vLLM's other methods: refused by name, not ignored.
-_UNSUPPORTED_METHODS = {"eagle", "medusa", "mlp_speculator", "suffix"}
+_UNSUPPORTED_METHODS = {"medusa", "mlp_speculator", "suffix"}
 
 
 @dataclass(frozen=True)

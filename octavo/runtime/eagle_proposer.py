@@ -1,9 +1,10 @@
-"""Speculative decoding with an EAGLE-3 head (``models/eagle3.py``) or a
-multi-token-prediction layer (``models/mtp.py``), run by each worker beside
-the target. Both read, at position ``p``, token ``x[p+1]`` and a hidden
-state of the target at ``p``; what differs is which hidden state (EAGLE-3:
-three layers' input streams; MTP: the final one, after the target's norm)
-and their layers, so one proposer runs both (``head``).
+"""Speculative decoding with an EAGLE head (``models/eagle.py``), an EAGLE-3
+head (``models/eagle3.py``) or a multi-token-prediction layer
+(``models/mtp.py``), run by each worker beside the target. All read, at
+position ``p``, token ``x[p+1]`` and a hidden state of the target at ``p``;
+what differs is which hidden state (EAGLE-3: three layers' input streams;
+EAGLE and MTP: the final one, after the target's norm) and their layers, so
+one proposer runs them all (``head``).
 
 The head keeps its KV cache in the target's blocks as a draft model does
 (``DraftModel``: the same block ids and slots, tensors of its own). What
@@ -38,6 +39,7 @@ import torch
 
 from octavo.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from octavo.errors import ModelLoadError
+from octavo.models.eagle import EagleLlamaForCausalLM
 from octavo.models.eagle3 import Eagle3LlamaForCausalLM
 from octavo.models.layers.attention import ForwardContext
 from octavo.models.llama import DecoderModel
@@ -63,7 +65,10 @@ class EagleProposer(DraftModel):
                 f"{self.head.config.vocab_size} tokens; this target has {arch.hidden_size} and {arch.vocab_size}"
             )
         layers = arch.num_hidden_layers
-        layer_ids = self.head.aux_layer_ids or (2, layers // 2, layers - 3)
+        if getattr(self.head, "reads_final_hidden", False):
+            layer_ids = (layers,)  # EAGLE-1: the stream after the target's last layer (normed by ``combine``)
+        else:
+            layer_ids = self.head.aux_layer_ids or (2, layers // 2, layers - 3)
         if any(not 0 <= i <= layers for i in layer_ids):
             raise ModelLoadError(
                 f"the EAGLE-3 head reads the target's layers {list(layer_ids)}, but the target has {layers}; "
@@ -74,7 +79,8 @@ class EagleProposer(DraftModel):
         self._step: tuple[PreparedBatch, SchedulerOutput] | None = None
 
     def model_class(self):
-        return MtpHead if self.runner.config.speculative_method == "mtp" else Eagle3LlamaForCausalLM
+        heads = {"mtp": MtpHead, "eagle": EagleLlamaForCausalLM, "eagle3": Eagle3LlamaForCausalLM}
+        return heads[self.runner.config.speculative_method]
 
     def capture_graphs(self, factory, sizes: list[int]) -> None:
         """Capture the head's one-token steps (its follow pass stays eager)."""

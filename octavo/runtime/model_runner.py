@@ -96,7 +96,7 @@ class ModelRunner(StepSampling):
             from octavo.runtime.draft_model import DraftModel
             from octavo.runtime.eagle_proposer import EagleProposer
 
-            heads = ("eagle3", "mtp")  # drafts that read the target's hidden states
+            heads = ("eagle", "eagle3", "mtp")  # drafts that read the target's hidden states
             self.draft = (EagleProposer if self.config.speculative_method in heads else DraftModel)(self)
         if self.loaded.pooler is not None:
             from octavo.runtime.pooling_runner import PoolingRunner

@@ -177,3 +177,85 @@ class ReferenceEagle3:
         mlp = F.silu(x @ w["layers.0.mlp.gate_proj.weight"].T) * (x @ w["layers.0.mlp.up_proj.weight"].T)
         stream = residual + mlp @ w["layers.0.mlp.down_proj.weight"].T
         return self._rms(stream, "norm.weight"), stream
+
+
+def build_eagle1_head(out_dir: Path, target_dir: Path, *, para_norms: bool = False, own_embeddings: bool = False,
+                      fc_bias: bool = True, seed: int = 4) -> Path:
+    """A random EAGLE-1 head (EAGLE's layout: ``fc``, ``layers.0`` without an input norm) for the target in ``target_dir``."""
+    target = json.loads((target_dir / "config.json").read_text())
+    hidden, inter, vocab = target["hidden_size"], target["intermediate_size"], target["vocab_size"]
+    heads, kv_heads, head_dim = target["num_attention_heads"], target["num_key_value_heads"], target["head_dim"]
+    gen = torch.Generator().manual_seed(seed)
+
+    def weight(*shape):
+        return torch.randn(*shape, generator=gen) * 0.08
+
+    tensors = {
+        "fc.weight": weight(hidden, 2 * hidden),
+        "layers.0.self_attn.q_proj.weight": weight(heads * head_dim, hidden),
+        "layers.0.self_attn.k_proj.weight": weight(kv_heads * head_dim, hidden),
+        "layers.0.self_attn.v_proj.weight": weight(kv_heads * head_dim, hidden),
+        "layers.0.self_attn.o_proj.weight": weight(hidden, heads * head_dim),
+        "layers.0.post_attention_layernorm.weight": 1.0 + 0.1 * torch.randn(hidden, generator=gen),
+        "layers.0.mlp.gate_proj.weight": weight(inter, hidden),
+        "layers.0.mlp.up_proj.weight": weight(inter, hidden),
+        "layers.0.mlp.down_proj.weight": weight(hidden, inter),
+    }
+    if fc_bias:
+        tensors["fc.bias"] = weight(hidden)
+    if own_embeddings:
+        tensors["embed_tokens.weight"] = weight(vocab, hidden)
+    if para_norms:
+        tensors["embedding_layernorm.weight"] = 1.0 + 0.1 * torch.randn(hidden, generator=gen)
+        tensors["hidden_states_layernorm.weight"] = 1.0 + 0.1 * torch.randn(hidden, generator=gen)
+    config = {key: target[key] for key in (
+        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
+        "rope_parameters", "max_position_embeddings", "vocab_size", "hidden_act")}
+    config.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1, add_para_norm=para_norms)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(config))
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"))
+    return out_dir
+
+
+class ReferenceEagle1(ReferenceEagle3):
+    """What an EAGLE-1 head guesses: the target's final (normed) hidden state in, the target's LM head out."""
+
+    def __init__(self, head_dir: Path, target_dir: Path) -> None:
+        super().__init__(head_dir, target_dir, aux_layer_ids=())
+        self.para_norms = json.loads((head_dir / "config.json").read_text()).get("add_para_norm", False)
+
+    def drafts(self, token_ids: list[int], k: int) -> list[int]:
+        w = self.w
+        with torch.no_grad():
+            out = self.target(torch.tensor([token_ids[:-1]]), output_hidden_states=True)
+            hidden, inputs, guesses = out.hidden_states[-1][0], list(token_ids[1:]), []
+            for _ in range(k):
+                stream = self._eagle1(torch.tensor(inputs), hidden)
+                guesses.append(int(torch.argmax(stream[-1] @ w["lm_head.weight"].T)))
+                inputs.append(guesses[-1])
+                hidden = torch.cat([hidden, stream[-1:]])
+        return guesses
+
+    def _eagle1(self, token_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        w, n = self.w, token_ids.shape[0]
+        embeds = w["embed_tokens.weight"][token_ids]
+        if self.para_norms:
+            embeds, hidden = self._rms(embeds, "embedding_layernorm.weight"), self._rms(hidden, "hidden_states_layernorm.weight")
+        x = torch.cat([embeds, hidden], dim=-1) @ w["fc.weight"].T + w.get("fc.bias", 0.0)
+        q = (x @ w["layers.0.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim).transpose(0, 1)
+        k = (x @ w["layers.0.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
+        v = (x @ w["layers.0.self_attn.v_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
+        cos, sin = self.rotary(v, torch.arange(n)[None])
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
+        repeat = self.heads // self.kv_heads
+        k, v = k[0].repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)
+        attn = F.scaled_dot_product_attention(q[0], k, v, is_causal=True)
+        residual = x + attn.transpose(0, 1).reshape(n, -1) @ w["layers.0.self_attn.o_proj.weight"].T
+        y = self._rms(residual, "layers.0.post_attention_layernorm.weight")
+        mlp = F.silu(y @ w["layers.0.mlp.gate_proj.weight"].T) * (y @ w["layers.0.mlp.up_proj.weight"].T)
+        return residual + mlp @ w["layers.0.mlp.down_proj.weight"].T

@@ -12,7 +12,7 @@ from octavo import SamplingParams
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.runtime.eagle_proposer import EagleProposer
 from tests.runtime.proposal_recorder import record_proposals
-from tests.runtime.eagle_reference import ReferenceEagle3, build_eagle3_head
+from tests.runtime.eagle_reference import ReferenceEagle1, ReferenceEagle3, build_eagle1_head, build_eagle3_head
 from tests.runtime.test_async_scheduling import assert_same_outputs, run
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
@@ -115,8 +115,8 @@ def test_random_requests_prefix_hits_and_logprobs(llama_dir, eagle_head, make_ll
 def test_bad_heads_are_refused(llama_dir, tmp_path):
     from octavo import LLM
 
-    with pytest.raises(InvalidArgumentError, match="'eagle' is not supported"):
-        LLM(str(llama_dir), speculative_config={"method": "eagle", "model": str(llama_dir), "num_speculative_tokens": 2})
+    with pytest.raises(InvalidArgumentError, match="'suffix' is not supported"):
+        LLM(str(llama_dir), speculative_config={"method": "suffix", "num_speculative_tokens": 2})
     with pytest.raises(InvalidArgumentError, match="needs 'model'"):
         LLM(str(llama_dir), speculative_config={"method": "eagle3", "num_speculative_tokens": 2})
     # The default layers (2, L/2, L-3) do not exist in a 2-layer target.
@@ -198,3 +198,18 @@ def test_the_targets_graph_steps_write_the_hidden_states(sandbox, llama_dir, eag
     assert head_graphs is llm.engine.executor.worker.runner.draft.graphs
     assert target_graphs.replays and head_graphs.replays
     check_drafts(recorded[::5], ReferenceEagle3(eagle_head, llama_dir))
+
+
+@pytest.mark.parametrize("hass", [False, True])
+def test_eagle1_heads(llama_dir, make_llm, plain_outputs, recorded, tmp_path, hass):
+    """EAGLE-1 (method eagle): the target's final hidden state and the next
+    token's embedding through fc and one layer, the target's LM head over its
+    stream; HASS's variant norms both inputs first (and here has embeddings of
+    its own and no fc bias). Every draft is the recomputation's, outputs unchanged."""
+    head = build_eagle1_head(tmp_path / "eagle1", llama_dir, para_norms=hass, own_embeddings=hass, fc_bias=not hass)
+    prompts, _, expected = plain_outputs
+    llm = make_llm(llama_dir, speculative_config=eagle_config(head, k=3, method="eagle"), enable_prefix_caching=False,
+                   max_num_batched_tokens=24)
+    greedy = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)] * len(prompts)
+    assert_same_outputs(run(llm, prompts, greedy), expected)
+    check_drafts(recorded[::5], ReferenceEagle1(head, llama_dir))
