@@ -27,9 +27,9 @@ def check_speculative_args(args: EngineArgs) -> None:
         raise InvalidArgumentError(
             "speculative decoding runs with synchronous steps; drop async_scheduling", param="speculative_config"
         )
-    if args.pipeline_parallel_size > 1:
+    if args.pipeline_parallel_size > 1 and speculative.uses_draft_model:
         raise InvalidArgumentError(
-            "speculative decoding runs with pipeline_parallel_size 1 (tensor and data parallelism are supported)",
+            "draft models and heads run with pipeline_parallel_size 1 (n-gram drafts run with pipeline parallelism)",
             param="speculative_config",
         )
     if args.logprobs_mode.startswith("processed"):

@@ -249,7 +249,8 @@ def test_conflicting_options_are_refused(llama_dir):
 
     for extra, message in [
         (dict(async_scheduling=True), "async_scheduling"),
-        (dict(pipeline_parallel_size=2), "pipeline_parallel_size"),
+        (dict(pipeline_parallel_size=2, speculative_config={"model": str(llama_dir), "num_speculative_tokens": 2}),
+         "pipeline_parallel_size 1"),
         (dict(task="embed"), "for generation"),
         (dict(speculative_config={"num_speculative_tokens": 2, "method": "medusa"}), "not supported"),
     ]:
