@@ -1,16 +1,17 @@
 """Vision-language checkpoints served for text: Gemma 3 (4B, 12B, 27B),
-Mistral Small 3.1 / 3.2 and Qwen2-VL / Qwen2.5-VL.
+Mistral Small 3.1 / 3.2, Qwen2-VL / Qwen2.5-VL and Qwen3-VL (dense).
 
-Their language model is a family Octavo has (Gemma 3, Mistral, Qwen2), its
+Their language model is a family Octavo has (Gemma 3, Mistral, Qwen2, Qwen3), its
 config nested under ``text_config`` (``config.py`` reads it from there,
 taking the embedding tie and the quantization from the top level where the
 text config leaves them out) and its weights under ``language_model.``
 (older saves: ``language_model.model.`` and ``language_model.lm_head.``;
 transformers 5: ``model.language_model.``; Qwen's: the plain names). The
 vision tower's and projector's tensors have no parameter here and are
-skipped. Qwen's M-RoPE gives every position the same value in all of its
-sections when the input is text, which is RoPE (``config.py`` reads it as
-such). Images are not served: non-text content is a 400 on every route.
+skipped. Qwen's M-RoPE (interleaved or not, Qwen3-VL's) gives every
+position the same value in all of its sections when the input is text,
+which is RoPE (``config.py`` reads it as such; Qwen3-VL's visual features
+added to early layers come with images only). Images are not served: non-text content is a 400 on every route.
 LoRA adapters are refused (their module names are the multimodal model's).
 """
 
@@ -20,6 +21,7 @@ from octavo.models.gemma3 import Gemma3ForCausalLM
 from octavo.models.llama import LlamaForCausalLM
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
+from octavo.models.qwen3 import Qwen3ForCausalLM
 
 # Checkpoint name fragments -> the text model's (first match of each applies).
 _LANGUAGE_MODEL_RENAMES = (
@@ -41,3 +43,4 @@ Gemma3ForConditionalGeneration = _text_only(Gemma3ForCausalLM, "Gemma3ForConditi
 Mistral3ForConditionalGeneration = _text_only(MistralForCausalLM, "Mistral3ForConditionalGeneration")
 Qwen2VLForConditionalGeneration = _text_only(Qwen2ForCausalLM, "Qwen2VLForConditionalGeneration")
 Qwen2_5_VLForConditionalGeneration = _text_only(Qwen2ForCausalLM, "Qwen2_5_VLForConditionalGeneration")
+Qwen3VLForConditionalGeneration = _text_only(Qwen3ForCausalLM, "Qwen3VLForConditionalGeneration")

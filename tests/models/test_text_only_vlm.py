@@ -1,4 +1,4 @@
-"""Vision-language checkpoints served for text (Gemma 3, Mistral 3, Qwen2.5-VL),
+"""Vision-language checkpoints served for text (Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL),
 small random ones built with transformers: greedy token ids identical to
 transformers' own multimodal model given text, chosen-token logprobs within
 1e-4; the vision tower's tensors skipped; LoRA refused."""
@@ -37,6 +37,12 @@ def _config(kind: str, vocab: int):
                                        image_size=28, patch_size=14, head_dim=16)
         return t.Mistral3ForConditionalGeneration, t.Mistral3Config(text_config=text, vision_config=vision,
                                                                      image_token_index=vocab - 1)
+    if kind == "qwen3_vl":
+        text = dict(TEXT, vocab_size=vocab, rope_parameters={
+            "rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True, "rope_theta": 10000.0})
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[0], num_position_embeddings=16)
+        return t.Qwen3VLForConditionalGeneration, t.Qwen3VLConfig(text_config=text, vision_config=vision)
     text = dict(TEXT, vocab_size=vocab, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
                                                          "rope_theta": 10000.0})
     text.pop("head_dim")
@@ -71,7 +77,7 @@ def vlm_dir(tmp_path_factory, tokenizer_dir):
     return get
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "mistral3", "qwen2_5_vl"])
+@pytest.mark.parametrize("kind", ["gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl"])
 def test_text_matches_the_multimodal_model(kind, vlm_dir, make_llm):
     path = vlm_dir(kind)
     prompts = family_prompts(path)
