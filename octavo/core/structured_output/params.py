@@ -69,12 +69,12 @@ class StructuredOutputsParams:
         value = self._value(kind)
         if kind == "json":
             if isinstance(value, str):
-                try:
-                    json.loads(value)
-                except ValueError as exc:
-                    fail(f"the JSON schema is not valid JSON: {exc}")
+                parsed = _loads(value, "the JSON schema", fail)
             elif not isinstance(value, dict):
                 fail(f"a JSON schema must be an object (or its JSON text), got {type(value).__name__}")
+            else:
+                parsed = value
+            _check_depth(parsed, "the JSON schema", fail)
         elif kind in ("regex", "grammar"):
             if not isinstance(value, str) or not value:
                 fail(f"{kind} must be a non-empty string")
@@ -120,10 +120,8 @@ class StructuredOutputsParams:
 def _structural_tag(value, fail) -> dict:
     """A structural tag as xgrammar's object (its JSON text parsed, vLLM's older shape converted)."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            fail(f"the structural tag is not valid JSON: {exc}")
+        value = _loads(value, "the structural tag", fail)
+    _check_depth(value, "the structural tag", fail)
     if not isinstance(value, dict) or value.get("type", "structural_tag") != "structural_tag":
         fail('a structural tag is an object of "type" "structural_tag"')
     if "format" in value:
@@ -145,3 +143,27 @@ def _structural_tag(value, fail) -> dict:
     if not all(isinstance(t, str) and t for t in triggers):
         fail("each trigger must be a non-empty string")
     return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags}}
+
+
+# Deeper constraints are refused: every walk over them (checks, xgrammar) would recurse that deep.
+MAX_NESTING = 128
+
+
+def _loads(text: str, what: str, fail):
+    try:
+        return json.loads(text)
+    except RecursionError:
+        fail(f"{what} is nested more than {MAX_NESTING} levels deep")
+    except ValueError as exc:
+        fail(f"{what} is not valid JSON: {exc}")
+
+
+def _check_depth(value, what: str, fail) -> None:
+    """Refuse objects and lists nested more than ``MAX_NESTING`` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            fail(f"{what} is nested more than {MAX_NESTING} levels deep")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))

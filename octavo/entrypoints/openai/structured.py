@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from octavo.core.sampling_params import SamplingParams
-from octavo.core.structured_output.params import StructuredOutputsParams
+from octavo.core.structured_output.params import KINDS, StructuredOutputsParams
 from octavo.errors import InvalidArgumentError, OctavoError, StructuredOutputError
 
 GUIDED_FIELDS = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
@@ -75,12 +75,14 @@ def _as_dict(value: Any, param: str) -> dict:
         value = value.model_dump(exclude_none=True)
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"{param} must be an object", param=param)
-    unknown = set(value) - {"json", "regex", "choice", "grammar", "json_object"}
+    unknown = set(value) - set(KINDS)
     if unknown:
         raise InvalidArgumentError(f"{param} has unsupported field(s): {', '.join(sorted(unknown))}", param=param)
     if isinstance(value.get("json"), str):
         try:
             value = {**value, "json": json.loads(value["json"])}
+        except RecursionError:
+            raise InvalidArgumentError(f"{param}.json is nested too deeply", param=f"{param}.json") from None
         except ValueError as exc:
             raise InvalidArgumentError(f"{param}.json is not valid JSON: {exc}", param=f"{param}.json") from None
     return value

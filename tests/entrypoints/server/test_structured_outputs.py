@@ -129,6 +129,11 @@ def bad_request(chat_server, path: str, body: dict) -> dict:
         ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex", "not response_format and guided_regex"),
         ({"response_format": {"type": "structural_tag"}}, "response_format", "needs \"format\""),
         ({"response_format": {"type": "xml"}}, "response_format.type", "not supported"),
+        # Nesting past Python's recursion limit, as JSON text: once a 500 (RecursionError).
+        ({"structured_outputs": {"json": "[" * 3000}}, "structured_outputs.json", "nested too deeply"),
+        ({"guided_json": "[" * 3000 + "]" * 3000}, "guided_json", "nested more than 128 levels"),
+        ({"structured_outputs": {"structural_tag": '{"format": ' + '{"a": ' * 200 + "1" + "}" * 201}},
+         "structured_outputs", "nested more than 128 levels"),
         ({"logit_bias": {"1.5": 5}}, "logit_bias", "must be token ids"),
         ({"reasoning_effort": "high"}, "reasoning_effort", "not supported"),
         ({"best_of_n_magic": 3}, "best_of_n_magic", "could change the output"),
