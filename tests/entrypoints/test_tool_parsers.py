@@ -354,3 +354,23 @@ def test_deepseek_v3_reasoning_follows_the_thinking_variable():
     assert split({"thinking": False}, "a </think> b") == ("", "a </think> b")
     features = ChatFeatures(reasoning_parser="deepseek_v3", template_kwargs={"thinking": False})
     assert features.shaper() is not None
+
+
+DEEP = "[" * 3000 + "]" * 3000
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_PARSERS))
+def test_model_output_nested_past_the_recursion_limit_is_read_without_error(name):
+    """A model's output is anyone's (a prompt can steer it): arguments nested
+    deeper than Python's JSON parser recurses stay text, whole or streamed."""
+    payloads = [
+        '<tool_call>{"name": "f", "arguments": ' + DEEP + "}</tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=a>\n" + DEEP + "\n</parameter>\n</function>\n</tool_call>",
+        "<seed:tool_call>\n<function=f>\n<parameter=a>\n" + DEEP + "\n</parameter>\n</function>\n</seed:tool_call>",
+        "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>" + DEEP + "</arg_value>\n</tool_call>",
+        "[TOOL_CALLS][" + DEEP + "]",
+        "[f(a=" + DEEP + ")]",
+    ]
+    for payload in payloads:
+        parse(name, payload)
+        parse(name, payload, chunk=97)

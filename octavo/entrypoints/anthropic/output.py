@@ -24,7 +24,7 @@ def tool_use_id(call_id: str) -> str:
 def _input(arguments: str) -> dict:
     try:
         value = json.loads(arguments or "{}")
-    except ValueError:  # cut off by max_tokens
+    except (ValueError, RecursionError):  # cut off by max_tokens, or nested past any use
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -59,7 +59,7 @@ def _tool_call(call: Any, where: str) -> dict:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidArgumentError("tool call arguments must be JSON", param=f"{where}.function.arguments") from None
     return {"id": call.get("id"), "type": "function", "function": {"name": function["name"], "arguments": arguments}}
 

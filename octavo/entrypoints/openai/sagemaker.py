@@ -52,6 +52,8 @@ def invocation_route(body: object, task: str):
 async def invocations(request: Request):
     try:
         body = json.loads(await request.body())
+    except RecursionError:
+        raise InvalidArgumentError("the request body is nested too deeply") from None
     except ValueError as exc:
         raise InvalidArgumentError(f"the request body is not valid JSON: {exc}") from None
     return await invocation_route(body, get_context(request).limits.task)(request)

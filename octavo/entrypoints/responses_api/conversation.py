@@ -94,7 +94,7 @@ class ConversationBuilder:
             raise InvalidArgumentError("a function_call needs a name and a call_id", param=where)
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidArgumentError("function_call arguments must be JSON", param=f"{where}.arguments") from None
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         self._assistant(open_to_text=False).setdefault("tool_calls", []).append(call)

@@ -169,3 +169,29 @@ def test_openapi_document_is_served_behind_the_key(demo_server):
     assert schemas["CompletionRequest"]["properties"]["seed"]["anyOf"][0]["maximum"] == 2**63 - 1
     assert schemas["ChatCompletionRequest"]["properties"]["temperature"]["anyOf"][0] == {"type": "number"}
     assert paths["/health"]["get"]["security"] == []
+
+
+DEEP = "[" * 3000 + "]" * 3000  # nested past Python's recursion limit
+
+
+@pytest.mark.parametrize(
+    "route, body",
+    [
+        ("/v1/chat/completions", {"max_tokens": 2, "messages": [
+            *USER, {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": DEEP}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}),
+        ("/v1/responses", {"model": DEMO_MODEL, "max_output_tokens": 2, "input": [
+            {"type": "function_call", "name": "f", "call_id": "c1", "arguments": DEEP}]}),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2, "structured_outputs": {"json": DEEP}}),
+        ("/invocations", DEEP),
+    ],
+    ids=["tool-call-arguments", "function-call-arguments", "schema-text", "invocations-body"],
+)
+def test_json_nested_past_the_recursion_limit_is_a_400(demo_server, route, body):
+    """JSON text inside a request (a tool call's arguments, a schema, SageMaker's
+    whole body) nested deeper than Python's parser recurses was a 500."""
+    response = post(demo_server, route, body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert_serving(demo_server)

@@ -91,7 +91,7 @@ def typed(value: str, schema: Any) -> Any:
         return value
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what a parser can walk: the text
         return value
     if kind is None:
         return parsed
