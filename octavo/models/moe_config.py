@@ -164,6 +164,11 @@ def _ernie4_5_moe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
     )
 
 
+def _qwen3_vl_moe(raw: dict[str, Any], num_layers: int) -> MoEConfig:
+    """Qwen3-VL's MoE language model: Qwen3-MoE's, its top-k always renormalised."""
+    return dataclasses.replace(_qwen_moe(raw, num_layers), renormalize=True)
+
+
 _PARSERS = {
     "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "olmoe": _olmoe,
     # gpt-oss: a softmax over the top-k logits is the top-k of the softmax, renormalised.
@@ -172,6 +177,7 @@ _PARSERS = {
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "glm4_moe": _glm4_moe,
     "dots1": _glm4_moe,  # dots.llm1: the same routing under the same names
     "ernie4_5_moe": _ernie4_5_moe,
+    "qwen3_vl_moe_text": _qwen3_vl_moe,
 }
 
 

@@ -35,6 +35,7 @@ def octavo_models():
         "Qwen2VLForConditionalGeneration": "octavo.models.text_only:Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration": "octavo.models.text_only:Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration": "octavo.models.text_only:Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration": "octavo.models.text_only:Qwen3VLMoeForConditionalGeneration",
         "Phi3ForCausalLM": "octavo.models.phi3:Phi3ForCausalLM",
         "GlmForCausalLM": "octavo.models.glm:GlmForCausalLM",
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",

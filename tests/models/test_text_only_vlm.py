@@ -37,6 +37,13 @@ def _config(kind: str, vocab: int):
                                        image_size=28, patch_size=14, head_dim=16)
         return t.Mistral3ForConditionalGeneration, t.Mistral3Config(text_config=text, vision_config=vision,
                                                                      image_token_index=vocab - 1)
+    if kind == "qwen3_vl_moe":
+        text = dict(TEXT, vocab_size=vocab, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                    rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+                                     "rope_theta": 10000.0})
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[0], num_position_embeddings=16)
+        return t.Qwen3VLMoeForConditionalGeneration, t.Qwen3VLMoeConfig(text_config=text, vision_config=vision)
     if kind == "qwen3_vl":
         text = dict(TEXT, vocab_size=vocab, rope_parameters={
             "rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True, "rope_theta": 10000.0})
@@ -77,7 +84,7 @@ def vlm_dir(tmp_path_factory, tokenizer_dir):
     return get
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", ["gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
 def test_text_matches_the_multimodal_model(kind, vlm_dir, make_llm):
     path = vlm_dir(kind)
     prompts = family_prompts(path)
@@ -94,3 +101,19 @@ def test_lora_is_refused(vlm_dir):
 
     with pytest.raises(OctavoError, match="LoRA adapters are not supported"):
         LLM(str(vlm_dir("mistral3")), enable_lora=True)
+
+
+def test_qwen3_vl_moe_experts_as_qwen_released_them(vlm_dir, make_llm, tmp_path):
+    """The same experts stacked as Qwen's checkpoints hold them (each transposed) give the same tokens."""
+    from safetensors.torch import load_file, save_file
+
+    path = vlm_dir("qwen3_vl_moe")
+    released = tmp_path / "released"
+    shutil.copytree(path, released)
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors = {k: v.transpose(1, 2).contiguous() if k.endswith(("experts.gate_up_proj", "experts.down_proj")) else v
+               for k, v in tensors.items()}
+    save_file(tensors, str(released / "model.safetensors"))
+    prompts = family_prompts(path)
+    expected = [o.outputs[0].token_ids for o in generate(make_llm(path), prompts)]
+    assert [o.outputs[0].token_ids for o in generate(make_llm(released), prompts)] == expected
