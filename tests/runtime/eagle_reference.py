@@ -157,26 +157,30 @@ class ReferenceEagle3:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w[name]
 
     def _forward(self, token_ids: torch.Tensor, hidden: torch.Tensor):
-        w, n = self.w, token_ids.shape[0]
+        w = self.w
         embeds = self._rms(w["embed_tokens.weight"][token_ids], "layers.0.input_layernorm.weight")
         normed_hidden = self._rms(hidden, "layers.0.hidden_norm.weight")
         residual = normed_hidden if self.norm_before_residual else hidden
-        x = torch.cat([embeds, normed_hidden], dim=-1)
+        stream = self._layer(torch.cat([embeds, normed_hidden], dim=-1), residual)
+        return self._rms(stream, "norm.weight"), stream
+
+    def _layer(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Layer 0's attention (causal, RoPE) and MLP over ``x``, added to ``residual``: the stream after it."""
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        w, n = self.w, x.shape[0]
         q = (x @ w["layers.0.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim).transpose(0, 1)
         k = (x @ w["layers.0.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
         v = (x @ w["layers.0.self_attn.v_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
         cos, sin = self.rotary(v, torch.arange(n)[None])
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
         repeat = self.heads // self.kv_heads
         k, v = k[0].repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)
         attn = F.scaled_dot_product_attention(q[0], k, v, is_causal=True)
         residual = residual + attn.transpose(0, 1).reshape(n, -1) @ w["layers.0.self_attn.o_proj.weight"].T
-        x = self._rms(residual, "layers.0.post_attention_layernorm.weight")
-        mlp = F.silu(x @ w["layers.0.mlp.gate_proj.weight"].T) * (x @ w["layers.0.mlp.up_proj.weight"].T)
-        stream = residual + mlp @ w["layers.0.mlp.down_proj.weight"].T
-        return self._rms(stream, "norm.weight"), stream
+        y = self._rms(residual, "layers.0.post_attention_layernorm.weight")
+        mlp = F.silu(y @ w["layers.0.mlp.gate_proj.weight"].T) * (y @ w["layers.0.mlp.up_proj.weight"].T)
+        return residual + mlp @ w["layers.0.mlp.down_proj.weight"].T
 
 
 def build_eagle1_head(out_dir: Path, target_dir: Path, *, para_norms: bool = False, own_embeddings: bool = False,
@@ -240,22 +244,9 @@ class ReferenceEagle1(ReferenceEagle3):
         return guesses
 
     def _eagle1(self, token_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        w, n = self.w, token_ids.shape[0]
+        w = self.w
         embeds = w["embed_tokens.weight"][token_ids]
         if self.para_norms:
             embeds, hidden = self._rms(embeds, "embedding_layernorm.weight"), self._rms(hidden, "hidden_states_layernorm.weight")
         x = torch.cat([embeds, hidden], dim=-1) @ w["fc.weight"].T + w.get("fc.bias", 0.0)
-        q = (x @ w["layers.0.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim).transpose(0, 1)
-        k = (x @ w["layers.0.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
-        v = (x @ w["layers.0.self_attn.v_proj.weight"].T).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
-        cos, sin = self.rotary(v, torch.arange(n)[None])
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
-        repeat = self.heads // self.kv_heads
-        k, v = k[0].repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)
-        attn = F.scaled_dot_product_attention(q[0], k, v, is_causal=True)
-        residual = x + attn.transpose(0, 1).reshape(n, -1) @ w["layers.0.self_attn.o_proj.weight"].T
-        y = self._rms(residual, "layers.0.post_attention_layernorm.weight")
-        mlp = F.silu(y @ w["layers.0.mlp.gate_proj.weight"].T) * (y @ w["layers.0.mlp.up_proj.weight"].T)
-        return residual + mlp @ w["layers.0.mlp.down_proj.weight"].T
+        return self._layer(x, x)  # its first layer reads fc's output without a norm
