@@ -166,11 +166,11 @@ class DraftModel:
             # The next step's inputs: the guesses of the requests that go on.
             keep = np.flatnonzero(np.asarray(limits)[active] > step + 1)
             tokens = guesses.index_select(0, torch.from_numpy(keep).to(device)) if keep.size else guesses[:0]
-        drafts: list[list[int]] = [[] for _ in request_ids]
-        for active_ids, guesses in steps:
-            for j, token in zip(active_ids.tolist(), guesses.tolist()):
-                drafts[j].append(token)
-        return drafts
+        return collect_drafts(steps, len(request_ids))
+
+    def graph_step(self, input_ids, positions, attn_batch, num_reqs: int) -> torch.Tensor:
+        """The one-token step a graph captures (``_DraftCaptureView``): the guesses."""
+        return self.guess(input_ids, positions, attn_batch)
 
     def guess(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_batch) -> torch.Tensor:
         """The draft model's greedy next token at every position (metadata
@@ -186,7 +186,8 @@ class DraftModel:
 
 
 class _DraftCaptureView:
-    """What a platform's graph runner reads of a runner, for the draft model:
+    """What a platform's graph runner reads of a runner, for the draft model
+    (or an EAGLE / MTP head: ``graph_step`` is the proposer's):
     a one-token step of placeholder requests in the runner's persistent
     buffers, as a function a graph captures (its output: the guesses, one
     per request); and for prefill graphs, the runner's input buffers and
@@ -206,7 +207,16 @@ class _DraftCaptureView:
         from octavo.runtime.cuda_graphs import placeholder_decode_inputs
 
         input_ids, positions, attn_batch = placeholder_decode_inputs(self.draft.runner, num_reqs)
-        return lambda: self.draft.guess(input_ids, positions, attn_batch)
+        return lambda: self.draft.graph_step(input_ids, positions, attn_batch, num_reqs)
+
+
+def collect_drafts(steps: list[tuple[np.ndarray, torch.Tensor]], num_requests: int) -> list[list[int]]:
+    """Each request's drafts from the batched steps (the requests still drafting, their guesses)."""
+    drafts: list[list[int]] = [[] for _ in range(num_requests)]
+    for active_ids, guesses in steps:
+        for j, token in zip(active_ids.tolist(), guesses.tolist()):
+            drafts[j].append(token)
+    return drafts
 
 
 def _may_draft(params) -> bool:

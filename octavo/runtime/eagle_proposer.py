@@ -45,7 +45,7 @@ from octavo.models.layers.attention import ForwardContext
 from octavo.models.llama import DecoderModel
 from octavo.models.mtp import MtpHead
 from octavo.runtime.config import dtype_from_name
-from octavo.runtime.draft_model import DraftModel
+from octavo.runtime.draft_model import DraftModel, _DraftCaptureView, collect_drafts
 from octavo.runtime.input_batch import PreparedBatch
 
 
@@ -90,7 +90,7 @@ class EagleProposer(DraftModel):
         width, dtype = self.head.config.hidden_size, dtype_from_name(self.runner.config.dtype)
         self._hidden_in = torch.zeros(max(sizes), width, dtype=dtype, device=self.runner.device)
         self._stream_out = torch.zeros_like(self._hidden_in)
-        self.graphs = factory(_EagleCaptureView(self), sizes)
+        self.graphs = factory(_DraftCaptureView(self), sizes)
         self.graphs.capture()
 
     def capture_prefill_graphs(self, buckets: list[int], max_num_reqs: int) -> None:
@@ -179,34 +179,8 @@ class EagleProposer(DraftModel):
                 normed, stream = self._forward(batch.input_ids, batch.positions, stream, batch.attn_batch)
                 tokens = self.head.greedy(normed)
             steps.append((active, tokens))
-        drafts: list[list[int]] = [[] for _ in request_ids]
-        for active_ids, guesses in steps:
-            for j, token in zip(active_ids.tolist(), guesses.tolist()):
-                drafts[j].append(token)
-        return drafts
+        return collect_drafts(steps, len(request_ids))
 
     def _forward(self, input_ids, positions, hidden, attn_batch) -> tuple[torch.Tensor, torch.Tensor]:
         metadata = self.loaded.metadata_builder.build_metadata(attn_batch)
         return self.head(input_ids, positions, hidden, ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches))
-
-
-class _EagleCaptureView:
-    """What a platform's graph runner reads of a runner, for the head's
-    one-token steps: placeholder requests in the runner's persistent
-    buffers, and the step as a function a graph captures."""
-
-    def __init__(self, proposer: EagleProposer) -> None:
-        self.proposer = proposer
-        runner = proposer.runner
-        self.inputs, self.config, self.device = runner.inputs, runner.config, runner.device
-        self.loaded, self.model = proposer.loaded, proposer.loaded.model
-
-    @property
-    def kv_caches(self) -> list[torch.Tensor]:
-        return self.proposer.kv_caches
-
-    def decode_step_for_capture(self, num_reqs: int):
-        from octavo.runtime.cuda_graphs import placeholder_decode_inputs
-
-        input_ids, positions, attn_batch = placeholder_decode_inputs(self.proposer.runner, num_reqs)
-        return lambda: self.proposer.graph_step(input_ids, positions, attn_batch, num_reqs)
