@@ -20,8 +20,11 @@ def reload_weights(engine, weights_path: str | None = None) -> list[int]:
     directory, re-read); returns how many tensors each rank read."""
     _check_engine(engine)
     if weights_path is not None:
+        from pathlib import Path
+
         from octavo.models.config import load_arch_config
         from octavo.models.loader import resolve_model_path
+        from octavo.runtime.weight_reload import check_same_shapes
 
         path = resolve_model_path(weights_path)
         arch = load_arch_config(path)
@@ -29,6 +32,8 @@ def reload_weights(engine, weights_path: str | None = None) -> list[int]:
             raise ModelLoadError(
                 f"{weights_path} holds a {arch.architecture}, the running model is a {engine.info.architecture}"
             )
+        # Here too, not only in the workers: a worker process that fails a call stops serving.
+        check_same_shapes(arch, load_arch_config(Path(engine.info.model_path)), path)
         weights_path = str(path)
     counts = engine.executor.reload_weights(weights_path)
     engine.reset_prefix_cache()

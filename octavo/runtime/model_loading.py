@@ -107,13 +107,18 @@ def _load_weights(model: nn.Module, config: WorkerConfig, arch: ModelArchConfig)
 
         model.load_weights(iterate_gguf_tensors(Path(config.model_path), arch))
     elif config.load_format in ("safetensors", "auto"):
-        reader = iterate_safetensors
-        if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
-            # Memory-mapped views: each rank reads only its slices and layers.
-            from octavo.distributed.weight_views import iterate_safetensors_views as reader
-        model.load_weights(reader(safetensors_files(Path(config.model_path))))
+        model.load_weights(safetensors_tensors(config, Path(config.model_path)))
     else:
         raise ModelLoadError(f"unknown load_format {config.load_format!r} (auto, safetensors, dummy, gguf)")
+
+
+def safetensors_tensors(config: WorkerConfig, model_dir: Path):
+    """The checkpoint's tensors as this rank reads them: memory-mapped views
+    where several ranks share the model (each reads only its slices and layers)."""
+    reader = iterate_safetensors
+    if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
+        from octavo.distributed.weight_views import iterate_safetensors_views as reader
+    return reader(safetensors_files(model_dir))
 
 
 def load_model(

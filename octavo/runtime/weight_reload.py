@@ -23,7 +23,8 @@ import torch
 
 from octavo.errors import ModelLoadError
 from octavo.models.config import load_arch_config
-from octavo.models.loader import iterate_safetensors, process_weights_after_loading, safetensors_files
+from octavo.models.loader import process_weights_after_loading
+from octavo.runtime.model_loading import safetensors_tensors
 
 # The shapes a checkpoint must share with the model to be loaded into it.
 _SHAPE_FIELDS = (
@@ -39,17 +40,18 @@ def reload_weights(runner, weights_path: str | None = None) -> int:
     path = Path(weights_path or config.model_path)
     if config.load_format not in ("auto", "safetensors", "dummy") or path.suffix == ".gguf":
         raise ModelLoadError("weights reload from safetensors checkpoints only (not GGUF)")
-    arch, current = load_arch_config(path), runner.loaded.arch
+    check_same_shapes(load_arch_config(path), runner.loaded.arch, path)
+    return _load(runner, safetensors_tensors(config, path))
+
+
+def check_same_shapes(arch, current, path) -> None:
+    """Refuse a checkpoint (``arch``, its config) whose architecture or shapes are not the running model's."""
     for field in _SHAPE_FIELDS:
         if getattr(arch, field) != getattr(current, field):
             raise ModelLoadError(
                 f"{path}: {field} is {getattr(arch, field)!r}, the running model's {getattr(current, field)!r}; "
                 "weights reload into a model of the same architecture and shapes"
             )
-    reader = iterate_safetensors
-    if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
-        from octavo.distributed.weight_views import iterate_safetensors_views as reader
-    return _load(runner, reader(safetensors_files(path)))
 
 
 def load_weights(runner, weights: Iterable[tuple[str, torch.Tensor]]) -> int:

@@ -50,13 +50,23 @@ def test_tensors_handed_over(llama_dir, other_weights, make_llm):
     assert tokens(llm) != expected
 
 
-def test_tensor_parallel_ranks_reload_their_slices(llama_dir, other_weights, make_llm):
+def test_tensor_parallel_ranks_reload_their_slices(llama_dir, other_weights, make_llm, tmp_path):
+    import json
+    import shutil
+
     from octavo import LLM
     from tests.distributed.common import engine_options
 
     expected = tokens(make_llm(other_weights))
+    wider = tmp_path / "wider"
+    shutil.copytree(llama_dir, wider)
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "intermediate_size": 256}))
     llm = LLM(str(llama_dir), **engine_options(tensor_parallel_size=2))
     try:
+        # Refused before the workers are asked: one failing a call would stop serving.
+        with pytest.raises(ModelLoadError, match="intermediate_size"):
+            llm.reload_weights(str(wider))
         assert len(llm.collective_rpc("reload_weights", kwargs={"weights_path": str(other_weights)})) == 2
         assert tokens(llm) == expected
         with pytest.raises(InvalidArgumentError, match="several worker processes"):
