@@ -226,7 +226,8 @@ def _grouped(
     # Rows of skipped experts' slots are never written: the sum leaves them out.
     per_slot = torch.empty((num_slots, hidden_size), dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    default = default_down_tiles(tiles, w2.shape[2], shared_memory_bytes(hidden.device))
+    element_size = max(hidden.element_size(), w2.element_size())
+    default = default_down_tiles(tiles, w2.shape[2], shared_memory_bytes(hidden.device), element_size)
     down = grouped_down_tiles(tiles, down_tiles, default)
     _down_kernel[(num_blocks, cdiv(hidden_size, down.block_n))](
         act, w2, per_slot, weights, align.sorted_slots, align.block_experts,

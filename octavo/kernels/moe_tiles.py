@@ -97,14 +97,20 @@ class DownTiles:
 # narrow experts (K, the expert width, at most 1,024): 256 columns a program read each block's
 # activation rows half as often. H100, round 41 (Qwen3-30B-A3B, 8,192 tokens, moe_gpu.py
 # --down-sweep): a layer 1,965 -> 1,719 us (3 stages: 1,778; outputs bit for bit the same). Four
-# stages take 192 KiB of shared memory: taken only where the device has 200 KiB or more.
+# stages take 192 KiB of shared memory in bf16: taken only where the device has that much (not
+# an A100's 164 KiB; never float32's 384 KiB, which an H100 refused at launch).
 WIDE_DOWN = DownTiles(256, 64, 8, 4)
-WIDE_DOWN_MIN_SHARED = 200 * 1024
 
 
-def default_down_tiles(tiles: MoeTiles, expert_width: int, shared_memory: int) -> DownTiles | None:
+def _down_pipeline_bytes(block_m: int, down: DownTiles, element_size: int) -> int:
+    """Shared memory the down kernel's pipeline asks: each stage an activation and a weight tile."""
+    return (block_m + down.block_n) * down.block_k * element_size * down.num_stages
+
+
+def default_down_tiles(tiles: MoeTiles, expert_width: int, shared_memory: int, element_size: int = 2) -> DownTiles | None:
     """The down kernel's tiles where they differ from the gate-up's ``tiles`` by default, else None."""
-    if tiles.block_m == 128 and expert_width <= 1024 and shared_memory >= WIDE_DOWN_MIN_SHARED:
+    fits = _down_pipeline_bytes(tiles.block_m, WIDE_DOWN, element_size) <= shared_memory
+    if tiles.block_m == 128 and expert_width <= 1024 and fits:
         return WIDE_DOWN
     return None
 

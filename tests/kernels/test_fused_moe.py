@@ -356,12 +356,14 @@ def test_grouped_down_tiles_from_the_environment(monkeypatch):
 
 def test_wide_down_tiles_for_narrow_experts_at_prefill_on_hopper_memory(monkeypatch):
     # Round 41 (H100): (256, 64; 8 warps, 4 stages) under the 128-row prefill tile, experts <= 1,024 wide,
-    # where 200 KiB of shared memory hold its stages; elsewhere the gate-up's tiles.
+    # where shared memory holds its four stages (192 KiB in bf16); elsewhere the gate-up's tiles.
     mt = moe_tiles_module
     prefill = mt.moe_tiles(8192, 8, 128)
     assert prefill.block_m == 128
     assert mt.default_down_tiles(prefill, 768, 227 * 1024) == mt.WIDE_DOWN
     assert mt.default_down_tiles(prefill, 768, 164 * 1024) is None  # an A100's: four stages do not fit
+    # float32 (a test model's): 384 KiB, refused at launch by an H100 (232,448 bytes): the gate-up's fitted tiles
+    assert mt.default_down_tiles(prefill, 768, 232448, element_size=4) is None
     assert mt.default_down_tiles(prefill, 14336, 227 * 1024) is None  # Mixtral's wide experts: not measured
     assert mt.default_down_tiles(mt.moe_tiles(512, 8, 128), 768, 227 * 1024) is None  # 32 an expert
     assert mt.grouped_down_tiles(prefill, None, mt.WIDE_DOWN) == MoeTiles(128, 256, 64, 8, 4)
