@@ -24,6 +24,7 @@ from octavo.core.kv_cache_manager import KVCacheManager
 from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
+from octavo.core.speculative_config import is_mtp_method
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
@@ -210,7 +211,7 @@ def resolve_model_files(args: EngineArgs) -> EngineArgs:
         if tokenizer is not None:
             tokenizer = str(resolve_tokenizer(tokenizer, dataclasses.replace(_hub_options(args), gguf_file=None)))
         speculative = args.speculative_config
-        if isinstance(speculative, dict) and speculative.get("model") is None and str(speculative.get("method")).endswith("mtp"):
+        if isinstance(speculative, dict) and speculative.get("model") is None and is_mtp_method(speculative.get("method")):
             speculative = {**speculative, "model": str(model)}  # MTP layers live in the target's checkpoint
         elif isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
             # The draft checkpoint too, once, before any worker or replica starts.

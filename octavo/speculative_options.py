@@ -52,7 +52,7 @@ def check_speculative_engine(
             f"speculative decoding needs steps of any shape; platform {platform.name!r} compiles fixed step shapes",
             param="speculative_config",
         )
-    if speculative.uses_draft_model:  # a draft model or an EAGLE-3 head
+    if speculative.uses_draft_model:  # a draft model, an EAGLE head or MTP layers
         if speculative.draft_tensor_parallel_size not in (None, args.tensor_parallel_size):
             raise InvalidArgumentError(
                 f"draft_tensor_parallel_size must be the target's tensor_parallel_size ({args.tensor_parallel_size})",

@@ -58,6 +58,11 @@ _MTP_ALIASES = {"deepseek_mtp", "glm4_moe_mtp"}
 _UNSUPPORTED_METHODS = {"medusa", "mlp_speculator", "suffix"}
 
 
+def is_mtp_method(method: Any) -> bool:
+    """Whether ``method`` (as a user wrote it) names the target's own MTP layers."""
+    return method == "mtp" or method in _MTP_ALIASES
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
     num_speculative_tokens: int
@@ -67,14 +72,14 @@ class SpeculativeConfig:
     prompt_lookup_max: int = 5
     # No drafts while this many requests or more are running (None: always draft).
     disable_by_batch_size: int | None = None
-    # method "draft_model": the draft checkpoint (a directory or Hub id) and
+    # The model methods' checkpoint (a directory or Hub id; MTP: the target's own) and
     # its tensor-parallel size (None: the target's; only the target's is supported).
     model: str | None = None
     draft_tensor_parallel_size: int | None = None
 
     @property
     def uses_draft_model(self) -> bool:
-        """Whether the workers run a second checkpoint that guesses (a draft model or an EAGLE-3 head)."""
+        """Whether the workers run a second set of weights that guesses (a draft model, an EAGLE head, MTP layers)."""
         return self.method in _MODEL_METHODS
 
     @classmethod
@@ -91,7 +96,7 @@ class SpeculativeConfig:
         method = value.get("method") or ("draft_model" if model is not None else "ngram")
         if method == "[ngram]":
             method = "ngram"
-        if method in _MTP_ALIASES:
+        if is_mtp_method(method):
             method = "mtp"
         if method in _UNSUPPORTED_METHODS:
             raise _bad(f"speculative method {method!r} is not supported; the supported methods are {list(_METHODS)}")
@@ -102,7 +107,7 @@ class SpeculativeConfig:
         if method in _MODEL_METHODS:
             return cls._draft_model(value, method, model, num_tokens, disable_by_batch_size)
         if model is not None:
-            raise _bad("speculative_config 'model' is for methods 'draft_model' and 'eagle3', not 'ngram'")
+            raise _bad(f"speculative_config 'model' is for methods {list(_MODEL_METHODS)}, not 'ngram'")
         lookup_min = _positive_int(value, "prompt_lookup_min")
         lookup_max = _positive_int(value, "prompt_lookup_max")
         if lookup_min is None and lookup_max is None:
