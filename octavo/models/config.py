@@ -247,8 +247,11 @@ def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
     """A vision-language config's language model (``models/text_only.py``): its
     ``text_config``, with the top level's embedding tie (which transformers
     follows for the whole model), and its quantization and dtype where the
-    text config leaves them out."""
+    text config leaves them out. The rest of the top level (the vision tower's
+    config, the projector's, the image token) stays readable as
+    ``raw["multimodal_config"]`` for the models that take images."""
     text = {**raw["text_config"], "architectures": raw.get("architectures")}
+    text["multimodal_config"] = {key: value for key, value in raw.items() if key != "text_config"}
     if raw.get("tie_word_embeddings") is not None:
         text["tie_word_embeddings"] = raw["tie_word_embeddings"]
     for key in ("quantization_config", "torch_dtype", "dtype"):
