@@ -352,15 +352,19 @@ class DecoderModel(AuxHiddenStates, nn.Module):
             for layer, norm, fused in zip(local, follows + [self.norm], fuses)
         ]
 
-    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
-        """First PP rank: embed ``input_ids``; other ranks continue ``intermediate``
-        (hidden, residual). Last rank returns normed hidden states."""
-        if intermediate is None:
+    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None, inputs_embeds=None):
+        """First PP rank: embed ``input_ids``, or take ``inputs_embeds`` ([T, hidden]:
+        the rows as the first layer reads them, a multimodal model's mix of token
+        and image embeddings); other ranks continue ``intermediate`` (hidden,
+        residual). Last rank returns normed hidden states."""
+        if intermediate is not None:
+            hidden, residual = intermediate
+        elif inputs_embeds is not None:
+            hidden, residual = inputs_embeds, None
+        else:
             hidden, residual = self.embed_tokens(input_ids), None
             if self.embed_scale != 1.0:
                 hidden = hidden * self.embed_scale
-        else:
-            hidden, residual = intermediate
         normed = False  # whether ``hidden`` is already the next norm's output
         local = zip(self.layers[self.start_layer : self.end_layer], self.next_norms)
         for index, (layer, next_norm) in enumerate(local, start=self.start_layer):
@@ -405,8 +409,8 @@ class LlamaForCausalLM(nn.Module):
             tie = self.model.embed_tokens if config.tie_word_embeddings else None
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, ctx.dtype, "lm_head", tie_to=tie)
 
-    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None):
-        return self.model(input_ids, positions, fctx, intermediate)
+    def forward(self, input_ids, positions, fctx: ForwardContext, intermediate=None, inputs_embeds=None):
+        return self.model(input_ids, positions, fctx, intermediate, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head.compute_logits(hidden_states)

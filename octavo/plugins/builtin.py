@@ -36,6 +36,8 @@ def octavo_models():
         "Qwen2_5_VLForConditionalGeneration": "octavo.models.text_only:Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration": "octavo.models.text_only:Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration": "octavo.models.text_only:Qwen3VLMoeForConditionalGeneration",
+        # Vision-language checkpoints that take images.
+        "LlavaForConditionalGeneration": "octavo.models.llava:LlavaForConditionalGeneration",
         "Phi3ForCausalLM": "octavo.models.phi3:Phi3ForCausalLM",
         "GlmForCausalLM": "octavo.models.glm:GlmForCausalLM",
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",

@@ -1,0 +1,179 @@
+"""LLaVA-1.5 (``LlavaForConditionalGeneration``): a CLIP vision tower
+(``clip_vision.py``), a two-layer projector and a Llama, Mistral or Qwen2
+language model.
+
+The class is the language model's family itself (the decoder's options and
+MLP are the family's, chosen by the text config's ``model_type``), with the
+checkpoint renames of the text-only vision-language models
+(``text_only.py``), plus the image side the engine calls: ``image_token_id``,
+``tokens_per_image()``, ``image_embeddings(pixel_values)`` (tower, feature
+selection, projector: transformers' ``get_image_features``) and
+``embed_input_ids(input_ids)``; ``forward(..., inputs_embeds=)`` then takes
+the token rows with the image rows put in. The vision tower reads the
+multimodal part of config.json (``config.raw["multimodal_config"]``, kept
+by ``config.py``). Not supported (refused at load): several feature layers
+at once (a list ``vision_feature_layer``), vision towers other than CLIP's,
+and LoRA adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from octavo.errors import ModelLoadError
+from octavo.models.base import ModelInitContext
+from octavo.models.clip_vision import ClipVisionTower, activation
+from octavo.models.config import ModelArchConfig
+from octavo.models.layers.attention import kv_scale_param_name
+from octavo.models.llama import DecoderOptions, LlamaForCausalLM
+from octavo.models.mistral import MistralForCausalLM
+from octavo.models.qwen2 import Qwen2ForCausalLM
+from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
+from octavo.models.weight_loading import check_all_loaded, load_named_tensors
+from octavo.models.weights import _FUSED_SHARDS, param_name
+
+# The text config's model_type -> the family of the language model (HF's default is llama).
+LANGUAGE_FAMILIES: dict[str, type[LlamaForCausalLM]] = {
+    "llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
+}
+SELECT_STRATEGIES = ("default", "full")  # drop the class row / keep it
+
+
+def language_family(config: ModelArchConfig) -> type[LlamaForCausalLM]:
+    model_type = config.model_type or "llama"
+    family = LANGUAGE_FAMILIES.get(model_type)
+    if family is None:
+        raise ModelLoadError(
+            f"LLaVA with a {model_type!r} language model is not supported ({', '.join(LANGUAGE_FAMILIES)} are)"
+        )
+    return family
+
+
+@dataclass(frozen=True)
+class LlavaVisionOptions:
+    """The multimodal part of config.json, with LlavaConfig's defaults."""
+
+    vision_config: dict[str, Any]
+    image_token_id: int
+    feature_layer: int
+    select_strategy: str
+    projector_act: str
+    projector_bias: bool
+
+
+def llava_vision_options(config: ModelArchConfig) -> LlavaVisionOptions:
+    mm = config.raw.get("multimodal_config") or {}
+    vision = mm.get("vision_config")
+    if not isinstance(vision, dict):
+        raise ModelLoadError("config.json: a LLaVA checkpoint needs the object 'vision_config'")
+    kind = vision.get("model_type", "clip_vision_model")
+    if kind != "clip_vision_model":
+        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported (clip_vision_model is)")
+    layer = mm.get("vision_feature_layer", -2)
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise ModelLoadError(
+            f"config.json: vision_feature_layer {layer!r} is not supported (one layer's index is, not several layers)"
+        )
+    strategy = mm.get("vision_feature_select_strategy", "default")
+    if strategy not in SELECT_STRATEGIES:
+        supported = ", ".join(SELECT_STRATEGIES)
+        raise ModelLoadError(
+            f"config.json: vision_feature_select_strategy {strategy!r} is not supported ({supported} are)"
+        )
+    token = next((mm[key] for key in ("image_token_index", "image_token_id") if mm.get(key) is not None), 32000)
+    return LlavaVisionOptions(
+        vision_config=vision, image_token_id=int(token), feature_layer=layer, select_strategy=strategy,
+        projector_act=mm.get("projector_hidden_act", "gelu"),
+        projector_bias=bool(mm.get("multimodal_projector_bias", True)),
+    )
+
+
+class LlavaMultiModalProjector(nn.Module):
+    """Vision features -> the language model's embedding space: linear, activation, linear."""
+
+    def __init__(self, vision_hidden: int, text_hidden: int, act: str, bias: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.act = activation(act, "projector_hidden_act")
+        self.linear_1 = nn.Linear(vision_hidden, text_hidden, bias=bias, dtype=dtype)
+        self.linear_2 = nn.Linear(text_hidden, text_hidden, bias=bias, dtype=dtype)
+        self.requires_grad_(False)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(features)))
+
+
+def vision_param_name(name: str) -> str | None:
+    """The vision tower's or projector's parameter for a checkpoint tensor, or None
+    for the language model's. LLaVA's releases save ``vision_tower.vision_model.*``
+    and ``multi_modal_projector.*``; transformers 5 drops ``vision_model.`` and may
+    put ``model.`` in front."""
+    name = name.removeprefix("model.")
+    if name.startswith("multi_modal_projector."):
+        return name
+    if name.startswith("vision_tower."):
+        return "vision_tower." + name.removeprefix("vision_tower.").removeprefix("vision_model.")
+    return None
+
+
+class LlavaForConditionalGeneration(LlamaForCausalLM):
+    """The language model (its family's decoder) with LLaVA's vision tower and projector."""
+
+    checkpoint_renames = _LANGUAGE_MODEL_RENAMES
+    supports_lora = False  # adapters name the multimodal model's modules
+    supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
+
+    @classmethod
+    def decoder_options(cls, config: ModelArchConfig, dtype: torch.dtype) -> DecoderOptions:
+        return language_family(config).decoder_options(config, dtype)
+
+    def build_mlp(self, ctx: ModelInitContext, layer_index: int, prefix: str) -> nn.Module:
+        return language_family(self.config).build_mlp(self, ctx, layer_index, prefix)
+
+    def __init__(self, ctx: ModelInitContext) -> None:
+        options = llava_vision_options(ctx.config)  # refuse before building the language model
+        super().__init__(ctx)
+        self.image_token_id: int = options.image_token_id
+        self.select_strategy = options.select_strategy
+        self.vision_tower = ClipVisionTower(options.vision_config, ctx.dtype, options.feature_layer)
+        vision_hidden = self.vision_tower.pre_layrnorm.normalized_shape[0]
+        self.multi_modal_projector = LlavaMultiModalProjector(
+            vision_hidden, ctx.config.hidden_size, options.projector_act, options.projector_bias, ctx.dtype
+        )
+
+    def tokens_per_image(self) -> int:
+        """Embedding rows of one image: a row per patch, and the class row under "full"."""
+        return self.vision_tower.num_patches + (1 if self.select_strategy == "full" else 0)
+
+    def image_embeddings(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``[N, C, H, W]`` pixel values (any float dtype) -> ``[N, tokens_per_image, hidden]`` in the model dtype."""
+        features = self.vision_tower(pixel_values)
+        if self.select_strategy == "default":
+            features = features[:, 1:]
+        return self.multi_modal_projector(features)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The language model's token embeddings (its families scale them by nothing)."""
+        return self.model.embed_tokens(input_ids)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """The language model's tensors as ``load_decoder_weights`` names them, the
+        vision side's by ``vision_param_name``; tensors of layers past the
+        feature layer (and ``post_layernorm``) have no parameter and are skipped."""
+        tied = self.config.tie_word_embeddings
+
+        def rename(name: str) -> tuple[str, object] | None:
+            vision = vision_param_name(name)
+            if vision is not None:
+                return vision, None
+            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and tied):
+                return None
+            return param_name(kv_scale_param_name(name), self.checkpoint_renames)
+
+        loaded = load_named_tensors(self, weights, rename)
+        check_all_loaded(self, loaded, _FUSED_SHARDS, skip=lambda name: tied and name == "lm_head.weight")
+        return loaded
