@@ -25,6 +25,8 @@ from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.speculative_config import is_mtp_method
+from octavo.multimodal.limits import images_per_prompt, takes_images
+from octavo.multimodal.processor import image_prompts_for
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
@@ -107,6 +109,10 @@ class EngineArgs:
     logprobs_mode: str = "raw_logprobs"
     # A prompt computes at most this many tokens a step (vLLM's; 0: no cap; needs chunked prefill).
     long_prefill_token_threshold: int = 0
+    # Images a prompt may show, vLLM's {"image": N} (None: 8 for a model that takes images).
+    limit_mm_per_prompt: dict[str, int] | None = None
+    # file:// images are read from under this directory only (None: refused).
+    allowed_local_media_path: str | None = None
     # Limits on structured-output constraints (compile time, compiled size).
     structured_outputs_compile_timeout: float = 10.0
     structured_outputs_max_grammar_bytes: int = 64 << 20
@@ -273,6 +279,7 @@ def build_engine(args: EngineArgs):
         engine = DataParallelEngine(args)
     else:
         engine = build_single_engine(args)
+    engine.image_prompts = image_prompts_for(args, engine.limits.max_images_per_prompt)
     if engine.info.sampling_defaults:
         logger.info(
             "sampling defaults from the model's generation config: %s (requests that set a value keep theirs; "
@@ -337,6 +344,7 @@ def build_single_engine(args: EngineArgs, engine_cls: type[LLMEngine] = LLMEngin
         max_loras=worker_config.max_loras,
         max_lora_rank=worker_config.max_lora_rank if worker_config.max_loras else 0,
         lora_targets=executor.lora_targets() if worker_config.max_loras else {},
+        max_images_per_prompt=images_per_prompt(args.limit_mm_per_prompt, takes_images(arch)),
     )
     info = ModelInfo(
         str(model_path),

@@ -105,6 +105,9 @@ class LLMEngine(EnginePooling, RequestValidator):
         self.scheduler = scheduler
         self.tokenizer = tokenizer
         self.limits = limits
+        # The front end's image processing (``multimodal.ImagePrompts``), set by
+        # ``build_engine`` for a model that takes images; the engine only checks features.
+        self.image_prompts = None
         self.output_processor = OutputProcessor(tokenizer)
         self._parent_children: dict[str, list[str]] = {}
         self._counter = itertools.count()
@@ -160,13 +163,14 @@ class LLMEngine(EnginePooling, RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
+        images = self.image_features(prompt, prompt_token_ids, params)
         self.check_lora_request(lora_request, pooling=isinstance(params, PoolingParams))
         if isinstance(params, PoolingParams):
             token_type_ids = prompt.get("token_type_ids") if isinstance(prompt, dict) else None
             self.validate_token_type_ids(prompt_token_ids, token_type_ids)
             return self._add_pooling_request(request_id, prompt_text, prompt_token_ids, params, token_type_ids)
         parent = ParentRequest(request_id, prompt_text, prompt_token_ids, params)
-        children = self._make_children(request_id, prompt_token_ids, params, cache_salt, priority, lora_request)
+        children = self._make_children(request_id, prompt_token_ids, params, cache_salt, priority, lora_request, images)
         # Children are identical in size, so the first one's admission check
         # (KV capacity) decides for all of them before any is queued.
         constraint = params.structured_outputs
@@ -191,7 +195,7 @@ class LLMEngine(EnginePooling, RequestValidator):
 
     def _make_children(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, cache_salt: str | None, priority: int,
-        lora_request: LoRARequest | None = None,
+        lora_request: LoRARequest | None = None, images: tuple = (),
     ) -> list[Request]:
         """The scheduler's requests for a request's ``n`` children (``child_requests``)."""
         max_tokens = self.max_new_tokens(prompt_token_ids, params)
@@ -206,6 +210,7 @@ class LLMEngine(EnginePooling, RequestValidator):
                 cache_key=request_cache_key(cache_salt, lora_request),
                 priority=priority,
                 lora_request=lora_request,
+                image_features=images,
             )
             for child_id, child_params in child_requests(request_id, params)
         ]

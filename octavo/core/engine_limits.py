@@ -47,6 +47,8 @@ class EngineLimits:
     max_loras: int = 0
     max_lora_rank: int = 0
     lora_targets: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Images a prompt may show (0: the model takes none).
+    max_images_per_prompt: int = 0
 
     @property
     def task(self) -> str:

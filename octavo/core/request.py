@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from octavo.core.image_features import ImageFeature, block_extra_keys
 from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.prefix_hash import extend_block_hashes
@@ -71,6 +72,9 @@ class Request:
     priority: int = 0
     # The LoRA adapter the request runs with (its id is also in ``cache_key``).
     lora_request: LoRARequest | None = None
+    # The prompt's images (their placeholder spans, in order; their
+    # identifiers key the prefix-cache blocks that hold the spans).
+    image_features: tuple[ImageFeature, ...] = ()
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
@@ -100,7 +104,15 @@ class Request:
             self.all_token_ids = self.prompt_token_ids
             return
         self.all_token_ids = list(self.prompt_token_ids)
-        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key)
+        extend_block_hashes(self.block_hashes, self.all_token_ids, self.block_size, self.cache_key, self._image_keys)
+
+    @property
+    def _image_keys(self):
+        """The images' share of each block's prefix-cache key (None: a text prompt)."""
+        features = self.image_features
+        if not features:
+            return None
+        return lambda start, end: block_extra_keys(features, start, end)
 
     @property
     def is_pooling(self) -> bool:
@@ -139,4 +151,4 @@ class Request:
         all_token_ids.append(token_id)
         # Most tokens fill no block: no hashing call for them (every step, every request).
         if len(all_token_ids) // self.block_size > len(self.block_hashes):
-            extend_block_hashes(self.block_hashes, all_token_ids, self.block_size, self.cache_key)
+            extend_block_hashes(self.block_hashes, all_token_ids, self.block_size, self.cache_key, self._image_keys)

@@ -7,6 +7,7 @@ from typing import Any
 
 from octavo.core.bad_words import MAX_BAD_WORDS_TOKENS, bad_words_token_ids
 from octavo.core.engine_limits import EngineLimits
+from octavo.core.image_features import ImageFeature, check_features
 from octavo.core.lora_validation import LoRAValidation
 from octavo.core.pooling_params import PoolingParams, check_pooling_params
 from octavo.core.sampling_params import SamplingParams
@@ -78,6 +79,31 @@ class RequestValidator(StructuredOutputValidation, LoRAValidation):
         if len(prompt_token_ids) <= keep:
             return prompt_text, prompt_token_ids
         return None, prompt_token_ids[-keep:]
+
+    def image_features(self, prompt: Any, prompt_token_ids: list[int], params: Any) -> tuple[ImageFeature, ...]:
+        """The prompt's processed images (``{"image_features": [...]}``, what the
+        front ends' ``ImagePrompts`` make of ``multi_modal_data``), checked
+        against the prompt and the model; () for a text prompt."""
+        if not isinstance(prompt, dict):
+            return ()
+        if "multi_modal_data" in prompt:
+            raise InvalidArgumentError(
+                "multi_modal_data reaches the engine processed: pass the prompt through LLM.generate or the "
+                "server, which turn images into image_features", param="multi_modal_data")
+        features = prompt.get("image_features") or ()
+        if not features:
+            return ()
+        limit = self.limits.max_images_per_prompt
+        if limit == 0:
+            raise InvalidArgumentError("this model takes no images; send text only", param="prompt")
+        if len(features) > limit:
+            raise InvalidArgumentError(
+                f"the prompt has {len(features)} images, more than the {limit} allowed (--limit-mm-per-prompt)",
+                param="prompt")
+        if isinstance(params, PoolingParams) or getattr(params, "truncate_prompt_tokens", None) is not None:
+            raise InvalidArgumentError("a prompt with images can neither be pooled nor truncated", param="prompt")
+        check_features(features, len(prompt_token_ids))
+        return tuple(features)
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         limits = self.limits

@@ -84,4 +84,6 @@ class RunnerView:
             pooling_params=request.pooling_params,
             token_type_ids=request.token_type_ids,
             lora_request=request.lora_request,
+            # Images whose span is still to compute (past ones were cached or computed).
+            image_features=[f for f in request.image_features if f.end > request.num_computed_tokens] or None,
         )

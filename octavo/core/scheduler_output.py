@@ -1,7 +1,7 @@
 """The dataclasses that cross the scheduler / executor boundary.
 
-They hold only plain values (str, int, float, lists, dicts and
-``SamplingParams``) so that a multiprocess executor can send them as msgpack.
+They hold only plain values (str, int, float, bytes, lists, dicts,
+``SamplingParams`` and ``ImageFeature``) so that a multiprocess executor can send them as msgpack.
 The runner keeps its own per-request state: a request is described in full
 once (``NewRequestData``) and by deltas afterwards (``CachedRequestData``).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from octavo.core.image_features import ImageFeature
 from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolingParams
 from octavo.core.sampling_params import SamplingParams
@@ -32,6 +33,8 @@ class NewRequestData:
     token_type_ids: list[int] | None = None
     # The LoRA adapter the request runs with (the runner loads it on first use).
     lora_request: LoRARequest | None = None
+    # The prompt's images not yet computed (their pixel values, their spans).
+    image_features: list[ImageFeature] | None = None
 
 
 @dataclass

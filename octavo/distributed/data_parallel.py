@@ -155,9 +155,12 @@ class DataParallelEngine(RequestValidator):
             raise InvalidArgumentError(f"request id {request_id!r} is already in use", param="request_id")
         prompt_text, prompt_token_ids = self.prepare_prompt(prompt, params)
         self.validate(prompt_token_ids, params)
+        images = self.image_features(prompt, prompt_token_ids, params)
         pooling = params if isinstance(params, PoolingParams) else None
         self.check_lora_request(lora_request, pooling=pooling is not None)
         engine_prompt = {"prompt": prompt_text, "prompt_token_ids": prompt_token_ids}
+        if images:
+            engine_prompt["image_features"] = list(images)
         if pooling is not None and isinstance(prompt, dict) and prompt.get("token_type_ids") is not None:
             self.validate_token_type_ids(prompt_token_ids, prompt["token_type_ids"])
             engine_prompt["token_type_ids"] = list(prompt["token_type_ids"])
@@ -167,7 +170,7 @@ class DataParallelEngine(RequestValidator):
         probe = Request(
             RequestId(request_id), prompt_token_ids, params if pooling is None else POOLING_SAMPLING_PARAMS,
             max_tokens=max_tokens, block_size=self.limits.block_size,
-            cache_key=request_cache_key(cache_salt, lora_request), pooling_params=pooling,
+            cache_key=request_cache_key(cache_salt, lora_request), pooling_params=pooling, image_features=images,
         )
         check_admissible(probe, self.scheduler_config, self.num_kv_blocks, self.limits.block_size)
         decision = self.router.choose(probe.block_hashes)

@@ -30,6 +30,7 @@ from octavo.core.outputs import (
     RequestMetrics,
     RequestOutput,
 )
+from octavo.core.image_features import ImageFeature
 from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolerConfig, PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
@@ -99,6 +100,7 @@ for _cls in (
     LoRARequest,
     SpeculativeConfig,
     SpecDecodingStats,
+    ImageFeature,
 ):
     register(_cls)
 

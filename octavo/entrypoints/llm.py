@@ -31,6 +31,8 @@ from octavo.entrypoints.pooling_inputs import (
 from octavo.entrypoints.pooling_stream import StreamedInputs, stream_chunk
 from octavo.errors import EngineDeadError, InvalidArgumentError
 from octavo.models.generation_defaults import engine_sampling_defaults
+from octavo.multimodal.chat_images import conversation_images
+from octavo.multimodal.processor import with_image_features
 
 PromptType = str | list[int] | dict[str, Any]
 
@@ -120,6 +122,7 @@ class LLM:
             for prompt, params, lora in zip(prompt_list, params_list, lora_list):
                 params = params.clone()
                 params.output_kind = RequestOutputKind.FINAL_ONLY
+                prompt = with_image_features(self.engine, prompt)
                 request_ids.append(self.engine.add_request(self._new_id(), prompt, params, lora_request=lora))
         except BaseException:
             self.engine.abort_request(request_ids)
@@ -195,13 +198,15 @@ class LLM:
         if add_generation_prompt and continue_final_message:
             raise InvalidArgumentError(
                 "add_generation_prompt and continue_final_message exclude each other", param="continue_final_message")
+        conversation, images = conversation_images(conversation, self.engine.image_prompts is not None)
         text = tokenizer.apply_chat_template(
             conversation, chat_template=chat_template, tokenize=False, add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message, tools=tools, documents=documents,
             **template_kwargs(chat_template_kwargs),
         )
         # The template already holds any BOS it wants.
-        return {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
+        prompt = {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
+        return {**prompt, "multi_modal_data": {"image": images}} if images else prompt
 
     # ---------------------------------------------------------------- pooling
 

@@ -67,6 +67,8 @@ class ModelRunner(StepSampling):
         self.static_steps: StaticSteps | None = None
         self.lora = None  # the adapters' slots, with LoRA on (``LoRASlots``)
         self.draft = None  # speculative decoding's draft model (``DraftModel``), if any
+        self.images = None  # a model that embeds images: their rows (``ImageEmbeddings``)
+        self.image_rows: list = []  # this step's image rows (``ImageRows``); [] in text steps
         self.compilations = CompilationTracker(platform)
         self._step_open = False
         self.async_steps = None
@@ -92,6 +94,10 @@ class ModelRunner(StepSampling):
                 self.loaded.lora_layers, self.loaded.lora_inputs, self.config.max_num_seqs, self.config.max_cpu_loras
             )
         self.eos_token_ids = self.loaded.eos_token_ids
+        if getattr(self.model, "supports_images", False):
+            from octavo.runtime.image_embeddings import ImageEmbeddings
+
+            self.images = ImageEmbeddings(self.model)
         if self.config.speculative_model:
             from octavo.runtime.draft_model import DraftModel
             from octavo.runtime.eagle_proposer import EagleProposer
@@ -279,6 +285,9 @@ class ModelRunner(StepSampling):
     def apply_scheduler_output(self, scheduler_output: SchedulerOutput) -> None:
         """The runner's request states after this step's changes, and the step's adapters in their slots."""
         self.states.apply(scheduler_output)
+        if self.images is not None:
+            self.images.apply(scheduler_output)
+            self.image_rows = self.images.plan(scheduler_output, self.states)
         if self.lora is not None and not scheduler_output.is_empty:
             self.lora.prepare_step(scheduler_output, self.states)
 
@@ -295,7 +304,7 @@ class ModelRunner(StepSampling):
     def _execute(self, scheduler_output: SchedulerOutput, intermediate) -> ModelRunnerOutput | tuple:
         if self.pooling is not None:
             return self.pooling.execute(scheduler_output)
-        if self.static_steps is not None:
+        if self.static_steps is not None and not self.image_rows:
             shape = self.static_steps.shape_for(scheduler_output, intermediate)
             if shape is not None:
                 output = ModelRunnerOutput()
@@ -305,7 +314,7 @@ class ModelRunner(StepSampling):
                     self._sample(logits, batch, output, scheduler_output)
                 return output
         if self.overlap is not None:
-            if self.overlap.eligible(scheduler_output):
+            if self.overlap.eligible(scheduler_output) and not self.image_rows:
                 return self.overlap.execute(scheduler_output)
             self.overlap.drop()
         output = ModelRunnerOutput()
@@ -360,7 +369,7 @@ class ModelRunner(StepSampling):
 
     def _graph_size(self, scheduler_output: SchedulerOutput) -> int | None:
         """The graph to replay for this step, if it is a plain decode step."""
-        if self.graphs is None:
+        if self.graphs is None or self.image_rows:
             return None
         num_reqs = len(scheduler_output.num_scheduled_tokens)
         if scheduler_output.total_num_scheduled_tokens != num_reqs:
@@ -371,7 +380,7 @@ class ModelRunner(StepSampling):
 
     def _prefill_bucket(self, scheduler_output: SchedulerOutput, intermediate) -> int | None:
         """The prefill graph (token bucket) to replay for this step, if any."""
-        if self.prefill_graphs is None or intermediate is not None:
+        if self.prefill_graphs is None or intermediate is not None or self.image_rows:
             return None
         num_reqs = len(scheduler_output.num_scheduled_tokens)
         return self.prefill_graphs.bucket_for(scheduler_output.total_num_scheduled_tokens, num_reqs)
@@ -379,6 +388,9 @@ class ModelRunner(StepSampling):
     def run_model(self, batch: PreparedBatch, intermediate=None):
         metadata = self.loaded.metadata_builder.build_metadata(batch.attn_batch)
         ctx = ForwardContext(attn_metadata=metadata, kv_caches=self.kv_caches)
-        if intermediate is None:
-            return self.model(batch.input_ids, batch.positions, ctx)
-        return self.model(batch.input_ids, batch.positions, ctx, intermediate)
+        if intermediate is not None:
+            return self.model(batch.input_ids, batch.positions, ctx, intermediate)
+        if self.image_rows:  # the first pipeline stage embeds the step's images
+            embeds = self.images.inputs_embeds(batch.input_ids, self.image_rows)
+            return self.model(batch.input_ids, batch.positions, ctx, inputs_embeds=embeds)
+        return self.model(batch.input_ids, batch.positions, ctx)

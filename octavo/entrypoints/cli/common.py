@@ -186,6 +186,14 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         help='speculative decoding (JSON), e.g. \'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'',
     )
     parser.add_argument(
+        "--limit-mm-per-prompt", type=json_object, default=None,
+        help='images a prompt may show, as JSON (e.g. \'{"image": 4}\'; default 8 for a model that takes images)',
+    )
+    parser.add_argument(
+        "--allowed-local-media-path", default=None,
+        help="a directory whose files requests may name as file:// images (default: file:// refused)",
+    )
+    parser.add_argument(
         "--long-prefill-token-threshold", type=human_readable_int, default=0,
         help="a prompt computes at most this many tokens a step, leaving room for others (0: no cap)",
     )

@@ -15,6 +15,7 @@ the template as its ``tools`` and as variables of their own.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,43 @@ def content_text(content: Any, param: str) -> str:
             raise InvalidArgumentError(f"only text content is supported, got a {part_type!r} part", param=param)
         texts.append(text)
     return "\n".join(texts)
+
+
+def content_with_images(content: Any, param: str, images: list) -> str | list[dict]:
+    """Message content for a model that takes images: as ``content_text``, but
+    ``image_url`` parts are appended to ``images`` (their URL) and the content
+    becomes the list of parts templates of such models iterate
+    (``{"type": "image"}``, ``{"type": "text", "text": ...}``)."""
+    if content is None or isinstance(content, str):
+        return [{"type": "text", "text": content or ""}]
+    parts = []
+    for index, part in enumerate(content):
+        part_type = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+        if part_type == "image_pil" and isinstance(part, dict):  # vLLM's, for LLM.chat: a PIL image
+            images.append(part.get("image_pil"))
+            parts.append({"type": "image"})
+        elif part_type == "image_url":
+            url = part.get("image_url") if isinstance(part, dict) else getattr(part, "image_url", None)
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str):
+                raise InvalidArgumentError("an image_url part is {'type': 'image_url', 'image_url': {'url': ...}}",
+                                           param=f"{param}.{index}.image_url")
+            images.append(url)
+            parts.append({"type": "image"})
+        else:
+            parts.append({"type": "text", "text": content_text([part], param)})
+    return parts
+
+
+# A template that walks a message's content (``for part in message['content']``)
+# wants the list of parts; others print it as a string.
+_WALKS_CONTENT = re.compile(r"for\s+\w+\s+in\s+(?:message|messages\[[^\]]*\])(?:\[['\"]content['\"]\]|\.content)")
+
+
+def template_walks_content(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template iterates over message content parts."""
+    template = getattr(tokenizer, "chat_template", None)
+    return isinstance(template, str) and _WALKS_CONTENT.search(template) is not None
 
 
 def normalize_role(role: str, param: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from octavo.entrypoints.openai.chat_template import content_text, normalize_role
+from octavo.entrypoints.openai.chat_template import content_text, content_with_images, normalize_role
 from octavo.errors import InvalidArgumentError
 
 # apply_chat_template's own arguments: a template variable of that name would clash.
@@ -26,12 +26,18 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
 )
 
 
-def openai_conversation(messages: list[Any]) -> list[dict]:
+def openai_conversation(messages: list[Any], images: list | None = None) -> list[dict]:
+    """The conversation; with ``images`` (a model that takes them, a template that
+    walks content parts), contents are lists of parts and image URLs go to ``images``."""
     conversation = []
     for position, message in enumerate(messages):
         where = f"messages.{position}"
         role = normalize_role(message.role, f"{where}.role")
-        turn: dict[str, Any] = {"role": role, "content": content_text(message.content, f"{where}.content")}
+        if images is None:
+            content = content_text(message.content, f"{where}.content")
+        else:
+            content = content_with_images(message.content, f"{where}.content", images)
+        turn: dict[str, Any] = {"role": role, "content": content}
         tool_calls = getattr(message, "tool_calls", None)
         if tool_calls:
             if role != "assistant":

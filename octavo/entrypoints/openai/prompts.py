@@ -37,8 +37,12 @@ class PromptInput:
 
     text: str | None
     token_ids: list[int]
+    # The prompt's images, processed (``multimodal.ImagePrompts``): their spans in ``token_ids``.
+    image_features: list | None = None
 
     def as_engine_prompt(self) -> dict:
+        if self.image_features:
+            return {"prompt": self.text, "prompt_token_ids": self.token_ids, "image_features": self.image_features}
         return {"prompt": self.text, "prompt_token_ids": self.token_ids}
 
 
@@ -117,6 +121,13 @@ def encode_conversation(
     """Render ``conversation`` with the chat template and tokenise it (the template holds any BOS,
     unless ``options.add_special_tokens`` asks for the tokenizer's too); ``param`` is the request
     field errors name."""
-    check_chars(sum(len(message["content"]) for message in conversation), limits, param)
+    check_chars(sum(_content_chars(message["content"]) for message in conversation), limits, param)
     text = render_chat_text(tokenizer, conversation, options, param)
     return encode_text(tokenizer, text, options.add_special_tokens, limits, param, fit_context)
+
+
+def _content_chars(content: str | list[dict]) -> int:
+    """A message's characters (content parts: their texts)."""
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(part.get("text") or "") for part in content)

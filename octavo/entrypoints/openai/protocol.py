@@ -149,6 +149,8 @@ class CompletionRequest(SamplingFields):
 class ContentPart(OpenAIModel):
     type: str
     text: str | None = None
+    # type "image_url": {"url": "data:image/png;base64,..."} (OpenAI's shape; a bare string too)
+    image_url: dict | str | None = None
 
 
 class ChatMessage(OpenAIModel):

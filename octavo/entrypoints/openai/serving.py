@@ -176,6 +176,8 @@ def check_prompt(
     (The offline engine caps ``max_tokens`` silently; a server refuses instead.)
     """
     max_model_len = ctx.limits.max_model_len
+    if prompt.image_features:  # spans inside the prompt, within the limit, never truncated
+        ctx.engine.engine.image_features(prompt.as_engine_prompt(), prompt.token_ids, params)
     if params.truncate_prompt_tokens is not None:  # the engine cuts the same way; untouched prompts are not copied
         prompt = PromptInput(*ctx.engine.engine.prepare_prompt(prompt.as_engine_prompt(), params))
     num_prompt_tokens = len(prompt.token_ids)
