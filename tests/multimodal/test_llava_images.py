@@ -64,7 +64,9 @@ def expected(llava):
 @pytest.mark.parametrize("options", [
     {},
     {"max_num_batched_tokens": 8, "enable_chunked_prefill": True},  # each image's 16 rows over several steps
-], ids=["whole", "chunked"])
+    {"max_num_batched_tokens": 8, "async_scheduling": True},
+    {"num_kv_blocks": 8, "block_size": 8, "max_num_seqs": 3},  # 16 blocks wanted, 8 held: preemptions
+], ids=["whole", "chunked", "async", "preempted"])
 def test_greedy_tokens_with_images_match_hf(llava, expected, make_llm, options):
     llm = make_llm(llava[0], platform="cpu", enable_prefix_caching=False, **options)
     assert _generate(llm, _prompts(llava[2])) == expected
