@@ -66,6 +66,14 @@ def family_dir(tmp_path_factory, tokenizer_dir):
 
 
 @pytest.fixture(scope="session")
+def llava(tmp_path_factory, tokenizer_dir):
+    """A small LLaVA that takes real images: (checkpoint dir, its transformers model, the image token id)."""
+    from tests.multimodal.llava_checkpoint import build_llava_checkpoint
+
+    return build_llava_checkpoint(tmp_path_factory.mktemp("llava-images") / "ckpt", tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
 def llama_dir(checkpoint_dirs) -> Path:
     return checkpoint_dirs["llama"]
 

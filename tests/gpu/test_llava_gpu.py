@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from octavo import SamplingParams
-from tests.multimodal.test_llava_images import NEW_TOKENS, _prompts, llava  # noqa: F401 (fixture)
+from tests.multimodal.test_llava_images import NEW_TOKENS, _prompts
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("PIL.Image")
 
 
-def test_image_prompts_on_gpu_match_the_cpu_path(llava, make_llm):  # noqa: F811
+def test_image_prompts_on_gpu_match_the_cpu_path(llava, make_llm):
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     requests = [{"prompt_token_ids": ids, "multi_modal_data": {"image": images}} for ids, images in _prompts(llava[2])]
     expected = [list(o.outputs[0].token_ids) for o in make_llm(llava[0], platform="cpu").generate(requests, params)]

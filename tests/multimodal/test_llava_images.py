@@ -10,16 +10,11 @@ import torch
 
 from octavo.core.sampling_params import SamplingParams
 from octavo.errors import InvalidArgumentError
-from tests.multimodal.llava_checkpoint import TOKENS_PER_IMAGE, build_llava_checkpoint
+from tests.multimodal.llava_checkpoint import TOKENS_PER_IMAGE
 
 Image = pytest.importorskip("PIL.Image")
 pytestmark = pytest.mark.usefixtures("one_thread")
 NEW_TOKENS = 8
-
-
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory, tokenizer_dir):
-    return build_llava_checkpoint(tmp_path_factory.mktemp("llava-images") / "ckpt", tokenizer_dir)
 
 
 def _image(seed: int):

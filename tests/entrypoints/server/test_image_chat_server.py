@@ -13,7 +13,6 @@ import pytest
 
 from octavo import SamplingParams
 from tests.entrypoints.server.server_process import ServerProcess
-from tests.multimodal.llava_checkpoint import build_llava_checkpoint
 
 Image = pytest.importorskip("PIL.Image")
 API_KEY = "image-test-key"
@@ -21,8 +20,8 @@ NEW_TOKENS = 6
 
 
 @pytest.fixture(scope="module")
-def llava_path(tmp_path_factory, tokenizer_dir):
-    return build_llava_checkpoint(tmp_path_factory.mktemp("llava-server") / "ckpt", tokenizer_dir)[0]
+def llava_path(llava):
+    return llava[0]
 
 
 @pytest.fixture(scope="module")
