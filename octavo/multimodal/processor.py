@@ -74,7 +74,10 @@ class ImagePrompts:
         if not images:
             return token_ids, []
         decoded = [load_image(image, self.allowed_local_path, param) for image in images]
-        pixels = self.processor(images=decoded, return_tensors="pt")["pixel_values"]
+        try:
+            pixels = self.processor(images=decoded, return_tensors="pt")["pixel_values"]
+        except (ValueError, TypeError, OSError) as exc:  # an image the processor cannot take is the client's
+            raise InvalidArgumentError(f"the image processor refused an image: {exc}", param=param) from None
         expanded, features = [], []
         previous = 0
         for index, place in enumerate(places):
