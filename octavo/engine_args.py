@@ -279,7 +279,7 @@ def build_engine(args: EngineArgs):
         engine = DataParallelEngine(args)
     else:
         engine = build_single_engine(args)
-    engine.image_prompts = image_prompts_for(args, engine.limits.max_images_per_prompt)
+    engine.image_prompts = image_prompts_for(args, engine.limits.max_images_per_prompt, engine.tokenizer)
     if engine.info.sampling_defaults:
         logger.info(
             "sampling defaults from the model's generation config: %s (requests that set a value keep theirs; "

@@ -1,7 +1,8 @@
 """Vision-language checkpoints served for text: Gemma 3 (4B, 12B, 27B),
-Mistral Small 3.1 / 3.2, Qwen2-VL / Qwen2.5-VL and Qwen3-VL (dense and MoE).
+Qwen2-VL / Qwen2.5-VL and Qwen3-VL (dense and MoE). (Mistral Small 3.1 / 3.2,
+once here, takes images now: ``mistral3.py`` builds on ``_text_only``.)
 
-Their language model is a family Octavo has (Gemma 3, Mistral, Qwen2, Qwen3), its
+Their language model is a family Octavo has (Gemma 3, Qwen2, Qwen3), its
 config nested under ``text_config`` (``config.py`` reads it from there,
 taking the embedding tie and the quantization from the top level where the
 text config leaves them out) and its weights under ``language_model.``
@@ -31,7 +32,6 @@ from octavo.errors import ModelLoadError
 
 from octavo.models.gemma3 import Gemma3ForCausalLM
 from octavo.models.llama import LlamaForCausalLM
-from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
 from octavo.models.qwen3 import Qwen3ForCausalLM
 from octavo.models.qwen_moe import Qwen3MoeForCausalLM
@@ -53,7 +53,6 @@ def _text_only(family: type[LlamaForCausalLM], name: str) -> type[LlamaForCausal
 
 
 Gemma3ForConditionalGeneration = _text_only(Gemma3ForCausalLM, "Gemma3ForConditionalGeneration")
-Mistral3ForConditionalGeneration = _text_only(MistralForCausalLM, "Mistral3ForConditionalGeneration")
 Qwen2VLForConditionalGeneration = _text_only(Qwen2ForCausalLM, "Qwen2VLForConditionalGeneration")
 Qwen2_5_VLForConditionalGeneration = _text_only(Qwen2ForCausalLM, "Qwen2_5_VLForConditionalGeneration")
 Qwen3VLForConditionalGeneration = _text_only(Qwen3ForCausalLM, "Qwen3VLForConditionalGeneration")

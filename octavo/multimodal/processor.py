@@ -5,44 +5,22 @@ handlers, off the event loop), never in the engine's step loop: decoding and
 resizing an image takes milliseconds that would stall every other request.
 The pixel values come from the checkpoint's own image processor
 (``preprocessor_config.json``, transformers' PIL backend); each image token
-of the prompt is widened to the rows the model's image embedding fills
-(``image_layout``), as the checkpoint's own processor does.
+of the prompt is widened to the ids the model expects (``layouts.py``), as
+the checkpoint's own processor does.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from octavo.core.image_features import ImageFeature, image_feature
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.multimodal.image_loading import load_image
+from octavo.multimodal.layouts import LAYOUTS, ImageLayout
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ImageLayout:
-    """Where a model's images go: the prompt's image token, widened to ``tokens_per_image`` copies."""
-
-    image_token_id: int
-    tokens_per_image: int
-
-
-def llava_layout(multimodal: dict[str, Any]) -> ImageLayout:
-    """LLaVA-1.5's: a CLIP tower's patches (its CLS row too under the "full" strategy)."""
-    vision = multimodal.get("vision_config") or {}
-    patches = (int(vision.get("image_size", 336)) // int(vision.get("patch_size", 14))) ** 2
-    extra = 1 if multimodal.get("vision_feature_select_strategy", "default") == "full" else 0
-    token = multimodal.get("image_token_index", multimodal.get("image_token_id"))
-    if not isinstance(token, int):
-        raise ModelLoadError("the checkpoint's config names no image token (image_token_index)")
-    return ImageLayout(token, patches + extra)
-
-
-_LAYOUTS = {"LlavaForConditionalGeneration": llava_layout}
 
 
 class ImagePrompts:
@@ -66,30 +44,33 @@ class ImagePrompts:
             raise InvalidArgumentError(
                 f"the prompt has {len(images)} images, more than the {self.max_images} allowed (--limit-mm-per-prompt)",
                 param=param)
-        token, width = self.layout.image_token_id, self.layout.tokens_per_image
+        token = self.layout.image_token_id
         places = [i for i, t in enumerate(token_ids) if t == token]
         if len(places) != len(images):
             raise InvalidArgumentError(
                 f"the prompt has {len(places)} image placeholders for {len(images)} images", param=param)
         if not images:
             return token_ids, []
-        decoded = [load_image(image, self.allowed_local_path, param) for image in images]
-        try:
-            pixels = self.processor(images=decoded, return_tensors="pt")["pixel_values"]
-        except (ValueError, TypeError, OSError) as exc:  # an image the processor cannot take is the client's
-            raise InvalidArgumentError(f"the image processor refused an image: {exc}", param=param) from None
+        pixels = [self._pixels(load_image(image, self.allowed_local_path, param), param) for image in images]
         expanded, features = [], []
         previous = 0
-        for index, place in enumerate(places):
+        for place, values in zip(places, pixels):
             expanded.extend(token_ids[previous:place])
-            features.append(image_feature(pixels[index], len(expanded), width))
-            expanded.extend([token] * width)
+            widened = self.layout.tokens(values.shape[-2], values.shape[-1])
+            features.append(image_feature(values, len(expanded), len(widened)))
+            expanded.extend(widened)
             previous = place + 1
         expanded.extend(token_ids[previous:])
         return expanded, features
 
+    def _pixels(self, image: Any, param: str):
+        """One image's pixel values ``[C, H, W]``, processed alone (no padding to a batch's size)."""
+        try:
+            return self.processor(images=[image], return_tensors="pt", **self.layout.processor_kwargs)["pixel_values"][0]
+        except (ValueError, TypeError, OSError) as exc:  # an image the processor cannot take is the client's
+            raise InvalidArgumentError(f"the image processor refused an image: {exc}", param=param) from None
 
-def image_prompts_for(args: Any, max_images: int) -> ImagePrompts | None:
+def image_prompts_for(args: Any, max_images: int, tokenizer: Any = None) -> ImagePrompts | None:
     """The front end's ``ImagePrompts`` for the engine built from ``args`` (an
     ``EngineArgs``, its model resolved to a directory), or None where the model
     takes no images."""
@@ -98,13 +79,13 @@ def image_prompts_for(args: Any, max_images: int) -> ImagePrompts | None:
     from octavo.models.config import load_arch_config
 
     arch = load_arch_config(Path(args.model), args.hf_overrides)
-    make_layout = _LAYOUTS.get(arch.architecture)
+    make_layout = LAYOUTS.get(arch.architecture)
     if make_layout is None:
         raise ModelLoadError(f"{arch.architecture} embeds images, but Octavo has no image processing for it")
-    layout = make_layout(arch.raw.get("multimodal_config") or {})
     if not (Path(args.model) / "preprocessor_config.json").is_file():
         logger.warning("%s has no preprocessor_config.json: it is served for text, images are refused", args.model)
         return None
+    layout = make_layout(arch.raw.get("multimodal_config") or {}, tokenizer)
     return ImagePrompts(args.model, layout, max_images, args.allowed_local_media_path)
 
 

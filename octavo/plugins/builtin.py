@@ -31,13 +31,13 @@ def octavo_models():
         "Gemma3ForCausalLM": "octavo.models.gemma3:Gemma3ForCausalLM",
         # Vision-language checkpoints served for text (models/text_only.py).
         "Gemma3ForConditionalGeneration": "octavo.models.text_only:Gemma3ForConditionalGeneration",
-        "Mistral3ForConditionalGeneration": "octavo.models.text_only:Mistral3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration": "octavo.models.text_only:Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration": "octavo.models.text_only:Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration": "octavo.models.text_only:Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration": "octavo.models.text_only:Qwen3VLMoeForConditionalGeneration",
         # Vision-language checkpoints that take images.
         "LlavaForConditionalGeneration": "octavo.models.llava:LlavaForConditionalGeneration",
+        "Mistral3ForConditionalGeneration": "octavo.models.mistral3:Mistral3ForConditionalGeneration",
         "Phi3ForCausalLM": "octavo.models.phi3:Phi3ForCausalLM",
         "GlmForCausalLM": "octavo.models.glm:GlmForCausalLM",
         "Glm4ForCausalLM": "octavo.models.glm:Glm4ForCausalLM",

@@ -5,7 +5,9 @@ first computes positions of an image's placeholder span, the model embeds the
 image (``model.image_embeddings``: vision tower and projector) and the rows
 are kept until the request's computed tokens pass the span, so a span split
 across prompt chunks is embedded once. The step's input embeddings are the
-token embeddings with each planned span's rows written over them; steps
+token embeddings with an image's rows written, in order, over the image-token
+positions of its span (a span may hold other ids too: Mistral 3's row
+breaks, which stay text); steps
 that hold image rows run eagerly (no CUDA or prefill graph, no static
 step), which only prompt steps do.
 """
@@ -22,18 +24,18 @@ from octavo.core.scheduler_output import SchedulerOutput
 
 @dataclass(frozen=True)
 class ImageRows:
-    """Rows ``[first, first + count)`` of an image's embedding go to the step's tokens from ``token``."""
+    """Rows ``rows`` of an image's embedding go to the step's tokens ``tokens`` (as many)."""
 
     request_id: str
     feature: ImageFeature
-    token: int
-    first: int
-    count: int
+    tokens: list[int]
+    rows: list[int]
 
 
 class ImageEmbeddings:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
+        self.image_token_id = model.image_token_id
         self.features: dict[str, list[ImageFeature]] = {}
         self.rows: dict[tuple[str, str], torch.Tensor] = {}  # (request id, image identifier) -> embedding rows
 
@@ -54,8 +56,10 @@ class ImageEmbeddings:
         for request_id, count in scheduler_output.num_scheduled_tokens.items():
             features = self.features.get(request_id)
             if features:
-                start = states[request_id].num_computed_tokens
-                planned.extend(_overlaps(request_id, features, start, start + count, token))
+                state = states[request_id]
+                start = state.num_computed_tokens
+                parts = _overlaps(features, start, start + count, state.token_ids, self.image_token_id)
+                planned.extend(ImageRows(request_id, f, [token + p - start for p in ps], rows) for f, ps, rows in parts)
                 self._drop_passed(request_id, features, start)
             token += count
         return planned
@@ -65,7 +69,8 @@ class ImageEmbeddings:
         embeds = self.model.embed_input_ids(input_ids)
         for part in planned:
             rows = self._rows(part.request_id, part.feature)
-            embeds[part.token : part.token + part.count] = rows[part.first : part.first + part.count].to(embeds.dtype)
+            tokens = torch.tensor(part.tokens, device=embeds.device)
+            embeds[tokens] = rows[torch.tensor(part.rows, device=rows.device)].to(embeds.dtype)
         return embeds
 
     def _rows(self, request_id: str, feature: ImageFeature) -> torch.Tensor:
@@ -75,8 +80,6 @@ class ImageEmbeddings:
             device = next(self.model.parameters()).device
             pixels = feature.pixel_values().to(device).unsqueeze(0)
             rows = self.model.image_embeddings(pixels)[0]
-            if rows.shape[0] != feature.length:
-                raise ValueError(f"an image embeds to {rows.shape[0]} rows but its span holds {feature.length} tokens")
             self.rows[key] = rows
         return rows
 
@@ -92,12 +95,22 @@ class ImageEmbeddings:
             self.rows.pop((request_id, feature.identifier), None)
 
 
-def _overlaps(request_id: str, features: list[ImageFeature], start: int, end: int, token: int) -> list[ImageRows]:
-    """The parts of ``features``' spans inside positions ``[start, end)``, the
-    request's tokens beginning at the step's token ``token``."""
+def _overlaps(features: list[ImageFeature], start: int, end: int, token_ids: list[int], image_token: int):
+    """For each feature whose span meets positions ``[start, end)``: the image-token
+    positions there and the embedding rows they take (the image tokens of the
+    span before a position count its row)."""
     parts = []
     for feature in features:
         lo, hi = max(start, feature.offset), min(end, feature.end)
-        if lo < hi:
-            parts.append(ImageRows(request_id, feature, token + lo - start, lo - feature.offset, hi - lo))
+        if lo >= hi:
+            continue
+        row = sum(1 for t in token_ids[feature.offset : lo] if t == image_token)
+        positions, rows = [], []
+        for position in range(lo, hi):
+            if token_ids[position] == image_token:
+                positions.append(position)
+                rows.append(row)
+                row += 1
+        if positions:
+            parts.append((feature, positions, rows))
     return parts
