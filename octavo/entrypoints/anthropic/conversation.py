@@ -5,7 +5,9 @@ Content blocks: ``text``; an assistant's ``tool_use`` (a tool call whose
 ``input`` is the arguments object) and ``thinking`` (its reasoning); a user's
 ``tool_result`` (a ``tool`` turn before the user's text, ``is_error`` shown
 as an ``Error:`` prefix). ``redacted_thinking`` is opaque, so there is
-nothing to render. Other blocks (images, documents, server tools) are a 400.
+nothing to render. A user's ``image`` (a base64 source) where the model takes
+images: the turn's content becomes the parts vision templates walk. Other
+blocks (documents, server tools) are a 400.
 
 ``tool_choice``: ``auto``, ``any`` (= OpenAI's ``required``), ``tool`` (a
 named function), ``none``; ``disable_parallel_tool_use`` allows one call.
@@ -26,21 +28,28 @@ from octavo.entrypoints.openai.tools import Tool, ToolUse, make_tool, resolve_to
 from octavo.errors import InvalidArgumentError
 
 
-def anthropic_conversation(body: Any) -> list[dict]:
+def anthropic_conversation(body: Any, images: list | None = None) -> list[dict]:
+    """The conversation; with ``images`` (a model that takes them, a template that walks
+    content parts), contents are lists of parts and image sources go to ``images``."""
+    as_parts = (lambda text: [{"type": "text", "text": text}]) if images is not None else (lambda text: text)  # noqa: E731
     conversation: list[dict] = []
     if body.system:
-        conversation.append({"role": "system", "content": content_text(body.system, "system")})
+        conversation.append({"role": "system", "content": as_parts(content_text(body.system, "system"))})
     for position, message in enumerate(body.messages):
         where = f"messages.{position}.content"
         if isinstance(message.content, str):
-            conversation.append({"role": message.role, "content": message.content})
+            conversation.append({"role": message.role, "content": as_parts(message.content)})
             continue
         turn: dict[str, Any] = {"role": message.role, "content": ""}
-        texts, calls = [], []
+        texts, calls, parts = [], [], []
         for index, block in enumerate(message.content):
             kind, place = block.type, f"{where}.{index}"
             if kind == "text":
                 texts.append(block.text or "")
+                parts.append({"type": "text", "text": block.text or ""})
+            elif kind == "image" and message.role == "user" and images is not None:
+                images.append(_image_source(block.source, place))
+                parts.append({"type": "image"})
             elif kind == "tool_use" and message.role == "assistant":
                 if not block.id or not block.name:
                     raise InvalidArgumentError("a tool_use block needs an id and a name", param=place)
@@ -56,12 +65,22 @@ def anthropic_conversation(body: Any) -> list[dict]:
                 continue
             else:
                 raise InvalidArgumentError(f"{kind!r} blocks are not supported in {message.role} messages", param=place)
-        turn["content"] = "\n".join(texts)
+        turn["content"] = parts if images is not None else "\n".join(texts)
         if calls:
             turn["tool_calls"] = calls
-        if texts or calls or len(turn) > 2 or not any(b.type == "tool_result" for b in message.content):
+        if parts or calls or len(turn) > 2 or not any(b.type == "tool_result" for b in message.content):
             conversation.append(turn)
     return conversation
+
+
+def _image_source(source: Any, place: str) -> str:
+    """An image block's source as the image loader takes it (a data URL; a URL is refused there)."""
+    if isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str):
+        media_type = source.get("media_type") or "image/png"
+        return f"data:{media_type};base64,{source['data']}"
+    if isinstance(source, dict) and source.get("type") == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise InvalidArgumentError("an image block's source is {'type': 'base64', 'media_type', 'data'}", param=f"{place}.source")
 
 
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}

@@ -37,11 +37,11 @@ from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures
 from octavo.entrypoints.openai.chat_output import ChoiceMessage
-from octavo.entrypoints.openai.chat_template import ChatOptions
+from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_content
 from octavo.entrypoints.openai.errors import ApiError, anthropic_body, from_octavo
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, with_images
 from octavo.entrypoints.openai.serving import (
     ServingContext,
     SSEResponse,
@@ -81,7 +81,8 @@ async def create_message(request: Request):
         structured_outputs=features.constraint,
     )
     check_admissible(ctx, params)
-    prompt = await ctx.pool.run(render_conversation, body, features, ctx.prompt_limits)
+    image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
+    prompt = await ctx.pool.run(render_conversation, body, features, ctx.prompt_limits, image_prompts)
     check_prompt(ctx, prompt, params, "messages", "max_tokens")
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     message_id = new_request_id("msg_")
@@ -109,14 +110,18 @@ async def create_message(request: Request):
     )
 
 
-def render_conversation(tokenizer, body: ConversationFields, features: ChatFeatures, limits: PromptLimits) -> PromptInput:
-    """The prompt of a Messages request (on a tokenizer-pool worker)."""
+def render_conversation(
+    tokenizer, body: ConversationFields, features: ChatFeatures, limits: PromptLimits, image_prompts=None,
+) -> PromptInput:
+    """The prompt of a Messages request (on a tokenizer-pool worker; its images processed there too)."""
     prefill = body.messages[-1].role == "assistant"
     options = ChatOptions(
         add_generation_prompt=not prefill, continue_final_message=prefill,
         tools=features.tool_use.template_tools, template_kwargs=features.template_kwargs,
     )
-    return encode_conversation(tokenizer, anthropic_conversation(body), options, limits)
+    images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
+    prompt = encode_conversation(tokenizer, anthropic_conversation(body, images), options, limits)
+    return with_images(prompt, images, image_prompts)
 
 
 async def count_tokens(request: Request):
@@ -125,7 +130,9 @@ async def count_tokens(request: Request):
     body = await parse_body(request, CountTokensRequest)
     resolve_model(ctx, body.model)
     check_undeclared_fields(body, "messages")
-    prompt = await ctx.pool.run(render_conversation, body, prompt_features(ctx.config, body), ctx.prompt_limits)
+    image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
+    prompt = await ctx.pool.run(render_conversation, body, prompt_features(ctx.config, body), ctx.prompt_limits,
+                                image_prompts)
     return JSONResponse({"input_tokens": len(prompt.token_ids)})
 
 

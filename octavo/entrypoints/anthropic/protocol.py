@@ -31,6 +31,8 @@ class ContentBlock(AnthropicModel):
     # thinking (assistant)
     thinking: str | None = None
     signature: str | None = None
+    # image (user): {"type": "base64", "media_type": "image/png", "data": ...}
+    source: dict | None = None
 
 
 class Message(AnthropicModel):

@@ -31,7 +31,7 @@ from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import chat_logprobs, prompt_logprobs_json
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation
+from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation, with_images
 from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, TokenizeRequest
 from octavo.entrypoints.openai.responses import ChatCompletionResponse
 from octavo.entrypoints.openai.serving import (
@@ -160,10 +160,7 @@ def _render_messages(
 ) -> PromptInput:
     images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
     prompt = encode_conversation(tokenizer, openai_conversation(messages, images), options, limits, fit_context)
-    if not images:
-        return prompt
-    token_ids, features = image_prompts.apply(prompt.token_ids, images, "messages")
-    return PromptInput(prompt.text, token_ids, features)
+    return with_images(prompt, images, image_prompts)
 
 
 class ChatBuilder:

@@ -131,3 +131,12 @@ def _content_chars(content: str | list[dict]) -> int:
     if isinstance(content, str):
         return len(content)
     return sum(len(part.get("text") or "") for part in content)
+
+
+def with_images(prompt: PromptInput, images: list | None, image_prompts: Any, param: str = "messages") -> PromptInput:
+    """``prompt`` with its images processed (``multimodal.ImagePrompts``): the image
+    tokens widened and ``image_features`` set; as it is without images."""
+    if not images:
+        return prompt
+    token_ids, features = image_prompts.apply(prompt.token_ids, images, param)
+    return PromptInput(prompt.text, token_ids, features)

@@ -83,3 +83,25 @@ def test_bad_images_are_400s_and_the_server_keeps_serving(image_server, urls, me
     ok = httpx.post(f"{image_server.url}/v1/chat/completions", headers=headers, timeout=60,
                     json={"model": "llava", "messages": _messages(_data_url(4)), "max_tokens": 2})
     assert ok.status_code == 200, ok.text
+
+
+def test_anthropic_image_blocks_answer_as_the_chat_route(image_server):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    url = _data_url(5)
+    media_type, data = url[len("data:"):].split(";base64,")
+    chat = httpx.post(f"{image_server.url}/v1/chat/completions", headers=headers, timeout=60, json={
+        "model": "llava", "messages": _messages(url), "max_tokens": NEW_TOKENS, "temperature": 0.0})
+    block = {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    messages = [{"role": "user", "content": [block, {"type": "text", "text": "what is in the picture?"}]}]
+    answer = httpx.post(f"{image_server.url}/v1/messages", headers=headers, timeout=60, json={
+        "model": "llava", "messages": messages, "max_tokens": NEW_TOKENS, "temperature": 0.0})
+    assert chat.status_code == answer.status_code == 200, answer.text
+    assert answer.json()["content"][0]["text"] == chat.json()["choices"][0]["message"]["content"]
+    # The same widened prompt: the image's 16 rows in both.
+    assert answer.json()["usage"]["input_tokens"] == chat.json()["usage"]["prompt_tokens"] > 16
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "%%"}}
+    refused = httpx.post(f"{image_server.url}/v1/messages", headers=headers, timeout=60, json={
+        "model": "llava", "messages": [{"role": "user", "content": [bad]}], "max_tokens": 2})
+    assert refused.status_code == 400 and "does not decode" in refused.text
