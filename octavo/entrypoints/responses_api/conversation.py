@@ -2,7 +2,8 @@
 request's tools, tool choice and text format -> ``ChatFeatures``.
 
 Items, in order: messages (``user``, ``system``/``developer``, ``assistant``;
-text parts only), an assistant's ``reasoning`` (its ``reasoning_text``
+text parts, and a user's ``input_image`` data URLs where the model takes
+images: then every turn's content is the parts vision templates walk), an assistant's ``reasoning`` (its ``reasoning_text``
 content or, failing that, its summary), ``function_call`` and
 ``function_call_output``. The assistant-side items of one answer (reasoning,
 then a message, then calls, as ``output.py`` writes them) become one
@@ -42,12 +43,39 @@ def part_texts(content: Any, where: str) -> str:
     return "\n".join(texts)
 
 
-class ConversationBuilder:
-    """Items -> turns; ``turn`` is the assistant turn still open to more items of its answer."""
+def user_parts(content: Any, where: str, images: list) -> list[dict]:
+    """A user or system message's content as template parts, its ``input_image`` URLs appended to ``images``."""
+    if content is None or isinstance(content, str):
+        return [{"type": "text", "text": content or ""}]
+    parts = []
+    for index, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise InvalidArgumentError("an input_image part needs its image_url (a data URL)",
+                                           param=f"{where}.{index}.image_url")
+            images.append(url)
+            parts.append({"type": "image"})
+        else:
+            parts.append({"type": "text", "text": part_texts([part], f"{where}.{index}")})
+    return parts
 
-    def __init__(self, instructions: str | None) -> None:
+
+class ConversationBuilder:
+    """Items -> turns; ``turn`` is the assistant turn still open to more items of its answer.
+    With ``images`` (a list to fill), user messages may show images."""
+
+    def __init__(self, instructions: str | None, images: list | None = None) -> None:
         self.turns: list[dict] = [{"role": "system", "content": instructions}] if instructions else []
         self.turn: dict | None = None
+        self.images = images
+
+    def rendered_turns(self) -> list[dict]:
+        """The turns as the template reads them: with images, every content a list of parts."""
+        if self.images is None:
+            return self.turns
+        as_parts = lambda c: [{"type": "text", "text": c or ""}] if c is None or isinstance(c, str) else c  # noqa: E731
+        return [{**turn, "content": as_parts(turn.get("content"))} for turn in self.turns]
 
     def add(self, item: dict, where: str) -> None:
         kind = item.get("type") or "message"
@@ -80,11 +108,16 @@ class ConversationBuilder:
         role = normalize_role(role, f"{where}.role")
         if role == "tool":
             raise InvalidArgumentError("tool results are function_call_output items", param=f"{where}.role")
-        text = part_texts(item.get("content"), f"{where}.content")
         if role != "assistant":
             self.turn = None
-            self.turns.append({"role": role, "content": text})
+            content = item.get("content")
+            if self.images is None:
+                content = part_texts(content, f"{where}.content")
+            else:
+                content = user_parts(content, f"{where}.content", self.images)
+            self.turns.append({"role": role, "content": content})
             return
+        text = part_texts(item.get("content"), f"{where}.content")
         turn = self._assistant(open_to_text=True)
         turn["content"] = text
 

@@ -25,10 +25,10 @@ from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures, reasoning_effort_kwargs
-from octavo.entrypoints.openai.chat_template import ChatOptions
+from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_content
 from octavo.entrypoints.openai.errors import ApiError, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, with_images
 from octavo.entrypoints.openai.serving import (
     ServingContext,
     SSEResponse,
@@ -89,7 +89,9 @@ async def create_response(request: Request):
     history = []
     if body.previous_response_id is not None:
         history = store.history(body.previous_response_id, ctx.prompt_limits.max_prompt_chars)
-    prompt = await ctx.pool.run(render_items, body.instructions, history, items, features, ctx.prompt_limits)
+    image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
+    prompt = await ctx.pool.run(render_items, body.instructions, history, items, features, ctx.prompt_limits,
+                                image_prompts)
     check_prompt(ctx, prompt, params, "input", "max_output_tokens" if body.max_output_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     response_id = new_request_id("resp_")
@@ -113,16 +115,18 @@ async def create_response(request: Request):
 
 def render_items(
     tokenizer, instructions: str | None, history: list[dict], items: list[dict], features: ChatFeatures,
-    limits: PromptLimits,
+    limits: PromptLimits, image_prompts=None,
 ) -> PromptInput:
-    """The prompt of a Responses request (on a tokenizer-pool worker)."""
-    builder = ConversationBuilder(instructions)
+    """The prompt of a Responses request (on a tokenizer-pool worker; its images processed there too)."""
+    images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
+    builder = ConversationBuilder(instructions, images)
     for index, item in enumerate(history):
         builder.add(item, f"previous_response_id.{index}")
     for index, item in enumerate(items):
         builder.add(item, f"input.{index}")
     options = ChatOptions(tools=features.tool_use.template_tools, template_kwargs=features.template_kwargs)
-    return encode_conversation(tokenizer, builder.turns, options, limits, param="input")
+    prompt = encode_conversation(tokenizer, builder.rendered_turns(), options, limits, param="input")
+    return with_images(prompt, images, image_prompts, "input")
 
 
 async def _stream(

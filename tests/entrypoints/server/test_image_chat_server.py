@@ -105,3 +105,20 @@ def test_anthropic_image_blocks_answer_as_the_chat_route(image_server):
     refused = httpx.post(f"{image_server.url}/v1/messages", headers=headers, timeout=60, json={
         "model": "llava", "messages": [{"role": "user", "content": [bad]}], "max_tokens": 2})
     assert refused.status_code == 400 and "does not decode" in refused.text
+
+
+def test_responses_input_images_answer_as_the_chat_route(image_server):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    url = _data_url(6)
+    chat = httpx.post(f"{image_server.url}/v1/chat/completions", headers=headers, timeout=60, json={
+        "model": "llava", "messages": _messages(url), "max_tokens": NEW_TOKENS, "temperature": 0.0})
+    content = [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "what is in the picture?"}]
+    answer = httpx.post(f"{image_server.url}/v1/responses", headers=headers, timeout=60, json={
+        "model": "llava", "input": [{"role": "user", "content": content}], "max_output_tokens": NEW_TOKENS,
+        "temperature": 0.0, "store": False})
+    assert chat.status_code == answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["input_tokens"] == chat.json()["usage"]["prompt_tokens"] > 16
+    text = "".join(p["text"] for item in answer.json()["output"] for p in item.get("content", []) if "text" in p)
+    assert text == chat.json()["choices"][0]["message"]["content"]
