@@ -99,3 +99,16 @@ def test_bad_image_prompts_are_refused_by_name(llava, llama_dir, make_llm):
     with pytest.raises(InvalidArgumentError, match="takes no images"):
         text_llm.generate({"prompt_token_ids": [3, 4], "multi_modal_data": {"image": _image(1)}}, params)
     assert llm.generate({"prompt_token_ids": [3, token], "multi_modal_data": {"image": _image(1)}}, params)
+
+
+def test_a_text_prompt_naming_the_image_token_takes_the_image(llava, expected, make_llm):
+    """``{"prompt": "...<image>...", "multi_modal_data": ...}``: the tokenizer's ``<image>`` is the placeholder."""
+    llm = make_llm(llava[0], platform="cpu")
+    tokenizer = llm.get_tokenizer()
+    text = tokenizer.decode([5, 17]) + "<image>" + tokenizer.decode([40, 41, 42])
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert ids.count(llava[2]) == 1
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    output = llm.generate({"prompt": text, "multi_modal_data": {"image": _image(1)}}, params)[0]
+    assert list(output.outputs[0].token_ids) == _hf_greedy(llava, ids, [_image(1)])
+    assert output.prompt == text and len(output.prompt_token_ids) == len(ids) - 1 + TOKENS_PER_IMAGE
