@@ -84,10 +84,14 @@ class ImageEmbeddings:
         return rows
 
     def _drop_passed(self, request_id: str, features: list[ImageFeature], start: int) -> None:
-        """Free the rows of images whose whole span was computed before ``start``."""
+        """Free the rows of images whose whole span was computed before ``start``; once
+        all were, the request's decode steps no longer look here (a preempted request
+        comes back with its images in its ``NewRequestData``)."""
         for feature in features:
             if feature.end <= start:
                 self.rows.pop((request_id, feature.identifier), None)
+        if all(feature.end <= start for feature in features):
+            del self.features[request_id]
 
     def _forget(self, request_id: str) -> None:
         features = self.features.pop(request_id, None) or ()
