@@ -29,13 +29,11 @@ from octavo.errors import ModelLoadError
 from octavo.models.base import ModelInitContext
 from octavo.models.clip_vision import ClipVisionTower, activation
 from octavo.models.config import ModelArchConfig
-from octavo.models.layers.attention import kv_scale_param_name
 from octavo.models.llama import DecoderOptions, LlamaForCausalLM
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
-from octavo.models.weight_loading import check_all_loaded, load_named_tensors
-from octavo.models.weights import _FUSED_SHARDS, param_name
+from octavo.models.weights import load_decoder_weights
 
 # The text config's model_type -> the family of the language model (HF's default is llama).
 LANGUAGE_FAMILIES: dict[str, type[LlamaForCausalLM]] = {
@@ -164,16 +162,4 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
         """The language model's tensors as ``load_decoder_weights`` names them, the
         vision side's by ``vision_param_name``; tensors of layers past the
         feature layer (and ``post_layernorm``) have no parameter and are skipped."""
-        tied = self.config.tie_word_embeddings
-
-        def rename(name: str) -> tuple[str, object] | None:
-            vision = vision_param_name(name)
-            if vision is not None:
-                return vision, None
-            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and tied):
-                return None
-            return param_name(kv_scale_param_name(name), self.checkpoint_renames)
-
-        loaded = load_named_tensors(self, weights, rename)
-        check_all_loaded(self, loaded, _FUSED_SHARDS, skip=lambda name: tied and name == "lm_head.weight")
-        return loaded
+        return load_decoder_weights(self, weights, vision_param_name)

@@ -30,12 +30,10 @@ from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.base import ModelInitContext
 from octavo.models.clip_vision import activation
 from octavo.models.config import ModelArchConfig
-from octavo.models.layers.attention import kv_scale_param_name
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.pixtral_vision import PixtralVisionTower, VisionRMSNorm, pixtral_config
 from octavo.models.text_only import _text_only
-from octavo.models.weight_loading import check_all_loaded, load_named_tensors
-from octavo.models.weights import _FUSED_SHARDS, param_name
+from octavo.models.weights import load_decoder_weights
 
 
 @dataclass(frozen=True)
@@ -176,16 +174,4 @@ class Mistral3ForConditionalGeneration(_text_only(MistralForCausalLM, "_Mistral3
         """The language model's tensors as ``load_decoder_weights`` names them, the
         vision side's by ``vision_param_name``; tensors of layers past the feature
         layer have no parameter and are skipped."""
-        tied = self.config.tie_word_embeddings
-
-        def rename(name: str) -> tuple[str, object] | None:
-            vision = vision_param_name(name)
-            if vision is not None:
-                return vision, None
-            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and tied):
-                return None
-            return param_name(kv_scale_param_name(name), self.checkpoint_renames)
-
-        loaded = load_named_tensors(self, weights, rename)
-        check_all_loaded(self, loaded, _FUSED_SHARDS, skip=lambda name: tied and name == "lm_head.weight")
-        return loaded
+        return load_decoder_weights(self, weights, vision_param_name)

@@ -16,7 +16,7 @@ check are ``weight_loading``'s, shared with the encoder models.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -48,10 +48,17 @@ def param_name(name: str, renames: tuple[tuple[str, str], ...] = ()) -> tuple[st
     return name, None
 
 
-def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+def load_decoder_weights(
+    model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]], other_names: Callable[[str], str | None] | None = None,
+) -> set[str]:
+    """The decoder's tensors by their checkpoint names; ``other_names`` maps the names of
+    a model's other parts (a vision tower, a projector) to their parameters (None: not one of them)."""
     tied = model.config.tie_word_embeddings
 
     def rename(name: str) -> tuple[str, object] | None:
+        other = other_names(name) if other_names is not None else None
+        if other is not None:
+            return other, None
         if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and tied):
             return None
         return param_name(kv_scale_param_name(name), model.checkpoint_renames)

@@ -18,7 +18,7 @@ from typing import Any
 
 from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.entrypoints.openai.chat_features import ChatFeatures, features_for
-from octavo.entrypoints.openai.chat_template import normalize_role
+from octavo.entrypoints.openai.chat_template import content_with_images, normalize_role
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.structured import constraint_from_request
 from octavo.entrypoints.openai.tools import Tool, make_tool, resolve_tool_choice
@@ -44,21 +44,17 @@ def part_texts(content: Any, where: str) -> str:
 
 
 def user_parts(content: Any, where: str, images: list) -> list[dict]:
-    """A user or system message's content as template parts, its ``input_image`` URLs appended to ``images``."""
+    """A user or system message's content as template parts, its ``input_image`` URLs appended to
+    ``images`` (the chat route's rule, ``content_with_images``, on the Responses API's part names)."""
     if content is None or isinstance(content, str):
-        return [{"type": "text", "text": content or ""}]
+        return content_with_images(content, where, images)
     parts = []
     for index, part in enumerate(content):
         if isinstance(part, dict) and part.get("type") == "input_image":
-            url = part.get("image_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError("an input_image part needs its image_url (a data URL)",
-                                           param=f"{where}.{index}.image_url")
-            images.append(url)
-            parts.append({"type": "image"})
+            parts.append({"type": "image_url", "image_url": part.get("image_url")})
         else:
             parts.append({"type": "text", "text": part_texts([part], f"{where}.{index}")})
-    return parts
+    return content_with_images(parts, where, images)
 
 
 class ConversationBuilder:
