@@ -33,6 +33,7 @@ from octavo.models.llama import DecoderOptions, LlamaForCausalLM
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
+from octavo.models.vision_config import feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
 
 # The text config's model_type -> the family of the language model (HF's default is llama).
@@ -65,27 +66,16 @@ class LlavaVisionOptions:
 
 
 def llava_vision_options(config: ModelArchConfig) -> LlavaVisionOptions:
-    mm = config.raw.get("multimodal_config") or {}
-    vision = mm.get("vision_config")
-    if not isinstance(vision, dict):
-        raise ModelLoadError("config.json: a LLaVA checkpoint needs the object 'vision_config'")
-    kind = vision.get("model_type", "clip_vision_model")
-    if kind != "clip_vision_model":
-        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported (clip_vision_model is)")
-    layer = mm.get("vision_feature_layer", -2)
-    if not isinstance(layer, int) or isinstance(layer, bool):
-        raise ModelLoadError(
-            f"config.json: vision_feature_layer {layer!r} is not supported (one layer's index is, not several layers)"
-        )
+    mm, vision = vision_sections(config, "LLaVA", "clip_vision_model")
+    layer = feature_layer(mm, -2)
     strategy = mm.get("vision_feature_select_strategy", "default")
     if strategy not in SELECT_STRATEGIES:
         supported = ", ".join(SELECT_STRATEGIES)
         raise ModelLoadError(
             f"config.json: vision_feature_select_strategy {strategy!r} is not supported ({supported} are)"
         )
-    token = next((mm[key] for key in ("image_token_index", "image_token_id") if mm.get(key) is not None), 32000)
     return LlavaVisionOptions(
-        vision_config=vision, image_token_id=int(token), feature_layer=layer, select_strategy=strategy,
+        vision_config=vision, image_token_id=image_token(mm, 32000), feature_layer=layer, select_strategy=strategy,
         projector_act=mm.get("projector_hidden_act", "gelu"),
         projector_bias=bool(mm.get("multimodal_projector_bias", True)),
     )

@@ -33,6 +33,7 @@ from octavo.models.config import ModelArchConfig
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.pixtral_vision import PixtralVisionTower, VisionRMSNorm, pixtral_config
 from octavo.models.text_only import _text_only
+from octavo.models.vision_config import feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
 
 
@@ -56,24 +57,13 @@ def _int_option(mm: dict[str, Any], key: str, default: int) -> int:
 
 
 def mistral3_vision_options(config: ModelArchConfig) -> Mistral3VisionOptions:
-    mm = config.raw.get("multimodal_config") or {}
-    vision = mm.get("vision_config")
-    if not isinstance(vision, dict):
-        raise ModelLoadError("config.json: a Mistral 3 checkpoint needs the object 'vision_config'")
-    kind = vision.get("model_type", "pixtral")
-    if kind != "pixtral":
-        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported (pixtral is)")
-    layer = mm.get("vision_feature_layer", -1)
-    if not isinstance(layer, int) or isinstance(layer, bool):
-        raise ModelLoadError(
-            f"config.json: vision_feature_layer {layer!r} is not supported (one layer's index is, not several layers)"
-        )
+    mm, vision = vision_sections(config, "Mistral 3", "pixtral")
+    layer = feature_layer(mm, -1)
     merge = _int_option(mm, "spatial_merge_size", 2)
     if merge < 1:
         raise ModelLoadError(f"config.json: spatial_merge_size {merge} is not supported")
-    token = next((mm[key] for key in ("image_token_index", "image_token_id") if mm.get(key) is not None), 10)
     return Mistral3VisionOptions(
-        vision_config=vision, image_token_id=int(token), feature_layer=layer, merge=merge,
+        vision_config=vision, image_token_id=image_token(mm, 10), feature_layer=layer, merge=merge,
         projector_act=mm.get("projector_hidden_act", "gelu"),
         projector_bias=bool(mm.get("multimodal_projector_bias", False)),
     )

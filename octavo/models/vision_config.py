@@ -1,0 +1,37 @@
+"""The parts of a vision-language config.json every image-taking model reads the same way:
+its vision tower's config (of one supported kind), one feature layer, the image token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from octavo.errors import ModelLoadError
+from octavo.models.config import ModelArchConfig
+
+
+def vision_sections(config: ModelArchConfig, family: str, tower: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the multimodal top level, its ``vision_config``), refused unless the tower is ``tower``."""
+    multimodal = config.raw.get("multimodal_config") or {}
+    vision = multimodal.get("vision_config")
+    if not isinstance(vision, dict):
+        raise ModelLoadError(f"config.json: a {family} checkpoint needs the object 'vision_config'")
+    kind = vision.get("model_type", tower)
+    if kind != tower:
+        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported ({tower} is)")
+    return multimodal, vision
+
+
+def feature_layer(multimodal: dict[str, Any], default: int) -> int:
+    """``vision_feature_layer``: one layer's index (a list of layers is refused)."""
+    layer = multimodal.get("vision_feature_layer", default)
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise ModelLoadError(
+            f"config.json: vision_feature_layer {layer!r} is not supported (one layer's index is, not several layers)"
+        )
+    return layer
+
+
+def image_token(multimodal: dict[str, Any], default: int) -> int:
+    """The image placeholder's id (``image_token_index``, or ``image_token_id``)."""
+    token = next((multimodal[k] for k in ("image_token_index", "image_token_id") if multimodal.get(k) is not None), default)
+    return int(token)
