@@ -11,7 +11,9 @@ the checkpoint's own processor does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,10 @@ from octavo.multimodal.image_loading import load_image
 from octavo.multimodal.layouts import LAYOUTS, ImageLayout
 
 logger = logging.getLogger(__name__)
+
+# Threads decoding and processing images for the server (each image a few to a
+# few hundred milliseconds of CPU; PIL and the processors release the GIL in part).
+IMAGE_WORKERS = 2
 
 
 class ImagePrompts:
@@ -37,6 +43,13 @@ class ImagePrompts:
         self.layout = layout
         self.max_images = max_images
         self.allowed_local_path = allowed_local_path
+        # The server's image work runs here, not on the tokenizer pool (``apply_async``).
+        self._workers = ThreadPoolExecutor(max_workers=IMAGE_WORKERS, thread_name_prefix="octavo-images")
+
+    async def apply_async(self, token_ids: list[int], images: list[Any], param: str = "prompt"):
+        """``apply`` on the image workers: a burst of large images queues there, while other
+        requests' text keeps the tokenizer pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._workers, self.apply, token_ids, images, param)
 
     def apply(self, token_ids: list[int], images: list[Any], param: str = "prompt") -> tuple[list[int], list[ImageFeature]]:
         """``token_ids`` with each image token widened, and one feature per image, in order."""

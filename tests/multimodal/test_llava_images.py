@@ -112,3 +112,38 @@ def test_a_text_prompt_naming_the_image_token_takes_the_image(llava, expected, m
     output = llm.generate({"prompt": text, "multi_modal_data": {"image": _image(1)}}, params)[0]
     assert list(output.outputs[0].token_ids) == _hf_greedy(llava, ids, [_image(1)])
     assert output.prompt == text and len(output.prompt_token_ids) == len(ids) - 1 + TOKENS_PER_IMAGE
+
+
+def test_server_image_work_runs_apart_from_the_tokenizer_pool(llava):
+    """While every image worker is busy, text still tokenises on the pool: a burst of
+    large images cannot hold up other requests (``ImagePrompts.apply_async``)."""
+    import asyncio
+    import threading
+
+    from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool
+    from octavo.multimodal.layouts import llava_layout
+    from octavo.multimodal.processor import IMAGE_WORKERS, ImagePrompts
+
+    prompts = ImagePrompts(llava[0], llava_layout({"vision_config": {"image_size": 56, "patch_size": 14},
+                                                   "image_token_index": llava[2]}, None), max_images=2)
+    release, names = threading.Event(), []
+    process = prompts.processor
+
+    def held(*args, **kwargs):
+        names.append(threading.current_thread().name)
+        assert release.wait(30)
+        return process(*args, **kwargs)
+
+    prompts.processor = held
+    pool = TokenizerPool(None, num_workers=1)
+
+    async def scenario():
+        busy = [asyncio.ensure_future(prompts.apply_async([3, llava[2]], [_image(i)])) for i in range(IMAGE_WORKERS + 1)]
+        text = await asyncio.wait_for(pool.run(lambda tokenizer, ids: list(ids), [1, 2, 3]), 10)
+        release.set()
+        return text, await asyncio.gather(*busy)
+
+    text, done = asyncio.run(scenario())
+    pool.shutdown()
+    assert text == [1, 2, 3] and all(len(ids) == 1 + TOKENS_PER_IMAGE for ids, _ in done)
+    assert names and all(name.startswith("octavo-images") for name in names)

@@ -41,7 +41,7 @@ from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_
 from octavo.entrypoints.openai.errors import ApiError, anthropic_body, from_octavo
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, with_images
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, process_images, with_images
 from octavo.entrypoints.openai.serving import (
     ServingContext,
     SSEResponse,
@@ -83,6 +83,7 @@ async def create_message(request: Request):
     check_admissible(ctx, params)
     image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
     prompt = await ctx.pool.run(render_conversation, body, features, ctx.prompt_limits, image_prompts)
+    prompt = await process_images(prompt, image_prompts)
     check_prompt(ctx, prompt, params, "messages", "max_tokens")
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     message_id = new_request_id("msg_")
@@ -121,7 +122,7 @@ def render_conversation(
     )
     images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
     prompt = encode_conversation(tokenizer, anthropic_conversation(body, images), options, limits)
-    return with_images(prompt, images, image_prompts)
+    return with_images(prompt, images)
 
 
 async def count_tokens(request: Request):
@@ -133,6 +134,7 @@ async def count_tokens(request: Request):
     image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
     prompt = await ctx.pool.run(render_conversation, body, prompt_features(ctx.config, body), ctx.prompt_limits,
                                 image_prompts)
+    prompt = await process_images(prompt, image_prompts)
     return JSONResponse({"input_tokens": len(prompt.token_ids)})
 
 

@@ -31,7 +31,7 @@ from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.logprobs import chat_logprobs, prompt_logprobs_json
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation, with_images
+from octavo.entrypoints.openai.prompts import PromptInput, encode_conversation, process_images, with_images
 from octavo.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, TokenizeRequest
 from octavo.entrypoints.openai.responses import ChatCompletionResponse
 from octavo.entrypoints.openai.serving import (
@@ -152,7 +152,8 @@ async def render_messages(
     """Render and tokenise on the pool (the conversation is built there too: 100,000 messages take a while;
     images are decoded and processed there too)."""
     image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
-    return await ctx.pool.run(_render_messages, messages, options, ctx.prompt_limits, fit_context, image_prompts)
+    prompt = await ctx.pool.run(_render_messages, messages, options, ctx.prompt_limits, fit_context, image_prompts)
+    return await process_images(prompt, image_prompts)
 
 
 def _render_messages(
@@ -160,7 +161,7 @@ def _render_messages(
 ) -> PromptInput:
     images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
     prompt = encode_conversation(tokenizer, openai_conversation(messages, images), options, limits, fit_context)
-    return with_images(prompt, images, image_prompts)
+    return with_images(prompt, images)
 
 
 class ChatBuilder:

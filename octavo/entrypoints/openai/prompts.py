@@ -39,6 +39,8 @@ class PromptInput:
     token_ids: list[int]
     # The prompt's images, processed (``multimodal.ImagePrompts``): their spans in ``token_ids``.
     image_features: list | None = None
+    # Its images as sent, until ``process_images`` has processed them (off the tokenizer pool).
+    pending_images: list | None = None
 
     def as_engine_prompt(self) -> dict:
         if self.image_features:
@@ -133,10 +135,16 @@ def _content_chars(content: str | list[dict]) -> int:
     return sum(len(part.get("text") or "") for part in content)
 
 
-def with_images(prompt: PromptInput, images: list | None, image_prompts: Any, param: str = "messages") -> PromptInput:
-    """``prompt`` with its images processed (``multimodal.ImagePrompts``): the image
-    tokens widened and ``image_features`` set; as it is without images."""
-    if not images:
+def with_images(prompt: PromptInput, images: list | None) -> PromptInput:
+    """``prompt`` holding its images (as sent) for ``process_images``; as it is without images."""
+    return PromptInput(prompt.text, prompt.token_ids, pending_images=images) if images else prompt
+
+
+async def process_images(prompt: PromptInput, image_prompts: Any, param: str = "messages") -> PromptInput:
+    """``prompt`` with its pending images processed on the image workers (``ImagePrompts.apply_async``,
+    apart from the tokenizer pool: a burst of large images never holds up other requests' text):
+    the image tokens widened and ``image_features`` set."""
+    if not prompt.pending_images:
         return prompt
-    token_ids, features = image_prompts.apply(prompt.token_ids, images, param)
+    token_ids, features = await image_prompts.apply_async(prompt.token_ids, prompt.pending_images, param)
     return PromptInput(prompt.text, token_ids, features)

@@ -28,7 +28,7 @@ from octavo.entrypoints.openai.chat_features import ChatFeatures, reasoning_effo
 from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_content
 from octavo.entrypoints.openai.errors import ApiError, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
-from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, with_images
+from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, process_images, with_images
 from octavo.entrypoints.openai.serving import (
     ServingContext,
     SSEResponse,
@@ -92,6 +92,7 @@ async def create_response(request: Request):
     image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
     prompt = await ctx.pool.run(render_items, body.instructions, history, items, features, ctx.prompt_limits,
                                 image_prompts)
+    prompt = await process_images(prompt, image_prompts, "input")
     check_prompt(ctx, prompt, params, "input", "max_output_tokens" if body.max_output_tokens is not None else None)
     await check_constraint(ctx.engine.engine, params, features.constraint_param)
     response_id = new_request_id("resp_")
@@ -126,7 +127,7 @@ def render_items(
         builder.add(item, f"input.{index}")
     options = ChatOptions(tools=features.tool_use.template_tools, template_kwargs=features.template_kwargs)
     prompt = encode_conversation(tokenizer, builder.rendered_turns(), options, limits, param="input")
-    return with_images(prompt, images, image_prompts, "input")
+    return with_images(prompt, images)
 
 
 async def _stream(
