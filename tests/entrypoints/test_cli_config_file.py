@@ -114,3 +114,14 @@ def test_bad_dotted_flags(capsys, argv, message):
     with pytest.raises(SystemExit):
         parse_args(["serve", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_image_flags_reach_the_engine_args():
+    from octavo.entrypoints.cli.common import engine_args_from
+
+    args = parse_args(["serve", "some/model", "--limit-mm-per-prompt", '{"image": 3}',
+                       "--allowed-local-media-path", "/srv/media"])
+    engine_args = engine_args_from(args)
+    assert engine_args.limit_mm_per_prompt == {"image": 3} and engine_args.allowed_local_media_path == "/srv/media"
+    dotted = parse_args(["serve", "some/model", "--limit-mm-per-prompt.image", "0"])  # vLLM's dotted form
+    assert engine_args_from(dotted).limit_mm_per_prompt == {"image": 0}
