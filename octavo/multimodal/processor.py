@@ -83,6 +83,7 @@ class ImagePrompts:
         except (ValueError, TypeError, OSError) as exc:  # an image the processor cannot take is the client's
             raise InvalidArgumentError(f"the image processor refused an image: {exc}", param=param) from None
 
+
 def image_prompts_for(args: Any, max_images: int, tokenizer: Any = None) -> ImagePrompts | None:
     """The front end's ``ImagePrompts`` for the engine built from ``args`` (an
     ``EngineArgs``, its model resolved to a directory), or None where the model
