@@ -216,7 +216,8 @@ def engine_args_from(args: argparse.Namespace) -> EngineArgs:
 
 
 def print_startup_summary(engine) -> None:
-    """One line on stderr: the model, the KV cache it got, its sampling defaults, the start time."""
+    """One line on stderr: the model, the KV cache it got, the images a prompt may show, its sampling
+    defaults, the start time."""
     import sys
 
     from octavo.entrypoints.engine_stats import engine_capacity
@@ -226,6 +227,8 @@ def print_startup_summary(engine) -> None:
     info, capacity = engine.info, engine_capacity(engine)
     parts = [f"{info.architecture} ({info.dtype}, {info.platform})"]
     parts.append(f"KV cache: {capacity.num_kv_blocks * engine.limits.block_size} tokens")
+    if getattr(engine, "image_prompts", None) is not None:
+        parts.append(f"images: up to {engine.limits.max_images_per_prompt} a prompt")
     defaults = engine_sampling_defaults(engine)
     if defaults:
         parts.append(f"sampling defaults from the model: {describe(defaults)}")

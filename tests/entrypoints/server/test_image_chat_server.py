@@ -57,6 +57,7 @@ def test_chat_with_images_answers_as_the_offline_engine(image_server, llava_path
     expected = [list(o.outputs[0].token_ids) for o in llm.chat(conversations, params)]
     llm.engine.shutdown()
     assert expected[0] != expected[1]
+    assert "images: up to 2 a prompt" in image_server.log()  # the startup line says what it takes
     client = openai.OpenAI(base_url=f"{image_server.url}/v1", api_key=API_KEY)
     for messages, tokens in zip(conversations, expected):
         answer = client.chat.completions.create(
