@@ -280,6 +280,8 @@ def build_engine(args: EngineArgs):
     else:
         engine = build_single_engine(args)
     engine.image_prompts = image_prompts_for(args, engine.limits.max_images_per_prompt, engine.tokenizer)
+    if engine.image_prompts is not None:
+        logger.info("images: up to %d a prompt (--limit-mm-per-prompt)", engine.limits.max_images_per_prompt)
     if engine.info.sampling_defaults:
         logger.info(
             "sampling defaults from the model's generation config: %s (requests that set a value keep theirs; "
