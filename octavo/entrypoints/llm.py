@@ -134,8 +134,10 @@ class LLM:
     ) -> list[BeamSearchOutput]:
         """vLLM's ``LLM.beam_search``: each prompt's best ``beam_width`` sequences (``beam_search.py``)."""
         params.check_limits(self.engine.limits.max_logprobs)
-        searches = [BeamSearch(self._prompt_ids(prompt), params, self.engine.limits.eos_token_ids)
-                    for prompt in normalize_prompts(prompts)]
+        processed = [with_image_features(self.engine, prompt) for prompt in normalize_prompts(prompts)]
+        searches = [BeamSearch(self._prompt_ids(prompt), params, self.engine.limits.eos_token_ids) for prompt in processed]
+        # Each beam extends its prompt, so the prompt's images keep their spans in every beam.
+        images = [p.get("image_features") if isinstance(p, dict) else None for p in processed]
         max_model_len = self.engine.limits.max_model_len
         for search in searches:
             num_prompt_tokens = search.beams[0].num_prompt_tokens
@@ -145,9 +147,10 @@ class LLM:
                     f"{max_model_len}", param="max_tokens")
         step_params = searches[0].step_params() if searches else None
         while any(not search.done for search in searches):
-            live = [search for search in searches if not search.done]
-            outputs = iter(self.generate([p for s in live for p in s.prompts()], step_params, use_tqdm))
-            for search in live:
+            live = [(search, image) for search, image in zip(searches, images) if not search.done]
+            step = [{"prompt_token_ids": p, "image_features": image} if image else p for s, image in live for p in s.prompts()]
+            outputs = iter(self.generate(step, step_params, use_tqdm))
+            for search, _ in live:
                 search.advance([next(outputs).outputs[0] for _ in search.beams])
         decode = self._decoder()
         return [search.result(decode) for search in searches]

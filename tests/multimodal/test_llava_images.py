@@ -147,3 +147,20 @@ def test_server_image_work_runs_apart_from_the_tokenizer_pool(llava):
     pool.shutdown()
     assert text == [1, 2, 3] and all(len(ids) == 1 + TOKENS_PER_IMAGE for ids, _ in done)
     assert names and all(name.startswith("octavo-images") for name in names)
+
+
+def test_beam_search_keeps_the_prompts_images(llava, expected, make_llm):
+    """Every beam extends its prompt, so each beam's request carries the prompt's images:
+    a width-1 search is the greedy answer with the image, and beams differ by image."""
+    from octavo.entrypoints.beam_search import BeamSearchParams
+
+    llm = make_llm(llava[0], platform="cpu")
+    ids, images = _prompts(llava[2])[0]
+    params = BeamSearchParams(beam_width=1, max_tokens=NEW_TOKENS, ignore_eos=True)
+    prompt = {"prompt_token_ids": ids, "multi_modal_data": {"image": images}}
+    best = llm.beam_search([prompt], params)[0].sequences[0]
+    assert best.tokens[-NEW_TOKENS:] == expected[0]
+    wide = llm.beam_search([prompt], BeamSearchParams(beam_width=2, max_tokens=4, ignore_eos=True))[0]
+    other = llm.beam_search([{**prompt, "multi_modal_data": {"image": _image(9)}}],
+                            BeamSearchParams(beam_width=2, max_tokens=4, ignore_eos=True))[0]
+    assert [s.tokens for s in wide.sequences] != [s.tokens for s in other.sequences]

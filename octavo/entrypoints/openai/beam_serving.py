@@ -96,7 +96,8 @@ async def beam_search(
     search = BeamSearch(prompt.token_ids, params, ctx.limits.eos_token_ids)
     step_params = search.step_params()
     while not search.done:
-        beams = [PromptInput(None, tokens) for tokens in search.prompts()]
+        # Each beam extends the prompt, so the prompt's images keep their spans in every beam.
+        beams = [PromptInput(None, tokens, prompt.image_features) for tokens in search.prompts()]
         streams = await admit_all(ctx, f"{request_id}-step{search.num_steps}", beams, step_params, options)
         finals = await final_outputs(ctx, streams)
         search.advance([final.outputs[0] for final in finals])

@@ -123,3 +123,16 @@ def test_responses_input_images_answer_as_the_chat_route(image_server):
     assert answer.json()["usage"]["input_tokens"] == chat.json()["usage"]["prompt_tokens"] > 16
     text = "".join(p["text"] for item in answer.json()["output"] for p in item.get("content", []) if "text" in p)
     assert text == chat.json()["choices"][0]["message"]["content"]
+
+
+def test_beam_search_over_a_chat_with_an_image_keeps_the_image(image_server):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    messages = _messages(_data_url(7))
+    greedy = httpx.post(f"{image_server.url}/v1/chat/completions", headers=headers, timeout=60, json={
+        "model": "llava", "messages": messages, "max_tokens": NEW_TOKENS, "temperature": 0.0})
+    beam = httpx.post(f"{image_server.url}/v1/chat/completions", headers=headers, timeout=60, json={
+        "model": "llava", "messages": messages, "max_tokens": NEW_TOKENS, "use_beam_search": True, "n": 1})
+    assert greedy.status_code == beam.status_code == 200, beam.text
+    assert beam.json()["choices"][0]["message"]["content"] == greedy.json()["choices"][0]["message"]["content"]
