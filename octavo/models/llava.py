@@ -144,6 +144,11 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
             features = features[:, 1:]
         return self.multi_modal_projector(features)
 
+    def largest_image(self) -> tuple[int, int, int, int]:
+        """The pixel-value shape of the largest image the processor sends (the start-up memory profile's)."""
+        size = self.vision_tower.image_size
+        return (1, 3, size, size)
+
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The language model's token embeddings (its families scale them by nothing)."""
         return self.model.embed_tokens(input_ids)

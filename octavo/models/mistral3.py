@@ -156,6 +156,11 @@ class Mistral3ForConditionalGeneration(_text_only(MistralForCausalLM, "_Mistral3
         features = self.vision_tower(pixel_values)
         return self.multi_modal_projector(features, rows, cols)[None]
 
+    def largest_image(self) -> tuple[int, int, int, int]:
+        """The pixel-value shape of the largest image the processor sends (the start-up memory profile's)."""
+        size = self.vision_tower.image_size
+        return (1, 3, size, size)
+
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The language model's token embeddings (Mistral scales them by nothing)."""
         return self.model.embed_tokens(input_ids)

@@ -146,6 +146,7 @@ class PixtralVisionTower(nn.Module):
         cfg = pixtral_config(vision_config)
         hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         self.patch_size = int(cfg["patch_size"])
+        self.image_size = int(cfg["image_size"])  # the largest side the processor sends
         built = feature_layer_index(feature_layer, int(cfg["num_hidden_layers"]))
         self.patch_conv = nn.Conv2d(int(cfg["num_channels"]), hidden, kernel_size=self.patch_size,
                                     stride=self.patch_size, bias=False, dtype=dtype)

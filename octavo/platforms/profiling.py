@@ -85,6 +85,9 @@ def profile_run(runner: Any) -> None:
 
 def _profile_step(runner: Any) -> None:
     config, loaded, device = runner.config, runner.loaded, runner.device
+    largest_image = getattr(runner.model, "largest_image", None)
+    if largest_image is not None:  # the vision tower's activations at the largest image count too
+        runner.model.image_embeddings(torch.zeros(largest_image(), device=device))
     lengths = _profile_sequence_lengths(config)
     kv_caches = [torch.empty(0, device=device)] * loaded.arch.num_hidden_layers
     for index, backend in loaded.layer_backends_by_index.items():

@@ -164,3 +164,15 @@ def test_beam_search_keeps_the_prompts_images(llava, expected, make_llm):
     other = llm.beam_search([{**prompt, "multi_modal_data": {"image": _image(9)}}],
                             BeamSearchParams(beam_width=2, max_tokens=4, ignore_eos=True))[0]
     assert [s.tokens for s in wide.sequences] != [s.tokens for s in other.sequences]
+
+
+def test_the_memory_profile_embeds_the_largest_image(llava, make_llm):
+    """The start-up profile that sizes the KV cache runs the vision tower on the largest
+    image the processor sends, so its activations are not left out of the budget."""
+    from octavo.platforms.profiling import profile_run
+
+    runner = make_llm(llava[0], platform="cpu").engine.executor.worker.runner
+    shapes, embed = [], runner.model.image_embeddings
+    runner.model.image_embeddings = lambda pixels: shapes.append(tuple(pixels.shape)) or embed(pixels)
+    profile_run(runner)
+    assert shapes == [(1, 3, 56, 56)]
