@@ -35,6 +35,7 @@ from octavo.models.qwen2 import Qwen2ForCausalLM
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
 from octavo.models.vision_config import feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
+from octavo.multimodal.layouts import llava_layout
 
 # The text config's model_type -> the family of the language model (HF's default is llama).
 LANGUAGE_FAMILIES: dict[str, type[LlamaForCausalLM]] = {
@@ -114,6 +115,7 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
     checkpoint_renames = _LANGUAGE_MODEL_RENAMES
     supports_lora = False  # adapters name the multimodal model's modules
     supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
+    image_layout = staticmethod(llava_layout)  # where the front end puts them in the prompt
 
     @classmethod
     def decoder_options(cls, config: ModelArchConfig, dtype: torch.dtype) -> DecoderOptions:

@@ -35,6 +35,7 @@ from octavo.models.pixtral_vision import PixtralVisionTower, VisionRMSNorm, pixt
 from octavo.models.text_only import _text_only
 from octavo.models.vision_config import feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
+from octavo.multimodal.layouts import mistral3_layout
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Mistral3ForConditionalGeneration(_text_only(MistralForCausalLM, "_Mistral3
 
     supports_lora = False  # adapters name the multimodal model's modules
     supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
+    image_layout = staticmethod(mistral3_layout)  # where the front end puts them in the prompt
 
     def __init__(self, ctx: ModelInitContext) -> None:
         options = mistral3_vision_options(ctx.config)  # refuse before building the language model

@@ -1,4 +1,6 @@
-"""Where a model's images go in its prompt (one ``ImageLayout`` per architecture).
+"""Where a model's images go in its prompt: the ``ImageLayout`` a model class's
+``image_layout(multimodal_config, tokenizer)`` returns (the model contract's, so that a
+plugin's model takes images without an entry here).
 
 The chat template writes the image token once per image; the checkpoint's
 own processor widens it into the ids the model expects, which a layout
@@ -78,5 +80,3 @@ def _token_id(tokenizer: Any, token: str) -> int:
         raise ModelLoadError(f"the tokenizer has no {token} token, which this model's images need")
     return token_id
 
-
-LAYOUTS = {"LlavaForConditionalGeneration": llava_layout, "Mistral3ForConditionalGeneration": mistral3_layout}

@@ -20,7 +20,7 @@ from typing import Any
 from octavo.core.image_features import ImageFeature, image_feature
 from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.multimodal.image_loading import load_image
-from octavo.multimodal.layouts import LAYOUTS, ImageLayout
+from octavo.multimodal.layouts import ImageLayout
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +91,12 @@ def image_prompts_for(args: Any, max_images: int, tokenizer: Any = None) -> Imag
     if max_images == 0:
         return None
     from octavo.models.config import load_arch_config
+    from octavo.models.registry import resolve_model_class
 
     arch = load_arch_config(Path(args.model), args.hf_overrides)
-    make_layout = LAYOUTS.get(arch.architecture)
+    make_layout = getattr(resolve_model_class(arch.architecture), "image_layout", None)
     if make_layout is None:
-        raise ModelLoadError(f"{arch.architecture} embeds images, but Octavo has no image processing for it")
+        raise ModelLoadError(f"{arch.architecture} embeds images but has no image_layout: its prompts cannot place them")
     if not (Path(args.model) / "preprocessor_config.json").is_file():
         logger.warning("%s has no preprocessor_config.json: it is served for text, images are refused", args.model)
         return None
