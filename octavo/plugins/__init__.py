@@ -27,7 +27,7 @@ ENTRY_POINT_GROUP = "octavo.plugins"
 # 1.3 the encoder_attention layer op; 1.4 the fused_moe_routed layer op;
 # 1.5 the layer ops that fuse the residual add and norm into the GEMV after;
 # 1.6 the layer_norm layer op.
-API_VERSION = "1.6"
+API_VERSION = "1.7"
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

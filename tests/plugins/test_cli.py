@@ -43,7 +43,7 @@ def test_plugins_list(sandbox, capsys):
     sandbox.add("typo", GOOD + "@hookimpl\ndef octavo_modles():\n    return {}\n")
     assert main(["plugins", "list"]) == 0
     out = capsys.readouterr().out
-    assert "  octavo_builtin (octavo.plugins.builtin, plugin API 1.6)" in out
+    assert "  octavo_builtin (octavo.plugins.builtin, plugin API 1.7)" in out
     assert "  BROKEN typo: it implements unknown hook 'octavo_modles'" in out
     assert "  [octavo_builtin] static_paged, torch_paged" in out
     models_line = next(line for line in out.splitlines() if "LlamaForCausalLM" in line)

@@ -60,7 +60,7 @@ def test_a_plugin_adds_an_attention_backend_the_user_can_select(sandbox, llama_d
 
 
 IMAGE_MODEL_PLUGIN = '''
-OCTAVO_PLUGIN_API_VERSION = "1.1"
+OCTAVO_PLUGIN_API_VERSION = "1.7"
 from octavo.models.llava import LlavaForConditionalGeneration
 from octavo.multimodal.layouts import ImageLayout
 

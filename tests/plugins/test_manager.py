@@ -39,9 +39,9 @@ def test_import_error_is_reported_and_skipped(sandbox):
 @pytest.mark.parametrize(
     "declaration, expected",
     [
-        ("", "it declares no OCTAVO_PLUGIN_API_VERSION (Octavo's plugin API is 1.6)"),
-        ('OCTAVO_PLUGIN_API_VERSION = "2.0"\n', "it was written for plugin API 2.0, Octavo's is 1.6"),
-        ('OCTAVO_PLUGIN_API_VERSION = "1.9"\n', "it was written for plugin API 1.9, Octavo's is 1.6"),
+        ("", "it declares no OCTAVO_PLUGIN_API_VERSION (Octavo's plugin API is 1.7)"),
+        ('OCTAVO_PLUGIN_API_VERSION = "2.0"\n', "it was written for plugin API 2.0, Octavo's is 1.7"),
+        ('OCTAVO_PLUGIN_API_VERSION = "1.9"\n', "it was written for plugin API 1.9, Octavo's is 1.7"),
         ('OCTAVO_PLUGIN_API_VERSION = "one"\n', "OCTAVO_PLUGIN_API_VERSION 'one' is not of the form 'MAJOR.MINOR'"),
     ],
 )
