@@ -1,5 +1,6 @@
 """LLaVA-1.5 (``LlavaForConditionalGeneration``): a CLIP vision tower
-(``clip_vision.py``), a two-layer projector and a Llama, Mistral or Qwen2
+(``clip_vision.py``) or a SigLIP one (``siglip_vision.py``, as
+llava-interleave-qwen's), a two-layer projector and a Llama, Mistral or Qwen2
 language model.
 
 The class is the language model's family itself (the decoder's options and
@@ -12,8 +13,8 @@ selection, projector: transformers' ``get_image_features``) and
 the token rows with the image rows put in. The vision tower reads the
 multimodal part of config.json (``config.raw["multimodal_config"]``, kept
 by ``config.py``). Not supported (refused at load): several feature layers
-at once (a list ``vision_feature_layer``), vision towers other than CLIP's,
-and LoRA adapters.
+at once (a list ``vision_feature_layer``), vision towers other than CLIP's
+and SigLIP's, and LoRA adapters.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from octavo.models.config import ModelArchConfig
 from octavo.models.llama import DecoderOptions, LlamaForCausalLM
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
+from octavo.models.siglip_vision import SiglipVisionTower
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
 from octavo.models.vision_config import feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
@@ -41,7 +43,11 @@ from octavo.multimodal.layouts import llava_layout
 LANGUAGE_FAMILIES: dict[str, type[LlamaForCausalLM]] = {
     "llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
 }
-SELECT_STRATEGIES = ("default", "full")  # drop the class row / keep it
+SELECT_STRATEGIES = ("default", "full")  # drop the first row (CLIP's class row) / keep it
+# vision_config.model_type -> the tower (the first is taken when config.json names none, as HF's default).
+VISION_TOWERS: dict[str, type[nn.Module]] = {
+    "clip_vision_model": ClipVisionTower, "siglip_vision_model": SiglipVisionTower,
+}
 
 
 def language_family(config: ModelArchConfig) -> type[LlamaForCausalLM]:
@@ -67,7 +73,7 @@ class LlavaVisionOptions:
 
 
 def llava_vision_options(config: ModelArchConfig) -> LlavaVisionOptions:
-    mm, vision = vision_sections(config, "LLaVA", "clip_vision_model")
+    mm, vision = vision_sections(config, "LLaVA", tuple(VISION_TOWERS))
     layer = feature_layer(mm, -2)
     strategy = mm.get("vision_feature_select_strategy", "default")
     if strategy not in SELECT_STRATEGIES:
@@ -129,20 +135,24 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
         super().__init__(ctx)
         self.image_token_id: int = options.image_token_id
         self.select_strategy = options.select_strategy
-        self.vision_tower = ClipVisionTower(options.vision_config, ctx.dtype, options.feature_layer)
-        vision_hidden = self.vision_tower.pre_layrnorm.normalized_shape[0]
+        tower = VISION_TOWERS[options.vision_config.get("model_type", "clip_vision_model")]
+        self.vision_tower = tower(options.vision_config, ctx.dtype, options.feature_layer)
+        vision_hidden = self.vision_tower.embeddings.patch_embedding.out_channels
         self.multi_modal_projector = LlavaMultiModalProjector(
             vision_hidden, ctx.config.hidden_size, options.projector_act, options.projector_bias, ctx.dtype
         )
 
     def tokens_per_image(self) -> int:
-        """Embedding rows of one image: a row per patch, and the class row under "full"."""
-        return self.vision_tower.num_patches + (1 if self.select_strategy == "full" else 0)
+        """Embedding rows of one image: the tower's rows (a row per patch, and CLIP's
+        class row), less the first under "default". transformers drops the first row
+        whatever the tower, so SigLIP (no class row) under "default" loses a patch."""
+        rows = self.vision_tower.num_patches + (1 if isinstance(self.vision_tower, ClipVisionTower) else 0)
+        return rows - (1 if self.select_strategy == "default" else 0)
 
     def image_embeddings(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """``[N, C, H, W]`` pixel values (any float dtype) -> ``[N, tokens_per_image, hidden]`` in the model dtype."""
         features = self.vision_tower(pixel_values)
-        if self.select_strategy == "default":
+        if self.select_strategy == "default":  # transformers': the first row, whatever the tower
             features = features[:, 1:]
         return self.multi_modal_projector(features)
 

@@ -1,5 +1,5 @@
 """The parts of a vision-language config.json every image-taking model reads the same way:
-its vision tower's config (of one supported kind), one feature layer, the image token."""
+its vision tower's config (of a supported kind), one feature layer, the image token."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from octavo.errors import ModelLoadError
 from octavo.models.config import ModelArchConfig
 
 
-def vision_sections(config: ModelArchConfig, family: str, tower: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the multimodal top level, its ``vision_config``), refused unless the tower is ``tower``."""
+def vision_sections(
+    config: ModelArchConfig, family: str, tower: str | tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the multimodal top level, its ``vision_config``), refused unless the tower is
+    ``tower`` (or one of ``tower``'s kinds; a config naming none is taken as the first)."""
+    towers = (tower,) if isinstance(tower, str) else tuple(tower)
     multimodal = config.raw.get("multimodal_config") or {}
     vision = multimodal.get("vision_config")
     if not isinstance(vision, dict):
         raise ModelLoadError(f"config.json: a {family} checkpoint needs the object 'vision_config'")
-    kind = vision.get("model_type", tower)
-    if kind != tower:
-        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported ({tower} is)")
+    kind = vision.get("model_type", towers[0])
+    if kind not in towers:
+        supported = " is" if len(towers) == 1 else " are"
+        raise ModelLoadError(f"config.json: a {kind!r} vision tower is not supported ({', '.join(towers)}{supported})")
     return multimodal, vision
 
 

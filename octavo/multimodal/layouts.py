@@ -56,11 +56,14 @@ class GridLayout(ImageLayout):
 
 
 def llava_layout(multimodal: dict[str, Any], tokenizer: Any) -> ImageLayout:
-    """LLaVA-1.5's: a CLIP tower's patches (its CLS row too under the "full" strategy)."""
+    """LLaVA's: the tower's rows (a CLIP tower's patches and class row, a SigLIP
+    tower's patches), less the first under the "default" strategy, as
+    transformers drops it whatever the tower."""
     vision = multimodal.get("vision_config") or {}
-    patches = (int(vision.get("image_size", 336)) // int(vision.get("patch_size", 14))) ** 2
-    extra = 1 if multimodal.get("vision_feature_select_strategy", "default") == "full" else 0
-    return ImageLayout(_image_token(multimodal), patches + extra)
+    rows = (int(vision.get("image_size", 336)) // int(vision.get("patch_size", 14))) ** 2
+    rows += 1 if vision.get("model_type", "clip_vision_model") == "clip_vision_model" else 0
+    rows -= 1 if multimodal.get("vision_feature_select_strategy", "default") == "default" else 0
+    return ImageLayout(_image_token(multimodal), rows)
 
 
 def mistral3_layout(multimodal: dict[str, Any], tokenizer: Any) -> ImageLayout:

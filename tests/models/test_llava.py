@@ -200,7 +200,7 @@ def _edited(path, tmp_path, **multimodal) -> dict:
     "change,refusal",
     [
         (dict(vision_feature_layer=[-2, -1]), "vision_feature_layer .* not supported"),
-        (dict(vision_config=dict(VISION, model_type="siglip_vision_model")), "'siglip_vision_model' vision tower"),
+        (dict(vision_config=dict(VISION, model_type="pixtral")), "'pixtral' vision tower"),
         (dict(vision_feature_select_strategy="cls"), "vision_feature_select_strategy 'cls'"),
         (dict(projector_hidden_act="swiglu"), "projector_hidden_act 'swiglu'"),
     ],

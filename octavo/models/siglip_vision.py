@@ -1,0 +1,79 @@
+"""SigLIP's vision encoder (transformers' ``SiglipVisionModel``), as LLaVA
+checkpoints with a SigLIP tower (llava-interleave-qwen) use it.
+
+Patches (a convolution with bias, stride the patch size), learned positions
+and no class row, no layernorm before the layers, then the same pre-norm
+transformer layers as CLIP's (``clip_vision.ClipEncoderLayer``: layer_norm1,
+q/k/v/out_proj with bias, full attention at scale head_size ** -0.5,
+layer_norm2, fc1/fc2). LLaVA reads the hidden states after one layer (HF's
+``hidden_states`` indexing: 0 is the embeddings, ``i`` the output of layer
+``i``), so only the layers up to it are built; ``post_layernorm`` and the
+pooling ``head`` are never applied to ``hidden_states``, so they have no
+parameter here and their checkpoint tensors are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from octavo.errors import InvalidArgumentError
+from octavo.models.clip_vision import ClipEncoderLayer, activation, feature_layer_index
+
+# SiglipVisionConfig's defaults, for the keys a saved config may leave out.
+_DEFAULTS = {
+    "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "num_channels": 3, "image_size": 224, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6,
+}
+
+
+class SiglipEmbeddings(nn.Module):
+    def __init__(self, cfg: dict[str, Any], dtype: torch.dtype) -> None:
+        super().__init__()
+        hidden, patch = cfg["hidden_size"], cfg["patch_size"]
+        self.image_size = cfg["image_size"]
+        self.patch_embedding = nn.Conv2d(
+            cfg["num_channels"], hidden, kernel_size=patch, stride=patch, bias=True, dtype=dtype
+        )
+        self.num_patches = (self.image_size // patch) ** 2
+        self.position_embedding = nn.Embedding(self.num_patches, hidden, dtype=dtype)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        _, _, height, width = pixel_values.shape
+        if height != self.image_size or width != self.image_size:
+            # Position embeddings exist for one size only (no interpolation, as HF's default).
+            raise InvalidArgumentError(
+                f"pixel values of {height}x{width}; this vision tower takes {self.image_size}x{self.image_size}"
+            )
+        weight = self.patch_embedding.weight
+        patches = self.patch_embedding(pixel_values.to(weight.device, weight.dtype))  # [N, H, grid, grid]
+        return patches.flatten(2).transpose(1, 2) + self.position_embedding.weight
+
+
+class SiglipVisionTower(nn.Module):
+    """``forward(pixel_values [N, C, H, W]) -> [N, num_patches, hidden]``: the
+    hidden states after layer ``feature_layer`` (HF's ``hidden_states`` index)."""
+
+    def __init__(self, vision_config: dict[str, Any], dtype: torch.dtype, feature_layer: int = -1) -> None:
+        super().__init__()
+        cfg = {**_DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
+        act = activation(cfg["hidden_act"], "vision_config.hidden_act")
+        self.image_size, self.patch_size = int(cfg["image_size"]), int(cfg["patch_size"])
+        self.hidden_size = int(cfg["hidden_size"])
+        built = feature_layer_index(feature_layer, int(cfg["num_hidden_layers"]))
+        self.embeddings = SiglipEmbeddings(cfg, dtype)
+        self.encoder = nn.Module()
+        self.encoder.layers = nn.ModuleList(ClipEncoderLayer(cfg, act, dtype) for _ in range(built))
+        self.requires_grad_(False)  # inference only
+
+    @property
+    def num_patches(self) -> int:
+        return self.embeddings.num_patches
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.embeddings(pixel_values)
+        for layer in self.encoder.layers:
+            hidden = layer(hidden)
+        return hidden
