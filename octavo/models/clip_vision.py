@@ -107,17 +107,20 @@ class ClipEmbeddings(nn.Module):
         self.position_embedding = nn.Embedding(self.num_patches + 1, hidden, dtype=dtype)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        images, _, height, width = pixel_values.shape
-        if height != self.image_size or width != self.image_size:
-            # Position embeddings exist for one size only (no interpolation, as HF's default).
-            raise InvalidArgumentError(
-                f"pixel values of {height}x{width}; this vision tower takes {self.image_size}x{self.image_size}"
-            )
-        weight = self.patch_embedding.weight
-        patches = self.patch_embedding(pixel_values.to(weight.device, weight.dtype))  # [N, H, grid, grid]
-        patches = patches.flatten(2).transpose(1, 2)
-        cls = self.class_embedding.expand(images, 1, -1)
+        patches = fixed_size_patches(self.patch_embedding, self.image_size, pixel_values)
+        cls = self.class_embedding.expand(pixel_values.shape[0], 1, -1)
         return torch.cat([cls, patches], dim=1) + self.position_embedding.weight
+
+
+def fixed_size_patches(patch_embedding: nn.Conv2d, image_size: int, pixel_values: torch.Tensor) -> torch.Tensor:
+    """``[N, patches, hidden]``: the patch convolution's rows of images of the one size the
+    tower's position embeddings cover (no interpolation, as HF's default)."""
+    height, width = pixel_values.shape[-2:]
+    if height != image_size or width != image_size:
+        raise InvalidArgumentError(f"pixel values of {height}x{width}; this vision tower takes {image_size}x{image_size}")
+    weight = patch_embedding.weight
+    patches = patch_embedding(pixel_values.to(weight.device, weight.dtype))  # [N, hidden, grid, grid]
+    return patches.flatten(2).transpose(1, 2)
 
 
 def feature_layer_index(feature_layer: int, num_layers: int) -> int:

@@ -35,7 +35,7 @@ from octavo.models.mistral import MistralForCausalLM
 from octavo.models.qwen2 import Qwen2ForCausalLM
 from octavo.models.siglip_vision import SiglipVisionTower
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
-from octavo.models.vision_config import feature_layer, image_token, vision_sections
+from octavo.models.vision_config import TakesImages, feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
 from octavo.multimodal.layouts import llava_layout
 
@@ -115,12 +115,10 @@ def vision_param_name(name: str) -> str | None:
     return None
 
 
-class LlavaForConditionalGeneration(LlamaForCausalLM):
+class LlavaForConditionalGeneration(TakesImages, LlamaForCausalLM):
     """The language model (its family's decoder) with LLaVA's vision tower and projector."""
 
     checkpoint_renames = _LANGUAGE_MODEL_RENAMES
-    supports_lora = False  # adapters name the multimodal model's modules
-    supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
     image_layout = staticmethod(llava_layout)  # where the front end puts them in the prompt
 
     @classmethod
@@ -155,15 +153,6 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
         if self.select_strategy == "default":  # transformers': the first row, whatever the tower
             features = features[:, 1:]
         return self.multi_modal_projector(features)
-
-    def largest_image(self) -> tuple[int, int, int, int]:
-        """The pixel-value shape of the largest image the processor sends (the start-up memory profile's)."""
-        size = self.vision_tower.image_size
-        return (1, 3, size, size)
-
-    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The language model's token embeddings (its families scale them by nothing)."""
-        return self.model.embed_tokens(input_ids)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """The language model's tensors as ``load_decoder_weights`` names them, the

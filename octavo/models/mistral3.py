@@ -33,7 +33,7 @@ from octavo.models.config import ModelArchConfig
 from octavo.models.mistral import MistralForCausalLM
 from octavo.models.pixtral_vision import PixtralVisionTower, VisionRMSNorm, pixtral_config
 from octavo.models.text_only import _text_only
-from octavo.models.vision_config import feature_layer, image_token, vision_sections
+from octavo.models.vision_config import TakesImages, feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
 from octavo.multimodal.layouts import mistral3_layout
 
@@ -133,11 +133,9 @@ def vision_param_name(name: str) -> str | None:
     return name if name.startswith(("vision_tower.", "multi_modal_projector.")) else None
 
 
-class Mistral3ForConditionalGeneration(_text_only(MistralForCausalLM, "_Mistral3Text")):
+class Mistral3ForConditionalGeneration(TakesImages, _text_only(MistralForCausalLM, "_Mistral3Text")):
     """The Mistral language model with Pixtral's vision tower and Mistral 3's projector."""
 
-    supports_lora = False  # adapters name the multimodal model's modules
-    supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
     image_layout = staticmethod(mistral3_layout)  # where the front end puts them in the prompt
 
     def __init__(self, ctx: ModelInitContext) -> None:
@@ -157,15 +155,6 @@ class Mistral3ForConditionalGeneration(_text_only(MistralForCausalLM, "_Mistral3
         rows, cols = self.vision_tower.grid(pixel_values)
         features = self.vision_tower(pixel_values)
         return self.multi_modal_projector(features, rows, cols)[None]
-
-    def largest_image(self) -> tuple[int, int, int, int]:
-        """The pixel-value shape of the largest image the processor sends (the start-up memory profile's)."""
-        size = self.vision_tower.image_size
-        return (1, 3, size, size)
-
-    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The language model's token embeddings (Mistral scales them by nothing)."""
-        return self.model.embed_tokens(input_ids)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """The language model's tensors as ``load_decoder_weights`` names them, the

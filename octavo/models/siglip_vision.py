@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from octavo.errors import InvalidArgumentError
-from octavo.models.clip_vision import ClipEncoderLayer, activation, feature_layer_index
+from octavo.models.clip_vision import ClipEncoderLayer, activation, feature_layer_index, fixed_size_patches
 
 # SiglipVisionConfig's defaults, for the keys a saved config may leave out.
 _DEFAULTS = {
@@ -41,15 +40,7 @@ class SiglipEmbeddings(nn.Module):
         self.position_embedding = nn.Embedding(self.num_patches, hidden, dtype=dtype)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        _, _, height, width = pixel_values.shape
-        if height != self.image_size or width != self.image_size:
-            # Position embeddings exist for one size only (no interpolation, as HF's default).
-            raise InvalidArgumentError(
-                f"pixel values of {height}x{width}; this vision tower takes {self.image_size}x{self.image_size}"
-            )
-        weight = self.patch_embedding.weight
-        patches = self.patch_embedding(pixel_values.to(weight.device, weight.dtype))  # [N, H, grid, grid]
-        return patches.flatten(2).transpose(1, 2) + self.position_embedding.weight
+        return fixed_size_patches(self.patch_embedding, self.image_size, pixel_values) + self.position_embedding.weight
 
 
 class SiglipVisionTower(nn.Module):

@@ -40,3 +40,21 @@ def image_token(multimodal: dict[str, Any], default: int) -> int:
     """The image placeholder's id (``image_token_index``, or ``image_token_id``)."""
     token = next((multimodal[k] for k in ("image_token_index", "image_token_id") if multimodal.get(k) is not None), default)
     return int(token)
+
+
+class TakesImages:
+    """The model contract's image members common to LLaVA and Mistral 3 (a mixin before the
+    decoder class): ``self.vision_tower`` has an ``image_size``, ``self.model`` embeds tokens
+    unscaled (Llama, Mistral, Qwen2)."""
+
+    supports_images = True  # the runner embeds its images (runtime/image_embeddings.py)
+    supports_lora = False  # adapters name the multimodal model's modules
+
+    def largest_image(self) -> tuple[int, int, int, int]:
+        """The pixel-value shape of the largest image the processor sends (the start-up memory profile's)."""
+        size = self.vision_tower.image_size
+        return (1, 3, size, size)
+
+    def embed_input_ids(self, input_ids):
+        """The language model's token embeddings, which image rows are written over."""
+        return self.model.embed_tokens(input_ids)

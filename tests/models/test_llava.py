@@ -27,11 +27,12 @@ VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_att
               patch_size=14)
 
 
-def _hf_model(vocab: int, feature_layer: int, strategy: str):
+def _hf_model(vocab: int, feature_layer: int, strategy: str, vision=None):
+    """A random transformers LLaVA (``vision``: its tower's config, a CLIP one by default)."""
     import transformers as t
 
     config = t.LlavaConfig(
-        text_config=t.LlamaConfig(**TEXT, vocab_size=vocab), vision_config=t.CLIPVisionConfig(**VISION),
+        text_config=t.LlamaConfig(**TEXT, vocab_size=vocab), vision_config=vision or t.CLIPVisionConfig(**VISION),
         image_token_index=IMAGE_TOKEN, vision_feature_layer=feature_layer, vision_feature_select_strategy=strategy,
     )
     torch.manual_seed(1)
@@ -45,18 +46,17 @@ def _hf_model(vocab: int, feature_layer: int, strategy: str):
     return model.eval()
 
 
-@pytest.fixture(scope="module")
-def llava_dir(tmp_path_factory, tokenizer_dir):
-    """``llava_dir(feature_layer, strategy)`` -> (checkpoint dir, the HF model), built on first use."""
+def llava_factory(tmp_path_factory, tokenizer_dir, vision=None, defaults=(-2, "default")):
+    """``get(feature_layer, strategy)`` -> (checkpoint dir, the HF model), each built on first use."""
     from tokenizers import Tokenizer
 
     vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size()
     built = {}
 
-    def get(feature_layer: int = -2, strategy: str = "default"):
+    def get(feature_layer: int = defaults[0], strategy: str = defaults[1]):
         key = (feature_layer, strategy)
         if key not in built:
-            model = _hf_model(vocab, feature_layer, strategy)
+            model = _hf_model(vocab, feature_layer, strategy, vision() if vision else None)
             path = tmp_path_factory.mktemp(f"llava{feature_layer}{strategy}")
             model.save_pretrained(str(path))
             for file in tokenizer_dir.iterdir():
@@ -65,6 +65,12 @@ def llava_dir(tmp_path_factory, tokenizer_dir):
         return built[key]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def llava_dir(tmp_path_factory, tokenizer_dir):
+    """``llava_dir(feature_layer, strategy)`` -> (checkpoint dir, the HF model), built on first use."""
+    return llava_factory(tmp_path_factory, tokenizer_dir)
 
 
 def _octavo_model(path, raw: dict | None = None):

@@ -6,15 +6,13 @@ engine gives HF's greedy tokens."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from tests.hf_reference import hf_greedy
 from tests.models.test_families import NUM_NEW_TOKENS, family_prompts, generate
 from tests.models.test_hf_parity import check_against_hf
-from tests.models.test_llava import IMAGE_TOKEN, TEXT, _hf_image_features, _octavo_model
+from tests.models.test_llava import IMAGE_TOKEN, TEXT, _hf_image_features, _octavo_model, llava_factory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,44 +21,12 @@ VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_att
 PATCHES = (28 // 14) ** 2
 
 
-def _hf_model(vocab: int, feature_layer: int, strategy: str):
-    import transformers as t
-
-    config = t.LlavaConfig(
-        text_config=t.LlamaConfig(**TEXT, vocab_size=vocab), vision_config=t.SiglipVisionConfig(**VISION),
-        image_token_index=IMAGE_TOKEN, vision_feature_layer=feature_layer, vision_feature_select_strategy=strategy,
-    )
-    torch.manual_seed(1)
-    model = t.LlavaForConditionalGeneration(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name:  # LayerNorms off their identity start, so that a misplaced one shows
-                param.add_(torch.randn_like(param), alpha=0.1)
-            else:
-                param.normal_(0.0, 0.08)
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def siglip_llava_dir(tmp_path_factory, tokenizer_dir):
     """``siglip_llava_dir(feature_layer, strategy)`` -> (checkpoint dir, the HF model), built on first use."""
-    from tokenizers import Tokenizer
+    import transformers as t
 
-    vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size()
-    built = {}
-
-    def get(feature_layer: int = -1, strategy: str = "full"):
-        key = (feature_layer, strategy)
-        if key not in built:
-            model = _hf_model(vocab, feature_layer, strategy)
-            path = tmp_path_factory.mktemp(f"siglip{feature_layer}{strategy}")
-            model.save_pretrained(str(path))
-            for file in tokenizer_dir.iterdir():
-                shutil.copy(file, path / file.name)
-            built[key] = path, model
-        return built[key]
-
-    return get
+    return llava_factory(tmp_path_factory, tokenizer_dir, lambda: t.SiglipVisionConfig(**VISION), (-1, "full"))
 
 
 @pytest.mark.parametrize("feature_layer", [-1, -2])
