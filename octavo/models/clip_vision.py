@@ -136,16 +136,25 @@ def feature_layer_index(feature_layer: int, num_layers: int) -> int:
 
 class ClipVisionTower(nn.Module):
     """``forward(pixel_values [N, C, H, W]) -> [N, 1 + num_patches, hidden]``: the
-    hidden states after layer ``feature_layer`` (HF's ``hidden_states`` index)."""
+    hidden states after layer ``feature_layer`` (HF's ``hidden_states`` index).
+    A subclass may change the config defaults, the embeddings and the norm before
+    the layers (SigLIP's tower: ``siglip_vision.py``)."""
+
+    DEFAULTS: dict[str, Any] = _DEFAULTS
+    embeddings_class: type[nn.Module] = ClipEmbeddings
+    pre_norm = True  # CLIP's ``pre_layrnorm``
+    class_row = True  # the class embedding's row before the patches
 
     def __init__(self, vision_config: dict[str, Any], dtype: torch.dtype, feature_layer: int = -1) -> None:
         super().__init__()
-        cfg = {**_DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
+        cfg = {**self.DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
         act = activation(cfg["hidden_act"], "vision_config.hidden_act")
         self.image_size, self.patch_size = int(cfg["image_size"]), int(cfg["patch_size"])
+        self.hidden_size = int(cfg["hidden_size"])
         built = feature_layer_index(feature_layer, int(cfg["num_hidden_layers"]))
-        self.embeddings = ClipEmbeddings(cfg, dtype)
-        self.pre_layrnorm = nn.LayerNorm(cfg["hidden_size"], eps=cfg["layer_norm_eps"], dtype=dtype)
+        self.embeddings = self.embeddings_class(cfg, dtype)
+        if self.pre_norm:
+            self.pre_layrnorm = nn.LayerNorm(cfg["hidden_size"], eps=cfg["layer_norm_eps"], dtype=dtype)
         self.encoder = nn.Module()
         self.encoder.layers = nn.ModuleList(ClipEncoderLayer(cfg, act, dtype) for _ in range(built))
         self.requires_grad_(False)  # inference only
@@ -155,7 +164,9 @@ class ClipVisionTower(nn.Module):
         return self.embeddings.num_patches
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        hidden = self.pre_layrnorm(self.embeddings(pixel_values))
+        hidden = self.embeddings(pixel_values)
+        if self.pre_norm:
+            hidden = self.pre_layrnorm(hidden)
         for layer in self.encoder.layers:
             hidden = layer(hidden)
         return hidden

@@ -144,7 +144,7 @@ class LlavaForConditionalGeneration(TakesImages, LlamaForCausalLM):
         """Embedding rows of one image: the tower's rows (a row per patch, and CLIP's
         class row), less the first under "default". transformers drops the first row
         whatever the tower, so SigLIP (no class row) under "default" loses a patch."""
-        rows = self.vision_tower.num_patches + (1 if isinstance(self.vision_tower, ClipVisionTower) else 0)
+        rows = self.vision_tower.num_patches + (1 if self.vision_tower.class_row else 0)
         return rows - (1 if self.select_strategy == "default" else 0)
 
     def image_embeddings(self, pixel_values: torch.Tensor) -> torch.Tensor:

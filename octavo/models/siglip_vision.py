@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from octavo.models.clip_vision import ClipEncoderLayer, activation, feature_layer_index, fixed_size_patches
+from octavo.models.clip_vision import ClipVisionTower, fixed_size_patches
 
 # SiglipVisionConfig's defaults, for the keys a saved config may leave out.
 _DEFAULTS = {
@@ -43,28 +43,12 @@ class SiglipEmbeddings(nn.Module):
         return fixed_size_patches(self.patch_embedding, self.image_size, pixel_values) + self.position_embedding.weight
 
 
-class SiglipVisionTower(nn.Module):
+class SiglipVisionTower(ClipVisionTower):
     """``forward(pixel_values [N, C, H, W]) -> [N, num_patches, hidden]``: the
-    hidden states after layer ``feature_layer`` (HF's ``hidden_states`` index)."""
+    hidden states after layer ``feature_layer`` (HF's ``hidden_states`` index);
+    CLIP's layers, no class row, no norm before them."""
 
-    def __init__(self, vision_config: dict[str, Any], dtype: torch.dtype, feature_layer: int = -1) -> None:
-        super().__init__()
-        cfg = {**_DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
-        act = activation(cfg["hidden_act"], "vision_config.hidden_act")
-        self.image_size, self.patch_size = int(cfg["image_size"]), int(cfg["patch_size"])
-        self.hidden_size = int(cfg["hidden_size"])
-        built = feature_layer_index(feature_layer, int(cfg["num_hidden_layers"]))
-        self.embeddings = SiglipEmbeddings(cfg, dtype)
-        self.encoder = nn.Module()
-        self.encoder.layers = nn.ModuleList(ClipEncoderLayer(cfg, act, dtype) for _ in range(built))
-        self.requires_grad_(False)  # inference only
-
-    @property
-    def num_patches(self) -> int:
-        return self.embeddings.num_patches
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        hidden = self.embeddings(pixel_values)
-        for layer in self.encoder.layers:
-            hidden = layer(hidden)
-        return hidden
+    DEFAULTS = _DEFAULTS
+    embeddings_class = SiglipEmbeddings
+    pre_norm = False
+    class_row = False
