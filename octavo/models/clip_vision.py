@@ -145,9 +145,14 @@ class ClipVisionTower(nn.Module):
     pre_norm = True  # CLIP's ``pre_layrnorm``
     class_row = True  # the class embedding's row before the patches
 
+    @classmethod
+    def full_config(cls, vision_config: dict[str, Any]) -> dict[str, Any]:
+        """``vision_config`` with the tower's defaults where a saved config leaves keys out."""
+        return {**cls.DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
+
     def __init__(self, vision_config: dict[str, Any], dtype: torch.dtype, feature_layer: int = -1) -> None:
         super().__init__()
-        cfg = {**self.DEFAULTS, **{k: v for k, v in vision_config.items() if v is not None}}
+        cfg = self.full_config(vision_config)
         act = activation(cfg["hidden_act"], "vision_config.hidden_act")
         self.image_size, self.patch_size = int(cfg["image_size"]), int(cfg["patch_size"])
         self.hidden_size = int(cfg["hidden_size"])

@@ -37,13 +37,15 @@ from octavo.models.siglip_vision import SiglipVisionTower
 from octavo.models.text_only import _LANGUAGE_MODEL_RENAMES
 from octavo.models.vision_config import TakesImages, feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
-from octavo.multimodal.layouts import llava_layout
+from octavo.multimodal.layouts import ImageLayout
 
 # The text config's model_type -> the family of the language model (HF's default is llama).
 LANGUAGE_FAMILIES: dict[str, type[LlamaForCausalLM]] = {
     "llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
 }
 SELECT_STRATEGIES = ("default", "full")  # drop the first row (CLIP's class row) / keep it
+# LlavaConfig's image token where config.json names none.
+LLAVA_IMAGE_TOKEN = 32000
 # vision_config.model_type -> the tower (the first is taken when config.json names none, as HF's default).
 VISION_TOWERS: dict[str, type[nn.Module]] = {
     "clip_vision_model": ClipVisionTower, "siglip_vision_model": SiglipVisionTower,
@@ -82,10 +84,28 @@ def llava_vision_options(config: ModelArchConfig) -> LlavaVisionOptions:
             f"config.json: vision_feature_select_strategy {strategy!r} is not supported ({supported} are)"
         )
     return LlavaVisionOptions(
-        vision_config=vision, image_token_id=image_token(mm, 32000), feature_layer=layer, select_strategy=strategy,
+        vision_config=vision, image_token_id=image_token(mm, LLAVA_IMAGE_TOKEN), feature_layer=layer,
+        select_strategy=strategy,
         projector_act=mm.get("projector_hidden_act", "gelu"),
         projector_bias=bool(mm.get("multimodal_projector_bias", True)),
     )
+
+
+def llava_image_rows(multimodal: dict[str, Any]) -> int:
+    """Embedding rows of one image: the tower's rows (a row per patch, at the tower's
+    own defaults where config.json leaves sizes out, and CLIP's class row), less the
+    first under "default". transformers drops the first row whatever the tower, so
+    SigLIP (no class row) under "default" loses a patch."""
+    vision = multimodal.get("vision_config") or {}
+    tower = VISION_TOWERS.get(vision.get("model_type"), ClipVisionTower)
+    cfg = tower.full_config(vision)
+    rows = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + (1 if tower.class_row else 0)
+    return rows - (1 if multimodal.get("vision_feature_select_strategy", "default") == "default" else 0)
+
+
+def llava_layout(multimodal: dict[str, Any], tokenizer: Any) -> ImageLayout:
+    """LLaVA's prompt layout: each image token widened to the image's rows."""
+    return ImageLayout(image_token(multimodal, LLAVA_IMAGE_TOKEN), llava_image_rows(multimodal))
 
 
 class LlavaMultiModalProjector(nn.Module):
@@ -141,11 +161,8 @@ class LlavaForConditionalGeneration(TakesImages, LlamaForCausalLM):
         )
 
     def tokens_per_image(self) -> int:
-        """Embedding rows of one image: the tower's rows (a row per patch, and CLIP's
-        class row), less the first under "default". transformers drops the first row
-        whatever the tower, so SigLIP (no class row) under "default" loses a patch."""
-        rows = self.vision_tower.num_patches + (1 if self.vision_tower.class_row else 0)
-        return rows - (1 if self.select_strategy == "default" else 0)
+        """Embedding rows of one image (``llava_image_rows``: the layout's count too)."""
+        return llava_image_rows(self.config.raw.get("multimodal_config") or {})
 
     def image_embeddings(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """``[N, C, H, W]`` pixel values (any float dtype) -> ``[N, tokens_per_image, hidden]`` in the model dtype."""

@@ -20,7 +20,7 @@ last), as transformers' ``PixtralProcessor`` writes them. Not supported
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,7 +35,11 @@ from octavo.models.pixtral_vision import PixtralVisionTower, VisionRMSNorm, pixt
 from octavo.models.text_only import _text_only
 from octavo.models.vision_config import TakesImages, feature_layer, image_token, vision_sections
 from octavo.models.weights import load_decoder_weights
-from octavo.multimodal.layouts import mistral3_layout
+from octavo.multimodal.layouts import ImageLayout, tokenizer_token_id
+
+
+# Mistral3Config's image token ([IMG]) where config.json names none.
+MISTRAL3_IMAGE_TOKEN = 10
 
 
 @dataclass(frozen=True)
@@ -64,17 +68,23 @@ def mistral3_vision_options(config: ModelArchConfig) -> Mistral3VisionOptions:
     if merge < 1:
         raise ModelLoadError(f"config.json: spatial_merge_size {merge} is not supported")
     return Mistral3VisionOptions(
-        vision_config=vision, image_token_id=image_token(mm, 10), feature_layer=layer, merge=merge,
+        vision_config=vision, image_token_id=image_token(mm, MISTRAL3_IMAGE_TOKEN), feature_layer=layer, merge=merge,
         projector_act=mm.get("projector_hidden_act", "gelu"),
         projector_bias=bool(mm.get("multimodal_projector_bias", False)),
     )
 
 
+def merged_patch_size(multimodal_config: dict[str, Any]) -> int:
+    """Pixels a side of one merged patch: the tower's patch (its default where config.json
+    leaves it out) times ``spatial_merge_size``."""
+    vision = pixtral_config(multimodal_config.get("vision_config") or {})
+    return int(vision["patch_size"]) * int(multimodal_config.get("spatial_merge_size", 2))
+
+
 def merged_grid(multimodal_config: dict[str, Any], height: int, width: int) -> tuple[int, int]:
     """(rows, columns) of merged patches of an image of ``height`` x ``width`` pixels:
     HF floors both the patch grid and its merge groups."""
-    vision = pixtral_config(multimodal_config.get("vision_config") or {})
-    step = int(vision["patch_size"]) * int(multimodal_config.get("spatial_merge_size", 2))
+    step = merged_patch_size(multimodal_config)
     return height // step, width // step
 
 
@@ -90,6 +100,28 @@ def mistral3_image_tokens(multimodal_config: dict, height: int, width: int, toke
     tokens = ([token_ids["image"]] * cols + [token_ids["break"]]) * rows
     tokens[-1] = token_ids["end"]
     return tokens
+
+
+@dataclass(frozen=True)
+class Mistral3Layout(ImageLayout):
+    """Mistral 3's prompt layout: rows of image tokens over the merged patch grid, with break and end ids."""
+
+    multimodal: dict = field(default_factory=dict)
+    break_id: int = -1
+    end_id: int = -1
+
+    def tokens(self, height: int, width: int) -> list[int]:
+        ids = {"image": self.image_token_id, "break": self.break_id, "end": self.end_id}
+        return mistral3_image_tokens(self.multimodal, height, width, ids)
+
+
+def mistral3_layout(multimodal: dict[str, Any], tokenizer: Any) -> ImageLayout:
+    """Mistral Small 3.1 / 3.2's: its processor sizes each image to whole merged patches,
+    which the call is told, as transformers' PixtralProcessor tells it."""
+    return Mistral3Layout(
+        image_token(multimodal, MISTRAL3_IMAGE_TOKEN), 0, {"patch_size": merged_patch_size(multimodal)}, multimodal,
+        tokenizer_token_id(tokenizer, "[IMG_BREAK]"), tokenizer_token_id(tokenizer, "[IMG_END]"),
+    )
 
 
 class Mistral3PatchMerger(nn.Module):

@@ -107,3 +107,18 @@ def test_image_limits_follow_vllms_flag():
                          ({"image": 1}, "takes none")):
         with pytest.raises(InvalidArgumentError, match=message):
             images_per_prompt(bad, bad != {"image": 1})
+
+
+def test_layouts_read_sizes_a_config_leaves_out_at_the_towers_defaults():
+    # transformers saves only what differs from a config class's defaults: a layout must count
+    # an image's rows with the tower's own defaults (CLIP 224/32, SigLIP 224/16, Pixtral patch 16),
+    # as the tower that embeds it does, or the prompt's span and the image's rows disagree.
+    from octavo.models.llava import llava_image_rows, llava_layout
+    from octavo.models.mistral3 import merged_patch_size
+
+    assert llava_image_rows({"vision_config": {}}) == 7 * 7  # + the class row, - the first row
+    assert llava_image_rows({"vision_config": {"model_type": "siglip_vision_model"}}) == 14 * 14 - 1
+    assert llava_image_rows({"vision_config": {}, "vision_feature_select_strategy": "full"}) == 7 * 7 + 1
+    assert llava_layout({"vision_config": {"image_size": 336, "patch_size": 14}}, None).tokens_per_image == 576
+    assert llava_layout({"vision_config": {}}, None).image_token_id == 32000  # LlavaConfig's, as the model's
+    assert merged_patch_size({"vision_config": {}}) == 32 and merged_patch_size({"vision_config": {"patch_size": 14}}) == 28

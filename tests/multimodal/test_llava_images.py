@@ -121,7 +121,7 @@ def test_server_image_work_runs_apart_from_the_tokenizer_pool(llava):
     import threading
 
     from octavo.entrypoints.openai.tokenizer_pool import TokenizerPool
-    from octavo.multimodal.layouts import llava_layout
+    from octavo.models.llava import llava_layout
     from octavo.multimodal.processor import IMAGE_WORKERS, ImagePrompts
 
     prompts = ImagePrompts(llava[0], llava_layout({"vision_config": {"image_size": 56, "patch_size": 14},
