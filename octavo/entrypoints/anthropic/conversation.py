@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from octavo.entrypoints.openai.chat_features import ChatFeatures, features_for
-from octavo.entrypoints.openai.chat_template import content_text
+from octavo.entrypoints.openai.chat_template import content_text, text_parts
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.structured import constraint_from_request
 from octavo.entrypoints.openai.tools import Tool, ToolUse, make_tool, resolve_tool_choice
@@ -31,7 +31,7 @@ from octavo.errors import InvalidArgumentError
 def anthropic_conversation(body: Any, images: list | None = None) -> list[dict]:
     """The conversation; with ``images`` (a model that takes them, a template that walks
     content parts), contents are lists of parts and image sources go to ``images``."""
-    as_parts = (lambda text: [{"type": "text", "text": text}]) if images is not None else (lambda text: text)  # noqa: E731
+    as_parts = text_parts if images is not None else (lambda text: text)  # noqa: E731
     conversation: list[dict] = []
     if body.system:
         conversation.append({"role": "system", "content": as_parts(content_text(body.system, "system"))})

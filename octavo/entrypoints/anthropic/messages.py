@@ -37,7 +37,7 @@ from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures
 from octavo.entrypoints.openai.chat_output import ChoiceMessage
-from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_content
+from octavo.entrypoints.openai.chat_template import ChatOptions, collects_images
 from octavo.entrypoints.openai.errors import ApiError, anthropic_body, from_octavo
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
 from octavo.entrypoints.openai.openapi import add_json_route
@@ -114,13 +114,13 @@ async def create_message(request: Request):
 def render_conversation(
     tokenizer, body: ConversationFields, features: ChatFeatures, limits: PromptLimits, image_prompts=None,
 ) -> PromptInput:
-    """The prompt of a Messages request (on a tokenizer-pool worker; its images processed there too)."""
+    """The prompt of a Messages request (on a tokenizer-pool worker; its images collected for ``process_images``)."""
     prefill = body.messages[-1].role == "assistant"
     options = ChatOptions(
         add_generation_prompt=not prefill, continue_final_message=prefill,
         tools=features.tool_use.template_tools, template_kwargs=features.template_kwargs,
     )
-    images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
+    images = collects_images(tokenizer, image_prompts)
     prompt = encode_conversation(tokenizer, anthropic_conversation(body, images), options, limits)
     return with_images(prompt, images)
 

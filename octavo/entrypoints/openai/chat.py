@@ -25,7 +25,7 @@ from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.beam_serving import beam_search, beam_search_params, length_check_params
 from octavo.entrypoints.openai.chat_features import ChatFeatures, openai_chat_features, reasoning_effort_kwargs
 from octavo.entrypoints.openai.chat_output import ChoiceMessage, OutputShaper, openai_delta, openai_message
-from octavo.entrypoints.openai.chat_template import ChatOptions, content_text, template_walks_content
+from octavo.entrypoints.openai.chat_template import ChatOptions, collects_images, content_text
 from octavo.entrypoints.openai.conversation import openai_conversation
 from octavo.entrypoints.openai.errors import ApiError, from_octavo, openai_body
 from octavo.entrypoints.openai.field_policy import check_undeclared_fields
@@ -149,8 +149,8 @@ def chat_options(body: ChatCompletionRequest | TokenizeRequest, features: ChatFe
 async def render_messages(
     ctx: ServingContext, messages: list[ChatMessage], options: ChatOptions, fit_context: bool = True
 ) -> PromptInput:
-    """Render and tokenise on the pool (the conversation is built there too: 100,000 messages take a while;
-    images are decoded and processed there too)."""
+    """Render and tokenise on the pool (the conversation is built there too: 100,000 messages take a while);
+    then the images, on the image workers (``process_images``)."""
     image_prompts = getattr(ctx.engine.engine, "image_prompts", None)
     prompt = await ctx.pool.run(_render_messages, messages, options, ctx.prompt_limits, fit_context, image_prompts)
     return await process_images(prompt, image_prompts)
@@ -159,7 +159,7 @@ async def render_messages(
 def _render_messages(
     tokenizer, messages: list[ChatMessage], options: ChatOptions, limits, fit_context: bool, image_prompts=None,
 ) -> PromptInput:
-    images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
+    images = collects_images(tokenizer, image_prompts)
     prompt = encode_conversation(tokenizer, openai_conversation(messages, images), options, limits, fit_context)
     return with_images(prompt, images)
 

@@ -50,7 +50,7 @@ def content_with_images(content: Any, param: str, images: list) -> str | list[di
     becomes the list of parts templates of such models iterate
     (``{"type": "image"}``, ``{"type": "text", "text": ...}``)."""
     if content is None or isinstance(content, str):
-        return [{"type": "text", "text": content or ""}]
+        return text_parts(content)
     parts = []
     for index, part in enumerate(content):
         part_type = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
@@ -68,6 +68,17 @@ def content_with_images(content: Any, param: str, images: list) -> str | list[di
         else:
             parts.append({"type": "text", "text": content_text([part], param)})
     return parts
+
+
+def text_parts(text: str | None) -> list[dict]:
+    """Text content as the one part a template that walks content parts reads."""
+    return [{"type": "text", "text": text or ""}]
+
+
+def collects_images(tokenizer: Any, image_prompts: Any) -> list | None:
+    """A list for a conversation's images where they are taken (the model has an image
+    processor and its template walks content parts), else None: images are then refused."""
+    return [] if image_prompts is not None and template_walks_content(tokenizer) else None
 
 
 # A template that walks a message's content (``for part in message['content']``)

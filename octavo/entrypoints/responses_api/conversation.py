@@ -18,7 +18,7 @@ from typing import Any
 
 from octavo.core.structured_output.params import StructuredOutputsParams
 from octavo.entrypoints.openai.chat_features import ChatFeatures, features_for
-from octavo.entrypoints.openai.chat_template import content_with_images, normalize_role
+from octavo.entrypoints.openai.chat_template import content_with_images, normalize_role, text_parts
 from octavo.entrypoints.openai.config import ServerConfig
 from octavo.entrypoints.openai.structured import constraint_from_request
 from octavo.entrypoints.openai.tools import Tool, make_tool, resolve_tool_choice
@@ -57,6 +57,10 @@ def user_parts(content: Any, where: str, images: list) -> list[dict]:
     return content_with_images(parts, where, images)
 
 
+def _as_parts(content: Any) -> list[dict]:
+    return text_parts(content) if content is None or isinstance(content, str) else content
+
+
 class ConversationBuilder:
     """Items -> turns; ``turn`` is the assistant turn still open to more items of its answer.
     With ``images`` (a list to fill), user messages may show images."""
@@ -70,8 +74,7 @@ class ConversationBuilder:
         """The turns as the template reads them: with images, every content a list of parts."""
         if self.images is None:
             return self.turns
-        as_parts = lambda c: [{"type": "text", "text": c or ""}] if c is None or isinstance(c, str) else c  # noqa: E731
-        return [{**turn, "content": as_parts(turn.get("content"))} for turn in self.turns]
+        return [{**turn, "content": _as_parts(turn.get("content"))} for turn in self.turns]
 
     def add(self, item: dict, where: str) -> None:
         kind = item.get("type") or "message"

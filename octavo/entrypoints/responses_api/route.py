@@ -25,7 +25,7 @@ from octavo.core.sampling_params import RequestOutputKind
 from octavo.entrypoints.async_engine import RequestStream
 from octavo.entrypoints.failures import record_failure
 from octavo.entrypoints.openai.chat_features import ChatFeatures, reasoning_effort_kwargs
-from octavo.entrypoints.openai.chat_template import ChatOptions, template_walks_content
+from octavo.entrypoints.openai.chat_template import ChatOptions, collects_images
 from octavo.entrypoints.openai.errors import ApiError, from_octavo
 from octavo.entrypoints.openai.openapi import add_json_route
 from octavo.entrypoints.openai.prompts import PromptInput, PromptLimits, encode_conversation, process_images, with_images
@@ -118,8 +118,8 @@ def render_items(
     tokenizer, instructions: str | None, history: list[dict], items: list[dict], features: ChatFeatures,
     limits: PromptLimits, image_prompts=None,
 ) -> PromptInput:
-    """The prompt of a Responses request (on a tokenizer-pool worker; its images processed there too)."""
-    images = [] if image_prompts is not None and template_walks_content(tokenizer) else None
+    """The prompt of a Responses request (on a tokenizer-pool worker; its images collected for ``process_images``)."""
+    images = collects_images(tokenizer, image_prompts)
     builder = ConversationBuilder(instructions, images)
     for index, item in enumerate(history):
         builder.add(item, f"previous_response_id.{index}")
