@@ -25,8 +25,6 @@ from octavo.core.pooling_params import PoolerConfig
 from octavo.core.request_queue import check_policy
 from octavo.core.scheduler import Scheduler, SchedulerConfig
 from octavo.core.speculative_config import is_mtp_method
-from octavo.multimodal.limits import images_per_prompt, takes_images
-from octavo.multimodal.processor import image_prompts_for
 from octavo.core.structured_output.compiler import StructuredOutputLimits
 from octavo.core.tokenizer import eos_token_ids
 from octavo.engine_tokenizer import load_model_tokenizer, load_tokenizer_in_background
@@ -34,6 +32,8 @@ from octavo.errors import InvalidArgumentError, ModelLoadError
 from octavo.models.config import ModelArchConfig, load_arch_config, load_generation_config
 from octavo.models.generation_defaults import describe, sampling_defaults
 from octavo.models.hub import HubOptions, resolve_model, resolve_tokenizer
+from octavo.multimodal.limits import images_per_prompt, takes_images
+from octavo.multimodal.processor import image_prompts_for
 from octavo.ops.resolution import check_layer_op_overrides
 from octavo.plugins.selection import select_platform
 from octavo.quantization.registry import checkpoint_method_name

@@ -23,13 +23,13 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 @dataclass(frozen=True)
 class ImageFeature:
-    """The processor's pixel values of one image and the prompt span its embedding rows fill."""
+    """The processor's pixel values of one image and the prompt span that stands for it."""
 
     data: bytes  # the pixel values' bytes (C order)
     shape: tuple[int, ...]
     dtype: str  # a key of _DTYPES
     offset: int  # index of the first placeholder token in the prompt
-    length: int  # placeholder tokens: the rows the model's image embedding fills
+    length: int  # the span's tokens: the image tokens (a row each) and any others between them (Mistral's breaks)
     identifier: str  # SHA-256 hex of dtype, shape and data
 
     @property

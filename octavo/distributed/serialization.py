@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 
 from octavo.core.engine import EngineLimits, ModelInfo
+from octavo.core.image_features import ImageFeature
 from octavo.core.kv_cache_manager import PrefixCacheStats
 from octavo.core.outputs import (
     CompletionOutput,
@@ -30,7 +31,6 @@ from octavo.core.outputs import (
     RequestMetrics,
     RequestOutput,
 )
-from octavo.core.image_features import ImageFeature
 from octavo.core.lora_request import LoRARequest
 from octavo.core.pooling_params import PoolerConfig, PoolingParams
 from octavo.core.sampling_params import RequestOutputKind, SamplingParams
